@@ -1,0 +1,196 @@
+//! Relay identity and onion keys, and the node ID ntor v1 needs.
+
+use digest::Digest;
+use tor_llcrypto::d::Sha1;
+use tor_llcrypto::pk::curve25519::{PublicKey, StaticSecret};
+use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
+use tor_llcrypto::pk::rsa::RsaIdentity;
+use zeroize::Zeroize;
+
+use crate::Error;
+
+/// Length of [`RelaySecretKeys::to_bytes`]: Ed25519 seed (32) and x25519
+/// secret (32).
+pub const RELAY_SECRET_KEYS_LEN: usize = 64;
+
+/// Domain-separation prefix hashed before the Ed25519 identity in
+/// [`ntor_node_id`].
+pub const NTOR_NODE_ID_PREFIX: &[u8] = b"onionlab-ntor-node-id";
+
+/// Secret keys of one relay: Ed25519 identity keypair + x25519 ntor onion key.
+pub struct RelaySecretKeys {
+    /// Long-term Ed25519 identity.
+    ed: Keypair,
+    /// The ntor onion key (`b` in tor-spec; its public half is `B`).
+    onion: StaticSecret,
+}
+
+impl RelaySecretKeys {
+    /// Generate a fresh identity and onion key from `rng`.
+    pub fn generate<R: rand::Rng + rand::CryptoRng>(rng: &mut R) -> Self {
+        let ed = Keypair::generate(rng);
+        let onion = StaticSecret::random_from_rng(&mut *rng);
+        RelaySecretKeys { ed, onion }
+    }
+
+    /// The public keys to publish in the network document.
+    pub fn public(&self) -> RelayPublicKeys {
+        RelayPublicKeys {
+            ed_identity: Ed25519Identity::from(self.ed.verifying_key()),
+            onion_key: PublicKey::from(&self.onion),
+        }
+    }
+
+    /// The Ed25519 identity keypair (signs, and authenticates the relay on
+    /// every transport).
+    pub fn ed25519_keypair(&self) -> &Keypair {
+        &self.ed
+    }
+
+    /// The x25519 ntor onion secret key.
+    pub fn onion_secret(&self) -> &StaticSecret {
+        &self.onion
+    }
+
+    /// Serialize as the 32-byte Ed25519 secret seed followed by the 32-byte
+    /// x25519 secret. The result is secret: store it with care.
+    pub fn to_bytes(&self) -> [u8; RELAY_SECRET_KEYS_LEN] {
+        let mut out = [0u8; RELAY_SECRET_KEYS_LEN];
+        out[..32].copy_from_slice(self.ed.as_bytes());
+        let mut onion = self.onion.to_bytes();
+        out[32..].copy_from_slice(&onion);
+        onion.zeroize();
+        out
+    }
+
+    /// Parse the format of [`to_bytes`](Self::to_bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLength`] unless `b` is exactly
+    /// [`RELAY_SECRET_KEYS_LEN`] bytes long. Every 32-byte string is a valid
+    /// Ed25519 seed and a valid x25519 secret, so nothing else can fail.
+    pub fn from_bytes(b: &[u8]) -> Result<Self, Error> {
+        let bad_len = || Error::BadLength {
+            what: "relay secret keys",
+            expected: RELAY_SECRET_KEYS_LEN,
+            got: b.len(),
+        };
+        if b.len() != RELAY_SECRET_KEYS_LEN {
+            return Err(bad_len());
+        }
+        let mut seed: [u8; 32] = b[..32].try_into().map_err(|_| bad_len())?;
+        let mut onion: [u8; 32] = b[32..].try_into().map_err(|_| bad_len())?;
+        let keys = RelaySecretKeys {
+            ed: Keypair::from_bytes(&seed),
+            onion: StaticSecret::from(onion),
+        };
+        seed.zeroize();
+        onion.zeroize();
+        Ok(keys)
+    }
+}
+
+impl std::fmt::Debug for RelaySecretKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelaySecretKeys")
+            .field("public", &self.public())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Public keys as published in the network document.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RelayPublicKeys {
+    /// The relay's Ed25519 identity.
+    pub ed_identity: Ed25519Identity,
+    /// The relay's ntor onion key (`B`).
+    pub onion_key: PublicKey,
+}
+
+impl RelayPublicKeys {
+    /// The 20-byte node ID to use in ntor v1 with this relay; see
+    /// [`ntor_node_id`].
+    pub fn ntor_node_id(&self) -> RsaIdentity {
+        ntor_node_id(&self.ed_identity)
+    }
+}
+
+/// The 20-byte node ID ntor (v1) needs.
+///
+/// tor-spec's ntor binds the handshake to the relay's `ID`, the SHA-1 of its
+/// RSA identity key. onionlab relays have no RSA key, so we derive the ID
+/// from the Ed25519 identity instead:
+///
+/// `ID = SHA-1("onionlab-ntor-node-id" || ed25519_identity_bytes)`
+///
+/// (see [`NTOR_NODE_ID_PREFIX`]). The ID still commits to the relay's
+/// identity, which is all ntor needs of it. The consequence is that a C-tor
+/// (or arti) client can extend to an onionlab relay with ntor v1 only if it
+/// learns this ID from somewhere (our network document publishes it); it
+/// cannot compute it from a tor-format descriptor, which has an RSA key.
+pub fn ntor_node_id(ed: &Ed25519Identity) -> RsaIdentity {
+    let mut h = Sha1::new();
+    h.update(NTOR_NODE_ID_PREFIX);
+    h.update(ed.as_bytes());
+    let digest: [u8; 20] = h.finalize().into();
+    RsaIdentity::from(digest)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn secret_keys_round_trip() {
+        let mut rng = rand::rng();
+        let k = RelaySecretKeys::generate(&mut rng);
+        let bytes = k.to_bytes();
+        let k2 = RelaySecretKeys::from_bytes(&bytes).unwrap();
+        assert_eq!(k.public(), k2.public());
+        assert_eq!(k2.to_bytes(), bytes);
+        assert_eq!(k.onion_secret().to_bytes(), bytes[32..]);
+        assert_eq!(k.ed25519_keypair().to_bytes(), bytes[..32]);
+    }
+
+    #[test]
+    fn secret_keys_wrong_length() {
+        for len in [0, 32, 63, 65, 128] {
+            let err = RelaySecretKeys::from_bytes(&vec![7u8; len]).unwrap_err();
+            assert_eq!(
+                err,
+                Error::BadLength {
+                    what: "relay secret keys",
+                    expected: 64,
+                    got: len
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn distinct_keys_are_generated() {
+        let mut rng = rand::rng();
+        let a = RelaySecretKeys::generate(&mut rng);
+        let b = RelaySecretKeys::generate(&mut rng);
+        assert_ne!(a.public().ed_identity, b.public().ed_identity);
+        assert_ne!(a.public().onion_key, b.public().onion_key);
+        assert_ne!(a.public().ntor_node_id(), b.public().ntor_node_id());
+    }
+
+    #[test]
+    fn node_id_is_the_documented_hash() {
+        // Independent of the helper: SHA-1 over the concatenation.
+        let ed = Ed25519Identity::new([0x42; 32]);
+        let mut buf = NTOR_NODE_ID_PREFIX.to_vec();
+        buf.extend_from_slice(&[0x42; 32]);
+        let want: [u8; 20] = Sha1::digest(&buf).into();
+        assert_eq!(ntor_node_id(&ed).as_bytes(), &want[..]);
+        // SHA-1("onionlab-ntor-node-id" || 0x42 * 32), computed with
+        // Python's hashlib.
+        assert_eq!(hex::encode(ntor_node_id(&ed).as_bytes()), NODE_ID_0X42_HEX);
+    }
+
+    /// See `node_id_is_the_documented_hash`.
+    const NODE_ID_0X42_HEX: &str = "622a7e1213612bf298fb613f50ba3fbd0175844f";
+}
