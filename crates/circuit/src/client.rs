@@ -1,0 +1,708 @@
+//! The client (onion proxy) end of one circuit, as a sans-IO state machine.
+//!
+//! Inputs: cells from the guard ([`ClientCircuit::handle_cell`]), the
+//! current time, and requests (extend, open a stream, write, read, close).
+//! Outputs: cells for the guard ([`ClientCircuit::poll_transmit`]), events
+//! ([`ClientCircuit::poll_event`]) and a deadline
+//! ([`ClientCircuit::poll_timeout`]).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use onionlab_cell::chan::{
+    AnyChanMsg, ChanMsg, Create2, Destroy, DestroyReason, HandshakeType, Relay,
+};
+use onionlab_cell::msg::{
+    AnyRelayMsg, Begin, BeginFlags, Data, EncodedLinkSpec, End, EndReason, Extend2, RelayMsg,
+    Resolve, ResolvedVal, Sendme, StreamId,
+};
+use onionlab_cell::relay;
+use onionlab_crypto::identity::RelayPublicKeys;
+use onionlab_crypto::ntor::NtorClient;
+use onionlab_crypto::relay_crypto::ClientCircuitCrypto;
+use rand::rngs::StdRng;
+
+use crate::err::{CloseReason, Error};
+use crate::flow::{CircReceiver, CircSender};
+use crate::stream::{Outgoing, StreamConfig, StreamEvent, StreamMap};
+
+/// Most RELAY_EARLY cells a circuit may carry (tor-spec).
+pub const MAX_RELAY_EARLY: u8 = 8;
+
+/// Settings of a client circuit.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Stream limits.
+    pub streams: StreamConfig,
+    /// How long one hop's CREATE2/EXTEND2 may take before the circuit is abandoned.
+    pub hop_timeout: Duration,
+    /// Most control messages (SENDME, BEGIN, END...) queued before the circuit
+    /// is considered broken.
+    pub max_control_queue: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            streams: StreamConfig::default(),
+            hop_timeout: Duration::from_secs(30),
+            max_control_queue: 4096,
+        }
+    }
+}
+
+/// What a client circuit reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// A hop was added; the circuit now has `hops` hops.
+    HopAdded {
+        /// Number of hops now.
+        hops: usize,
+    },
+    /// The last extend failed (the relay answered TRUNCATED or the
+    /// handshake failed); the circuit still has `hops` hops and can be
+    /// extended again.
+    ExtendFailed {
+        /// Number of hops still usable.
+        hops: usize,
+        /// Why.
+        detail: String,
+    },
+    /// A stream event.
+    Stream(StreamEvent),
+    /// A RESOLVE finished.
+    Resolved {
+        /// The stream ID the RESOLVE used.
+        stream: StreamId,
+        /// Answers with their TTLs (empty if the exit gave none).
+        answers: Vec<(ResolvedVal, u32)>,
+    },
+    /// The circuit is closed; nothing more will happen on it.
+    Closed(CloseReason),
+}
+
+/// Where the circuit construction is.
+enum Build {
+    /// Waiting for CREATED2 (first hop) or EXTENDED2 (later hops).
+    Awaiting {
+        handshake: NtorClient,
+        deadline: Option<Instant>,
+    },
+    /// Not extending.
+    Idle,
+}
+
+/// A relay message waiting to be encrypted and sent.
+struct PendingMsg {
+    hop: usize,
+    stream: Option<StreamId>,
+    msg: AnyRelayMsg,
+    early: bool,
+}
+
+/// Per-hop circuit-level flow control.
+#[derive(Debug, Default)]
+struct Hop {
+    sender: CircSender,
+    receiver: CircReceiver,
+}
+
+/// The client end of one circuit.
+pub struct ClientCircuit {
+    config: ClientConfig,
+    build: Build,
+    /// A CREATE2 waiting for its deadline to be set on first transmit.
+    crypto: ClientCircuitCrypto,
+    hops: Vec<Hop>,
+    /// The hop streams attach to (the last hop when the first stream opened).
+    stream_hop: Option<usize>,
+    streams: StreamMap,
+    /// Pending RESOLVE stream IDs.
+    resolves: Vec<StreamId>,
+    /// Channel-level cells not encrypted per hop (CREATE2, DESTROY).
+    chan_out: VecDeque<AnyChanMsg>,
+    control: VecDeque<PendingMsg>,
+    events: VecDeque<ClientEvent>,
+    relay_early_left: u8,
+    closed: bool,
+    rng: StdRng,
+}
+
+impl std::fmt::Debug for ClientCircuit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCircuit")
+            .field("hops", &self.hops.len())
+            .field("streams", &self.streams.len())
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientCircuit {
+    /// Start a circuit whose first hop is `guard`: queues the CREATE2.
+    pub fn new(config: ClientConfig, guard: &RelayPublicKeys, mut rng: StdRng) -> Self {
+        let (handshake, onionskin) =
+            NtorClient::start(&mut rng, &guard.ntor_node_id(), &guard.onion_key);
+        let mut chan_out = VecDeque::new();
+        chan_out.push_back(Create2::new(HandshakeType::NTOR, onionskin.to_vec()).into());
+        ClientCircuit {
+            streams: StreamMap::new(config.streams.clone()),
+            config,
+            build: Build::Awaiting {
+                handshake,
+                deadline: None,
+            },
+            crypto: ClientCircuitCrypto::new(),
+            hops: Vec::new(),
+            stream_hop: None,
+            resolves: Vec::new(),
+            chan_out,
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            relay_early_left: MAX_RELAY_EARLY,
+            closed: false,
+            rng,
+        }
+    }
+
+    /// Number of hops built so far.
+    pub fn n_hops(&self) -> usize {
+        self.hops.len()
+    }
+
+    /// Is a hop being added right now?
+    pub fn is_extending(&self) -> bool {
+        matches!(self.build, Build::Awaiting { .. })
+    }
+
+    /// Is the circuit closed?
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Number of open streams.
+    pub fn n_streams(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Extend the circuit by one hop to `target`, reachable as `linkspecs`.
+    pub fn extend(
+        &mut self,
+        target: &RelayPublicKeys,
+        linkspecs: Vec<EncodedLinkSpec>,
+    ) -> Result<(), Error> {
+        self.check_open()?;
+        if self.is_extending() {
+            return Err(Error::BadState("already extending"));
+        }
+        if self.stream_hop.is_some() {
+            return Err(Error::BadState(
+                "streams are attached; cannot extend further",
+            ));
+        }
+        if self.relay_early_left == 0 {
+            return Err(Error::BadState("no RELAY_EARLY cells left for EXTEND2"));
+        }
+        let (handshake, onionskin) =
+            NtorClient::start(&mut self.rng, &target.ntor_node_id(), &target.onion_key);
+        let last = self.hops.len() - 1;
+        self.queue(PendingMsg {
+            hop: last,
+            stream: None,
+            msg: Extend2::new(linkspecs, HandshakeType::NTOR, onionskin.to_vec()).into(),
+            early: true,
+        })?;
+        self.build = Build::Awaiting {
+            handshake,
+            deadline: None,
+        };
+        Ok(())
+    }
+
+    /// Open a stream to `host:port` at the last hop. The stream is usable
+    /// for writing at once; data flows once CONNECTED arrives.
+    pub fn begin(&mut self, host: &str, port: u16) -> Result<StreamId, Error> {
+        let hop = self.attach_hop()?;
+        let begin = Begin::new(host, port, BeginFlags::IPV6_OKAY)
+            .map_err(|e| Error::BadTarget(format!("{host}:{port}: {e}")))?;
+        let id = self.streams.open_local().ok_or(Error::StreamsExhausted)?;
+        self.queue(PendingMsg {
+            hop,
+            stream: Some(id),
+            msg: begin.into(),
+            early: false,
+        })?;
+        Ok(id)
+    }
+
+    /// Ask the last hop to resolve `host`; the answer arrives as
+    /// [`ClientEvent::Resolved`].
+    pub fn resolve(&mut self, host: &str) -> Result<StreamId, Error> {
+        let hop = self.attach_hop()?;
+        let id = self.streams.open_local().ok_or(Error::StreamsExhausted)?;
+        // A RESOLVE never carries data: it only borrows the ID.
+        self.streams.abort(id);
+        self.resolves.push(id);
+        self.queue(PendingMsg {
+            hop,
+            stream: Some(id),
+            msg: Resolve::new(host).into(),
+            early: false,
+        })?;
+        Ok(id)
+    }
+
+    fn attach_hop(&mut self) -> Result<usize, Error> {
+        self.check_open()?;
+        if self.hops.is_empty() || self.is_extending() {
+            return Err(Error::NotBuilt);
+        }
+        Ok(*self.stream_hop.get_or_insert(self.hops.len() - 1))
+    }
+
+    /// Queue bytes on a stream; returns how many were accepted (the rest
+    /// must be offered again after [`StreamEvent::Writable`]).
+    pub fn write(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
+        self.check_open()?;
+        self.streams
+            .write(stream, data)
+            .ok_or(Error::NoStream(stream.into()))
+    }
+
+    /// Read received bytes of a stream into `buf`.
+    pub fn read(&mut self, stream: StreamId, buf: &mut [u8]) -> Result<usize, Error> {
+        let (n, sendme) = self
+            .streams
+            .read(stream, buf)
+            .ok_or(Error::NoStream(stream.into()))?;
+        if sendme && !self.closed {
+            if let Some(hop) = self.stream_hop {
+                self.queue(PendingMsg {
+                    hop,
+                    stream: Some(stream),
+                    msg: Sendme::new_empty().into(),
+                    early: false,
+                })?;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Bytes received on a stream and not yet read.
+    pub fn readable_bytes(&self, stream: StreamId) -> usize {
+        self.streams.readable_bytes(stream)
+    }
+
+    /// Close a stream for writing: END is sent after the queued bytes.
+    pub fn close_stream(&mut self, stream: StreamId) -> Result<(), Error> {
+        if self.streams.request_close(stream) {
+            Ok(())
+        } else {
+            Err(Error::NoStream(stream.into()))
+        }
+    }
+
+    /// Tear the circuit down (DESTROY to the guard).
+    pub fn destroy(&mut self) {
+        if !self.closed {
+            self.close(CloseReason::local(
+                DestroyReason::NONE,
+                "closed by the client",
+            ));
+        }
+    }
+
+    fn check_open(&self) -> Result<(), Error> {
+        if self.closed {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn queue(&mut self, m: PendingMsg) -> Result<(), Error> {
+        if self.control.len() >= self.config.max_control_queue {
+            self.close(CloseReason::local(
+                DestroyReason::RESOURCELIMIT,
+                "control queue overflow",
+            ));
+            return Err(Error::Closed);
+        }
+        self.control.push_back(m);
+        Ok(())
+    }
+
+    /// Close the circuit: DESTROY out, everything else dropped.
+    fn close(&mut self, why: CloseReason) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        self.control.clear();
+        self.chan_out.clear();
+        if !why.by_peer {
+            self.chan_out.push_back(Destroy::new(why.reason).into());
+        }
+        tracing::debug!(reason = %why, "client circuit closed");
+        self.events.push_back(ClientEvent::Closed(why));
+    }
+
+    fn violation(&mut self, detail: impl Into<String>) {
+        self.close(CloseReason::violation(detail));
+    }
+
+    /// Handle a cell that arrived from the guard on this circuit.
+    pub fn handle_cell(&mut self, now: Instant, msg: AnyChanMsg) {
+        if self.closed {
+            return;
+        }
+        match msg {
+            AnyChanMsg::Created2(c) => {
+                if !self.hops.is_empty() {
+                    return self.violation("CREATED2 on a built circuit");
+                }
+                self.finish_hop(&c.into_body(), now);
+            }
+            AnyChanMsg::Relay(r) => {
+                let mut body = r.into_relay_body();
+                match self.crypto.decrypt_inbound(&mut body) {
+                    Some((hop, tag)) => self.handle_relay(now, hop, tag, body),
+                    None => self.violation("relay cell recognized by no hop"),
+                }
+            }
+            AnyChanMsg::Destroy(d) => self.close(CloseReason::remote(d.reason())),
+            AnyChanMsg::RelayEarly(_) => self.violation("RELAY_EARLY toward the client"),
+            AnyChanMsg::Padding(_) | AnyChanMsg::Vpadding(_) => {}
+            other => self.violation(format!("unexpected {} cell", other.cmd())),
+        }
+    }
+
+    fn finish_hop(&mut self, reply: &[u8], now: Instant) {
+        let Build::Awaiting { .. } = self.build else {
+            return self.violation("handshake reply without a pending handshake");
+        };
+        let Build::Awaiting { handshake, .. } = std::mem::replace(&mut self.build, Build::Idle)
+        else {
+            return;
+        };
+        match handshake.finish(reply) {
+            Ok(keys) => {
+                self.crypto.add_layer(&keys);
+                self.hops.push(Hop::default());
+                self.events.push_back(ClientEvent::HopAdded {
+                    hops: self.hops.len(),
+                });
+            }
+            Err(e) if self.hops.is_empty() => {
+                self.violation(format!("first hop handshake failed: {e}"));
+            }
+            Err(e) => {
+                // The new hop is unusable, but the circuit up to the previous
+                // hop is fine; ask that hop to drop it.
+                let last = self.hops.len() - 1;
+                let _ = self.queue(PendingMsg {
+                    hop: last,
+                    stream: None,
+                    msg: onionlab_cell::msg::Truncate::default().into(),
+                    early: false,
+                });
+                self.events.push_back(ClientEvent::ExtendFailed {
+                    hops: self.hops.len(),
+                    detail: format!("handshake with new hop failed: {e}"),
+                });
+            }
+        }
+        let _ = now;
+    }
+
+    fn handle_relay(
+        &mut self,
+        now: Instant,
+        hop: usize,
+        tag: onionlab_crypto::SendmeTag,
+        body: relay::BoxedCellBody,
+    ) {
+        let (stream, msg) = match relay::decode(body) {
+            Ok(x) => x,
+            Err(e) => return self.violation(format!("undecodable relay message: {e}")),
+        };
+        match (stream, msg) {
+            (Some(id), AnyRelayMsg::Data(d)) => {
+                self.on_circuit_data(hop, tag);
+                if self.closed {
+                    return;
+                }
+                self.on_stream_data(hop, id, Bytes::copy_from_slice(d.as_ref()));
+            }
+            (None, AnyRelayMsg::Sendme(s)) => {
+                let Some(h) = self.hops.get_mut(hop) else {
+                    return;
+                };
+                if let Err(e) = h
+                    .sender
+                    .on_sendme(s.into_sendme_tag().as_ref().map(|t| t.as_ref()), now)
+                {
+                    self.violation(e);
+                }
+            }
+            (Some(id), AnyRelayMsg::Sendme(_)) => {
+                if !self.is_stream_hop(hop) {
+                    return self.violation("stream SENDME from a hop without streams");
+                }
+                if let Err(e) = self.streams.on_sendme(id) {
+                    self.violation(e);
+                }
+            }
+            (Some(id), AnyRelayMsg::Connected(_)) => {
+                if !self.is_stream_hop(hop) {
+                    return self.violation("CONNECTED from a hop without streams");
+                }
+                match self.streams.on_connected(id) {
+                    Ok(true) => self
+                        .events
+                        .push_back(ClientEvent::Stream(StreamEvent::Connected { stream: id })),
+                    Ok(false) => {}
+                    Err(e) => self.violation(e),
+                }
+            }
+            (Some(id), AnyRelayMsg::End(e)) => {
+                if !self.is_stream_hop(hop) {
+                    return self.violation("END from a hop without streams");
+                }
+                if self.streams.get(id).is_some() {
+                    self.streams.on_end(id);
+                    self.events
+                        .push_back(ClientEvent::Stream(StreamEvent::Ended {
+                            stream: id,
+                            reason: e.reason(),
+                        }));
+                } else if let Some(pos) = self.resolves.iter().position(|r| *r == id) {
+                    self.resolves.swap_remove(pos);
+                    self.events.push_back(ClientEvent::Resolved {
+                        stream: id,
+                        answers: Vec::new(),
+                    });
+                } else if self.streams.is_half_closed(id) {
+                    self.streams.on_end(id);
+                } else {
+                    self.violation("END for an unknown stream");
+                }
+            }
+            (Some(id), AnyRelayMsg::Resolved(r)) => {
+                match self.resolves.iter().position(|x| *x == id) {
+                    Some(pos) => {
+                        self.resolves.swap_remove(pos);
+                        self.streams.on_end(id);
+                        self.events.push_back(ClientEvent::Resolved {
+                            stream: id,
+                            answers: r.into_answers(),
+                        });
+                    }
+                    None => self.violation("RESOLVED without a RESOLVE"),
+                }
+            }
+            (None, AnyRelayMsg::Extended2(e)) => {
+                if hop + 1 != self.hops.len() || !self.is_extending() {
+                    return self.violation("unexpected EXTENDED2");
+                }
+                self.finish_hop(&e.into_body(), now);
+            }
+            (None, AnyRelayMsg::Truncated(t)) => {
+                // Everything beyond `hop` is gone.
+                self.hops.truncate(hop + 1);
+                self.crypto.truncate(hop + 1);
+                if self.stream_hop.is_some_and(|s| s > hop) {
+                    for id in self.streams.ids() {
+                        self.streams.on_end(id);
+                        self.events
+                            .push_back(ClientEvent::Stream(StreamEvent::Ended {
+                                stream: id,
+                                reason: EndReason::DESTROY,
+                            }));
+                    }
+                    self.stream_hop = None;
+                    self.streams = StreamMap::new(self.config.streams.clone());
+                }
+                let was_extending = self.is_extending();
+                self.build = Build::Idle;
+                if was_extending {
+                    self.events.push_back(ClientEvent::ExtendFailed {
+                        hops: self.hops.len(),
+                        detail: format!("TRUNCATED: {}", t.reason().human_str()),
+                    });
+                }
+            }
+            (_, AnyRelayMsg::Drop(_)) => {}
+            (_, other) => self.violation(format!("unexpected {} message", other.cmd())),
+        }
+    }
+
+    fn is_stream_hop(&self, hop: usize) -> bool {
+        self.stream_hop == Some(hop)
+    }
+
+    fn on_circuit_data(&mut self, hop: usize, tag: onionlab_crypto::SendmeTag) {
+        let Some(h) = self.hops.get_mut(hop) else {
+            return;
+        };
+        match h.receiver.on_data(tag) {
+            Ok(Some(tag)) => {
+                let _ = self.queue(PendingMsg {
+                    hop,
+                    stream: None,
+                    msg: Sendme::new_tag(tag).into(),
+                    early: false,
+                });
+            }
+            Ok(None) => {}
+            Err(e) => self.violation(e),
+        }
+    }
+
+    fn on_stream_data(&mut self, hop: usize, id: StreamId, data: Bytes) {
+        if !self.is_stream_hop(hop) {
+            return self.violation("DATA from a hop without streams");
+        }
+        if self.streams.get(id).is_none() {
+            if !self.streams.is_half_closed(id) {
+                self.violation("DATA for an unknown stream");
+            }
+            return;
+        }
+        match self.streams.on_data(id, data) {
+            Ok(true) => self
+                .events
+                .push_back(ClientEvent::Stream(StreamEvent::Readable { stream: id })),
+            Ok(false) => {}
+            Err(e) => self.violation(e),
+        }
+    }
+
+    /// Does the circuit have a cell to send now?
+    pub fn wants_transmit(&self) -> bool {
+        !self.chan_out.is_empty()
+            || (!self.closed
+                && (!self.control.is_empty()
+                    || self.stream_hop.is_some_and(|h| {
+                        self.streams
+                            .has_work(self.hops.get(h).is_some_and(|x| x.sender.can_send()))
+                    })))
+    }
+
+    /// The next cell to send to the guard on this circuit, if any.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<AnyChanMsg> {
+        if let Some(cell) = self.chan_out.pop_front() {
+            self.arm_deadline(now);
+            return Some(cell);
+        }
+        if self.closed {
+            return None;
+        }
+        if let Some(m) = self.control.pop_front() {
+            let is_extend = m.early;
+            let cell = self.seal(m, now);
+            if is_extend {
+                self.arm_deadline(now);
+            }
+            return cell;
+        }
+        let hop = self.stream_hop?;
+        let window_open = self.hops.get(hop)?.sender.can_send();
+        let out = self.streams.next_outgoing(window_open)?;
+        for stream in self.streams.take_writable() {
+            self.events
+                .push_back(ClientEvent::Stream(StreamEvent::Writable { stream }));
+        }
+        let m = match out {
+            Outgoing::Data(id, bytes) => {
+                let data = match Data::new(&bytes) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        self.close(CloseReason::local(DestroyReason::INTERNAL, format!("{e}")));
+                        return self.chan_out.pop_front();
+                    }
+                };
+                PendingMsg {
+                    hop,
+                    stream: Some(id),
+                    msg: data.into(),
+                    early: false,
+                }
+            }
+            Outgoing::End(id) => PendingMsg {
+                hop,
+                stream: Some(id),
+                msg: End::new_with_reason(EndReason::DONE).into(),
+                early: false,
+            },
+        };
+        self.seal(m, now)
+    }
+
+    fn arm_deadline(&mut self, now: Instant) {
+        if let Build::Awaiting { deadline, .. } = &mut self.build {
+            deadline.get_or_insert(now + self.config.hop_timeout);
+        }
+    }
+
+    /// Encode, encrypt and wrap one relay message.
+    fn seal(&mut self, m: PendingMsg, now: Instant) -> Option<AnyChanMsg> {
+        let is_data = matches!(m.msg, AnyRelayMsg::Data(_));
+        let mut body = match relay::encode(m.stream, m.msg, &mut self.rng) {
+            Ok(b) => b,
+            Err(e) => {
+                self.close(CloseReason::local(DestroyReason::INTERNAL, format!("{e}")));
+                return self.chan_out.pop_front();
+            }
+        };
+        let tag = match self.crypto.encrypt_outbound(&mut body, m.hop) {
+            Ok(t) => t,
+            Err(e) => {
+                self.close(CloseReason::local(DestroyReason::INTERNAL, format!("{e}")));
+                return self.chan_out.pop_front();
+            }
+        };
+        if is_data {
+            if let Some(h) = self.hops.get_mut(m.hop) {
+                h.sender.on_data_sent(tag, now);
+            }
+        }
+        let relay = Relay::from(body);
+        if m.early && self.relay_early_left > 0 {
+            self.relay_early_left -= 1;
+            Some(relay.into_early())
+        } else {
+            Some(relay.into())
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.build {
+            Build::Awaiting { deadline, .. } if !self.closed => *deadline,
+            _ => None,
+        }
+    }
+
+    /// Let time pass: a hop that took too long to answer closes the circuit.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.poll_timeout().is_some_and(|d| now >= d) {
+            self.close(CloseReason::local(
+                DestroyReason::TIMEOUT,
+                format!("hop {} did not answer in time", self.hops.len() + 1),
+            ));
+        }
+    }
+
+    /// Bytes held by this circuit: queued cells and stream buffers.
+    pub fn queued_bytes(&self) -> usize {
+        (self.chan_out.len() + self.control.len()) * onionlab_cell::codec::FIXED_CELL_LEN
+            + self.streams.buffered_bytes()
+    }
+}

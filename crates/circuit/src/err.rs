@@ -1,0 +1,81 @@
+//! The error type of this crate and the reasons circuits close.
+
+use onionlab_cell::chan::DestroyReason;
+
+/// Why an operation requested by the local user of a circuit failed.
+///
+/// Protocol violations by the peer do not surface here: they close the
+/// circuit, and are reported as a [`CloseReason`] through the circuit's events.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The circuit is closed (or closing).
+    #[error("circuit is closed")]
+    Closed,
+    /// The operation needs an open circuit, and this one is still being built.
+    #[error("circuit is not built yet")]
+    NotBuilt,
+    /// The operation does not fit the circuit's current state.
+    #[error("not possible now: {0}")]
+    BadState(&'static str),
+    /// No open stream has this ID.
+    #[error("no stream {0} on this circuit")]
+    NoStream(u16),
+    /// All stream IDs are in use.
+    #[error("no free stream ID on this circuit")]
+    StreamsExhausted,
+    /// A stream target (host:port) cannot be encoded.
+    #[error("invalid stream target: {0}")]
+    BadTarget(String),
+    /// Relay crypto or the handshake failed.
+    #[error("crypto: {0}")]
+    Crypto(#[from] onionlab_crypto::Error),
+    /// A cell could not be encoded.
+    #[error("encoding: {0}")]
+    Cell(#[from] onionlab_cell::Error),
+}
+
+/// Why a circuit was closed: the DESTROY reason sent or received, and a
+/// human-readable detail for logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseReason {
+    /// The reason carried by DESTROY (or TRUNCATED).
+    pub reason: DestroyReason,
+    /// Who closed it and why, for logs.
+    pub detail: String,
+    /// Whether the peer closed it (a received DESTROY) rather than us.
+    pub by_peer: bool,
+}
+
+impl CloseReason {
+    /// A protocol violation by a peer: we close with reason PROTOCOL.
+    pub fn violation(detail: impl Into<String>) -> Self {
+        CloseReason {
+            reason: DestroyReason::PROTOCOL,
+            detail: detail.into(),
+            by_peer: false,
+        }
+    }
+    /// We close the circuit for a local reason.
+    pub fn local(reason: DestroyReason, detail: impl Into<String>) -> Self {
+        CloseReason {
+            reason,
+            detail: detail.into(),
+            by_peer: false,
+        }
+    }
+    /// The peer sent DESTROY.
+    pub fn remote(reason: DestroyReason) -> Self {
+        CloseReason {
+            reason,
+            detail: format!("peer sent DESTROY ({})", reason.human_str()),
+            by_peer: true,
+        }
+    }
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} [{}]", self.detail, self.reason.human_str())
+    }
+}

@@ -1,0 +1,281 @@
+//! Flow control per tor-spec: circuit windows (1000 cells, SENDME every 100)
+//! and stream windows (500 cells, SENDME every 50), with authenticated
+//! SENDME v1 at the circuit level (tor proposal 289).
+//!
+//! Only DATA messages count against windows. The decision of how many DATA
+//! cells a circuit may have in flight is behind [`CongestionControl`], so
+//! RTT-based control (proposal 324, Vegas) can replace the fixed window
+//! without touching the circuit state machines.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use onionlab_crypto::SendmeTag;
+
+/// Initial circuit package/deliver window, in DATA cells.
+pub const CIRCWINDOW_START: u32 = 1000;
+/// Cells acknowledged by one circuit-level SENDME.
+pub const CIRCWINDOW_INCREMENT: u32 = 100;
+/// Initial stream package/deliver window, in DATA cells.
+pub const STREAMWINDOW_START: u32 = 500;
+/// Cells acknowledged by one stream-level SENDME.
+pub const STREAMWINDOW_INCREMENT: u32 = 50;
+
+/// Decides how many DATA cells a circuit may send toward one hop before it
+/// must wait for acknowledgements.
+pub trait CongestionControl: std::fmt::Debug + Send {
+    /// May one more DATA cell be sent now?
+    fn can_send(&self) -> bool;
+    /// A DATA cell was sent.
+    fn on_data_sent(&mut self, now: Instant);
+    /// A valid circuit-level SENDME acknowledged [`CIRCWINDOW_INCREMENT`] cells.
+    fn on_sendme(&mut self, now: Instant);
+    /// DATA cells that may still be sent before waiting (for inspection).
+    fn available(&self) -> u32;
+}
+
+/// tor-spec's fixed circuit window: at most 1000 unacknowledged DATA cells.
+#[derive(Debug, Clone)]
+pub struct FixedWindow {
+    package_window: u32,
+}
+
+impl Default for FixedWindow {
+    fn default() -> Self {
+        FixedWindow {
+            package_window: CIRCWINDOW_START,
+        }
+    }
+}
+
+impl CongestionControl for FixedWindow {
+    fn can_send(&self) -> bool {
+        self.package_window > 0
+    }
+    fn on_data_sent(&mut self, _now: Instant) {
+        self.package_window = self.package_window.saturating_sub(1);
+    }
+    fn on_sendme(&mut self, _now: Instant) {
+        self.package_window += CIRCWINDOW_INCREMENT;
+    }
+    fn available(&self) -> u32 {
+        self.package_window
+    }
+}
+
+/// Sending side of one circuit hop: the congestion-control decision plus
+/// the SENDME v1 tags we expect back.
+#[derive(Debug)]
+pub struct CircSender {
+    cc: Box<dyn CongestionControl>,
+    data_sent: u64,
+    /// Tags of every [`CIRCWINDOW_INCREMENT`]-th DATA cell sent, oldest first.
+    expected_tags: VecDeque<SendmeTag>,
+}
+
+impl Default for CircSender {
+    fn default() -> Self {
+        Self::new(Box::<FixedWindow>::default())
+    }
+}
+
+impl CircSender {
+    /// A sender whose window is decided by `cc`.
+    pub fn new(cc: Box<dyn CongestionControl>) -> Self {
+        CircSender {
+            cc,
+            data_sent: 0,
+            expected_tags: VecDeque::new(),
+        }
+    }
+    /// May a DATA cell be sent now?
+    pub fn can_send(&self) -> bool {
+        self.cc.can_send()
+    }
+    /// DATA cells that may still be sent.
+    pub fn available(&self) -> u32 {
+        self.cc.available()
+    }
+    /// Record a DATA cell sent; `tag` is the running digest after it.
+    pub fn on_data_sent(&mut self, tag: SendmeTag, now: Instant) {
+        self.data_sent += 1;
+        if self.data_sent % u64::from(CIRCWINDOW_INCREMENT) == 0 {
+            self.expected_tags.push_back(tag);
+        }
+        self.cc.on_data_sent(now);
+    }
+    /// Handle a circuit-level SENDME. `tag` is its v1 authenticator (None
+    /// for a v0 SENDME, which we refuse: every onionlab node speaks v1).
+    pub fn on_sendme(&mut self, tag: Option<&[u8]>, now: Instant) -> Result<(), &'static str> {
+        let expected = self
+            .expected_tags
+            .pop_front()
+            .ok_or("circuit SENDME acknowledges cells that were never sent")?;
+        match tag {
+            None => return Err("unauthenticated (v0) circuit SENDME"),
+            Some(t) if t != expected.as_slice() => return Err("circuit SENDME tag mismatch"),
+            Some(_) => {}
+        }
+        self.cc.on_sendme(now);
+        Ok(())
+    }
+}
+
+/// Receiving side of one circuit hop: counts DATA cells and says when a
+/// SENDME is due.
+#[derive(Debug, Clone)]
+pub struct CircReceiver {
+    deliver_window: u32,
+}
+
+impl Default for CircReceiver {
+    fn default() -> Self {
+        CircReceiver {
+            deliver_window: CIRCWINDOW_START,
+        }
+    }
+}
+
+impl CircReceiver {
+    /// A DATA cell arrived whose running digest is `tag`. Returns the tag to
+    /// put in a SENDME if one is due now.
+    ///
+    /// Like tor, the SENDME goes out as soon as 100 cells have arrived, so
+    /// the window is credited at once and a receiver cannot see an overrun
+    /// at this level: the sender side ([`CircSender::on_sendme`]) and the
+    /// stream windows, which follow consumption, catch misbehaving peers.
+    /// The error is kept for congestion-control variants that delay SENDMEs.
+    pub fn on_data(&mut self, tag: SendmeTag) -> Result<Option<SendmeTag>, &'static str> {
+        self.deliver_window = self
+            .deliver_window
+            .checked_sub(1)
+            .ok_or("peer exceeded the circuit window")?;
+        if self.deliver_window <= CIRCWINDOW_START - CIRCWINDOW_INCREMENT {
+            self.deliver_window += CIRCWINDOW_INCREMENT;
+            Ok(Some(tag))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Stream-level windows of one stream endpoint.
+#[derive(Debug, Clone)]
+pub struct StreamWindows {
+    /// DATA cells we may still send.
+    pub package: u32,
+    /// DATA cells the peer may still send.
+    pub deliver: u32,
+}
+
+impl Default for StreamWindows {
+    fn default() -> Self {
+        StreamWindows {
+            package: STREAMWINDOW_START,
+            deliver: STREAMWINDOW_START,
+        }
+    }
+}
+
+impl StreamWindows {
+    /// A stream-level SENDME arrived.
+    pub fn on_sendme(&mut self) -> Result<(), &'static str> {
+        let w = self.package + STREAMWINDOW_INCREMENT;
+        if w > STREAMWINDOW_START {
+            return Err("stream SENDME beyond the stream window");
+        }
+        self.package = w;
+        Ok(())
+    }
+    /// A DATA cell arrived.
+    pub fn on_data(&mut self) -> Result<(), &'static str> {
+        self.deliver = self
+            .deliver
+            .checked_sub(1)
+            .ok_or("peer exceeded the stream window")?;
+        Ok(())
+    }
+    /// Given how many received cells are still unread by the application,
+    /// should a stream SENDME be sent now? If so the window is credited.
+    ///
+    /// Keeps `deliver + unread <= STREAMWINDOW_START`, so a stream never
+    /// buffers more than one window of data however slowly it is read.
+    pub fn take_sendme(&mut self, unread_cells: usize) -> bool {
+        let unread = u32::try_from(unread_cells).unwrap_or(u32::MAX);
+        if self.deliver.saturating_add(unread) <= STREAMWINDOW_START - STREAMWINDOW_INCREMENT {
+            self.deliver += STREAMWINDOW_INCREMENT;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(i: u64) -> SendmeTag {
+        let mut t = [0u8; 20];
+        t[..8].copy_from_slice(&i.to_be_bytes());
+        t
+    }
+
+    #[test]
+    fn sender_and_receiver_agree_on_tags() {
+        let now = Instant::now();
+        let mut s = CircSender::default();
+        let mut r = CircReceiver::default();
+        let mut sent = 0u64;
+        for round in 0..30 {
+            while s.can_send() {
+                sent += 1;
+                s.on_data_sent(tag(sent), now);
+            }
+            assert_eq!(sent, 1000 + round * 100);
+            // The receiver sees the same cells and acknowledges the first 100 outstanding.
+            let start = sent - 1000 + 1;
+            let mut sendme = None;
+            for i in start..start + 100 {
+                if let Some(t) = r.on_data(tag(i)).unwrap() {
+                    sendme = Some(t);
+                }
+            }
+            let t = sendme.expect("a SENDME is due after 100 cells");
+            s.on_sendme(Some(&t), now).unwrap();
+        }
+    }
+
+    #[test]
+    fn forged_or_unexpected_sendme_is_refused() {
+        let now = Instant::now();
+        let mut s = CircSender::default();
+        assert!(s.on_sendme(Some(&[0; 20]), now).is_err());
+        for i in 1..=100 {
+            s.on_data_sent(tag(i), now);
+        }
+        assert!(s.on_sendme(Some(&tag(99)), now).is_err());
+        let mut s2 = CircSender::default();
+        for i in 1..=100 {
+            s2.on_data_sent(tag(i), now);
+        }
+        assert!(s2.on_sendme(None, now).is_err());
+    }
+
+    #[test]
+    fn stream_sendme_follows_consumption() {
+        let mut w = StreamWindows::default();
+        for _ in 0..500 {
+            w.on_data().unwrap();
+        }
+        assert!(w.on_data().is_err());
+        // Nothing read yet: no SENDME, the buffer already holds a full window.
+        assert!(!w.take_sendme(500));
+        assert!(!w.take_sendme(451));
+        assert!(w.take_sendme(450));
+        assert_eq!(w.deliver, 50);
+        assert!(!w.take_sendme(450));
+        let mut p = StreamWindows::default();
+        assert!(p.on_sendme().is_err());
+    }
+}

@@ -1,0 +1,24 @@
+//! Sans-IO onion-routing circuits: the client, relay and exit roles, streams,
+//! flow control and circuit scheduling.
+//!
+//! Nothing here does I/O or reads a clock. State machines take cells and the
+//! current time in (`handle_*`) and give cells, events and deadlines out
+//! (`poll_*`), in the style of `quinn-proto`. Drivers (the node binaries, the
+//! in-memory network of the tests) move cells between them.
+//!
+//! * [`client::ClientCircuit`]: the client end of one circuit;
+//! * [`relay::RelayCircuit`]: one circuit at a relay or exit;
+//! * [`node::RelayNode`]: a whole relay: channels, circuit-ID maps, a circuit
+//!   scheduler per channel, EXTEND2 handling across channels;
+//! * [`flow`]: windows and authenticated SENDMEs, with the congestion-control seam;
+//! * [`scheduler`]: round-robin and EWMA circuit schedulers.
+
+pub mod client;
+mod err;
+pub mod flow;
+pub mod node;
+pub mod relay;
+pub mod scheduler;
+pub mod stream;
+
+pub use err::{CloseReason, Error};

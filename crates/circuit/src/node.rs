@@ -1,0 +1,594 @@
+//! A whole relay as a sans-IO state machine: its channels, the circuit-ID
+//! maps of each channel, one circuit scheduler per channel, and the
+//! circuits themselves ([`RelayCircuit`]).
+//!
+//! The driver owns the real connections. It tells the node when a channel
+//! opens or closes, hands it every cell read from a channel, writes whatever
+//! [`RelayNode::poll_transmit`] gives for a channel when that channel can take
+//! a cell (this is where the transport's back-pressure enters), and acts on
+//! [`NodeEvent`]s (open a channel to the next relay, connect an exit stream).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+use std::time::Instant;
+
+use onionlab_cell::chan::{
+    AnyChanCell, AnyChanMsg, ChanCell, ChanMsg, CircId, Destroy, DestroyReason,
+};
+use onionlab_cell::msg::{EncodedLinkSpec, EndReason, ResolvedVal, StreamId};
+use onionlab_crypto::identity::RelaySecretKeys;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::err::{CloseReason, Error};
+use crate::relay::{RelayCircEvent, RelayCircuit, RelayConfig, Side};
+use crate::scheduler::{CircuitScheduler, SchedulerKind};
+use crate::stream::StreamEvent;
+
+/// Identifies a channel (one link to a peer) for the driver and the node.
+pub type ChannelId = u64;
+
+/// Identifies a circuit within one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CircKey(pub u64);
+
+/// Settings of a relay node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Circuit scheduler used on every channel.
+    pub scheduler: SchedulerKind,
+    /// Settings of each circuit.
+    pub circuit: RelayConfig,
+    /// Most circuits one channel may create at this node.
+    pub max_circuits_per_channel: usize,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            scheduler: SchedulerKind::default(),
+            circuit: RelayConfig::default(),
+            max_circuits_per_channel: 4096,
+        }
+    }
+}
+
+/// What the node asks of its driver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NodeEvent {
+    /// Find or open a channel to the relay described by `linkspecs`, then
+    /// call [`RelayNode::extend_channel_ready`] or
+    /// [`RelayNode::extend_channel_failed`] with `circ`.
+    ConnectRelay {
+        /// The circuit waiting for the channel.
+        circ: CircKey,
+        /// Where and who the next relay is (from EXTEND2).
+        linkspecs: Vec<EncodedLinkSpec>,
+    },
+    /// Exit: connect `host:port` for a stream.
+    ExitConnect {
+        /// The circuit.
+        circ: CircKey,
+        /// The stream.
+        stream: StreamId,
+        /// Host name or address literal.
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// Exit: resolve a name.
+    ExitResolve {
+        /// The circuit.
+        circ: CircKey,
+        /// The RESOLVE's stream ID.
+        stream: StreamId,
+        /// The name.
+        host: String,
+    },
+    /// Exit: an event on a stream.
+    ExitStream {
+        /// The circuit.
+        circ: CircKey,
+        /// What happened.
+        event: StreamEvent,
+    },
+    /// A circuit closed (for logs and metrics).
+    CircuitClosed {
+        /// The circuit.
+        circ: CircKey,
+        /// Why.
+        reason: CloseReason,
+    },
+    /// The peer on a channel broke the link protocol: close the channel.
+    ChannelViolation {
+        /// The channel.
+        chan: ChannelId,
+        /// What it did.
+        detail: String,
+    },
+}
+
+/// Key a channel's scheduler orders: a circuit and which of its sides
+/// (a circuit could in principle have both sides on one channel).
+type SchedKey = (CircKey, Side);
+
+struct Channel {
+    /// Did we open the connection? (Decides the circuit-ID high bit.)
+    initiated_by_us: bool,
+    circuits: HashMap<CircId, SchedKey>,
+    scheduler: Box<dyn CircuitScheduler<SchedKey>>,
+    /// Link-level cells waiting (DESTROYs for circuits already gone).
+    control: VecDeque<AnyChanCell>,
+    next_circ_id: u32,
+    /// Cells dropped because their circuit was unknown.
+    unknown_circuit_cells: u64,
+}
+
+struct CircEntry {
+    circ: RelayCircuit,
+    inbound: (ChannelId, CircId),
+    outbound: Option<(ChannelId, CircId)>,
+}
+
+/// A relay: channels, circuits and their scheduling.
+pub struct RelayNode {
+    keys: RelaySecretKeys,
+    config: NodeConfig,
+    channels: HashMap<ChannelId, Channel>,
+    circuits: HashMap<CircKey, CircEntry>,
+    next_key: u64,
+    events: VecDeque<NodeEvent>,
+    rng: StdRng,
+}
+
+impl std::fmt::Debug for RelayNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayNode")
+            .field("channels", &self.channels.len())
+            .field("circuits", &self.circuits.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayNode {
+    /// A relay with these keys.
+    pub fn new(keys: RelaySecretKeys, config: NodeConfig, rng: StdRng) -> Self {
+        RelayNode {
+            keys,
+            config,
+            channels: HashMap::new(),
+            circuits: HashMap::new(),
+            next_key: 1,
+            events: VecDeque::new(),
+            rng,
+        }
+    }
+
+    /// This relay's keys.
+    pub fn keys(&self) -> &RelaySecretKeys {
+        &self.keys
+    }
+
+    /// A channel finished its link handshake.
+    pub fn add_channel(&mut self, chan: ChannelId, initiated_by_us: bool) {
+        self.channels.insert(
+            chan,
+            Channel {
+                initiated_by_us,
+                circuits: HashMap::new(),
+                scheduler: self.config.scheduler.build(),
+                control: VecDeque::new(),
+                next_circ_id: 1,
+                unknown_circuit_cells: 0,
+            },
+        );
+    }
+
+    /// A channel is gone: every circuit using it closes, DESTROY going out
+    /// on their other side.
+    pub fn remove_channel(&mut self, now: Instant, chan: ChannelId) {
+        let Some(ch) = self.channels.remove(&chan) else {
+            return;
+        };
+        for (_, (key, side)) in ch.circuits {
+            let Some(entry) = self.circuits.get_mut(&key) else {
+                continue;
+            };
+            match side {
+                Side::Inbound => entry.circ.destroy(CloseReason::local(
+                    DestroyReason::CHANNEL_CLOSED,
+                    "channel to the previous hop closed",
+                )),
+                Side::Outbound => {
+                    entry.outbound = None;
+                    entry
+                        .circ
+                        .handle_outbound(now, Destroy::new(DestroyReason::CHANNEL_CLOSED).into());
+                }
+            }
+            self.refresh(now, key);
+        }
+    }
+
+    /// Channels with something to send.
+    pub fn channels_with_work(&self) -> impl Iterator<Item = ChannelId> + '_ {
+        self.channels
+            .iter()
+            .filter(|(_, c)| !c.control.is_empty() || !c.scheduler.is_idle())
+            .map(|(id, _)| *id)
+    }
+
+    /// Cells dropped on `chan` because they named no known circuit.
+    pub fn unknown_circuit_cells(&self, chan: ChannelId) -> u64 {
+        self.channels
+            .get(&chan)
+            .map_or(0, |c| c.unknown_circuit_cells)
+    }
+
+    /// Number of circuits.
+    pub fn n_circuits(&self) -> usize {
+        self.circuits.len()
+    }
+
+    /// Handle a cell read from `chan`.
+    pub fn handle_cell(&mut self, now: Instant, chan: ChannelId, cell: AnyChanCell) {
+        let (circid, msg) = cell.into_circid_and_msg();
+        let Some(ch) = self.channels.get_mut(&chan) else {
+            return;
+        };
+        let Some(circid) = circid else {
+            match msg {
+                AnyChanMsg::Padding(_) | AnyChanMsg::Vpadding(_) => {}
+                other => self.events.push_back(NodeEvent::ChannelViolation {
+                    chan,
+                    detail: format!("unexpected link cell {} after the handshake", other.cmd()),
+                }),
+            }
+            return;
+        };
+        if let Some(&(key, side)) = ch.circuits.get(&circid) {
+            if let AnyChanMsg::Create2(_) = msg {
+                self.events.push_back(NodeEvent::ChannelViolation {
+                    chan,
+                    detail: format!("CREATE2 for existing circuit {circid}"),
+                });
+                return;
+            }
+            if let Some(entry) = self.circuits.get_mut(&key) {
+                match side {
+                    Side::Inbound => entry.circ.handle_inbound(now, msg),
+                    Side::Outbound => entry.circ.handle_outbound(now, msg),
+                }
+            }
+            self.refresh(now, key);
+            return;
+        }
+        match msg {
+            AnyChanMsg::Create2(create) => {
+                // The initiator of a link uses IDs with the high bit set.
+                let peer_high_bit = !ch.initiated_by_us;
+                if (u32::from(circid) & 0x8000_0000 != 0) != peer_high_bit {
+                    self.events.push_back(NodeEvent::ChannelViolation {
+                        chan,
+                        detail: format!("CREATE2 with circuit ID {circid} of the wrong half"),
+                    });
+                    return;
+                }
+                if ch.circuits.len() >= self.config.max_circuits_per_channel {
+                    ch.control.push_back(ChanCell::new(
+                        Some(circid),
+                        Destroy::new(DestroyReason::RESOURCELIMIT).into(),
+                    ));
+                    return;
+                }
+                let rng = StdRng::from_rng(&mut self.rng);
+                match RelayCircuit::accept(self.config.circuit.clone(), &self.keys, &create, rng) {
+                    Ok(circ) => {
+                        let key = CircKey(self.next_key);
+                        self.next_key += 1;
+                        ch.circuits.insert(circid, (key, Side::Inbound));
+                        self.circuits.insert(
+                            key,
+                            CircEntry {
+                                circ,
+                                inbound: (chan, circid),
+                                outbound: None,
+                            },
+                        );
+                        self.refresh(now, key);
+                    }
+                    Err(reason) => {
+                        tracing::debug!(%reason, "refused CREATE2");
+                        ch.control.push_back(ChanCell::new(
+                            Some(circid),
+                            Destroy::new(reason.reason).into(),
+                        ));
+                    }
+                }
+            }
+            // A DESTROY for a circuit we already forgot needs no answer.
+            AnyChanMsg::Destroy(_) => {}
+            _ => ch.unknown_circuit_cells += 1,
+        }
+    }
+
+    /// The next cell to write on `chan`, chosen by its circuit scheduler.
+    pub fn poll_transmit(&mut self, now: Instant, chan: ChannelId) -> Option<AnyChanCell> {
+        let ch = self.channels.get_mut(&chan)?;
+        if let Some(cell) = ch.control.pop_front() {
+            return Some(cell);
+        }
+        loop {
+            let (key, side) = self.channels.get_mut(&chan)?.scheduler.next(now)?;
+            let Some(entry) = self.circuits.get_mut(&key) else {
+                continue;
+            };
+            let circid = match side {
+                Side::Inbound => entry.inbound.1,
+                Side::Outbound => match entry.outbound {
+                    Some((_, id)) => id,
+                    None => continue,
+                },
+            };
+            let Some(msg) = entry.circ.poll_transmit(now, side) else {
+                self.refresh(now, key);
+                continue;
+            };
+            if let Some(ch) = self.channels.get_mut(&chan) {
+                ch.scheduler.on_sent((key, side), 1, now);
+            }
+            self.refresh(now, key);
+            return Some(ChanCell::new(Some(circid), msg));
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front()
+    }
+
+    /// A channel to the next hop of `circ` is ready: attach the circuit's
+    /// outbound side to it (its CREATE2 goes out first).
+    pub fn extend_channel_ready(&mut self, now: Instant, circ: CircKey, chan: ChannelId) {
+        let Some(entry) = self.circuits.get_mut(&circ) else {
+            return;
+        };
+        let Some(ch) = self.channels.get_mut(&chan) else {
+            return self.extend_channel_failed(now, circ, DestroyReason::CHANNEL_CLOSED);
+        };
+        if entry.outbound.is_some() || !entry.circ.has_outbound() {
+            return;
+        }
+        let Some(circid) = allocate_circ_id(ch) else {
+            return self.extend_channel_failed(now, circ, DestroyReason::RESOURCELIMIT);
+        };
+        ch.circuits.insert(circid, (circ, Side::Outbound));
+        entry.outbound = Some((chan, circid));
+        self.refresh(now, circ);
+    }
+
+    /// No channel to the next hop of `circ` could be had.
+    pub fn extend_channel_failed(&mut self, now: Instant, circ: CircKey, reason: DestroyReason) {
+        if let Some(entry) = self.circuits.get_mut(&circ) {
+            entry.circ.extend_failed(now, reason);
+            self.refresh(now, circ);
+        }
+    }
+
+    /// Close a circuit for a local reason (e.g. the out-of-memory killer).
+    pub fn close_circuit(&mut self, now: Instant, circ: CircKey, reason: CloseReason) {
+        if let Some(entry) = self.circuits.get_mut(&circ) {
+            entry.circ.destroy(reason);
+            self.refresh(now, circ);
+        }
+    }
+
+    /// Bytes queued by each circuit, for memory accounting.
+    pub fn queued_bytes(&self) -> impl Iterator<Item = (CircKey, usize)> + '_ {
+        self.circuits
+            .iter()
+            .map(|(k, e)| (*k, e.circ.queued_bytes()))
+    }
+
+    fn circuit_mut(&mut self, circ: CircKey) -> Result<&mut RelayCircuit, Error> {
+        self.circuits
+            .get_mut(&circ)
+            .map(|e| &mut e.circ)
+            .ok_or(Error::Closed)
+    }
+
+    /// Exit: stream connected to its target.
+    pub fn exit_connected(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        addr: Option<IpAddr>,
+    ) -> Result<(), Error> {
+        let r = self.circuit_mut(circ)?.exit_connected(now, stream, addr);
+        self.refresh(now, circ);
+        r
+    }
+
+    /// Exit: stream could not be opened, or its target failed.
+    pub fn exit_refused(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        reason: EndReason,
+    ) -> Result<(), Error> {
+        let r = self.circuit_mut(circ)?.exit_refused(now, stream, reason);
+        self.refresh(now, circ);
+        r
+    }
+
+    /// Exit: answer to a RESOLVE.
+    pub fn exit_resolved(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        answers: Vec<(ResolvedVal, u32)>,
+    ) -> Result<(), Error> {
+        self.circuit_mut(circ)?.exit_resolved(now, stream, answers);
+        self.refresh(now, circ);
+        Ok(())
+    }
+
+    /// Exit: bytes from the target toward the client.
+    pub fn exit_write(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        data: &[u8],
+    ) -> Result<usize, Error> {
+        let r = self.circuit_mut(circ)?.exit_write(stream, data);
+        self.refresh(now, circ);
+        r
+    }
+
+    /// Exit: bytes from the client for the target.
+    pub fn exit_read(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        buf: &mut [u8],
+    ) -> Result<usize, Error> {
+        let r = self.circuit_mut(circ)?.exit_read(now, stream, buf);
+        self.refresh(now, circ);
+        r
+    }
+
+    /// Exit: the target closed; END after queued bytes.
+    pub fn exit_close(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+    ) -> Result<(), Error> {
+        let r = self.circuit_mut(circ)?.exit_close(stream);
+        self.refresh(now, circ);
+        r
+    }
+
+    /// After anything touched circuit `key`: turn its events into node
+    /// events, tear down what closed, and keep the schedulers' active sets
+    /// in step with the circuit's queues.
+    fn refresh(&mut self, now: Instant, key: CircKey) {
+        let Some(entry) = self.circuits.get_mut(&key) else {
+            return;
+        };
+        while let Some(ev) = entry.circ.poll_event() {
+            match ev {
+                RelayCircEvent::Extend { linkspecs } => {
+                    self.events.push_back(NodeEvent::ConnectRelay {
+                        circ: key,
+                        linkspecs,
+                    });
+                }
+                RelayCircEvent::OutboundClosed {
+                    send_destroy,
+                    reason,
+                } => {
+                    if let Some((chan, id)) = entry.outbound.take() {
+                        if let Some(ch) = self.channels.get_mut(&chan) {
+                            ch.circuits.remove(&id);
+                            ch.scheduler.remove((key, Side::Outbound));
+                            if send_destroy {
+                                ch.control.push_back(ChanCell::new(
+                                    Some(id),
+                                    Destroy::new(reason).into(),
+                                ));
+                            }
+                        }
+                    }
+                }
+                RelayCircEvent::Connect { stream, host, port } => {
+                    self.events.push_back(NodeEvent::ExitConnect {
+                        circ: key,
+                        stream,
+                        host,
+                        port,
+                    });
+                }
+                RelayCircEvent::Resolve { stream, host } => {
+                    self.events.push_back(NodeEvent::ExitResolve {
+                        circ: key,
+                        stream,
+                        host,
+                    });
+                }
+                RelayCircEvent::Stream(event) => {
+                    self.events
+                        .push_back(NodeEvent::ExitStream { circ: key, event });
+                }
+                RelayCircEvent::Closed {
+                    reason,
+                    notify_inbound,
+                    notify_outbound,
+                } => {
+                    let sides = [
+                        (Some(entry.inbound), Side::Inbound, notify_inbound),
+                        (entry.outbound, Side::Outbound, notify_outbound),
+                    ];
+                    for (place, side, notify) in sides {
+                        let Some((chan, id)) = place else { continue };
+                        if let Some(ch) = self.channels.get_mut(&chan) {
+                            ch.circuits.remove(&id);
+                            ch.scheduler.remove((key, side));
+                            if notify {
+                                ch.control.push_back(ChanCell::new(
+                                    Some(id),
+                                    Destroy::new(reason.reason).into(),
+                                ));
+                            }
+                        }
+                    }
+                    self.circuits.remove(&key);
+                    self.events
+                        .push_back(NodeEvent::CircuitClosed { circ: key, reason });
+                    return;
+                }
+            }
+        }
+        let sides = [
+            (Some(entry.inbound), Side::Inbound),
+            (entry.outbound, Side::Outbound),
+        ];
+        for (place, side) in sides {
+            let Some((chan, _)) = place else { continue };
+            if entry.circ.wants_transmit(side) {
+                if let Some(ch) = self.channels.get_mut(&chan) {
+                    ch.scheduler.activate((key, side), now);
+                }
+            }
+        }
+    }
+}
+
+/// A free circuit ID for a circuit we create on `ch` (tor-spec: the link's
+/// initiator sets the high bit, the other side clears it).
+fn allocate_circ_id(ch: &mut Channel) -> Option<CircId> {
+    let high = if ch.initiated_by_us { 0x8000_0000 } else { 0 };
+    for _ in 0..1_000_000 {
+        let low = ch.next_circ_id & 0x7fff_ffff;
+        ch.next_circ_id = ch.next_circ_id.wrapping_add(1);
+        if low == 0 {
+            continue;
+        }
+        let id = CircId::new(high | low)?;
+        if !ch.circuits.contains_key(&id) {
+            return Some(id);
+        }
+    }
+    None
+}
+
+/// Pick a random starting point for a channel's circuit IDs (so IDs do not
+/// reveal how many circuits a channel has carried).
+pub fn random_circ_id_start<R: Rng>(rng: &mut R) -> u32 {
+    rng.next_u32() & 0x7fff_ffff
+}

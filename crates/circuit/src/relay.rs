@@ -1,0 +1,665 @@
+//! One circuit as a relay sees it: a sans-IO state machine with a side
+//! toward the client ("inbound") and, once extended, a side toward the next
+//! hop ("outbound"). The same type serves the exit role: when it is the last
+//! hop and exits are allowed, BEGIN opens streams that the driver connects
+//! to TCP targets.
+//!
+//! Cells in each direction go through one FIFO, encrypted as they are
+//! queued, so the order in which the relay crypto sees cells is the order in
+//! which they leave. Exit DATA is packaged lazily from stream buffers when
+//! the channel asks for a cell, which keeps per-stream fairness and lets
+//! windows apply back-pressure to the driver.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Instant;
+
+use bytes::Bytes;
+use onionlab_cell::chan::{
+    AnyChanMsg, ChanMsg, Create2, Created2, DestroyReason, HandshakeType, Relay,
+};
+use onionlab_cell::msg::{
+    AnyRelayMsg, Connected, Data, EncodedLinkSpec, End, EndReason, Extended2, RelayMsg, Resolved,
+    ResolvedVal, Sendme, StreamId, Truncated,
+};
+use onionlab_cell::relay;
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_crypto::ntor;
+use onionlab_crypto::relay_crypto::RelayLayer;
+use rand::rngs::StdRng;
+
+use crate::err::{CloseReason, Error};
+use crate::flow::{CircReceiver, CircSender};
+use crate::stream::{Outgoing, StreamConfig, StreamEvent, StreamMap, StreamState};
+
+/// Settings of relay circuits.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Whether BEGIN/RESOLVE are served (this relay is an exit).
+    pub exit: bool,
+    /// Stream limits at the exit.
+    pub streams: StreamConfig,
+    /// Most cells queued per direction. Flow control keeps an honest peer
+    /// below about 1000 DATA cells plus a few control cells per circuit, so
+    /// more means the peer ignores the windows and the circuit is closed.
+    pub max_queue_cells: usize,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            exit: false,
+            streams: StreamConfig::default(),
+            max_queue_cells: 2500,
+        }
+    }
+}
+
+/// The two sides of a relay circuit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Side {
+    /// Toward the client (the previous hop).
+    Inbound,
+    /// Away from the client (the next hop).
+    Outbound,
+}
+
+/// What a relay circuit asks of its driver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RelayCircEvent {
+    /// Open (or reuse) a channel to the relay described by `linkspecs` and
+    /// attach the outbound side to it; then call
+    /// [`RelayCircuit::extend_failed`] if that is impossible. The CREATE2 is
+    /// already queued as the first outbound cell.
+    Extend {
+        /// The link specifiers from EXTEND2.
+        linkspecs: Vec<EncodedLinkSpec>,
+    },
+    /// The outbound side is gone (TRUNCATE, DESTROY from the next hop):
+    /// detach it from its channel.
+    OutboundClosed {
+        /// Whether a DESTROY must still be sent to the next hop.
+        send_destroy: bool,
+        /// The reason for that DESTROY.
+        reason: DestroyReason,
+    },
+    /// Exit: connect stream `stream` to `host:port`, then call
+    /// [`RelayCircuit::exit_connected`] or [`RelayCircuit::exit_refused`].
+    Connect {
+        /// The stream.
+        stream: StreamId,
+        /// Host name or address literal, as the client sent it.
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// Exit: resolve `host`, then call [`RelayCircuit::exit_resolved`].
+    Resolve {
+        /// The RESOLVE's stream ID.
+        stream: StreamId,
+        /// The name to resolve.
+        host: String,
+    },
+    /// Exit: an event on one of its streams (Readable: bytes for the
+    /// target; Writable: room for bytes from the target; Ended: the client
+    /// closed it, close the TCP connection after writing what was read).
+    Stream(StreamEvent),
+    /// The circuit is closed. `notify_inbound` / `notify_outbound`: a
+    /// DESTROY with `reason.reason` must be sent on that side.
+    Closed {
+        /// Why.
+        reason: CloseReason,
+        /// Send DESTROY toward the client.
+        notify_inbound: bool,
+        /// Send DESTROY toward the next hop.
+        notify_outbound: bool,
+    },
+}
+
+/// State of the side toward the next hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    None,
+    /// CREATE2 queued or sent; waiting for CREATED2.
+    Extending,
+    Open,
+}
+
+/// Exit-side state, created on the first BEGIN.
+struct Exit {
+    streams: StreamMap,
+    sender: CircSender,
+    receiver: CircReceiver,
+}
+
+/// One circuit at a relay.
+pub struct RelayCircuit {
+    config: RelayConfig,
+    layer: RelayLayer,
+    to_client: VecDeque<AnyChanMsg>,
+    to_next: VecDeque<AnyChanMsg>,
+    next: Next,
+    exit: Option<Exit>,
+    relay_early_seen: u8,
+    events: VecDeque<RelayCircEvent>,
+    closed: bool,
+    rng: StdRng,
+}
+
+impl std::fmt::Debug for RelayCircuit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayCircuit")
+            .field("next", &self.next)
+            .field("to_client", &self.to_client.len())
+            .field("to_next", &self.to_next.len())
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RelayCircuit {
+    /// Answer a CREATE2: on success the circuit exists and its first
+    /// inbound cell is the CREATED2. On error the caller sends DESTROY with
+    /// the returned reason.
+    pub fn accept(
+        config: RelayConfig,
+        keys: &RelaySecretKeys,
+        create: &Create2,
+        mut rng: StdRng,
+    ) -> Result<Self, CloseReason> {
+        if create.handshake_type() != HandshakeType::NTOR {
+            return Err(CloseReason::violation(format!(
+                "unsupported handshake type {}",
+                create.handshake_type()
+            )));
+        }
+        let node_id = keys.public().ntor_node_id();
+        let (reply, layer_keys) =
+            ntor::server_handshake(&mut rng, &node_id, keys.onion_secret(), create.body())
+                .map_err(|e| CloseReason::violation(format!("ntor handshake: {e}")))?;
+        let mut to_client = VecDeque::new();
+        to_client.push_back(Created2::new(reply.to_vec()).into());
+        Ok(RelayCircuit {
+            config,
+            layer: RelayLayer::new(&layer_keys),
+            to_client,
+            to_next: VecDeque::new(),
+            next: Next::None,
+            exit: None,
+            relay_early_seen: 0,
+            events: VecDeque::new(),
+            closed: false,
+            rng,
+        })
+    }
+
+    /// Is the circuit closed?
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Does the circuit have an outbound side (extending or extended)?
+    pub fn has_outbound(&self) -> bool {
+        self.next != Next::None
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<RelayCircEvent> {
+        self.events.pop_front()
+    }
+
+    fn close(&mut self, reason: CloseReason, notify_inbound: bool) {
+        if self.closed {
+            return;
+        }
+        self.closed = true;
+        let notify_outbound = self.next != Next::None;
+        self.to_client.clear();
+        self.to_next.clear();
+        self.exit = None;
+        tracing::debug!(%reason, "relay circuit closed");
+        self.events.push_back(RelayCircEvent::Closed {
+            reason,
+            notify_inbound,
+            notify_outbound,
+        });
+    }
+
+    fn violation(&mut self, detail: impl Into<String>) {
+        self.close(CloseReason::violation(detail), true);
+    }
+
+    /// Close the circuit for a local reason (out of memory, shutdown...).
+    pub fn destroy(&mut self, reason: CloseReason) {
+        self.close(reason, true);
+    }
+
+    fn push(&mut self, side: Side, cell: AnyChanMsg) {
+        let limit = self.config.max_queue_cells;
+        let q = match side {
+            Side::Inbound => &mut self.to_client,
+            Side::Outbound => &mut self.to_next,
+        };
+        if q.len() >= limit {
+            return self.close(
+                CloseReason::local(
+                    DestroyReason::RESOURCELIMIT,
+                    format!("{side:?} queue over {limit} cells: peer ignores flow control"),
+                ),
+                true,
+            );
+        }
+        q.push_back(cell);
+    }
+
+    /// Originate a relay message toward the client.
+    fn originate(&mut self, stream: Option<StreamId>, msg: AnyRelayMsg, now: Instant) {
+        let is_data = msg.cmd() == onionlab_cell::msg::RelayCmd::DATA;
+        let mut body = match relay::encode(stream, msg, &mut self.rng) {
+            Ok(b) => b,
+            Err(e) => {
+                return self.close(
+                    CloseReason::local(DestroyReason::INTERNAL, format!("{e}")),
+                    true,
+                )
+            }
+        };
+        let tag = self.layer.originate_inbound(&mut body);
+        if is_data {
+            if let Some(exit) = &mut self.exit {
+                exit.sender.on_data_sent(tag, now);
+            }
+        }
+        self.push(Side::Inbound, Relay::from(body).into());
+    }
+
+    /// Handle a cell from the client side.
+    pub fn handle_inbound(&mut self, now: Instant, msg: AnyChanMsg) {
+        if self.closed {
+            return;
+        }
+        let (mut body, early) = match msg {
+            AnyChanMsg::Relay(r) => (r.into_relay_body(), false),
+            AnyChanMsg::RelayEarly(r) => {
+                self.relay_early_seen += 1;
+                if self.relay_early_seen > crate::client::MAX_RELAY_EARLY {
+                    return self.violation("more than 8 RELAY_EARLY cells");
+                }
+                (r.into_relay_body(), true)
+            }
+            AnyChanMsg::Destroy(d) => return self.close(CloseReason::remote(d.reason()), false),
+            AnyChanMsg::Padding(_) | AnyChanMsg::Vpadding(_) => return,
+            other => {
+                return self.violation(format!(
+                    "unexpected {} cell from the client side",
+                    other.cmd()
+                ))
+            }
+        };
+        match self.layer.decrypt_outbound(&mut body) {
+            Some(tag) => self.handle_recognized(now, tag, body, early),
+            None => match self.next {
+                Next::None => self.violation("unrecognized relay cell at the last hop"),
+                Next::Extending | Next::Open => {
+                    let relay = Relay::from(body);
+                    let cell = if early {
+                        relay.into_early()
+                    } else {
+                        relay.into()
+                    };
+                    self.push(Side::Outbound, cell);
+                }
+            },
+        }
+    }
+
+    fn handle_recognized(
+        &mut self,
+        now: Instant,
+        tag: onionlab_crypto::SendmeTag,
+        body: relay::BoxedCellBody,
+        early: bool,
+    ) {
+        let (stream, msg) = match relay::decode(body) {
+            Ok(x) => x,
+            Err(e) => return self.violation(format!("undecodable relay message: {e}")),
+        };
+        match (stream, msg) {
+            (None, AnyRelayMsg::Extend2(e)) => {
+                if !early {
+                    return self.violation("EXTEND2 outside RELAY_EARLY");
+                }
+                if self.next != Next::None {
+                    return self.violation("EXTEND2 on an already extended circuit");
+                }
+                if self.exit.is_some() {
+                    return self.violation("EXTEND2 on a circuit with streams");
+                }
+                let create = Create2::new(e.handshake_type(), e.handshake().to_vec());
+                self.next = Next::Extending;
+                self.push(Side::Outbound, create.into());
+                self.events.push_back(RelayCircEvent::Extend {
+                    linkspecs: e.linkspecs().to_vec(),
+                });
+            }
+            (None, AnyRelayMsg::Truncate(_)) => {
+                if self.next != Next::None {
+                    self.next = Next::None;
+                    self.to_next.clear();
+                    self.events.push_back(RelayCircEvent::OutboundClosed {
+                        send_destroy: true,
+                        reason: DestroyReason::REQUESTED,
+                    });
+                }
+                self.originate(None, Truncated::new(DestroyReason::REQUESTED).into(), now);
+            }
+            (_, AnyRelayMsg::Drop(_)) => {}
+            (Some(id), AnyRelayMsg::Begin(b)) => self.on_begin(now, id, b),
+            (Some(id), AnyRelayMsg::Resolve(r)) => {
+                if !self.config.exit || self.next != Next::None {
+                    return self.originate(
+                        Some(id),
+                        End::new_with_reason(EndReason::EXITPOLICY).into(),
+                        now,
+                    );
+                }
+                let host = String::from_utf8_lossy(r.query()).into_owned();
+                self.events
+                    .push_back(RelayCircEvent::Resolve { stream: id, host });
+            }
+            (Some(id), AnyRelayMsg::Data(d)) => self.on_data(now, tag, id, d),
+            (None, AnyRelayMsg::Sendme(s)) => {
+                let Some(exit) = &mut self.exit else {
+                    return self.violation("circuit SENDME at a hop without streams");
+                };
+                let t = s.into_sendme_tag();
+                if let Err(e) = exit.sender.on_sendme(t.as_ref().map(|t| t.as_ref()), now) {
+                    self.violation(e);
+                }
+            }
+            (Some(id), AnyRelayMsg::Sendme(_)) => {
+                let Some(exit) = &mut self.exit else {
+                    return self.violation("stream SENDME at a hop without streams");
+                };
+                if let Err(e) = exit.streams.on_sendme(id) {
+                    self.violation(e);
+                }
+            }
+            (Some(id), AnyRelayMsg::End(e)) => {
+                let Some(exit) = &mut self.exit else {
+                    return self.violation("END at a hop without streams");
+                };
+                if exit.streams.get(id).is_some() {
+                    exit.streams.on_end(id);
+                    self.events
+                        .push_back(RelayCircEvent::Stream(StreamEvent::Ended {
+                            stream: id,
+                            reason: e.reason(),
+                        }));
+                } else if exit.streams.is_half_closed(id) {
+                    exit.streams.on_end(id);
+                } else {
+                    self.violation("END for an unknown stream");
+                }
+            }
+            (_, other) => self.violation(format!("unexpected {} message", other.cmd())),
+        }
+    }
+
+    fn on_begin(&mut self, now: Instant, id: StreamId, b: onionlab_cell::msg::Begin) {
+        if !self.config.exit || self.next != Next::None {
+            return self.originate(
+                Some(id),
+                End::new_with_reason(EndReason::EXITPOLICY).into(),
+                now,
+            );
+        }
+        let Ok(host) = std::str::from_utf8(b.addr()) else {
+            return self.originate(
+                Some(id),
+                End::new_with_reason(EndReason::RESOLVEFAILED).into(),
+                now,
+            );
+        };
+        let host = host.to_owned();
+        let streams = self.config.streams.clone();
+        let exit = self.exit.get_or_insert_with(|| Exit {
+            streams: StreamMap::new(streams),
+            sender: CircSender::default(),
+            receiver: CircReceiver::default(),
+        });
+        if !exit.streams.open_remote(id) {
+            return self.violation("BEGIN on a stream ID in use (or too many streams)");
+        }
+        self.events.push_back(RelayCircEvent::Connect {
+            stream: id,
+            host,
+            port: b.port(),
+        });
+    }
+
+    fn on_data(&mut self, now: Instant, tag: onionlab_crypto::SendmeTag, id: StreamId, d: Data) {
+        let Some(exit) = &mut self.exit else {
+            return self.violation("DATA at a hop without streams");
+        };
+        match exit.receiver.on_data(tag) {
+            Ok(Some(t)) => self.originate(None, Sendme::new_tag(t).into(), now),
+            Ok(None) => {}
+            Err(e) => return self.violation(e),
+        }
+        let Some(exit) = &mut self.exit else { return };
+        if exit.streams.get(id).is_none() {
+            if !exit.streams.is_half_closed(id) {
+                self.violation("DATA for an unknown stream");
+            }
+            return;
+        }
+        match exit.streams.on_data(id, Bytes::copy_from_slice(d.as_ref())) {
+            Ok(true) => self
+                .events
+                .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id })),
+            Ok(false) => {}
+            Err(e) => self.violation(e),
+        }
+    }
+
+    /// Handle a cell from the next hop.
+    pub fn handle_outbound(&mut self, _now: Instant, msg: AnyChanMsg) {
+        if self.closed {
+            return;
+        }
+        match msg {
+            AnyChanMsg::Created2(c) if self.next == Next::Extending => {
+                self.next = Next::Open;
+                self.originate(None, Extended2::new(c.into_body()).into(), _now);
+            }
+            AnyChanMsg::Relay(r) if self.next == Next::Open => {
+                let mut body = r.into_relay_body();
+                self.layer.encrypt_inbound(&mut body);
+                self.push(Side::Inbound, Relay::from(body).into());
+            }
+            AnyChanMsg::Destroy(d) if self.next != Next::None => {
+                self.next = Next::None;
+                self.to_next.clear();
+                self.events.push_back(RelayCircEvent::OutboundClosed {
+                    send_destroy: false,
+                    reason: d.reason(),
+                });
+                self.originate(None, Truncated::new(d.reason()).into(), _now);
+            }
+            AnyChanMsg::Padding(_) | AnyChanMsg::Vpadding(_) => {}
+            other => self.violation(format!("unexpected {} cell from the next hop", other.cmd())),
+        }
+    }
+
+    /// The driver could not reach the next hop: the client gets TRUNCATED.
+    pub fn extend_failed(&mut self, now: Instant, reason: DestroyReason) {
+        if self.closed || self.next == Next::None {
+            return;
+        }
+        self.next = Next::None;
+        self.to_next.clear();
+        self.originate(None, Truncated::new(reason).into(), now);
+    }
+
+    /// Exit: the TCP connection for `stream` is up.
+    pub fn exit_connected(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        addr: Option<IpAddr>,
+    ) -> Result<(), Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        let s = exit
+            .streams
+            .get_mut(stream)
+            .ok_or(Error::NoStream(stream.into()))?;
+        if s.state != StreamState::Connecting {
+            return Err(Error::BadState("stream already connected"));
+        }
+        s.state = StreamState::Open;
+        let msg = match addr {
+            Some(a) => Connected::new_with_addr(a, 300),
+            None => Connected::new_empty(),
+        };
+        self.originate(Some(stream), msg.into(), now);
+        Ok(())
+    }
+
+    /// Exit: the stream could not be opened (or the target closed it
+    /// abruptly): END with `reason`, dropping unsent data.
+    pub fn exit_refused(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        reason: EndReason,
+    ) -> Result<(), Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        if !exit.streams.abort(stream) {
+            return Err(Error::NoStream(stream.into()));
+        }
+        self.originate(Some(stream), End::new_with_reason(reason).into(), now);
+        Ok(())
+    }
+
+    /// Exit: answer a RESOLVE.
+    pub fn exit_resolved(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        answers: Vec<(ResolvedVal, u32)>,
+    ) {
+        let mut r = Resolved::new_empty();
+        for (a, ttl) in answers {
+            r.add_answer(a, ttl);
+        }
+        self.originate(Some(stream), r.into(), now);
+    }
+
+    /// Exit: bytes from the target for the client; returns how many were
+    /// accepted (the rest after [`StreamEvent::Writable`]).
+    pub fn exit_write(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        exit.streams
+            .write(stream, data)
+            .ok_or(Error::NoStream(stream.into()))
+    }
+
+    /// Exit: bytes from the client for the target.
+    pub fn exit_read(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        buf: &mut [u8],
+    ) -> Result<usize, Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        let (n, sendme) = exit
+            .streams
+            .read(stream, buf)
+            .ok_or(Error::NoStream(stream.into()))?;
+        if sendme {
+            self.originate(Some(stream), Sendme::new_empty().into(), now);
+        }
+        Ok(n)
+    }
+
+    /// Exit: the target closed its side; END after the queued bytes.
+    pub fn exit_close(&mut self, stream: StreamId) -> Result<(), Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        if exit.streams.request_close(stream) {
+            Ok(())
+        } else {
+            Err(Error::NoStream(stream.into()))
+        }
+    }
+
+    /// Does the circuit have a cell for `side` now?
+    pub fn wants_transmit(&self, side: Side) -> bool {
+        if self.closed {
+            return false;
+        }
+        match side {
+            Side::Outbound => !self.to_next.is_empty(),
+            Side::Inbound => {
+                !self.to_client.is_empty()
+                    || self
+                        .exit
+                        .as_ref()
+                        .is_some_and(|e| e.streams.has_work(e.sender.can_send()))
+            }
+        }
+    }
+
+    /// The next cell for `side`.
+    pub fn poll_transmit(&mut self, now: Instant, side: Side) -> Option<AnyChanMsg> {
+        if self.closed {
+            return None;
+        }
+        match side {
+            Side::Outbound => self.to_next.pop_front(),
+            Side::Inbound => {
+                if let Some(c) = self.to_client.pop_front() {
+                    return Some(c);
+                }
+                let exit = self.exit.as_mut()?;
+                let out = exit.streams.next_outgoing(exit.sender.can_send())?;
+                for stream in exit.streams.take_writable() {
+                    self.events
+                        .push_back(RelayCircEvent::Stream(StreamEvent::Writable { stream }));
+                }
+                match out {
+                    Outgoing::Data(id, bytes) => match Data::new(&bytes) {
+                        Ok(d) => self.originate(Some(id), d.into(), now),
+                        Err(e) => self.close(
+                            CloseReason::local(DestroyReason::INTERNAL, format!("{e}")),
+                            true,
+                        ),
+                    },
+                    Outgoing::End(id) => {
+                        self.originate(Some(id), End::new_with_reason(EndReason::DONE).into(), now)
+                    }
+                }
+                self.to_client.pop_front()
+            }
+        }
+    }
+
+    /// Bytes held by this circuit: queued cells and exit stream buffers.
+    pub fn queued_bytes(&self) -> usize {
+        (self.to_client.len() + self.to_next.len()) * onionlab_cell::codec::FIXED_CELL_LEN
+            + self.exit.as_ref().map_or(0, |e| e.streams.buffered_bytes())
+    }
+}
+
+/// Does `msg`'s command belong on a circuit (as opposed to link-level)?
+pub fn is_circuit_cell(msg: &AnyChanMsg) -> bool {
+    use onionlab_cell::chan::ChanCmd;
+    matches!(
+        msg.cmd(),
+        ChanCmd::CREATE2
+            | ChanCmd::CREATED2
+            | ChanCmd::RELAY
+            | ChanCmd::RELAY_EARLY
+            | ChanCmd::DESTROY
+    )
+}

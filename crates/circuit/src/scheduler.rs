@@ -1,0 +1,205 @@
+//! Circuit schedulers: which circuit's cell a channel writes next.
+//!
+//! A channel keeps one scheduler. A circuit is *active* on it while it has
+//! cells queued for that channel. The channel asks [`CircuitScheduler::next`]
+//! for a circuit, writes one of its cells, reports it with
+//! [`CircuitScheduler::on_sent`], and re-activates the circuit if it still
+//! has cells queued.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// Chooses the next circuit to send from among the active ones.
+pub trait CircuitScheduler<K>: std::fmt::Debug + Send {
+    /// `key` has cells to send on this channel (no-op if already active).
+    fn activate(&mut self, key: K, now: Instant);
+    /// Take the circuit whose cell goes next; it stops being active.
+    fn next(&mut self, now: Instant) -> Option<K>;
+    /// `cells` cells of `key` were written to the channel.
+    fn on_sent(&mut self, key: K, cells: u32, now: Instant);
+    /// Forget `key` entirely (the circuit closed or left the channel).
+    fn remove(&mut self, key: K);
+    /// Is no circuit active?
+    fn is_idle(&self) -> bool;
+}
+
+/// Which scheduler a channel uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SchedulerKind {
+    /// Round robin: active circuits take turns, one cell each.
+    RoundRobin,
+    /// EWMA (Tang & Goldberg 2010; tor's CircuitPriorityHalflife): the
+    /// active circuit that sent the fewest recently (exponentially decayed)
+    /// cells goes first, favouring light interactive circuits over bulk ones.
+    Ewma {
+        /// Time for a cell's weight to decay to half.
+        half_life: Duration,
+    },
+}
+
+impl Default for SchedulerKind {
+    /// EWMA with tor's default half-life of 30 s.
+    fn default() -> Self {
+        SchedulerKind::Ewma {
+            half_life: Duration::from_secs(30),
+        }
+    }
+}
+
+impl SchedulerKind {
+    /// A fresh scheduler of this kind.
+    pub fn build<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send + 'static>(
+        self,
+    ) -> Box<dyn CircuitScheduler<K>> {
+        match self {
+            SchedulerKind::RoundRobin => Box::new(RoundRobin::default()),
+            SchedulerKind::Ewma { half_life } => Box::new(Ewma::new(half_life)),
+        }
+    }
+}
+
+/// Round-robin circuit scheduler.
+#[derive(Debug)]
+pub struct RoundRobin<K> {
+    order: VecDeque<K>,
+    active: HashSet<K>,
+}
+
+impl<K> Default for RoundRobin<K> {
+    fn default() -> Self {
+        RoundRobin {
+            order: VecDeque::new(),
+            active: HashSet::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash + std::fmt::Debug + Send> CircuitScheduler<K> for RoundRobin<K> {
+    fn activate(&mut self, key: K, _now: Instant) {
+        if self.active.insert(key) {
+            self.order.push_back(key);
+        }
+    }
+    fn next(&mut self, _now: Instant) -> Option<K> {
+        while let Some(k) = self.order.pop_front() {
+            if self.active.remove(&k) {
+                return Some(k);
+            }
+        }
+        None
+    }
+    fn on_sent(&mut self, _key: K, _cells: u32, _now: Instant) {}
+    fn remove(&mut self, key: K) {
+        // Lazily dropped from `order` when reached.
+        self.active.remove(&key);
+    }
+    fn is_idle(&self) -> bool {
+        self.active.is_empty()
+    }
+}
+
+/// A totally ordered f64 for the heap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Weight(f64);
+impl Eq for Weight {}
+impl PartialOrd for Weight {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Weight {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Rescale stored weights once the newest cell weighs this many half-lives
+/// more than the epoch (2^40: far from f64 overflow, precision kept).
+const RESCALE_AFTER_HALF_LIVES: f64 = 40.0;
+
+/// EWMA circuit scheduler.
+///
+/// A cell sent at time `t` adds `2^((t - epoch) / half_life)` to its
+/// circuit's weight. At any instant every circuit's decayed EWMA equals its
+/// weight times the same factor `2^(-(now - epoch) / half_life)`, so
+/// comparing weights compares EWMAs, and a circuit's weight changes only
+/// when it sends: a min-heap of active circuits stays valid without
+/// touching idle ones. Tor decays in 10-second ticks; this is the same
+/// quantity computed continuously.
+#[derive(Debug)]
+pub struct Ewma<K> {
+    half_life_secs: f64,
+    epoch: Option<Instant>,
+    weights: HashMap<K, f64>,
+    heap: BinaryHeap<std::cmp::Reverse<(Weight, K)>>,
+    active: HashSet<K>,
+}
+
+impl<K: Copy + Eq + Hash + Ord> Ewma<K> {
+    /// An EWMA scheduler with the given half-life.
+    pub fn new(half_life: Duration) -> Self {
+        Ewma {
+            half_life_secs: half_life.as_secs_f64().max(1e-6),
+            epoch: None,
+            weights: HashMap::new(),
+            heap: BinaryHeap::new(),
+            active: HashSet::new(),
+        }
+    }
+
+    fn half_lives_since_epoch(&mut self, now: Instant) -> f64 {
+        let epoch = *self.epoch.get_or_insert(now);
+        now.saturating_duration_since(epoch).as_secs_f64() / self.half_life_secs
+    }
+
+    fn rescale(&mut self, now: Instant) {
+        let factor = (-self.half_lives_since_epoch(now)).exp2();
+        self.epoch = Some(now);
+        self.weights.retain(|_, w| {
+            *w *= factor;
+            *w > 1e-9
+        });
+        let weights = &self.weights;
+        self.heap = self
+            .active
+            .iter()
+            .map(|k| std::cmp::Reverse((Weight(weights.get(k).copied().unwrap_or(0.0)), *k)))
+            .collect();
+    }
+}
+
+impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for Ewma<K> {
+    fn activate(&mut self, key: K, _now: Instant) {
+        if self.active.insert(key) {
+            let w = self.weights.get(&key).copied().unwrap_or(0.0);
+            self.heap.push(std::cmp::Reverse((Weight(w), key)));
+        }
+    }
+    fn next(&mut self, _now: Instant) -> Option<K> {
+        while let Some(std::cmp::Reverse((w, k))) = self.heap.pop() {
+            // Skip stale entries (removed, or re-pushed with a newer weight).
+            let current = self.weights.get(&k).copied().unwrap_or(0.0);
+            if self.active.contains(&k) && w.0 == current {
+                self.active.remove(&k);
+                return Some(k);
+            }
+        }
+        None
+    }
+    fn on_sent(&mut self, key: K, cells: u32, now: Instant) {
+        let exponent = self.half_lives_since_epoch(now);
+        *self.weights.entry(key).or_insert(0.0) += f64::from(cells) * exponent.exp2();
+        if exponent > RESCALE_AFTER_HALF_LIVES {
+            self.rescale(now);
+        }
+    }
+    fn remove(&mut self, key: K) {
+        self.active.remove(&key);
+        self.weights.remove(&key);
+    }
+    fn is_idle(&self) -> bool {
+        self.active.is_empty()
+    }
+}

@@ -1,0 +1,429 @@
+//! Stream endpoints: the streams a client opens and an exit serves.
+//!
+//! Both ends keep the same state per stream: the stream windows, a bounded
+//! buffer of bytes waiting to be packaged into DATA cells, and the received
+//! cells not yet read by the application. Received data is bounded by the
+//! stream window (see [`StreamWindows::take_sendme`]), sent data by
+//! [`StreamConfig::send_buffer`].
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::{Buf, Bytes, BytesMut};
+use onionlab_cell::msg::{EndReason, StreamId};
+use onionlab_cell::relay::MAX_DATA_LEN;
+
+use crate::flow::StreamWindows;
+
+/// Limits of one stream.
+#[derive(Debug, Clone)]
+pub struct StreamConfig {
+    /// Bytes the application may queue for sending before `write` accepts less.
+    pub send_buffer: usize,
+    /// Most streams open (including half-closed ones) on one circuit.
+    pub max_streams: usize,
+    /// Most half-closed stream IDs remembered per circuit.
+    pub max_half_closed: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            send_buffer: 64 * 1024,
+            max_streams: 1024,
+            max_half_closed: 512,
+        }
+    }
+}
+
+/// Where a stream is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamState {
+    /// BEGIN sent (client) or received (exit); waiting for CONNECTED.
+    Connecting,
+    /// Data may flow both ways.
+    Open,
+}
+
+/// One stream endpoint.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) state: StreamState,
+    pub(crate) windows: StreamWindows,
+    send_buf: BytesMut,
+    recv: VecDeque<Bytes>,
+    recv_bytes: usize,
+    /// The application asked to close once the send buffer is flushed.
+    pub(crate) close_requested: bool,
+}
+
+impl Stream {
+    fn new(state: StreamState) -> Self {
+        Stream {
+            state,
+            windows: StreamWindows::default(),
+            send_buf: BytesMut::new(),
+            recv: VecDeque::new(),
+            recv_bytes: 0,
+            close_requested: false,
+        }
+    }
+}
+
+/// What happened to a stream that the circuit reports upward.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// The exit connected the stream (client side).
+    Connected {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// Data arrived on a stream whose receive buffer was empty.
+    Readable {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// Room appeared in a stream's send buffer after it had refused bytes.
+    Writable {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// The peer ended the stream (or refused to open it). Data already
+    /// received can still be read.
+    Ended {
+        /// The stream.
+        stream: StreamId,
+        /// The reason in the peer's END.
+        reason: EndReason,
+    },
+}
+
+/// The streams of one circuit endpoint (all at one hop).
+#[derive(Debug)]
+pub(crate) struct StreamMap {
+    config: StreamConfig,
+    streams: HashMap<u16, Stream>,
+    /// Streams we ended whose peer may still have cells in flight.
+    half_closed: VecDeque<u16>,
+    /// Streams ended by the peer with data not yet read by the application.
+    draining: HashMap<u16, VecDeque<Bytes>>,
+    /// Round-robin order for packaging DATA.
+    rr: VecDeque<u16>,
+    next_id: u16,
+    /// Streams whose writer was refused bytes and wants a Writable event.
+    blocked_writers: Vec<u16>,
+}
+
+impl StreamMap {
+    pub(crate) fn new(config: StreamConfig) -> Self {
+        StreamMap {
+            config,
+            streams: HashMap::new(),
+            half_closed: VecDeque::new(),
+            draining: HashMap::new(),
+            rr: VecDeque::new(),
+            next_id: 1,
+            blocked_writers: Vec::new(),
+        }
+    }
+
+    /// Allocate an unused stream ID and open a stream in `Connecting`.
+    pub(crate) fn open_local(&mut self) -> Option<StreamId> {
+        if self.streams.len() + self.half_closed.len() >= self.config.max_streams {
+            return None;
+        }
+        for _ in 0..=u16::MAX {
+            let id = self.next_id;
+            self.next_id = self.next_id.checked_add(1).unwrap_or(1);
+            if !self.in_use(id) {
+                self.streams
+                    .insert(id, Stream::new(StreamState::Connecting));
+                return StreamId::new(id);
+            }
+        }
+        None
+    }
+
+    /// Register a stream the peer asked for (exit side). False if the ID is
+    /// already in use or the circuit has too many streams.
+    pub(crate) fn open_remote(&mut self, id: StreamId) -> bool {
+        let id = u16::from(id);
+        if self.in_use(id) || self.streams.len() + self.half_closed.len() >= self.config.max_streams
+        {
+            return false;
+        }
+        self.streams
+            .insert(id, Stream::new(StreamState::Connecting));
+        true
+    }
+
+    fn in_use(&self, id: u16) -> bool {
+        self.streams.contains_key(&id)
+            || self.half_closed.contains(&id)
+            || self.draining.contains_key(&id)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
+        self.streams.get_mut(&u16::from(id))
+    }
+
+    pub(crate) fn get(&self, id: StreamId) -> Option<&Stream> {
+        self.streams.get(&u16::from(id))
+    }
+
+    /// Is `id` one we ended recently (cells for it are tolerated and dropped)?
+    pub(crate) fn is_half_closed(&self, id: StreamId) -> bool {
+        self.half_closed.contains(&u16::from(id))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Queue application bytes; returns how many were accepted.
+    pub(crate) fn write(&mut self, id: StreamId, data: &[u8]) -> Option<usize> {
+        let limit = self.config.send_buffer;
+        let raw = u16::from(id);
+        let s = self.streams.get_mut(&raw)?;
+        if s.close_requested {
+            return Some(0);
+        }
+        let n = data.len().min(limit.saturating_sub(s.send_buf.len()));
+        s.send_buf.extend_from_slice(&data[..n]);
+        if n < data.len() && !self.blocked_writers.contains(&raw) {
+            self.blocked_writers.push(raw);
+        }
+        if n > 0 && !self.rr.contains(&raw) {
+            self.rr.push_back(raw);
+        }
+        Some(n)
+    }
+
+    /// The application will write no more: END after the buffer drains.
+    pub(crate) fn request_close(&mut self, id: StreamId) -> bool {
+        let raw = u16::from(id);
+        match self.streams.get_mut(&raw) {
+            Some(s) => {
+                s.close_requested = true;
+                if !self.rr.contains(&raw) {
+                    self.rr.push_back(raw);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Streams that have something to package (DATA or a deferred END),
+    /// given whether the circuit window allows DATA.
+    pub(crate) fn has_work(&self, circ_window_open: bool) -> bool {
+        self.rr.iter().any(|id| {
+            self.streams.get(id).is_some_and(|s| {
+                s.state == StreamState::Open
+                    && ((circ_window_open && s.windows.package > 0 && !s.send_buf.is_empty())
+                        || (s.close_requested && s.send_buf.is_empty()))
+            })
+        })
+    }
+
+    /// Next thing to package, round robin over streams: a DATA chunk (when
+    /// `circ_window_open`) or an END for a stream whose close was requested
+    /// and whose buffer is empty.
+    pub(crate) fn next_outgoing(&mut self, circ_window_open: bool) -> Option<Outgoing> {
+        for _ in 0..self.rr.len() {
+            let id = self.rr.pop_front()?;
+            let Some(s) = self.streams.get_mut(&id) else {
+                continue;
+            };
+            if s.state != StreamState::Open {
+                // Not connected yet: keep its place.
+                self.rr.push_back(id);
+                continue;
+            }
+            if !s.send_buf.is_empty() {
+                if circ_window_open && s.windows.package > 0 {
+                    let n = s.send_buf.len().min(MAX_DATA_LEN);
+                    let chunk = s.send_buf.split_to(n).freeze();
+                    s.windows.package -= 1;
+                    if !s.send_buf.is_empty() || s.close_requested {
+                        self.rr.push_back(id);
+                    }
+                    return StreamId::new(id).map(|sid| Outgoing::Data(sid, chunk));
+                }
+                self.rr.push_back(id);
+                continue;
+            }
+            if s.close_requested {
+                self.streams.remove(&id);
+                self.remember_half_closed(id);
+                return StreamId::new(id).map(Outgoing::End);
+            }
+        }
+        None
+    }
+
+    /// Drain writers that were refused bytes and now have room.
+    pub(crate) fn take_writable(&mut self) -> Vec<StreamId> {
+        let limit = self.config.send_buffer;
+        let streams = &self.streams;
+        let mut ready = Vec::new();
+        self.blocked_writers.retain(|id| match streams.get(id) {
+            Some(s) if s.send_buf.len() < limit => {
+                ready.extend(StreamId::new(*id));
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+        ready
+    }
+
+    /// DATA arrived for an open stream. Returns Err on a stream-window
+    /// violation, Ok(true) if the receive buffer was empty before.
+    pub(crate) fn on_data(&mut self, id: StreamId, data: Bytes) -> Result<bool, &'static str> {
+        let s = self
+            .streams
+            .get_mut(&u16::from(id))
+            .ok_or("DATA for a stream that is not open")?;
+        if s.state != StreamState::Open {
+            return Err("DATA before the stream was connected");
+        }
+        s.windows.on_data()?;
+        let was_empty = s.recv.is_empty();
+        if !data.is_empty() {
+            s.recv_bytes += data.len();
+            s.recv.push_back(data);
+        }
+        Ok(was_empty && s.recv_bytes > 0)
+    }
+
+    /// A stream-level SENDME arrived for `id`.
+    pub(crate) fn on_sendme(&mut self, id: StreamId) -> Result<(), &'static str> {
+        let half_closed = self.is_half_closed(id);
+        match self.streams.get_mut(&u16::from(id)) {
+            Some(s) => s.windows.on_sendme(),
+            None if half_closed => Ok(()),
+            None => Err("stream SENDME for an unknown stream"),
+        }
+    }
+
+    /// CONNECTED arrived for `id`: Ok(true) if the stream is now open,
+    /// Ok(false) if we had already ended it.
+    pub(crate) fn on_connected(&mut self, id: StreamId) -> Result<bool, &'static str> {
+        let half_closed = self.is_half_closed(id);
+        match self.streams.get_mut(&u16::from(id)) {
+            Some(s) if s.state == StreamState::Connecting => {
+                s.state = StreamState::Open;
+                Ok(true)
+            }
+            Some(_) => Err("CONNECTED on an open stream"),
+            None if half_closed => Ok(false),
+            None => Err("CONNECTED for an unknown stream"),
+        }
+    }
+
+    /// Read received bytes into `buf`. Returns bytes read and whether a
+    /// stream-level SENDME is now due.
+    pub(crate) fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Option<(usize, bool)> {
+        let raw = u16::from(id);
+        if let Some(s) = self.streams.get_mut(&raw) {
+            let n = drain_into(&mut s.recv, buf);
+            s.recv_bytes -= n;
+            let sendme = s.state == StreamState::Open && s.windows.take_sendme(s.recv.len());
+            return Some((n, sendme));
+        }
+        let q = self.draining.get_mut(&raw)?;
+        let n = drain_into(q, buf);
+        if q.is_empty() {
+            self.draining.remove(&raw);
+        }
+        Some((n, false))
+    }
+
+    /// Bytes received and not yet read on `id`.
+    pub(crate) fn readable_bytes(&self, id: StreamId) -> usize {
+        let raw = u16::from(id);
+        match self.streams.get(&raw) {
+            Some(s) => s.recv_bytes,
+            None => self
+                .draining
+                .get(&raw)
+                .map_or(0, |q| q.iter().map(Bytes::len).sum()),
+        }
+    }
+
+    /// The peer ended the stream: forget it, keeping unread data readable.
+    pub(crate) fn on_end(&mut self, id: StreamId) {
+        let raw = u16::from(id);
+        if let Some(s) = self.streams.remove(&raw) {
+            if !s.recv.is_empty() {
+                self.draining.insert(raw, s.recv);
+            }
+        }
+        self.half_closed.retain(|h| *h != raw);
+    }
+
+    /// We end the stream at once (dropping unsent data); its ID stays
+    /// half-closed so in-flight cells from the peer are tolerated.
+    pub(crate) fn abort(&mut self, id: StreamId) -> bool {
+        let raw = u16::from(id);
+        self.draining.remove(&raw);
+        if self.streams.remove(&raw).is_some() {
+            self.remember_half_closed(raw);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn remember_half_closed(&mut self, id: u16) {
+        if self.half_closed.len() >= self.config.max_half_closed {
+            self.half_closed.pop_front();
+        }
+        self.half_closed.push_back(id);
+    }
+
+    /// Bytes held in send and receive buffers (for memory accounting).
+    pub(crate) fn buffered_bytes(&self) -> usize {
+        self.streams
+            .values()
+            .map(|s| s.send_buf.len() + s.recv_bytes)
+            .sum::<usize>()
+            + self
+                .draining
+                .values()
+                .flat_map(|q| q.iter().map(Bytes::len))
+                .sum::<usize>()
+    }
+
+    /// IDs of all open streams.
+    pub(crate) fn ids(&self) -> Vec<StreamId> {
+        self.streams
+            .keys()
+            .filter_map(|id| StreamId::new(*id))
+            .collect()
+    }
+}
+
+/// Something a stream wants sent.
+#[derive(Debug)]
+pub(crate) enum Outgoing {
+    /// A DATA message.
+    Data(StreamId, Bytes),
+    /// An END message (done writing).
+    End(StreamId),
+}
+
+fn drain_into(q: &mut VecDeque<Bytes>, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        let Some(front) = q.front_mut() else { break };
+        let k = front.len().min(buf.len() - n);
+        buf[n..n + k].copy_from_slice(&front[..k]);
+        front.advance(k);
+        n += k;
+        if front.is_empty() {
+            q.pop_front();
+        }
+    }
+    n
+}
