@@ -215,6 +215,11 @@ impl ClientCircuitCrypto {
         self.layers.len()
     }
 
+    /// Drop every hop after the first `n` (after a TRUNCATED from hop `n - 1`).
+    pub fn truncate(&mut self, n: usize) {
+        self.layers.truncate(n);
+    }
+
     /// Send a cell to hop `hop`.
     ///
     /// `body` is a plaintext relay cell body with recognized=0 and digest=0
