@@ -123,10 +123,13 @@ fn ntor(c: &mut Criterion) {
             black_box(server_handshake(&mut rng, &id, relay.onion_secret(), &create).unwrap())
         })
     });
+    g.bench_function("server_handshake_cached_public_key", |bench| {
+        bench.iter(|| black_box(relay.ntor_server_handshake(&mut rng, &create).unwrap()))
+    });
     g.bench_function("full_round_trip", |bench| {
         bench.iter(|| {
             let (client, msg) = NtorClient::start(&mut rng, &id, &public.onion_key);
-            let (reply, _) = server_handshake(&mut rng, &id, relay.onion_secret(), &msg).unwrap();
+            let (reply, _) = relay.ntor_server_handshake(&mut rng, &msg).unwrap();
             black_box(client.finish(&reply).unwrap())
         })
     });

@@ -7,6 +7,7 @@ use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
 use tor_llcrypto::pk::rsa::RsaIdentity;
 use zeroize::Zeroize;
 
+use crate::relay_crypto::LayerKeys;
 use crate::Error;
 
 /// Length of [`RelaySecretKeys::to_bytes`]: Ed25519 seed (32) and x25519
@@ -23,6 +24,10 @@ pub struct RelaySecretKeys {
     ed: Keypair,
     /// The ntor onion key (`b` in tor-spec; its public half is `B`).
     onion: StaticSecret,
+    /// The public halves, computed once.
+    public: RelayPublicKeys,
+    /// Our ntor node ID, computed once.
+    node_id: RsaIdentity,
 }
 
 impl RelaySecretKeys {
@@ -30,15 +35,53 @@ impl RelaySecretKeys {
     pub fn generate<R: rand::Rng + rand::CryptoRng>(rng: &mut R) -> Self {
         let ed = Keypair::generate(rng);
         let onion = StaticSecret::random_from_rng(&mut *rng);
-        RelaySecretKeys { ed, onion }
+        Self::from_parts(ed, onion)
+    }
+
+    /// Assemble, computing the public parts.
+    fn from_parts(ed: Keypair, onion: StaticSecret) -> Self {
+        let public = RelayPublicKeys {
+            ed_identity: Ed25519Identity::from(ed.verifying_key()),
+            onion_key: PublicKey::from(&onion),
+        };
+        let node_id = public.ntor_node_id();
+        RelaySecretKeys {
+            ed,
+            onion,
+            public,
+            node_id,
+        }
     }
 
     /// The public keys to publish in the network document.
     pub fn public(&self) -> RelayPublicKeys {
-        RelayPublicKeys {
-            ed_identity: Ed25519Identity::from(self.ed.verifying_key()),
-            onion_key: PublicKey::from(&self.onion),
-        }
+        self.public.clone()
+    }
+
+    /// Our ntor node ID (see [`ntor_node_id`]).
+    pub fn ntor_node_id(&self) -> RsaIdentity {
+        self.node_id
+    }
+
+    /// Answer an ntor CREATE2 handshake addressed to this relay: same as
+    /// [`server_handshake`](crate::ntor::server_handshake) with our node ID
+    /// and onion key, minus recomputing the public onion key each time.
+    ///
+    /// # Errors
+    ///
+    /// As [`server_handshake`](crate::ntor::server_handshake).
+    pub fn ntor_server_handshake<R: rand::Rng + rand::CryptoRng>(
+        &self,
+        rng: &mut R,
+        client_msg: &[u8],
+    ) -> Result<([u8; crate::ntor::SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
+        crate::ntor::server_handshake_with_public(
+            rng,
+            &self.node_id,
+            &self.onion,
+            &self.public.onion_key,
+            client_msg,
+        )
     }
 
     /// The Ed25519 identity keypair (signs, and authenticates the relay on
@@ -81,10 +124,7 @@ impl RelaySecretKeys {
         }
         let mut seed: [u8; 32] = b[..32].try_into().map_err(|_| bad_len())?;
         let mut onion: [u8; 32] = b[32..].try_into().map_err(|_| bad_len())?;
-        let keys = RelaySecretKeys {
-            ed: Keypair::from_bytes(&seed),
-            onion: StaticSecret::from(onion),
-        };
+        let keys = Self::from_parts(Keypair::from_bytes(&seed), StaticSecret::from(onion));
         seed.zeroize();
         onion.zeroize();
         Ok(keys)
@@ -176,6 +216,28 @@ mod test {
         assert_ne!(a.public().ed_identity, b.public().ed_identity);
         assert_ne!(a.public().onion_key, b.public().onion_key);
         assert_ne!(a.public().ntor_node_id(), b.public().ntor_node_id());
+        assert_eq!(a.ntor_node_id(), a.public().ntor_node_id());
+    }
+
+    #[test]
+    fn relay_answers_ntor_with_its_own_keys() {
+        let mut rng = rand::rng();
+        let relay = RelaySecretKeys::generate(&mut rng);
+        let public = relay.public();
+        let (client, create) =
+            crate::ntor::NtorClient::start(&mut rng, &public.ntor_node_id(), &public.onion_key);
+        let (reply, skeys) = relay.ntor_server_handshake(&mut rng, &create).unwrap();
+        let ckeys = client.finish(&reply).unwrap();
+        assert_eq!(ckeys.to_bytes(), skeys.to_bytes());
+
+        // A handshake for another relay is refused.
+        let other = RelaySecretKeys::generate(&mut rng).public();
+        let (_, create) =
+            crate::ntor::NtorClient::start(&mut rng, &other.ntor_node_id(), &other.onion_key);
+        assert!(matches!(
+            relay.ntor_server_handshake(&mut rng, &create),
+            Err(Error::NtorWrongNodeId { .. })
+        ));
     }
 
     #[test]

@@ -267,6 +267,46 @@ pub fn server_handshake_with_secret(
     onion_secret: &StaticSecret,
     client_msg: &[u8],
 ) -> Result<([u8; SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
+    let onion_public = PublicKey::from(onion_secret);
+    server_core(y, node_id, onion_secret, &onion_public, client_msg)
+}
+
+/// [`server_handshake`] for a caller that already has the public half of
+/// its onion key, which saves a scalar multiplication per handshake
+/// ([`RelaySecretKeys::ntor_server_handshake`](crate::identity::RelaySecretKeys::ntor_server_handshake)
+/// uses this).
+///
+/// `onion_public` must be `PublicKey::from(onion_secret)`; if it is not,
+/// clients naming the real key are refused and the handshakes that are
+/// accepted fail at the client's AUTH check.
+///
+/// # Errors
+///
+/// As [`server_handshake`].
+pub fn server_handshake_with_public<R: rand::Rng + rand::CryptoRng>(
+    rng: &mut R,
+    node_id: &RsaIdentity,
+    onion_secret: &StaticSecret,
+    onion_public: &PublicKey,
+    client_msg: &[u8],
+) -> Result<([u8; SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
+    server_core(
+        StaticSecret::random_from_rng(rng),
+        node_id,
+        onion_secret,
+        onion_public,
+        client_msg,
+    )
+}
+
+/// The server side, given every input explicitly.
+fn server_core(
+    y: StaticSecret,
+    node_id: &RsaIdentity,
+    onion_secret: &StaticSecret,
+    our_b: &PublicKey,
+    client_msg: &[u8],
+) -> Result<([u8; SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
     let msg: &[u8; CLIENT_HANDSHAKE_LEN] = client_msg.try_into().map_err(|_| Error::BadLength {
         what: "ntor client handshake",
         expected: CLIENT_HANDSHAKE_LEN,
@@ -285,7 +325,6 @@ pub fn server_handshake_with_secret(
             ours: node_id.as_hex_upper(),
         });
     }
-    let our_b = PublicKey::from(onion_secret);
     if our_b.as_bytes() != &b {
         return Err(Error::NtorWrongOnionKey);
     }
