@@ -563,6 +563,36 @@ mod test {
         }
     }
 
+    #[test]
+    fn truncate_drops_later_hops_only() {
+        let (mut client, mut relays) = circuit(3);
+        let mut b = cell(2, 1, b"before");
+        let (ctag, got) = send_out(&mut client, &mut relays, &mut b, 1);
+        assert_eq!(got, Some((1, ctag)));
+        client.truncate(2);
+        assert_eq!(client.n_layers(), 2);
+        let mut b = cell(2, 1, b"x");
+        assert_eq!(
+            client.encrypt_outbound(&mut b, 2).unwrap_err(),
+            Error::NoSuchHop {
+                hop: 2,
+                n_layers: 2
+            }
+        );
+        // The remaining hops are still in step, both ways.
+        for hop in 0..2 {
+            let orig = cell(2, 1, b"after");
+            let mut b = orig;
+            let (ctag, got) = send_out(&mut client, &mut relays[..2], &mut b, hop);
+            assert_eq!((got, b), (Some((hop, ctag)), orig));
+            let mut b = orig;
+            let (rtag, got) = send_in(&mut client, &mut relays[..2], &mut b, hop);
+            assert_eq!((got, b), (Some((hop, rtag)), orig));
+        }
+        client.truncate(5);
+        assert_eq!(client.n_layers(), 2);
+    }
+
     /// A relay that sees a cell for a later hop must not advance its digest:
     /// the next cell addressed to it is still recognized.
     #[test]
