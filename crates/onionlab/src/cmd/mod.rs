@@ -1,0 +1,3 @@
+//! Subcommand groups. Each module exposes a clap `Subcommand` enum and a `run` function.
+
+pub mod net;

@@ -1,0 +1,26 @@
+//! Errors of the command-line tool.
+
+/// Everything a subcommand can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error from the emulated network.
+    #[error(transparent)]
+    Netem(#[from] onionlab_netem::Error),
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// File.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Bad command-line usage that clap cannot catch.
+    #[error("{0}")]
+    Usage(String),
+    /// Installing the signal handlers failed.
+    #[error("cannot install signal handler: {0}")]
+    Signal(std::io::Error),
+}
+
+/// Result alias of the tool.
+pub type Result<T> = std::result::Result<T, Error>;

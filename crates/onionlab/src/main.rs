@@ -1,0 +1,47 @@
+//! `onionlab`: the project's command-line tool.
+//!
+//! Subcommand groups live in `cmd/`, one module each; `main` only parses the
+//! command line, sets up logging and dispatches.
+
+mod cmd;
+mod error;
+
+use clap::{Parser, Subcommand};
+
+/// onion routing with pluggable transports, and a lab to compare them
+#[derive(Parser, Debug)]
+#[command(name = "onionlab", version, about)]
+struct Cli {
+    /// Log filter (tracing-subscriber EnvFilter syntax), e.g. `info` or `onionlab_netem=debug`.
+    #[arg(long, global = true, env = "ONIONLAB_LOG", default_value = "info")]
+    log: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Emulated network: hosts in network namespaces joined by a link emulator.
+    #[command(subcommand)]
+    Net(cmd::net::NetCommand),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Net(c) => cmd::net::run(c),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("onionlab: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
