@@ -99,7 +99,10 @@ impl CircSender {
     /// Record a DATA cell sent; `tag` is the running digest after it.
     pub fn on_data_sent(&mut self, tag: SendmeTag, now: Instant) {
         self.data_sent += 1;
-        if self.data_sent % u64::from(CIRCWINDOW_INCREMENT) == 0 {
+        if self
+            .data_sent
+            .is_multiple_of(u64::from(CIRCWINDOW_INCREMENT))
+        {
             self.expected_tags.push_back(tag);
         }
         self.cc.on_data_sent(now);

@@ -462,6 +462,13 @@ impl RelayNode {
         r
     }
 
+    /// Exit: bytes from the client not yet read for the target.
+    pub fn exit_readable_bytes(&self, circ: CircKey, stream: StreamId) -> usize {
+        self.circuits
+            .get(&circ)
+            .map_or(0, |e| e.circ.exit_readable_bytes(stream))
+    }
+
     /// Exit: the target closed; END after queued bytes.
     pub fn exit_close(
         &mut self,

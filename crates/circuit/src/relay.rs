@@ -24,7 +24,6 @@ use onionlab_cell::msg::{
 };
 use onionlab_cell::relay;
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_crypto::ntor;
 use onionlab_crypto::relay_crypto::RelayLayer;
 use rand::rngs::StdRng;
 
@@ -173,10 +172,9 @@ impl RelayCircuit {
                 create.handshake_type()
             )));
         }
-        let node_id = keys.public().ntor_node_id();
-        let (reply, layer_keys) =
-            ntor::server_handshake(&mut rng, &node_id, keys.onion_secret(), create.body())
-                .map_err(|e| CloseReason::violation(format!("ntor handshake: {e}")))?;
+        let (reply, layer_keys) = keys
+            .ntor_server_handshake(&mut rng, create.body())
+            .map_err(|e| CloseReason::violation(format!("ntor handshake: {e}")))?;
         let mut to_client = VecDeque::new();
         to_client.push_back(Created2::new(reply.to_vec()).into());
         Ok(RelayCircuit {
@@ -581,6 +579,13 @@ impl RelayCircuit {
             self.originate(Some(stream), Sendme::new_empty().into(), now);
         }
         Ok(n)
+    }
+
+    /// Exit: bytes from the client not yet read for the target.
+    pub fn exit_readable_bytes(&self, stream: StreamId) -> usize {
+        self.exit
+            .as_ref()
+            .map_or(0, |e| e.streams.readable_bytes(stream))
     }
 
     /// Exit: the target closed its side; END after the queued bytes.

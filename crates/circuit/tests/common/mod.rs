@@ -1,0 +1,413 @@
+//! A deterministic in-memory onion network for tests: one client, a chain
+//! of relays, channels as FIFO links with random per-cell delays, and
+//! random interleaving of which node acts when. Time is simulated.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId};
+use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
+use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
+use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::relay::RelayConfig;
+use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
+use rand::rngs::StdRng;
+use rand::{Rng, RngExt, SeedableRng};
+
+/// Who is at one end of a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum End {
+    Client,
+    Relay(usize),
+}
+
+/// One direction of a channel: cells in flight with their delivery times.
+#[derive(Default)]
+struct Link {
+    in_flight: VecDeque<(Duration, AnyChanCell)>,
+    last_delivery: Duration,
+}
+
+/// A hook that may rewrite or drop cells on a link (for violation tests).
+pub type Tamper = Box<dyn FnMut(End, End, AnyChanCell) -> Option<AnyChanCell>>;
+
+pub struct Net {
+    pub rng: StdRng,
+    base: Instant,
+    pub now: Duration,
+    pub relays: Vec<RelayNode>,
+    pub relay_keys: Vec<RelaySecretKeys>,
+    /// Client circuits, by client-side circuit ID.
+    pub circuits: BTreeMap<u32, ClientCircuit>,
+    pub client_events: Vec<(u32, ClientEvent)>,
+    pub node_events: Vec<(usize, NodeEvent)>,
+    /// (from, to) -> link. Channel IDs: the same number at both ends.
+    links: HashMap<(End, End), Link>,
+    chan_ids: HashMap<(End, End), ChannelId>,
+    chan_peer: HashMap<(usize, ChannelId), End>,
+    next_chan: ChannelId,
+    next_client_circ: u32,
+    /// Most cells a node writes on one channel per tick (random 1..=max).
+    pub burst: usize,
+    pub max_delay_us: u64,
+    pub tamper: Option<Tamper>,
+    /// Exit streams the harness auto-connects (true) or refuses.
+    pub auto_connect: bool,
+}
+
+pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
+    let specs = [
+        LinkSpec::OrPort(std::net::Ipv4Addr::LOCALHOST.into(), port),
+        LinkSpec::Ed25519Id(keys.ed_identity),
+    ];
+    specs
+        .iter()
+        .map(|s| s.encode().expect("encode linkspec"))
+        .collect()
+}
+
+impl Net {
+    /// `n` relays; the last one is an exit.
+    pub fn new(seed: u64, n: usize, scheduler: SchedulerKind) -> Net {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut relays = Vec::new();
+        let mut relay_keys = Vec::new();
+        for i in 0..n {
+            let keys = RelaySecretKeys::generate(&mut rng);
+            relay_keys.push(RelaySecretKeys::from_bytes(&keys.to_bytes()).expect("keys"));
+            let config = NodeConfig {
+                scheduler,
+                circuit: RelayConfig {
+                    exit: i == n - 1,
+                    ..RelayConfig::default()
+                },
+                ..NodeConfig::default()
+            };
+            relays.push(RelayNode::new(
+                keys,
+                config,
+                StdRng::seed_from_u64(rng.next_u64()),
+            ));
+        }
+        Net {
+            rng,
+            base: Instant::now(),
+            now: Duration::ZERO,
+            relays,
+            relay_keys,
+            circuits: BTreeMap::new(),
+            client_events: Vec::new(),
+            node_events: Vec::new(),
+            links: HashMap::new(),
+            chan_ids: HashMap::new(),
+            chan_peer: HashMap::new(),
+            next_chan: 1,
+            next_client_circ: 0x8000_0001,
+            burst: 8,
+            max_delay_us: 3000,
+            tamper: None,
+            auto_connect: true,
+        }
+    }
+
+    pub fn instant(&self) -> Instant {
+        self.base + self.now
+    }
+
+    pub fn public(&self, i: usize) -> RelayPublicKeys {
+        self.relay_keys[i].public()
+    }
+
+    fn open_channel(&mut self, a: End, b: End) -> ChannelId {
+        if let Some(id) = self.chan_ids.get(&(a, b)) {
+            return *id;
+        }
+        let id = self.next_chan;
+        self.next_chan += 1;
+        self.chan_ids.insert((a, b), id);
+        self.chan_ids.insert((b, a), id);
+        for (me, peer, initiated) in [(a, b, true), (b, a, false)] {
+            if let End::Relay(i) = me {
+                self.relays[i].add_channel(id, initiated);
+                self.chan_peer.insert((i, id), peer);
+            }
+        }
+        id
+    }
+
+    /// Start a circuit from the client through relay 0 (the guard).
+    pub fn new_circuit(&mut self) -> u32 {
+        self.open_channel(End::Client, End::Relay(0));
+        let id = self.next_client_circ;
+        self.next_client_circ += 1;
+        let rng = StdRng::seed_from_u64(self.rng.next_u64());
+        let circ = ClientCircuit::new(ClientConfig::default(), &self.public(0), rng);
+        self.circuits.insert(id, circ);
+        id
+    }
+
+    /// Build circuit `id` through all relays; panics if it fails.
+    pub fn build(&mut self, id: u32) {
+        let n = self.relays.len();
+        self.run_until(Duration::from_secs(10), |net| {
+            net.circuits.get(&id).is_some_and(|c| c.n_hops() >= 1)
+        });
+        for hop in 1..n {
+            let target = self.public(hop);
+            let specs = linkspecs(&target, 9000 + hop as u16);
+            self.circuits
+                .get_mut(&id)
+                .expect("circuit")
+                .extend(&target, specs)
+                .expect("extend");
+            self.run_until(Duration::from_secs(10), |net| {
+                net.circuits.get(&id).is_some_and(|c| c.n_hops() > hop)
+            });
+        }
+    }
+
+    fn resolve_linkspecs(&self, specs: &[EncodedLinkSpec]) -> Option<usize> {
+        for s in specs {
+            if let Ok(LinkSpec::Ed25519Id(id)) = s.parse() {
+                return (0..self.relays.len()).find(|i| self.public(*i).ed_identity == id);
+            }
+        }
+        None
+    }
+
+    /// Run ticks until `done` holds; panics after `limit` of simulated time.
+    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Net) -> bool) {
+        let deadline = self.now + limit;
+        while !done(self) {
+            assert!(
+                self.now < deadline,
+                "simulation did not finish in {limit:?}"
+            );
+            self.tick();
+        }
+    }
+
+    /// Run for a fixed simulated duration.
+    pub fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.tick();
+        }
+    }
+
+    /// One step: every endpoint, in random order, writes a random burst on
+    /// each of its channels; then time advances and due cells are delivered.
+    pub fn tick(&mut self) {
+        let mut ends: Vec<End> = std::iter::once(End::Client)
+            .chain((0..self.relays.len()).map(End::Relay))
+            .collect();
+        shuffle(&mut self.rng, &mut ends);
+        for e in ends {
+            self.transmit_from(e);
+        }
+        self.now += Duration::from_micros(100);
+        self.deliver_due();
+        self.handle_events();
+    }
+
+    fn transmit_from(&mut self, from: End) {
+        let now = self.instant();
+        match from {
+            End::Client => {
+                let to = End::Relay(0);
+                let ids: Vec<u32> = self.circuits.keys().copied().collect();
+                let budget = self.rng.random_range(1..=self.burst);
+                let mut sent = 0;
+                // Client circuits share the guard channel round robin.
+                'outer: loop {
+                    let mut any = false;
+                    for id in &ids {
+                        if sent >= budget {
+                            break 'outer;
+                        }
+                        let circ = self.circuits.get_mut(id).expect("circuit");
+                        if let Some(msg) = circ.poll_transmit(now) {
+                            let cell = ChanCell::new(CircId::new(*id), msg);
+                            self.send(from, to, cell);
+                            sent += 1;
+                            any = true;
+                        }
+                    }
+                    if !any {
+                        break;
+                    }
+                }
+            }
+            End::Relay(i) => {
+                let chans: Vec<ChannelId> = self.relays[i].channels_with_work().collect();
+                for chan in chans {
+                    let to = self.chan_peer[&(i, chan)];
+                    let budget = self.rng.random_range(1..=self.burst);
+                    for _ in 0..budget {
+                        let Some(cell) = self.relays[i].poll_transmit(now, chan) else {
+                            break;
+                        };
+                        self.send(from, to, cell);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, from: End, to: End, cell: AnyChanCell) {
+        let cell = match &mut self.tamper {
+            Some(t) => match t(from, to, cell) {
+                Some(c) => c,
+                None => return,
+            },
+            None => cell,
+        };
+        let delay = Duration::from_micros(self.rng.random_range(100..=self.max_delay_us));
+        let link = self.links.entry((from, to)).or_default();
+        // Channels are ordered: a cell never overtakes an earlier one.
+        let at = (self.now + delay).max(link.last_delivery);
+        link.last_delivery = at;
+        link.in_flight.push_back((at, cell));
+    }
+
+    fn deliver_due(&mut self) {
+        let mut keys: Vec<(End, End)> = self.links.keys().copied().collect();
+        keys.sort();
+        shuffle(&mut self.rng, &mut keys);
+        let now = self.instant();
+        for (from, to) in keys {
+            loop {
+                let link = self.links.get_mut(&(from, to)).expect("link");
+                match link.in_flight.front() {
+                    Some((at, _)) if *at <= self.now => {}
+                    _ => break,
+                }
+                let Some((_, cell)) = link.in_flight.pop_front() else {
+                    break;
+                };
+                match to {
+                    End::Client => {
+                        let (circid, msg) = cell.into_circid_and_msg();
+                        let id = circid.map_or(0, u32::from);
+                        if let Some(c) = self.circuits.get_mut(&id) {
+                            c.handle_cell(now, msg);
+                        }
+                    }
+                    End::Relay(i) => {
+                        let chan = self.chan_ids[&(from, to)];
+                        self.relays[i].handle_cell(now, chan, cell);
+                    }
+                }
+            }
+        }
+    }
+
+    fn handle_events(&mut self) {
+        let now = self.instant();
+        for (id, circ) in self.circuits.iter_mut() {
+            circ.handle_timeout(now);
+            while let Some(ev) = circ.poll_event() {
+                self.client_events.push((*id, ev));
+            }
+        }
+        for i in 0..self.relays.len() {
+            while let Some(ev) = self.relays[i].poll_event() {
+                match &ev {
+                    NodeEvent::ConnectRelay { circ, linkspecs } => {
+                        match self.resolve_linkspecs(linkspecs) {
+                            Some(j) => {
+                                let chan = self.open_channel(End::Relay(i), End::Relay(j));
+                                self.relays[i].extend_channel_ready(now, *circ, chan);
+                            }
+                            None => self.relays[i].extend_channel_failed(
+                                now,
+                                *circ,
+                                onionlab_cell::chan::DestroyReason::CONNECTFAILED,
+                            ),
+                        }
+                    }
+                    NodeEvent::ExitConnect { circ, stream, .. } if self.auto_connect => {
+                        self.relays[i]
+                            .exit_connected(now, *circ, *stream, Some([10, 0, 0, 1].into()))
+                            .expect("exit_connected");
+                    }
+                    _ => {}
+                }
+                self.node_events.push((i, ev));
+            }
+        }
+    }
+
+    /// Take client events of circuit `id` (removing them from the log).
+    pub fn take_client_events(&mut self, id: u32) -> Vec<ClientEvent> {
+        let (mine, rest) = std::mem::take(&mut self.client_events)
+            .into_iter()
+            .partition(|(c, _)| *c == id);
+        self.client_events = rest;
+        mine.into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// Exit-side circuit keys with streams connected so far (from events).
+    pub fn exit_circ_of_stream(&self) -> Vec<(CircKey, onionlab_cell::msg::StreamId)> {
+        let exit = self.relays.len() - 1;
+        self.node_events
+            .iter()
+            .filter_map(|(i, e)| match e {
+                NodeEvent::ExitConnect { circ, stream, .. } if *i == exit => Some((*circ, *stream)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+pub fn shuffle<T>(rng: &mut StdRng, v: &mut [T]) {
+    for i in (1..v.len()).rev() {
+        let j = rng.random_range(0..=i);
+        v.swap(i, j);
+    }
+}
+
+/// A deterministic byte stream, for checking data end to end.
+pub struct Pattern {
+    rng: rand_chacha::ChaCha8Rng,
+    pub remaining: usize,
+    pending: Vec<u8>,
+}
+
+impl Pattern {
+    pub fn new(seed: u64, len: usize) -> Pattern {
+        Pattern {
+            rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed),
+            remaining: len,
+            pending: Vec::new(),
+        }
+    }
+    /// The next `n` bytes (fewer at the end), without consuming them.
+    pub fn peek(&mut self, n: usize) -> &[u8] {
+        let want = n.min(self.remaining);
+        // Generate whole 4 KiB blocks: the RNG's output must not depend on
+        // how callers slice it (ChaCha drops the unused tail of a word).
+        while self.pending.len() < want {
+            let mut block = [0u8; 4096];
+            self.rng.fill_bytes(&mut block);
+            self.pending.extend_from_slice(&block);
+        }
+        &self.pending[..want]
+    }
+    pub fn consume(&mut self, n: usize) {
+        self.pending.drain(..n);
+        self.remaining -= n;
+    }
+    /// Check that `data` is what comes next, and consume it.
+    pub fn expect(&mut self, data: &[u8]) -> bool {
+        if data.len() > self.remaining {
+            return false;
+        }
+        let ok = self.peek(data.len()) == data;
+        self.consume(data.len());
+        ok
+    }
+}
