@@ -126,32 +126,43 @@ const RESCALE_AFTER_HALF_LIVES: f64 = 40.0;
 /// weight times the same factor `2^(-(now - epoch) / half_life)`, so
 /// comparing weights compares EWMAs, and a circuit's weight changes only
 /// when it sends: a min-heap of active circuits stays valid without
-/// touching idle ones. Tor decays in 10-second ticks; this is the same
-/// quantity computed continuously.
+/// touching idle ones. Ties (equal EWMA) go to the circuit that has waited
+/// longest, so EWMA degrades to round robin when history is equal. Tor
+/// decays in 10-second ticks; this is the same quantity computed
+/// continuously.
 #[derive(Debug)]
 pub struct Ewma<K> {
     half_life_secs: f64,
     epoch: Option<Instant>,
     weights: HashMap<K, f64>,
-    heap: BinaryHeap<std::cmp::Reverse<(Weight, K)>>,
-    active: HashSet<K>,
+    /// Min-heap on (weight, activation sequence); entries whose sequence no
+    /// longer matches `active` are stale and skipped.
+    heap: BinaryHeap<std::cmp::Reverse<(Weight, u64, K)>>,
+    /// Active circuits and the sequence number of their activation.
+    active: HashMap<K, u64>,
+    next_seq: u64,
 }
 
 impl<K: Copy + Eq + Hash + Ord> Ewma<K> {
     /// An EWMA scheduler with the given half-life.
     pub fn new(half_life: Duration) -> Self {
         Ewma {
-            half_life_secs: half_life.as_secs_f64().max(1e-6),
+            half_life_secs: half_life.as_secs_f64().max(1e-9),
             epoch: None,
             weights: HashMap::new(),
             heap: BinaryHeap::new(),
-            active: HashSet::new(),
+            active: HashMap::new(),
+            next_seq: 0,
         }
     }
 
     fn half_lives_since_epoch(&mut self, now: Instant) -> f64 {
         let epoch = *self.epoch.get_or_insert(now);
         now.saturating_duration_since(epoch).as_secs_f64() / self.half_life_secs
+    }
+
+    fn weight(&self, key: &K) -> Weight {
+        Weight(self.weights.get(key).copied().unwrap_or(0.0))
     }
 
     fn rescale(&mut self, now: Instant) {
@@ -161,27 +172,27 @@ impl<K: Copy + Eq + Hash + Ord> Ewma<K> {
             *w *= factor;
             *w > 1e-9
         });
-        let weights = &self.weights;
         self.heap = self
             .active
             .iter()
-            .map(|k| std::cmp::Reverse((Weight(weights.get(k).copied().unwrap_or(0.0)), *k)))
+            .map(|(k, seq)| std::cmp::Reverse((self.weight(k), *seq, *k)))
             .collect();
     }
 }
 
 impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for Ewma<K> {
     fn activate(&mut self, key: K, _now: Instant) {
-        if self.active.insert(key) {
-            let w = self.weights.get(&key).copied().unwrap_or(0.0);
-            self.heap.push(std::cmp::Reverse((Weight(w), key)));
+        if !self.active.contains_key(&key) {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.active.insert(key, seq);
+            self.heap
+                .push(std::cmp::Reverse((self.weight(&key), seq, key)));
         }
     }
     fn next(&mut self, _now: Instant) -> Option<K> {
-        while let Some(std::cmp::Reverse((w, k))) = self.heap.pop() {
-            // Skip stale entries (removed, or re-pushed with a newer weight).
-            let current = self.weights.get(&k).copied().unwrap_or(0.0);
-            if self.active.contains(&k) && w.0 == current {
+        while let Some(std::cmp::Reverse((_, seq, k))) = self.heap.pop() {
+            if self.active.get(&k) == Some(&seq) {
                 self.active.remove(&k);
                 return Some(k);
             }

@@ -1,0 +1,180 @@
+//! Faults on the in-memory network: a corrupted cell kills its circuit and
+//! no other; a failed extend leaves a usable shorter circuit.
+
+mod common;
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use common::{linkspecs, End, Net};
+use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
+use onionlab_circuit::client::ClientEvent;
+use onionlab_circuit::node::NodeEvent;
+use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_circuit::stream::StreamEvent;
+use onionlab_crypto::identity::RelaySecretKeys;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+/// Send `bytes` on a fresh stream of circuit `id` and read them back at the
+/// exit; returns true if all arrived before `limit`.
+fn push_bytes(net: &mut Net, id: u32, port: u16, bytes: usize, limit: Duration) -> bool {
+    let Ok(s) = net
+        .circuits
+        .get_mut(&id)
+        .expect("circuit")
+        .begin("x.example", port)
+    else {
+        return false;
+    };
+    let payload = vec![0xabu8; bytes];
+    let mut written = 0;
+    let mut got = 0;
+    let mut exit_stream = None;
+    let deadline = net.now + limit;
+    let mut buf = vec![0u8; 65536];
+    while net.now < deadline {
+        net.tick();
+        let now = net.instant();
+        for (_, ev) in &net.node_events {
+            if let NodeEvent::ExitConnect {
+                circ,
+                stream,
+                port: p,
+                ..
+            } = ev
+            {
+                if *p == port {
+                    exit_stream = Some((*circ, *stream));
+                }
+            }
+        }
+        let circ = net.circuits.get_mut(&id).expect("circuit");
+        if circ.is_closed() {
+            return false;
+        }
+        if written < bytes {
+            written += circ.write(s, &payload[written..]).unwrap_or(0);
+        }
+        if let Some((c, st)) = exit_stream {
+            let exit = net.relays.len() - 1;
+            got += net.relays[exit]
+                .exit_read(now, c, st, &mut buf)
+                .unwrap_or(0);
+        }
+        if got == bytes {
+            return true;
+        }
+    }
+    false
+}
+
+#[test]
+fn corrupted_cell_between_relays_kills_only_its_circuit() {
+    let mut net = Net::new(11, 3, SchedulerKind::default());
+    let a = net.new_circuit();
+    let b = net.new_circuit();
+    net.build(a);
+    net.build(b);
+    // Flip one bit in the next RELAY cell crossing guard -> middle.
+    let armed = Rc::new(Cell::new(true));
+    let hit = Rc::new(Cell::new(None));
+    let (armed2, hit2) = (armed.clone(), hit.clone());
+    net.tamper = Some(Box::new(move |from, to, cell| {
+        if armed2.get() && from == End::Relay(0) && to == End::Relay(1) {
+            let (circ, msg) = cell.into_circid_and_msg();
+            if let AnyChanMsg::Relay(r) = msg {
+                armed2.set(false);
+                hit2.set(circ);
+                let mut body = r.into_relay_body();
+                body[200] ^= 1;
+                return Some(onionlab_cell::chan::ChanCell::new(
+                    circ,
+                    onionlab_cell::chan::Relay::from(body).into(),
+                ));
+            }
+            return Some(onionlab_cell::chan::ChanCell::new(circ, msg));
+        }
+        Some(cell)
+    }));
+    // Circuit a sends first, so its cell is the one corrupted.
+    assert!(!push_bytes(&mut net, a, 1, 100_000, Duration::from_secs(5)));
+    assert!(hit.get().is_some());
+    net.run_for(Duration::from_millis(100));
+    // The exit saw a cell it could not recognize and destroyed the circuit;
+    // the client learned it via TRUNCATED from the middle relay.
+    let exit_closed = net.node_events.iter().any(|(i, e)| {
+        *i == 2 && matches!(e, NodeEvent::CircuitClosed { reason, .. } if reason.reason == DestroyReason::PROTOCOL)
+    });
+    assert!(exit_closed, "{:?}", net.node_events);
+    let ev = net.take_client_events(a);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, ClientEvent::Stream(StreamEvent::Ended { .. }))),
+        "{ev:?}"
+    );
+    // Circuit b, on the very same channels, is unaffected.
+    assert!(push_bytes(
+        &mut net,
+        b,
+        2,
+        1_000_000,
+        Duration::from_secs(60)
+    ));
+    assert!(net
+        .take_client_events(b)
+        .iter()
+        .all(|e| !matches!(e, ClientEvent::Closed(_))));
+}
+
+#[test]
+fn failed_extend_leaves_a_usable_circuit() {
+    let mut net = Net::new(12, 3, SchedulerKind::RoundRobin);
+    let id = net.new_circuit();
+    net.run_until(Duration::from_secs(5), |n| n.circuits[&id].n_hops() == 1);
+    // Extend to a relay nobody runs: the guard cannot connect.
+    let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(99)).public();
+    net.circuits
+        .get_mut(&id)
+        .expect("c")
+        .extend(&ghost, linkspecs(&ghost, 1))
+        .expect("extend");
+    net.run_until(Duration::from_secs(5), |n| !n.circuits[&id].is_extending());
+    let ev = net.take_client_events(id);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, ClientEvent::ExtendFailed { hops: 1, .. })),
+        "{ev:?}"
+    );
+    // The one-hop circuit extends fine to real relays afterwards.
+    for hop in 1..3 {
+        let target = net.public(hop);
+        net.circuits
+            .get_mut(&id)
+            .expect("c")
+            .extend(&target, linkspecs(&target, 1))
+            .expect("extend");
+        net.run_until(Duration::from_secs(5), |n| {
+            n.circuits[&id].n_hops() == hop + 1
+        });
+    }
+    assert!(push_bytes(
+        &mut net,
+        id,
+        3,
+        200_000,
+        Duration::from_secs(30)
+    ));
+}
+
+#[test]
+fn client_destroy_tears_down_every_hop() {
+    let mut net = Net::new(13, 3, SchedulerKind::default());
+    let id = net.new_circuit();
+    net.build(id);
+    assert!(net.relays.iter().all(|r| r.n_circuits() == 1));
+    net.circuits.get_mut(&id).expect("c").destroy();
+    net.run_for(Duration::from_millis(100));
+    assert!(net.relays.iter().all(|r| r.n_circuits() == 0));
+}

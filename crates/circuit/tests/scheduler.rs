@@ -1,0 +1,139 @@
+//! Circuit schedulers in a deterministic channel simulation: one channel
+//! writes one cell per millisecond (simulated), bulk circuits are always
+//! backlogged, and a light circuit queues one cell every 100 ms. EWMA must
+//! give the light circuit lower queueing delay than round robin.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use onionlab_circuit::scheduler::{CircuitScheduler, SchedulerKind};
+
+const LIGHT: u32 = 0;
+const SLOT: Duration = Duration::from_millis(1);
+
+/// Returns the queueing delays of the light circuit's cells, in slots.
+fn simulate(kind: SchedulerKind, n_bulk: u32, seconds: u64) -> Vec<u32> {
+    let mut sched: Box<dyn CircuitScheduler<u32>> = kind.build();
+    let start = Instant::now();
+    // Per-circuit FIFO of the slot at which each cell was queued.
+    let mut queues: HashMap<u32, VecDeque<u64>> = HashMap::new();
+    let mut delays = Vec::new();
+    let slots = seconds * 1000;
+    for slot in 0..slots {
+        let now = start + SLOT * u32::try_from(slot).expect("slot");
+        // Bulk circuits keep a deep backlog.
+        for c in 1..=n_bulk {
+            let q = queues.entry(c).or_default();
+            while q.len() < 50 {
+                q.push_back(slot);
+            }
+            sched.activate(c, now);
+        }
+        if slot % 100 == 0 {
+            queues.entry(LIGHT).or_default().push_back(slot);
+            sched.activate(LIGHT, now);
+        }
+        // Write one cell.
+        let Some(c) = sched.next(now) else { continue };
+        let q = queues.get_mut(&c).expect("active circuit has a queue");
+        let queued_at = q.pop_front().expect("active circuit has a cell");
+        sched.on_sent(c, 1, now);
+        if !q.is_empty() {
+            sched.activate(c, now);
+        }
+        if c == LIGHT {
+            delays.push(u32::try_from(slot - queued_at).expect("delay"));
+        }
+    }
+    delays
+}
+
+fn mean(v: &[u32]) -> f64 {
+    v.iter().map(|x| f64::from(*x)).sum::<f64>() / v.len() as f64
+}
+
+#[test]
+fn ewma_favours_the_light_circuit() {
+    let ewma = SchedulerKind::Ewma {
+        half_life: Duration::from_secs(30),
+    };
+    for n_bulk in [1, 4, 16] {
+        let rr = simulate(SchedulerKind::RoundRobin, n_bulk, 60);
+        let ew = simulate(ewma, n_bulk, 60);
+        assert_eq!(rr.len(), 600);
+        assert_eq!(ew.len(), 600);
+        // Once history exists (after the first cell, when all circuits tie
+        // at zero and the longest-waiting goes first), the light circuit has
+        // sent far fewer cells than any bulk one, so EWMA sends its cell in
+        // the very next slot.
+        assert!(
+            ew[1..].iter().all(|d| *d == 0),
+            "EWMA delays with {n_bulk} bulk: {ew:?}"
+        );
+        // Round robin makes it wait for bulk circuits queued ahead of it.
+        assert!(
+            mean(&rr) > mean(&ew),
+            "RR {} vs EWMA {}",
+            mean(&rr),
+            mean(&ew)
+        );
+        if n_bulk >= 4 {
+            assert!(
+                mean(&rr) >= f64::from(n_bulk) / 4.0,
+                "RR mean {} with {n_bulk} bulk",
+                mean(&rr)
+            );
+        }
+    }
+}
+
+#[test]
+fn ewma_with_tiny_half_life_degrades_to_fair_sharing() {
+    // With a 1 ms half-life history is forgotten almost at once: bulk
+    // circuits share the channel equally (each gets ~1/n of the slots).
+    let kind = SchedulerKind::Ewma {
+        half_life: Duration::from_micros(1),
+    };
+    let mut sched: Box<dyn CircuitScheduler<u32>> = kind.build();
+    let start = Instant::now();
+    let mut counts = [0u32; 3];
+    for slot in 0..3000u32 {
+        let now = start + SLOT * slot;
+        for c in 0..3 {
+            sched.activate(c, now);
+        }
+        let c = sched.next(now).expect("active");
+        counts[c as usize] += 1;
+        sched.on_sent(c, 1, now);
+    }
+    for c in counts {
+        assert!((900..=1100).contains(&c), "{counts:?}");
+    }
+}
+
+#[test]
+fn schedulers_survive_long_runs_and_rescaling() {
+    // Hours of simulated time force the EWMA weights to be rescaled many
+    // times; ordering must stay correct (the light circuit still wins).
+    let ewma = SchedulerKind::Ewma {
+        half_life: Duration::from_millis(50),
+    };
+    let delays = simulate(ewma, 2, 600);
+    assert!(delays[1..].iter().all(|d| *d == 0));
+}
+
+#[test]
+fn round_robin_alternates_and_removal_works() {
+    let mut rr: Box<dyn CircuitScheduler<u32>> = SchedulerKind::RoundRobin.build();
+    let now = Instant::now();
+    for c in [1, 2, 3] {
+        rr.activate(c, now);
+    }
+    rr.remove(2);
+    assert_eq!(rr.next(now), Some(1));
+    rr.activate(1, now);
+    assert_eq!(rr.next(now), Some(3));
+    assert_eq!(rr.next(now), Some(1));
+    assert_eq!(rr.next(now), None);
+    assert!(rr.is_idle());
+}
