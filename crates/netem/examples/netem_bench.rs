@@ -9,7 +9,8 @@
 //!
 //! Needs root. Run with
 //! `cargo run --release -p onionlab-netem --example netem_bench -- --size 1500 --rate max --secs 3 --runs 5`
-//! (`--rate` is packets/s or `max`).
+//! (`--rate` is packets/s or `max`; `--spin-us N` and `--realtime false`
+//! change the forwarder's timing options).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -24,6 +25,8 @@ struct Args {
     rate: Option<u64>,
     secs: f64,
     runs: usize,
+    spin_us: u64,
+    realtime: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -32,6 +35,8 @@ fn parse_args() -> Result<Args, String> {
         rate: None,
         secs: 3.0,
         runs: 5,
+        spin_us: 50,
+        realtime: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -47,6 +52,8 @@ fn parse_args() -> Result<Args, String> {
             }
             "--secs" => a.secs = v.parse().map_err(|_| "bad --secs")?,
             "--runs" => a.runs = v.parse().map_err(|_| "bad --runs")?,
+            "--spin-us" => a.spin_us = v.parse().map_err(|_| "bad --spin-us")?,
+            "--realtime" => a.realtime = v.parse().map_err(|_| "bad --realtime (true/false)")?,
             _ => return Err(format!("unknown option {k}")),
         }
     }
@@ -82,7 +89,15 @@ fn one_run(args: &Args, run: usize) -> Result<RunResult, Box<dyn std::error::Err
         &format!("name = \"bench{run}\"\n[defaults]\nlatency = \"1ms\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n"),
         "bench",
     )?;
-    let net = Network::up(topo, NetworkOptions::default())?;
+    let opts = NetworkOptions {
+        forwarder: onionlab_netem::ForwarderOptions {
+            spin: Duration::from_micros(args.spin_us),
+            realtime: args.realtime,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let net = Network::up(topo, opts)?;
     let b = SocketAddr::from((net.address("b")?, 9999));
     let a = SocketAddr::from((net.address("a")?, 0));
     let rx = net.run_in("b", move || UdpSocket::bind(b))??;
@@ -181,7 +196,9 @@ fn one_run(args: &Args, run: usize) -> Result<RunResult, Box<dyn std::error::Err
         p99_us: fr.p99_us,
     };
     println!(
-        "run {run}: size {} offered {:.0} pps, delivered {:.0} pps ({:.2} Gbit/s), dropped before forwarder {} ({:.2}%), forwarder wrote {}, receiver got {}, release error p50 {:.1} us p99 {:.1} us max {:.1} us, write p50 {:.1} us",
+        "run {run}: forwarder CPU {:.2} us/packet ({:.0} pps per core); size {} offered {:.0} pps, delivered {:.0} pps ({:.2} Gbit/s), dropped before forwarder {} ({:.2}%), forwarder wrote {}, receiver got {}, release error p50 {:.1} us p99 {:.1} us max {:.1} us, write p50 {:.1} us",
+        c.forwarder.cpu_s * 1e6 / c.forwarder.written_packets.max(1) as f64,
+        c.forwarder.written_packets as f64 / c.forwarder.cpu_s.max(1e-9),
         args.size,
         r.offered_pps,
         r.delivered_pps,

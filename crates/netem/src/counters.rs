@@ -210,6 +210,8 @@ pub struct HostCounters {
 pub struct ForwarderCounters {
     /// Seconds the forwarder ran.
     pub elapsed_s: f64,
+    /// CPU seconds used by the forwarder thread (includes spinning).
+    pub cpu_s: f64,
     /// Packets read from TUN devices.
     pub read_packets: u64,
     /// Packets written to TUN devices.

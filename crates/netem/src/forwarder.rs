@@ -305,6 +305,7 @@ impl State {
         let (paths, hosts) = self.model.counters();
         let mut fc = self.fc.clone();
         fc.elapsed_s = (sys::monotonic_ns() - self.start) as f64 / 1e9;
+        fc.cpu_s = sys::thread_cpu_ns() as f64 / 1e9;
         fc.release_error = self.release_error.summary();
         fc.write_time = self.write_time.summary();
         Counters {
