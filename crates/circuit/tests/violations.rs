@@ -2,8 +2,6 @@
 //! and nothing else. A hand-driven peer (raw ntor + relay crypto) sends what
 //! an honest implementation never would.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{

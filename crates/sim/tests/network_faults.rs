@@ -1,19 +1,17 @@
 //! Faults on the in-memory network: a corrupted cell kills its circuit and
 //! no other; a failed extend leaves a usable shorter circuit.
 
-mod common;
-
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use common::{linkspecs, End, Net};
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
 use onionlab_circuit::client::ClientEvent;
 use onionlab_circuit::node::NodeEvent;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_sim::{linkspecs, End, Net};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -75,8 +73,8 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
     let mut net = Net::new(11, 3, SchedulerKind::default());
     let a = net.new_circuit();
     let b = net.new_circuit();
-    net.build(a);
-    net.build(b);
+    net.build(a).expect("build");
+    net.build(b).expect("build");
     // Flip one bit in the next RELAY cell crossing guard -> middle.
     let armed = Rc::new(Cell::new(true));
     let hit = Rc::new(Cell::new(None));
@@ -132,7 +130,8 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
 fn failed_extend_leaves_a_usable_circuit() {
     let mut net = Net::new(12, 3, SchedulerKind::RoundRobin);
     let id = net.new_circuit();
-    net.run_until(Duration::from_secs(5), |n| n.circuits[&id].n_hops() == 1);
+    net.run_until(Duration::from_secs(5), |n| n.circuits[&id].n_hops() == 1)
+        .expect("run");
     // Extend to a relay nobody runs: the guard cannot connect.
     let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(99)).public();
     net.circuits
@@ -140,7 +139,8 @@ fn failed_extend_leaves_a_usable_circuit() {
         .expect("c")
         .extend(&ghost, linkspecs(&ghost, 1))
         .expect("extend");
-    net.run_until(Duration::from_secs(5), |n| !n.circuits[&id].is_extending());
+    net.run_until(Duration::from_secs(5), |n| !n.circuits[&id].is_extending())
+        .expect("run");
     let ev = net.take_client_events(id);
     assert!(
         ev.iter()
@@ -157,7 +157,8 @@ fn failed_extend_leaves_a_usable_circuit() {
             .expect("extend");
         net.run_until(Duration::from_secs(5), |n| {
             n.circuits[&id].n_hops() == hop + 1
-        });
+        })
+        .expect("run");
     }
     assert!(push_bytes(
         &mut net,
@@ -172,7 +173,7 @@ fn failed_extend_leaves_a_usable_circuit() {
 fn client_destroy_tears_down_every_hop() {
     let mut net = Net::new(13, 3, SchedulerKind::default());
     let id = net.new_circuit();
-    net.build(id);
+    net.build(id).expect("build");
     assert!(net.relays.iter().all(|r| r.n_circuits() == 1));
     net.circuits.get_mut(&id).expect("c").destroy();
     net.run_for(Duration::from_millis(100));

@@ -2,18 +2,16 @@
 //! in-memory network: a 3-hop circuit, 10 streams, 10 MiB each way on each,
 //! checked byte for byte and by SHA-256, with windows and buffers watched.
 
-mod common;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Net, Pattern};
 use onionlab_cell::msg::StreamId;
 use onionlab_circuit::client::ClientEvent;
 use onionlab_circuit::flow::STREAMWINDOW_START;
 use onionlab_circuit::node::{CircKey, NodeEvent};
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
+use onionlab_sim::{Net, Pattern};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 
@@ -33,7 +31,7 @@ struct Check {
 fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind) {
     let mut net = Net::new(seed, 3, scheduler);
     let id = net.new_circuit();
-    net.build(id);
+    net.build(id).expect("build");
     assert_eq!(net.circuits[&id].n_hops(), 3);
 
     let mut client_streams = Vec::new();

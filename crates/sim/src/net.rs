@@ -1,8 +1,4 @@
-//! A deterministic in-memory onion network for tests: one client, a chain
-//! of relays, channels as FIFO links with random per-cell delays, and
-//! random interleaving of which node acts when. Time is simulated.
-
-#![allow(dead_code)]
+//! The simulated network: endpoints, links and the event loop.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -17,10 +13,14 @@ use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
 
+use crate::SimError;
+
 /// Who is at one end of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum End {
+    /// The client.
     Client,
+    /// Relay number `n` (0 is the guard).
     Relay(usize),
 }
 
@@ -34,15 +34,20 @@ struct Link {
 /// A hook that may rewrite or drop cells on a link (for violation tests).
 pub type Tamper = Box<dyn FnMut(End, End, AnyChanCell) -> Option<AnyChanCell>>;
 
+/// The in-memory network: a client, relays, links and simulated time.
 pub struct Net {
+    /// Randomness of delays, bursts and interleaving (seeded).
     pub rng: StdRng,
     base: Instant,
+    /// Simulated time since the start.
     pub now: Duration,
+    /// The relays; the last is the exit.
     pub relays: Vec<RelayNode>,
-    pub relay_keys: Vec<RelaySecretKeys>,
     /// Client circuits, by client-side circuit ID.
     pub circuits: BTreeMap<u32, ClientCircuit>,
+    /// Client events not yet taken, with their circuit.
     pub client_events: Vec<(u32, ClientEvent)>,
+    /// Relay events not yet taken, with their relay index.
     pub node_events: Vec<(usize, NodeEvent)>,
     /// (from, to) -> link. Channel IDs: the same number at both ends.
     links: HashMap<(End, End), Link>,
@@ -52,7 +57,9 @@ pub struct Net {
     next_client_circ: u32,
     /// Most cells a node writes on one channel per tick (random 1..=max).
     pub burst: usize,
+    /// Largest one-way delay of a cell on a link, in microseconds.
     pub max_delay_us: u64,
+    /// Optional hook applied to every cell sent.
     pub tamper: Option<Tamper>,
     /// Exit streams the harness auto-connects (true) or refuses.
     pub auto_connect: bool,
@@ -63,10 +70,7 @@ pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
         LinkSpec::OrPort(std::net::Ipv4Addr::LOCALHOST.into(), port),
         LinkSpec::Ed25519Id(keys.ed_identity),
     ];
-    specs
-        .iter()
-        .map(|s| s.encode().expect("encode linkspec"))
-        .collect()
+    specs.iter().filter_map(|s| s.encode().ok()).collect()
 }
 
 impl Net {
@@ -74,10 +78,8 @@ impl Net {
     pub fn new(seed: u64, n: usize, scheduler: SchedulerKind) -> Net {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut relays = Vec::new();
-        let mut relay_keys = Vec::new();
         for i in 0..n {
             let keys = RelaySecretKeys::generate(&mut rng);
-            relay_keys.push(RelaySecretKeys::from_bytes(&keys.to_bytes()).expect("keys"));
             let config = NodeConfig {
                 scheduler,
                 circuit: RelayConfig {
@@ -97,7 +99,6 @@ impl Net {
             base: Instant::now(),
             now: Duration::ZERO,
             relays,
-            relay_keys,
             circuits: BTreeMap::new(),
             client_events: Vec::new(),
             node_events: Vec::new(),
@@ -113,12 +114,14 @@ impl Net {
         }
     }
 
+    /// The simulated now as an `Instant`.
     pub fn instant(&self) -> Instant {
         self.base + self.now
     }
 
+    /// Public keys of relay `i`.
     pub fn public(&self, i: usize) -> RelayPublicKeys {
-        self.relay_keys[i].public()
+        self.relays[i].keys().public()
     }
 
     fn open_channel(&mut self, a: End, b: End) -> ChannelId {
@@ -149,24 +152,24 @@ impl Net {
         id
     }
 
-    /// Build circuit `id` through all relays; panics if it fails.
-    pub fn build(&mut self, id: u32) {
+    /// Build circuit `id` through all relays.
+    pub fn build(&mut self, id: u32) -> Result<(), SimError> {
         let n = self.relays.len();
         self.run_until(Duration::from_secs(10), |net| {
             net.circuits.get(&id).is_some_and(|c| c.n_hops() >= 1)
-        });
+        })?;
         for hop in 1..n {
             let target = self.public(hop);
             let specs = linkspecs(&target, 9000 + hop as u16);
             self.circuits
                 .get_mut(&id)
-                .expect("circuit")
-                .extend(&target, specs)
-                .expect("extend");
+                .ok_or(SimError::NoCircuit(id))?
+                .extend(&target, specs)?;
             self.run_until(Duration::from_secs(10), |net| {
                 net.circuits.get(&id).is_some_and(|c| c.n_hops() > hop)
-            });
+            })?;
         }
+        Ok(())
     }
 
     fn resolve_linkspecs(&self, specs: &[EncodedLinkSpec]) -> Option<usize> {
@@ -178,16 +181,20 @@ impl Net {
         None
     }
 
-    /// Run ticks until `done` holds; panics after `limit` of simulated time.
-    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Net) -> bool) {
+    /// Run ticks until `done` holds, for at most `limit` of simulated time.
+    pub fn run_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&mut Net) -> bool,
+    ) -> Result<(), SimError> {
         let deadline = self.now + limit;
         while !done(self) {
-            assert!(
-                self.now < deadline,
-                "simulation did not finish in {limit:?}"
-            );
+            if self.now >= deadline {
+                return Err(SimError::Timeout(limit));
+            }
             self.tick();
         }
+        Ok(())
     }
 
     /// Run for a fixed simulated duration.
@@ -228,7 +235,9 @@ impl Net {
                         if sent >= budget {
                             break 'outer;
                         }
-                        let circ = self.circuits.get_mut(id).expect("circuit");
+                        let Some(circ) = self.circuits.get_mut(id) else {
+                            continue;
+                        };
                         if let Some(msg) = circ.poll_transmit(now) {
                             let cell = ChanCell::new(CircId::new(*id), msg);
                             self.send(from, to, cell);
@@ -244,7 +253,9 @@ impl Net {
             End::Relay(i) => {
                 let chans: Vec<ChannelId> = self.relays[i].channels_with_work().collect();
                 for chan in chans {
-                    let to = self.chan_peer[&(i, chan)];
+                    let Some(&to) = self.chan_peer.get(&(i, chan)) else {
+                        continue;
+                    };
                     let budget = self.rng.random_range(1..=self.burst);
                     for _ in 0..budget {
                         let Some(cell) = self.relays[i].poll_transmit(now, chan) else {
@@ -279,15 +290,7 @@ impl Net {
         shuffle(&mut self.rng, &mut keys);
         let now = self.instant();
         for (from, to) in keys {
-            loop {
-                let link = self.links.get_mut(&(from, to)).expect("link");
-                match link.in_flight.front() {
-                    Some((at, _)) if *at <= self.now => {}
-                    _ => break,
-                }
-                let Some((_, cell)) = link.in_flight.pop_front() else {
-                    break;
-                };
+            while let Some(cell) = self.pop_due(from, to) {
                 match to {
                     End::Client => {
                         let (circid, msg) = cell.into_circid_and_msg();
@@ -297,11 +300,21 @@ impl Net {
                         }
                     }
                     End::Relay(i) => {
-                        let chan = self.chan_ids[&(from, to)];
-                        self.relays[i].handle_cell(now, chan, cell);
+                        if let Some(&chan) = self.chan_ids.get(&(from, to)) {
+                            self.relays[i].handle_cell(now, chan, cell);
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// The next cell on link `from -> to` if it is due.
+    fn pop_due(&mut self, from: End, to: End) -> Option<AnyChanCell> {
+        let link = self.links.get_mut(&(from, to))?;
+        match link.in_flight.front() {
+            Some((at, _)) if *at <= self.now => link.in_flight.pop_front().map(|(_, c)| c),
+            _ => None,
         }
     }
 
@@ -330,9 +343,14 @@ impl Net {
                         }
                     }
                     NodeEvent::ExitConnect { circ, stream, .. } if self.auto_connect => {
-                        self.relays[i]
-                            .exit_connected(now, *circ, *stream, Some([10, 0, 0, 1].into()))
-                            .expect("exit_connected");
+                        // Only fails if the circuit closed meanwhile, which
+                        // its own events report.
+                        let _ = self.relays[i].exit_connected(
+                            now,
+                            *circ,
+                            *stream,
+                            Some([10, 0, 0, 1].into()),
+                        );
                     }
                     _ => {}
                 }
@@ -351,6 +369,7 @@ impl Net {
     }
 
     /// Exit-side circuit keys with streams connected so far (from events).
+    /// Exit-side (circuit, stream) pairs seen in ExitConnect events.
     pub fn exit_circ_of_stream(&self) -> Vec<(CircKey, onionlab_cell::msg::StreamId)> {
         let exit = self.relays.len() - 1;
         self.node_events
@@ -363,6 +382,7 @@ impl Net {
     }
 }
 
+/// Fisher-Yates shuffle with the network's RNG.
 pub fn shuffle<T>(rng: &mut StdRng, v: &mut [T]) {
     for i in (1..v.len()).rev() {
         let j = rng.random_range(0..=i);
@@ -373,11 +393,13 @@ pub fn shuffle<T>(rng: &mut StdRng, v: &mut [T]) {
 /// A deterministic byte stream, for checking data end to end.
 pub struct Pattern {
     rng: rand_chacha::ChaCha8Rng,
+    /// Bytes not yet consumed.
     pub remaining: usize,
     pending: Vec<u8>,
 }
 
 impl Pattern {
+    /// `len` bytes from a generator seeded with `seed`.
     pub fn new(seed: u64, len: usize) -> Pattern {
         Pattern {
             rng: rand_chacha::ChaCha8Rng::seed_from_u64(seed),
@@ -397,6 +419,7 @@ impl Pattern {
         }
         &self.pending[..want]
     }
+    /// Drop the next `n` bytes (after [`peek`](Self::peek)).
     pub fn consume(&mut self, n: usize) {
         self.pending.drain(..n);
         self.remaining -= n;

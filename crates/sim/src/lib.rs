@@ -1,0 +1,39 @@
+//! A deterministic in-memory onion network over the sans-IO core.
+//!
+//! One client and a chain of relays ([`onionlab_circuit::node::RelayNode`])
+//! joined by channels modelled as ordered links with random per-cell delays;
+//! every tick the endpoints act in random order and write random bursts, so
+//! interleavings vary with the seed while each run is exactly repeatable.
+//! Time is simulated: nothing sleeps, and a run takes as long as the CPU
+//! needs to push the cells through the real cell, crypto and circuit code.
+//!
+//! The tests of the circuit layer run on it, and so does `onionlab demo`
+//! ([`demo`]).
+
+pub mod demo;
+mod net;
+
+pub use net::{linkspecs, shuffle, End, Net, Pattern, Tamper};
+
+use std::time::Duration;
+
+/// Why a simulation could not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The condition waited for did not happen in time (simulated).
+    #[error("nothing happened within {0:?} of simulated time")]
+    Timeout(Duration),
+    /// A client circuit the caller named does not exist.
+    #[error("no client circuit {0:#x}")]
+    NoCircuit(u32),
+    /// A circuit refused an operation.
+    #[error("circuit: {0}")]
+    Circuit(#[from] onionlab_circuit::Error),
+    /// A circuit closed while the experiment needed it.
+    #[error("circuit closed: {0}")]
+    Closed(onionlab_circuit::CloseReason),
+    /// Data arrived corrupted or out of order.
+    #[error("stream data corrupted: {0}")]
+    Corrupt(&'static str),
+}
