@@ -14,17 +14,33 @@ use std::time::{Duration, Instant};
 
 use onionlab_netem::{Network, NetworkOptions, Topology};
 
-fn available() -> bool {
+/// Holds an exclusive lock so that the timing-sensitive tests never overlap,
+/// even when a runner starts them in parallel processes.
+struct Serial(#[allow(dead_code)] std::fs::File);
+
+fn available() -> Option<Serial> {
     match onionlab_netem::check_privileges() {
-        Ok(()) => true,
+        Ok(()) => {
+            std::fs::create_dir_all("/run/onionlab").unwrap();
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open("/run/onionlab/.fidelity-tests.lock")
+                .unwrap();
+            // SAFETY: plain flock on an open fd; released when the file closes.
+            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+            Some(Serial(f))
+        }
         Err(e) => {
             let msg = format!("SKIPPED: this test needs root and /dev/net/tun ({e})");
             if std::env::var("ONIONLAB_REQUIRE_NETNS").is_ok_and(|v| v == "1") {
                 panic!("{msg}, and ONIONLAB_REQUIRE_NETNS=1");
             }
-            eprintln!("{msg}");
-            println!("{msg}");
-            false
+            // Written to the stderr handle directly, which libtest does not
+            // capture, so the skip shows even for a passing test.
+            let _ = writeln!(std::io::stderr(), "{msg}");
+            None
         }
     }
 }
@@ -103,9 +119,9 @@ fn echo_server(sock: UdpSocket) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>
 
 #[test]
 fn udp_echo_rtt_is_twice_the_latency() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up(r#"
 name = "t-rtt"
 [[host]]
@@ -257,9 +273,9 @@ fn measured_blast(net: &Network, n: u64, port: u16) -> Vec<bool> {
 
 #[test]
 fn bernoulli_loss_within_binomial_interval() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up("name = \"t-loss\"\nseed = 7\n[defaults]\nlatency = \"1ms\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n");
     let n = 50_000u64;
     for (i, rate) in [0.001, 0.01, 0.05].into_iter().enumerate() {
@@ -287,9 +303,9 @@ fn bernoulli_loss_within_binomial_interval() {
 
 #[test]
 fn gilbert_elliott_burst_length() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up(
         "name = \"t-ge\"\nseed = 3\n[defaults]\nlatency = \"1ms\"\nloss = { model = \"gilbert-elliott\", rate = \"2%\", burst = 4 }\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n",
     );
@@ -384,9 +400,9 @@ down_queue = "100 packets"
 
 #[test]
 fn tcp_bulk_fills_a_10mbit_bottleneck() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up(&format!("name = \"t-tcp1\"\n{BOTTLENECK}"));
     let g = tcp_bulk(&net, 1, 5.0, 1.5);
     let c = net.shutdown().unwrap();
@@ -403,9 +419,9 @@ fn tcp_bulk_fills_a_10mbit_bottleneck() {
 
 #[test]
 fn two_tcp_flows_share_the_bottleneck() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up(&format!("name = \"t-tcp2\"\n{BOTTLENECK}"));
     let g = tcp_bulk(&net, 2, 8.0, 2.0);
     net.shutdown().unwrap();
@@ -427,9 +443,9 @@ fn two_tcp_flows_share_the_bottleneck() {
 
 #[test]
 fn packets_outside_the_topology_are_dropped_and_counted() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up("name = \"t-noroute\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n");
     let tx = udp_in(&net, "a", 0);
     let rx = udp_in(&net, "b", 9200);
@@ -482,9 +498,9 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn cleanup_after_normal_shutdown() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let net = up("name = \"t-clean\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n");
     assert!(netns_list().iter().any(|n| n == "olab-t-clean-a"));
     let state_dir = net.state_dir().to_path_buf();
@@ -531,9 +547,9 @@ fn crash_helper() {
 
 #[test]
 fn stale_state_is_removed_after_a_crash() {
-    if !available() {
+    let Some(_serial) = available() else {
         return;
-    }
+    };
     let ready = std::env::temp_dir().join(format!("onionlab-crash-{}", std::process::id()));
     let _ = std::fs::remove_file(&ready);
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
