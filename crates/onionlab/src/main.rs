@@ -24,6 +24,9 @@ enum Command {
     /// Emulated network: hosts in network namespaces joined by a link emulator.
     #[command(subcommand)]
     Net(cmd::net::NetCommand),
+    /// The default experiment (until the lab lands): bulk and light circuits
+    /// sharing a path on the in-memory network, per circuit scheduler.
+    Demo(cmd::demo::DemoArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +39,7 @@ fn main() -> std::process::ExitCode {
         .init();
     let result = match cli.command {
         Command::Net(c) => cmd::net::run(c),
+        Command::Demo(a) => cmd::demo::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run every check CI runs: formatting, lints, and all tests.
+#
+# Installs what it needs (cargo-nextest from crates.io if missing; iproute2
+# from Debian if `ip` is missing, for the emulated-network tests).
+# The emulated-network fidelity tests need root, TUN and network namespaces;
+# they run in their own serial step because they measure timing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+    echo "== installing cargo-nextest"
+    cargo install --locked cargo-nextest
+fi
+if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "== installing iproute2"
+    apt-get update -qq && apt-get install -y -qq iproute2
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# --no-tests=fail: a step that finds no tests is an error, not a pass.
+echo "== unit and integration tests (all crates but the emulated network)"
+cargo nextest run --workspace --exclude onionlab-netem --locked --no-tests=fail
+
+echo "== emulated-network tests (serial: they measure timing)"
+# As root (CI), a missing TUN or namespace support is a failure, not a skip.
+if [ "$(id -u)" = 0 ]; then
+    export ONIONLAB_REQUIRE_NETNS=1
+fi
+cargo nextest run -p onionlab-netem --locked --no-tests=fail --test-threads 1
+
+echo "== doc tests"
+cargo test --workspace --doc --locked
+
+echo "== all checks passed"
