@@ -54,6 +54,8 @@ pub(crate) struct Stream {
     recv_bytes: usize,
     /// The application asked to close once the send buffer is flushed.
     pub(crate) close_requested: bool,
+    /// Is the stream in the packaging round robin?
+    in_rr: bool,
 }
 
 impl Stream {
@@ -65,6 +67,7 @@ impl Stream {
             recv: VecDeque::new(),
             recv_bytes: 0,
             close_requested: false,
+            in_rr: false,
         }
     }
 }
@@ -189,11 +192,12 @@ impl StreamMap {
         }
         let n = data.len().min(limit.saturating_sub(s.send_buf.len()));
         s.send_buf.extend_from_slice(&data[..n]);
+        if n > 0 && !s.in_rr {
+            s.in_rr = true;
+            self.rr.push_back(raw);
+        }
         if n < data.len() && !self.blocked_writers.contains(&raw) {
             self.blocked_writers.push(raw);
-        }
-        if n > 0 && !self.rr.contains(&raw) {
-            self.rr.push_back(raw);
         }
         Some(n)
     }
@@ -204,7 +208,8 @@ impl StreamMap {
         match self.streams.get_mut(&raw) {
             Some(s) => {
                 s.close_requested = true;
-                if !self.rr.contains(&raw) {
+                if !s.in_rr {
+                    s.in_rr = true;
                     self.rr.push_back(raw);
                 }
                 true
@@ -246,6 +251,8 @@ impl StreamMap {
                     s.windows.package -= 1;
                     if !s.send_buf.is_empty() || s.close_requested {
                         self.rr.push_back(id);
+                    } else {
+                        s.in_rr = false;
                     }
                     return StreamId::new(id).map(|sid| Outgoing::Data(sid, chunk));
                 }
@@ -257,6 +264,8 @@ impl StreamMap {
                 self.remember_half_closed(id);
                 return StreamId::new(id).map(Outgoing::End);
             }
+            // Nothing to send: leave the rotation until the next write.
+            s.in_rr = false;
         }
         None
     }
@@ -426,4 +435,106 @@ fn drain_into(q: &mut VecDeque<Bytes>, buf: &mut [u8]) -> usize {
         }
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(map: &mut StreamMap) -> StreamId {
+        let id = map.open_local().expect("free id");
+        map.get_mut(id).expect("stream").state = StreamState::Open;
+        id
+    }
+
+    #[test]
+    fn send_buffer_is_bounded_and_reports_writable() {
+        let mut map = StreamMap::new(StreamConfig {
+            send_buffer: 1000,
+            ..StreamConfig::default()
+        });
+        let id = open(&mut map);
+        assert_eq!(map.write(id, &[1; 1500]), Some(1000));
+        assert_eq!(map.write(id, &[1; 10]), Some(0));
+        assert!(map.take_writable().is_empty());
+        let Some(Outgoing::Data(_, chunk)) = map.next_outgoing(true) else {
+            panic!("expected DATA")
+        };
+        assert_eq!(chunk.len(), MAX_DATA_LEN);
+        assert_eq!(map.take_writable(), vec![id]);
+        assert!(map.take_writable().is_empty());
+    }
+
+    #[test]
+    fn packaging_is_round_robin_and_respects_windows() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let a = open(&mut map);
+        let b = open(&mut map);
+        map.write(a, &[0; 2000]);
+        map.write(b, &[0; 2000]);
+        let order: Vec<StreamId> = (0..4)
+            .filter_map(|_| match map.next_outgoing(true) {
+                Some(Outgoing::Data(id, _)) => Some(id),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, vec![a, b, a, b]);
+        // A closed circuit window stops DATA.
+        assert!(map.next_outgoing(false).is_none());
+        // An exhausted stream window stops that stream only.
+        map.get_mut(a).expect("a").windows.package = 0;
+        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(id, _)) if id == b));
+    }
+
+    #[test]
+    fn end_follows_the_last_data_and_id_becomes_half_closed() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let id = open(&mut map);
+        map.write(id, &[7; 600]);
+        assert!(map.request_close(id));
+        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
+        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
+        assert!(matches!(map.next_outgoing(true), Some(Outgoing::End(e)) if e == id));
+        assert!(map.next_outgoing(true).is_none());
+        assert!(map.is_half_closed(id));
+        assert!(map.get(id).is_none());
+        // The peer's END frees the ID for good.
+        map.on_end(id);
+        assert!(!map.is_half_closed(id));
+    }
+
+    #[test]
+    fn stream_ids_skip_those_in_use_and_the_limit_holds() {
+        let mut map = StreamMap::new(StreamConfig {
+            max_streams: 3,
+            max_half_closed: 1,
+            ..StreamConfig::default()
+        });
+        let a = open(&mut map);
+        let b = open(&mut map);
+        assert_ne!(a, b);
+        map.abort(a);
+        let c = open(&mut map);
+        assert_ne!(c, a, "a half-closed ID is not reused");
+        assert!(
+            map.open_local().is_none(),
+            "two open + one half-closed = limit"
+        );
+        map.abort(b);
+        // Only one half-closed ID is remembered: `a` was evicted.
+        assert!(!map.is_half_closed(a));
+        assert!(map.is_half_closed(b));
+    }
+
+    #[test]
+    fn unread_data_survives_the_peers_end() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let id = open(&mut map);
+        assert_eq!(map.on_data(id, Bytes::from_static(b"hello")), Ok(true));
+        map.on_end(id);
+        let mut buf = [0u8; 16];
+        assert_eq!(map.read(id, &mut buf), Some((5, false)));
+        assert_eq!(&buf[..5], b"hello");
+        assert_eq!(map.read(id, &mut buf), None);
+    }
 }
