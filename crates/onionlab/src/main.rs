@@ -23,7 +23,7 @@ struct Cli {
 enum Command {
     /// Emulated network: hosts in network namespaces joined by a link emulator.
     #[command(subcommand)]
-    Net(cmd::net::NetCommand),
+    Net(Box<cmd::net::NetCommand>),
     /// The default experiment (until the lab lands): bulk and light circuits
     /// sharing a path on the in-memory network, per circuit scheduler.
     Demo(cmd::demo::DemoArgs),
@@ -38,7 +38,7 @@ fn main() -> std::process::ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Net(c) => cmd::net::run(c),
+        Command::Net(c) => cmd::net::run(*c),
         Command::Demo(a) => cmd::demo::run(a),
     };
     match result {
