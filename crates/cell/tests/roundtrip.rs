@@ -1045,7 +1045,8 @@ proptest! {
 
     /// BEGIN targets made of the characters that matter to its parser
     /// (brackets, colons, digits, NUL): whatever decodes re-encodes and
-    /// decodes to the same target. (Found by fuzzing: tor-cell decodes
+    /// decodes to the same target. (Found by reading the parser, then
+    /// confirmed with the `relay_msg_decode` fuzz target: tor-cell decodes
     /// `[[x]:80` to the address `[x`, which re-encodes as `[x:80`, which
     /// does not decode; `relay` now rejects brackets and NUL in addresses.)
     #[test]
@@ -1188,7 +1189,8 @@ fn relay_end_every_listed_reason() {
     }
 }
 
-/// The fuzz-found BEGIN body `[[x]:80` is rejected, not accepted as `[x`.
+/// The BEGIN body `[[x]:80` (it crashed `relay_msg_decode`) is rejected,
+/// not accepted as the address `[x`.
 #[test]
 fn relay_begin_nested_bracket_regression() {
     let raw = UnrecognizedRelay::new(RelayCmd::BEGIN, b"[[x]:80\0".to_vec());
