@@ -224,6 +224,15 @@ impl ClientCircuit {
     /// for writing at once; data flows once CONNECTED arrives.
     pub fn begin(&mut self, host: &str, port: u16) -> Result<StreamId, Error> {
         let hop = self.attach_hop()?;
+        // An IPv6 literal may come bracketed (as in a URL); tor-cell adds
+        // the brackets itself. Anything else with brackets or NUL is invalid.
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.is_empty() || !relay::is_valid_begin_addr(host.as_bytes()) {
+            return Err(Error::BadTarget(format!("{host}:{port}")));
+        }
         let begin = Begin::new(host, port, BeginFlags::IPV6_OKAY)
             .map_err(|e| Error::BadTarget(format!("{host}:{port}: {e}")))?;
         let id = self.streams.open_local().ok_or(Error::StreamsExhausted)?;

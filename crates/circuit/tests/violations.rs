@@ -511,3 +511,25 @@ fn client_hop_timeout_closes_circuit() {
     c.handle_timeout(deadline);
     assert!(c.is_closed());
 }
+
+#[test]
+fn client_refuses_unencodable_targets_without_closing() {
+    let mut x = RawExit::new();
+    assert!(x.client.begin("[[x]", 80).is_err());
+    assert!(x.client.begin("a\0b", 80).is_err());
+    assert!(x.client.begin("", 80).is_err());
+    let s = x.client.begin("[::1]", 80).expect("bracketed IPv6 literal");
+    let cell = x.client.poll_transmit(x.now).expect("BEGIN");
+    let AnyChanMsg::Relay(r) = cell else {
+        panic!("{cell:?}")
+    };
+    let mut body = r.into_relay_body();
+    assert!(x.layer.decrypt_outbound(&mut body).is_some());
+    let (sid, msg) = relay::decode(body).expect("decode");
+    assert_eq!(sid, Some(s));
+    let AnyRelayMsg::Begin(b) = msg else {
+        panic!("{msg:?}")
+    };
+    assert_eq!(b.addr(), b"::1");
+    assert!(!x.client.is_closed());
+}
