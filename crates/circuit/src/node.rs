@@ -275,10 +275,9 @@ impl RelayNode {
                     return;
                 }
                 if ch.circuits.len() >= self.config.max_circuits_per_channel {
-                    ch.control.push_back(ChanCell::new(
-                        Some(circid),
-                        Destroy::new(DestroyReason::RESOURCELIMIT).into(),
-                    ));
+                    let refusal = refuse(ch, circid, DestroyReason::RESOURCELIMIT);
+                    self.events
+                        .extend(refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }));
                     return;
                 }
                 let rng = StdRng::from_rng(&mut self.rng);
@@ -299,10 +298,10 @@ impl RelayNode {
                     }
                     Err(reason) => {
                         tracing::debug!(%reason, "refused CREATE2");
-                        ch.control.push_back(ChanCell::new(
-                            Some(circid),
-                            Destroy::new(reason.reason).into(),
-                        ));
+                        let refusal = refuse(ch, circid, reason.reason);
+                        self.events.extend(
+                            refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }),
+                        );
                     }
                 }
             }
@@ -574,6 +573,24 @@ impl RelayNode {
             }
         }
     }
+}
+
+/// Most refusals (DESTROY answers to bad CREATE2s) queued on one channel.
+/// A peer that keeps sending CREATE2s without reading our answers loses
+/// the channel instead of growing this queue.
+const MAX_QUEUED_REFUSALS: usize = 1024;
+
+/// Queue a DESTROY refusing circuit `circid`; `Some(detail)` if the peer
+/// has overrun [`MAX_QUEUED_REFUSALS`] and the channel must close.
+fn refuse(ch: &mut Channel, circid: CircId, reason: DestroyReason) -> Option<String> {
+    if ch.control.len() >= MAX_QUEUED_REFUSALS {
+        return Some(format!(
+            "over {MAX_QUEUED_REFUSALS} refused CREATE2s waiting: peer does not read"
+        ));
+    }
+    ch.control
+        .push_back(ChanCell::new(Some(circid), Destroy::new(reason).into()));
+    None
 }
 
 /// A free circuit ID for a circuit we create on `ch` (tor-spec: the link's

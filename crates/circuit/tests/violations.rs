@@ -533,3 +533,19 @@ fn client_refuses_unencodable_targets_without_closing() {
     assert_eq!(b.addr(), b"::1");
     assert!(!x.client.is_closed());
 }
+
+#[test]
+fn create2_flood_without_reading_loses_the_channel_not_memory() {
+    let mut bench = Bench::new(true);
+    for i in 0..2000u32 {
+        let id = CircId::new(0x8000_0000 | (i + 10)).expect("id");
+        bench.send(id, Create2::new(HandshakeType::NTOR, vec![1; 84]).into());
+    }
+    let violations = bench
+        .events()
+        .into_iter()
+        .filter(|e| matches!(e, NodeEvent::ChannelViolation { .. }))
+        .count();
+    assert!(violations > 0);
+    assert!(bench.drain().len() <= 1024);
+}
