@@ -178,7 +178,9 @@ impl RelayNode {
                 circuits: HashMap::new(),
                 scheduler: self.config.scheduler.build(),
                 control: VecDeque::new(),
-                next_circ_id: 1,
+                // A random start, so IDs do not reveal how many circuits
+                // the channel has carried.
+                next_circ_id: self.rng.next_u32(),
                 unknown_circuit_cells: 0,
             },
         );
@@ -609,10 +611,4 @@ fn allocate_circ_id(ch: &mut Channel) -> Option<CircId> {
         }
     }
     None
-}
-
-/// Pick a random starting point for a channel's circuit IDs (so IDs do not
-/// reveal how many circuits a channel has carried).
-pub fn random_circ_id_start<R: Rng>(rng: &mut R) -> u32 {
-    rng.next_u32() & 0x7fff_ffff
 }

@@ -655,16 +655,3 @@ impl RelayCircuit {
             + self.exit.as_ref().map_or(0, |e| e.streams.buffered_bytes())
     }
 }
-
-/// Does `msg`'s command belong on a circuit (as opposed to link-level)?
-pub fn is_circuit_cell(msg: &AnyChanMsg) -> bool {
-    use onionlab_cell::chan::ChanCmd;
-    matches!(
-        msg.cmd(),
-        ChanCmd::CREATE2
-            | ChanCmd::CREATED2
-            | ChanCmd::RELAY
-            | ChanCmd::RELAY_EARLY
-            | ChanCmd::DESTROY
-    )
-}

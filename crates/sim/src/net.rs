@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
-use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelId, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
@@ -61,7 +61,8 @@ pub struct Net {
     pub max_delay_us: u64,
     /// Optional hook applied to every cell sent.
     pub tamper: Option<Tamper>,
-    /// Exit streams the harness auto-connects (true) or refuses.
+    /// Whether the harness answers every exit BEGIN with a connection
+    /// (true) or leaves that to the test.
     pub auto_connect: bool,
 }
 
@@ -366,19 +367,6 @@ impl Net {
             .partition(|(c, _)| *c == id);
         self.client_events = rest;
         mine.into_iter().map(|(_, e)| e).collect()
-    }
-
-    /// Exit-side circuit keys with streams connected so far (from events).
-    /// Exit-side (circuit, stream) pairs seen in ExitConnect events.
-    pub fn exit_circ_of_stream(&self) -> Vec<(CircKey, onionlab_cell::msg::StreamId)> {
-        let exit = self.relays.len() - 1;
-        self.node_events
-            .iter()
-            .filter_map(|(i, e)| match e {
-                NodeEvent::ExitConnect { circ, stream, .. } if *i == exit => Some((*circ, *stream)),
-                _ => None,
-            })
-            .collect()
     }
 }
 
