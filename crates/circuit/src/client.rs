@@ -371,7 +371,7 @@ impl ClientCircuit {
                 if !self.hops.is_empty() {
                     return self.violation("CREATED2 on a built circuit");
                 }
-                self.finish_hop(&c.into_body(), now);
+                self.finish_hop(&c.into_body());
             }
             AnyChanMsg::Relay(r) => {
                 let mut body = r.into_relay_body();
@@ -387,13 +387,10 @@ impl ClientCircuit {
         }
     }
 
-    fn finish_hop(&mut self, reply: &[u8], now: Instant) {
-        let Build::Awaiting { .. } = self.build else {
-            return self.violation("handshake reply without a pending handshake");
-        };
+    fn finish_hop(&mut self, reply: &[u8]) {
         let Build::Awaiting { handshake, .. } = std::mem::replace(&mut self.build, Build::Idle)
         else {
-            return;
+            return self.violation("handshake reply without a pending handshake");
         };
         match handshake.finish(reply) {
             Ok(keys) => {
@@ -422,7 +419,6 @@ impl ClientCircuit {
                 });
             }
         }
-        let _ = now;
     }
 
     fn handle_relay(
@@ -515,7 +511,7 @@ impl ClientCircuit {
                 if hop + 1 != self.hops.len() || !self.is_extending() {
                     return self.violation("unexpected EXTENDED2");
                 }
-                self.finish_hop(&e.into_body(), now);
+                self.finish_hop(&e.into_body());
             }
             (None, AnyRelayMsg::Truncated(t)) => {
                 // Everything beyond `hop` is gone.

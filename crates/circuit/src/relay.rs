@@ -462,14 +462,14 @@ impl RelayCircuit {
     }
 
     /// Handle a cell from the next hop.
-    pub fn handle_outbound(&mut self, _now: Instant, msg: AnyChanMsg) {
+    pub fn handle_outbound(&mut self, now: Instant, msg: AnyChanMsg) {
         if self.closed {
             return;
         }
         match msg {
             AnyChanMsg::Created2(c) if self.next == Next::Extending => {
                 self.next = Next::Open;
-                self.originate(None, Extended2::new(c.into_body()).into(), _now);
+                self.originate(None, Extended2::new(c.into_body()).into(), now);
             }
             AnyChanMsg::Relay(r) if self.next == Next::Open => {
                 let mut body = r.into_relay_body();
@@ -483,7 +483,7 @@ impl RelayCircuit {
                     send_destroy: false,
                     reason: d.reason(),
                 });
-                self.originate(None, Truncated::new(d.reason()).into(), _now);
+                self.originate(None, Truncated::new(d.reason()).into(), now);
             }
             AnyChanMsg::Padding(_) | AnyChanMsg::Vpadding(_) => {}
             other => self.violation(format!("unexpected {} cell from the next hop", other.cmd())),

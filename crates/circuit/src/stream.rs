@@ -147,9 +147,11 @@ impl StreamMap {
     }
 
     /// Register a stream the peer asked for (exit side). False if the ID is
-    /// already in use or the circuit has too many streams.
+    /// open (or still draining) or the circuit has too many streams. An ID
+    /// we ended ourselves may be reused: the peer has seen our END.
     pub(crate) fn open_remote(&mut self, id: StreamId) -> bool {
         let id = u16::from(id);
+        self.half_closed.retain(|h| *h != id);
         if self.in_use(id) || self.streams.len() + self.half_closed.len() >= self.config.max_streams
         {
             return false;
@@ -524,6 +526,18 @@ mod tests {
         // Only one half-closed ID is remembered: `a` was evicted.
         assert!(!map.is_half_closed(a));
         assert!(map.is_half_closed(b));
+    }
+
+    #[test]
+    fn peer_may_reuse_an_id_we_ended() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let id = StreamId::new(9).expect("id");
+        assert!(map.open_remote(id));
+        assert!(!map.open_remote(id), "open ID");
+        assert!(map.abort(id));
+        assert!(map.is_half_closed(id));
+        assert!(map.open_remote(id));
+        assert!(!map.is_half_closed(id));
     }
 
     #[test]
