@@ -89,6 +89,9 @@ enum Build {
         handshake: NtorClient,
         deadline: Option<Instant>,
     },
+    /// The last hop's handshake failed and we sent TRUNCATE: waiting for
+    /// TRUNCATED before the circuit may be extended again.
+    Truncating,
     /// Not extending.
     Idle,
 }
@@ -112,7 +115,6 @@ struct Hop {
 pub struct ClientCircuit {
     config: ClientConfig,
     build: Build,
-    /// A CREATE2 waiting for its deadline to be set on first transmit.
     crypto: ClientCircuitCrypto,
     hops: Vec<Hop>,
     /// The hop streams attach to (the last hop when the first stream opened).
@@ -193,8 +195,14 @@ impl ClientCircuit {
         linkspecs: Vec<EncodedLinkSpec>,
     ) -> Result<(), Error> {
         self.check_open()?;
-        if self.is_extending() {
-            return Err(Error::BadState("already extending"));
+        match self.build {
+            Build::Awaiting { .. } => return Err(Error::BadState("already extending")),
+            Build::Truncating => {
+                return Err(Error::BadState(
+                    "waiting for TRUNCATED after a failed extend",
+                ))
+            }
+            Build::Idle => {}
         }
         if self.stream_hop.is_some() {
             return Err(Error::BadState(
@@ -287,12 +295,14 @@ impl ClientCircuit {
             .ok_or(Error::NoStream(stream.into()))?;
         if sendme && !self.closed {
             if let Some(hop) = self.stream_hop {
-                self.queue(PendingMsg {
+                // If this overflows the queue the circuit closes and says
+                // so in its events; the bytes read are still the caller's.
+                let _ = self.queue(PendingMsg {
                     hop,
                     stream: Some(stream),
                     msg: Sendme::new_empty().into(),
                     early: false,
-                })?;
+                });
             }
         }
         Ok(n)
@@ -413,6 +423,7 @@ impl ClientCircuit {
                     msg: onionlab_cell::msg::Truncate::default().into(),
                     early: false,
                 });
+                self.build = Build::Truncating;
                 self.events.push_back(ClientEvent::ExtendFailed {
                     hops: self.hops.len(),
                     detail: format!("handshake with new hop failed: {e}"),
@@ -514,9 +525,11 @@ impl ClientCircuit {
                 self.finish_hop(&e.into_body());
             }
             (None, AnyRelayMsg::Truncated(t)) => {
-                // Everything beyond `hop` is gone.
+                // Everything beyond `hop` is gone, including what we had
+                // queued for those hops.
                 self.hops.truncate(hop + 1);
                 self.crypto.truncate(hop + 1);
+                self.control.retain(|m| m.hop <= hop);
                 if self.stream_hop.is_some_and(|s| s > hop) {
                     for id in self.streams.ids() {
                         self.streams.on_end(id);
@@ -528,6 +541,12 @@ impl ClientCircuit {
                     }
                     self.stream_hop = None;
                     self.streams = StreamMap::new(self.config.streams.clone());
+                    for stream in std::mem::take(&mut self.resolves) {
+                        self.events.push_back(ClientEvent::Resolved {
+                            stream,
+                            answers: Vec::new(),
+                        });
+                    }
                 }
                 let was_extending = self.is_extending();
                 self.build = Build::Idle;
@@ -575,7 +594,7 @@ impl ClientCircuit {
             }
             return;
         }
-        match self.streams.on_data(id, data) {
+        match self.streams.on_data(id, data, false) {
             Ok(true) => self
                 .events
                 .push_back(ClientEvent::Stream(StreamEvent::Readable { stream: id })),

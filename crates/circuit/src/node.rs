@@ -277,7 +277,7 @@ impl RelayNode {
                     return;
                 }
                 if ch.circuits.len() >= self.config.max_circuits_per_channel {
-                    let refusal = refuse(ch, circid, DestroyReason::RESOURCELIMIT);
+                    let refusal = queue_destroy(ch, circid, DestroyReason::RESOURCELIMIT);
                     self.events
                         .extend(refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }));
                     return;
@@ -300,7 +300,7 @@ impl RelayNode {
                     }
                     Err(reason) => {
                         tracing::debug!(%reason, "refused CREATE2");
-                        let refusal = refuse(ch, circid, reason.reason);
+                        let refusal = queue_destroy(ch, circid, reason.reason);
                         self.events.extend(
                             refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }),
                         );
@@ -332,7 +332,10 @@ impl RelayNode {
                 },
             };
             let Some(msg) = entry.circ.poll_transmit(now, side) else {
-                self.refresh(now, key);
+                // Nothing after all: handle its events but do not put it
+                // back in the scheduler, or a disagreement between
+                // `wants_transmit` and `poll_transmit` would spin here.
+                self.refresh_events(key);
                 continue;
             };
             if let Some(ch) = self.channels.get_mut(&chan) {
@@ -369,11 +372,26 @@ impl RelayNode {
     }
 
     /// No channel to the next hop of `circ` could be had.
+    ///
+    /// If the outbound side was already attached (the channel failed after
+    /// [`extend_channel_ready`](Self::extend_channel_ready)), it is detached
+    /// and a DESTROY goes to the next hop.
     pub fn extend_channel_failed(&mut self, now: Instant, circ: CircKey, reason: DestroyReason) {
-        if let Some(entry) = self.circuits.get_mut(&circ) {
-            entry.circ.extend_failed(now, reason);
-            self.refresh(now, circ);
+        let Some(entry) = self.circuits.get_mut(&circ) else {
+            return;
+        };
+        entry.circ.extend_failed(now, reason);
+        if let Some((chan, id)) = entry.outbound.take() {
+            if let Some(ch) = self.channels.get_mut(&chan) {
+                ch.circuits.remove(&id);
+                ch.scheduler.remove((circ, Side::Outbound));
+                if let Some(detail) = queue_destroy(ch, id, reason) {
+                    self.events
+                        .push_back(NodeEvent::ChannelViolation { chan, detail });
+                }
+            }
         }
+        self.refresh(now, circ);
     }
 
     /// Close a circuit for a local reason (e.g. the out-of-memory killer).
@@ -486,6 +504,27 @@ impl RelayNode {
     /// events, tear down what closed, and keep the schedulers' active sets
     /// in step with the circuit's queues.
     fn refresh(&mut self, now: Instant, key: CircKey) {
+        self.refresh_events(key);
+        let Some(entry) = self.circuits.get(&key) else {
+            return;
+        };
+        let sides = [
+            (Some(entry.inbound), Side::Inbound),
+            (entry.outbound, Side::Outbound),
+        ];
+        for (place, side) in sides {
+            let Some((chan, _)) = place else { continue };
+            if entry.circ.wants_transmit(side) {
+                if let Some(ch) = self.channels.get_mut(&chan) {
+                    ch.scheduler.activate((key, side), now);
+                }
+            }
+        }
+    }
+
+    /// Turn circuit `key`'s events into node events and tear it down if it
+    /// closed.
+    fn refresh_events(&mut self, key: CircKey) {
         let Some(entry) = self.circuits.get_mut(&key) else {
             return;
         };
@@ -506,10 +545,10 @@ impl RelayNode {
                             ch.circuits.remove(&id);
                             ch.scheduler.remove((key, Side::Outbound));
                             if send_destroy {
-                                ch.control.push_back(ChanCell::new(
-                                    Some(id),
-                                    Destroy::new(reason).into(),
-                                ));
+                                if let Some(detail) = queue_destroy(ch, id, reason) {
+                                    self.events
+                                        .push_back(NodeEvent::ChannelViolation { chan, detail });
+                                }
                             }
                         }
                     }
@@ -548,10 +587,10 @@ impl RelayNode {
                             ch.circuits.remove(&id);
                             ch.scheduler.remove((key, side));
                             if notify {
-                                ch.control.push_back(ChanCell::new(
-                                    Some(id),
-                                    Destroy::new(reason.reason).into(),
-                                ));
+                                if let Some(detail) = queue_destroy(ch, id, reason.reason) {
+                                    self.events
+                                        .push_back(NodeEvent::ChannelViolation { chan, detail });
+                                }
                             }
                         }
                     }
@@ -562,32 +601,20 @@ impl RelayNode {
                 }
             }
         }
-        let sides = [
-            (Some(entry.inbound), Side::Inbound),
-            (entry.outbound, Side::Outbound),
-        ];
-        for (place, side) in sides {
-            let Some((chan, _)) = place else { continue };
-            if entry.circ.wants_transmit(side) {
-                if let Some(ch) = self.channels.get_mut(&chan) {
-                    ch.scheduler.activate((key, side), now);
-                }
-            }
-        }
     }
 }
 
-/// Most refusals (DESTROY answers to bad CREATE2s) queued on one channel.
-/// A peer that keeps sending CREATE2s without reading our answers loses
-/// the channel instead of growing this queue.
-const MAX_QUEUED_REFUSALS: usize = 1024;
+/// Most DESTROYs queued on one channel (refusals of CREATE2 and notices of
+/// closed circuits). A peer that keeps making circuits fail without reading
+/// our answers loses the channel instead of growing this queue.
+const MAX_QUEUED_DESTROYS: usize = 1024;
 
-/// Queue a DESTROY refusing circuit `circid`; `Some(detail)` if the peer
-/// has overrun [`MAX_QUEUED_REFUSALS`] and the channel must close.
-fn refuse(ch: &mut Channel, circid: CircId, reason: DestroyReason) -> Option<String> {
-    if ch.control.len() >= MAX_QUEUED_REFUSALS {
+/// Queue a DESTROY for circuit `circid` on `ch`; `Some(detail)` if the peer
+/// has overrun [`MAX_QUEUED_DESTROYS`] and the channel must close.
+fn queue_destroy(ch: &mut Channel, circid: CircId, reason: DestroyReason) -> Option<String> {
+    if ch.control.len() >= MAX_QUEUED_DESTROYS {
         return Some(format!(
-            "over {MAX_QUEUED_REFUSALS} refused CREATE2s waiting: peer does not read"
+            "over {MAX_QUEUED_DESTROYS} DESTROYs waiting: peer does not read"
         ));
     }
     ch.control

@@ -140,6 +140,8 @@ pub struct RelayCircuit {
     next: Next,
     exit: Option<Exit>,
     relay_early_seen: u8,
+    /// Did this circuit ever have a next hop that is now gone?
+    lost_next_hop: bool,
     events: VecDeque<RelayCircEvent>,
     closed: bool,
     rng: StdRng,
@@ -185,6 +187,7 @@ impl RelayCircuit {
             next: Next::None,
             exit: None,
             relay_early_seen: 0,
+            lost_next_hop: false,
             events: VecDeque::new(),
             closed: false,
             rng,
@@ -297,6 +300,9 @@ impl RelayCircuit {
         match self.layer.decrypt_outbound(&mut body) {
             Some(tag) => self.handle_recognized(now, tag, body, early),
             None => match self.next {
+                // Cells the client sent toward hops we lost (DESTROY from
+                // the next hop, failed extend) may still arrive: drop them.
+                Next::None if self.lost_next_hop => {}
                 Next::None => self.violation("unrecognized relay cell at the last hop"),
                 Next::Extending | Next::Open => {
                     let relay = Relay::from(body);
@@ -343,6 +349,7 @@ impl RelayCircuit {
             (None, AnyRelayMsg::Truncate(_)) => {
                 if self.next != Next::None {
                     self.next = Next::None;
+                    self.lost_next_hop = true;
                     self.to_next.clear();
                     self.events.push_back(RelayCircEvent::OutboundClosed {
                         send_destroy: true,
@@ -360,6 +367,11 @@ impl RelayCircuit {
                         End::new_with_reason(EndReason::EXITPOLICY).into(),
                         now,
                     );
+                }
+                // The ID stays reserved (and counted against the stream
+                // limit) until the driver answers.
+                if !self.exit_state().streams.open_remote(id) {
+                    return self.violation("RESOLVE on a stream ID in use (or too many streams)");
                 }
                 let host = String::from_utf8_lossy(r.query()).into_owned();
                 self.events
@@ -420,13 +432,7 @@ impl RelayCircuit {
             );
         };
         let host = host.to_owned();
-        let streams = self.config.streams.clone();
-        let exit = self.exit.get_or_insert_with(|| Exit {
-            streams: StreamMap::new(streams),
-            sender: CircSender::default(),
-            receiver: CircReceiver::default(),
-        });
-        if !exit.streams.open_remote(id) {
+        if !self.exit_state().streams.open_remote(id) {
             return self.violation("BEGIN on a stream ID in use (or too many streams)");
         }
         self.events.push_back(RelayCircEvent::Connect {
@@ -452,7 +458,10 @@ impl RelayCircuit {
             }
             return;
         }
-        match exit.streams.on_data(id, Bytes::copy_from_slice(d.as_ref())) {
+        match exit
+            .streams
+            .on_data(id, Bytes::copy_from_slice(d.as_ref()), true)
+        {
             Ok(true) => self
                 .events
                 .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id })),
@@ -478,6 +487,7 @@ impl RelayCircuit {
             }
             AnyChanMsg::Destroy(d) if self.next != Next::None => {
                 self.next = Next::None;
+                self.lost_next_hop = true;
                 self.to_next.clear();
                 self.events.push_back(RelayCircEvent::OutboundClosed {
                     send_destroy: false,
@@ -496,6 +506,7 @@ impl RelayCircuit {
             return;
         }
         self.next = Next::None;
+        self.lost_next_hop = true;
         self.to_next.clear();
         self.originate(None, Truncated::new(reason).into(), now);
     }
@@ -547,11 +558,25 @@ impl RelayCircuit {
         stream: StreamId,
         answers: Vec<(ResolvedVal, u32)>,
     ) {
+        let Some(exit) = self.exit.as_mut() else {
+            return;
+        };
+        exit.streams.forget(stream);
         let mut r = Resolved::new_empty();
         for (a, ttl) in answers {
             r.add_answer(a, ttl);
         }
         self.originate(Some(stream), r.into(), now);
+    }
+
+    /// The exit state, created on first use.
+    fn exit_state(&mut self) -> &mut Exit {
+        let streams = self.config.streams.clone();
+        self.exit.get_or_insert_with(|| Exit {
+            streams: StreamMap::new(streams),
+            sender: CircSender::default(),
+            receiver: CircReceiver::default(),
+        })
     }
 
     /// Exit: bytes from the target for the client; returns how many were

@@ -200,11 +200,13 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for
         None
     }
     fn on_sent(&mut self, key: K, cells: u32, now: Instant) {
-        let exponent = self.half_lives_since_epoch(now);
-        *self.weights.entry(key).or_insert(0.0) += f64::from(cells) * exponent.exp2();
-        if exponent > RESCALE_AFTER_HALF_LIVES {
+        // Rescale first, so the weight added is never huge (after hours of
+        // idleness `2^exponent` would overflow to infinity).
+        if self.half_lives_since_epoch(now) > RESCALE_AFTER_HALF_LIVES {
             self.rescale(now);
         }
+        let exponent = self.half_lives_since_epoch(now);
+        *self.weights.entry(key).or_insert(0.0) += f64::from(cells) * exponent.exp2();
     }
     fn remove(&mut self, key: K) {
         self.active.remove(&key);

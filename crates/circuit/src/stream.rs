@@ -131,7 +131,7 @@ impl StreamMap {
 
     /// Allocate an unused stream ID and open a stream in `Connecting`.
     pub(crate) fn open_local(&mut self) -> Option<StreamId> {
-        if self.streams.len() + self.half_closed.len() >= self.config.max_streams {
+        if self.occupied() >= self.config.max_streams {
             return None;
         }
         for _ in 0..=u16::MAX {
@@ -152,13 +152,22 @@ impl StreamMap {
     pub(crate) fn open_remote(&mut self, id: StreamId) -> bool {
         let id = u16::from(id);
         self.half_closed.retain(|h| *h != id);
-        if self.in_use(id) || self.streams.len() + self.half_closed.len() >= self.config.max_streams
-        {
+        if self.in_use(id) || self.occupied() >= self.config.max_streams {
             return false;
         }
         self.streams
             .insert(id, Stream::new(StreamState::Connecting));
         true
+    }
+
+    /// Stream IDs taken: open, half-closed, or ended with data unread.
+    fn occupied(&self) -> usize {
+        self.streams.len() + self.half_closed.len() + self.draining.len()
+    }
+
+    /// Forget stream `id` entirely (a RESOLVE that was answered).
+    pub(crate) fn forget(&mut self, id: StreamId) {
+        self.streams.remove(&u16::from(id));
     }
 
     fn in_use(&self, id: u16) -> bool {
@@ -288,14 +297,24 @@ impl StreamMap {
         ready
     }
 
-    /// DATA arrived for an open stream. Returns Err on a stream-window
-    /// violation, Ok(true) if the receive buffer was empty before.
-    pub(crate) fn on_data(&mut self, id: StreamId, data: Bytes) -> Result<bool, &'static str> {
+    /// DATA arrived for a stream. Returns Err on a stream-window violation
+    /// (or DATA before CONNECTED where that is not allowed), Ok(true) if the
+    /// receive buffer was empty before.
+    ///
+    /// `optimistic`: accept DATA on a stream still connecting. An exit does
+    /// (tor clients send "optimistic data" right behind BEGIN); a client
+    /// does not (the exit must answer CONNECTED first).
+    pub(crate) fn on_data(
+        &mut self,
+        id: StreamId,
+        data: Bytes,
+        optimistic: bool,
+    ) -> Result<bool, &'static str> {
         let s = self
             .streams
             .get_mut(&u16::from(id))
             .ok_or("DATA for a stream that is not open")?;
-        if s.state != StreamState::Open {
+        if s.state != StreamState::Open && !optimistic {
             return Err("DATA before the stream was connected");
         }
         s.windows.on_data()?;
@@ -544,7 +563,10 @@ mod tests {
     fn unread_data_survives_the_peers_end() {
         let mut map = StreamMap::new(StreamConfig::default());
         let id = open(&mut map);
-        assert_eq!(map.on_data(id, Bytes::from_static(b"hello")), Ok(true));
+        assert_eq!(
+            map.on_data(id, Bytes::from_static(b"hello"), false),
+            Ok(true)
+        );
         map.on_end(id);
         let mut buf = [0u8; 16];
         assert_eq!(map.read(id, &mut buf), Some((5, false)));

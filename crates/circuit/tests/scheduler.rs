@@ -89,8 +89,9 @@ fn ewma_favours_the_light_circuit() {
 
 #[test]
 fn ewma_with_tiny_half_life_degrades_to_fair_sharing() {
-    // With a 1 ms half-life history is forgotten almost at once: bulk
-    // circuits share the channel equally (each gets ~1/n of the slots).
+    // With a 1 us half-life (1000 half-lives per 1 ms slot) history is
+    // forgotten at once, so every circuit ties and the longest-waiting one
+    // goes: bulk circuits share the channel equally.
     let kind = SchedulerKind::Ewma {
         half_life: Duration::from_micros(1),
     };
@@ -136,4 +137,33 @@ fn round_robin_alternates_and_removal_works() {
     assert_eq!(rr.next(now), Some(1));
     assert_eq!(rr.next(now), None);
     assert!(rr.is_idle());
+}
+
+#[test]
+fn ewma_survives_hours_of_idleness() {
+    // 10 hours idle at a 30 s half-life is 1200 half-lives: 2^1200 would
+    // overflow an f64 if weights were not rescaled before adding.
+    let kind = SchedulerKind::Ewma {
+        half_life: Duration::from_secs(30),
+    };
+    let mut sched: Box<dyn CircuitScheduler<u32>> = kind.build();
+    let start = Instant::now();
+    for _ in 0..100 {
+        sched.activate(1, start);
+        let c = sched.next(start).expect("active");
+        sched.on_sent(c, 1, start);
+    }
+    let later = start + Duration::from_secs(10 * 3600);
+    for _ in 0..10 {
+        sched.activate(1, later);
+        let c = sched.next(later).expect("active");
+        sched.on_sent(c, 1, later);
+    }
+    // Circuit 1 sent recently, circuit 2 never: 2 goes first, then 1 (its
+    // weight is finite, so it is still scheduled at all).
+    sched.activate(1, later);
+    sched.activate(2, later);
+    assert_eq!(sched.next(later), Some(2));
+    sched.on_sent(2, 1, later);
+    assert_eq!(sched.next(later), Some(1));
 }

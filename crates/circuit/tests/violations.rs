@@ -15,6 +15,7 @@ use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::node::{NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_crypto::ntor::NtorClient;
 use onionlab_crypto::relay_crypto::{ClientCircuitCrypto, RelayLayer};
@@ -76,6 +77,21 @@ impl Bench {
 
     fn events(&mut self) -> Vec<NodeEvent> {
         std::iter::from_fn(|| self.node.poll_event()).collect()
+    }
+
+    /// Open a circuit, dropping (not checking) whatever the node answers.
+    fn open_without_reading(&mut self, raw_id: u32) -> RawCirc {
+        let id = CircId::new(raw_id).expect("id");
+        let pk = self.keys.public();
+        let (_hs, onionskin) = NtorClient::start(&mut self.rng, &pk.ntor_node_id(), &pk.onion_key);
+        self.send(
+            id,
+            Create2::new(HandshakeType::NTOR, onionskin.to_vec()).into(),
+        );
+        RawCirc {
+            id,
+            crypto: ClientCircuitCrypto::new(),
+        }
     }
 
     fn open(&mut self, raw_id: u32) -> RawCirc {
@@ -168,7 +184,8 @@ fn assert_destroyed(
     assert!(destroyed, "expected DESTROY({reason}), got {got:?}");
 }
 
-/// After a violation on circuit `a`, circuit `b` on the same channel still works.
+/// After a violation on circuit `a`, circuit `b` on the same channel still
+/// works: a stream opens and its data reaches the exit application.
 fn assert_still_works(bench: &mut Bench, b: &mut RawCirc, stream: u16) {
     bench.begin(b, stream);
     bench.relay(
@@ -178,6 +195,20 @@ fn assert_still_works(bench: &mut Bench, b: &mut RawCirc, stream: u16) {
         false,
     );
     assert_eq!(bench.receive(b).len(), 0);
+    let readable = bench.events().into_iter().find_map(|e| match e {
+        NodeEvent::ExitStream {
+            circ,
+            event: StreamEvent::Readable { stream },
+        } => Some((circ, stream)),
+        _ => None,
+    });
+    let (circ, sid) = readable.expect("data for the exit application");
+    let mut buf = [0u8; 64];
+    let n = bench
+        .node
+        .exit_read(bench.now, circ, sid, &mut buf)
+        .expect("read");
+    assert_eq!(&buf[..n], b"still here");
 }
 
 #[test]
@@ -548,4 +579,106 @@ fn create2_flood_without_reading_loses_the_channel_not_memory() {
         .count();
     assert!(violations > 0);
     assert!(bench.drain().len() <= 1024);
+}
+
+#[test]
+fn destroy_flood_from_failing_circuits_loses_the_channel_not_memory() {
+    // Valid CREATE2s followed by junk: every circuit closes and queues a
+    // DESTROY. A peer that never reads must not grow that queue forever.
+    let mut bench = Bench::new(true);
+    let mut violation = false;
+    for i in 0..1500u32 {
+        let c = bench.open_without_reading(0x8000_0000 | (i + 10));
+        bench.send(c.id, Relay::from_raw([0xee; 509]).into());
+        violation |= bench
+            .events()
+            .iter()
+            .any(|e| matches!(e, NodeEvent::ChannelViolation { .. }));
+    }
+    assert!(violation);
+    // CREATED2s ride in circuit queues (gone with their circuits); the
+    // channel's own queue of DESTROYs stays at its cap.
+    assert!(bench.drain().len() <= 1024);
+}
+
+#[test]
+fn exit_accepts_optimistic_data_before_connected() {
+    let mut bench = Bench::new(true);
+    let mut a = bench.open(0x8000_0001);
+    let begin = Begin::new("example.com", 80, BeginFlags::empty()).expect("begin");
+    bench.relay(&mut a, Some(1), begin.into(), false);
+    bench.relay(
+        &mut a,
+        Some(1),
+        Data::new(b"GET / HTTP/1.0").expect("data").into(),
+        false,
+    );
+    let ev = bench.events();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, NodeEvent::ExitConnect { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, NodeEvent::CircuitClosed { .. })),
+        "{ev:?}"
+    );
+    let sid = StreamId::new(1).expect("id");
+    let circ = onionlab_circuit::node::CircKey(1);
+    bench
+        .node
+        .exit_connected(bench.now, circ, sid, None)
+        .expect("connected");
+    let mut buf = [0u8; 64];
+    let n = bench
+        .node
+        .exit_read(bench.now, circ, sid, &mut buf)
+        .expect("read");
+    assert_eq!(&buf[..n], b"GET / HTTP/1.0");
+}
+
+#[test]
+fn pending_resolves_count_against_the_stream_limit() {
+    let mut bench = Bench::new(true);
+    let mut a = bench.open(0x8000_0001);
+    // Nobody answers: each RESOLVE keeps its ID reserved.
+    for id in 1..=1024u16 {
+        let msg = onionlab_cell::msg::Resolve::new("example.com");
+        bench.relay(&mut a, Some(id), msg.into(), false);
+    }
+    assert!(bench.receive(&mut a).is_empty());
+    let msg = onionlab_cell::msg::Resolve::new("example.com");
+    bench.relay(&mut a, Some(2000), msg.into(), false);
+    assert_destroyed(&bench.receive(&mut a), DestroyReason::PROTOCOL);
+}
+
+#[test]
+fn client_waits_for_truncated_after_a_failed_handshake() {
+    // Hop 1 is real; the answer to the extend is a forged EXTENDED2.
+    let mut x = RawExit::new();
+    let second = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(77)).public();
+    x.client.extend(&second, Vec::new()).expect("extend");
+    let _ = std::iter::from_fn(|| x.client.poll_transmit(x.now)).count();
+    x.send(
+        None,
+        onionlab_cell::msg::Extended2::new(vec![0x42; 64]).into(),
+    );
+    let ev: Vec<_> = std::iter::from_fn(|| x.client.poll_event()).collect();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, ClientEvent::ExtendFailed { hops: 1, .. })),
+        "{ev:?}"
+    );
+    // Until TRUNCATED arrives, extending again is refused (the relay would
+    // otherwise take our TRUNCATE after the new EXTEND2).
+    assert!(x.client.extend(&second, Vec::new()).is_err());
+    let out: Vec<_> = std::iter::from_fn(|| x.client.poll_transmit(x.now)).collect();
+    assert_eq!(out.len(), 1, "the TRUNCATE");
+    x.send(
+        None,
+        onionlab_cell::msg::Truncated::new(DestroyReason::REQUESTED).into(),
+    );
+    assert!(!x.client.is_closed());
+    x.client.extend(&second, Vec::new()).expect("extend again");
 }

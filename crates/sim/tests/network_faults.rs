@@ -106,6 +106,11 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
         *i == 2 && matches!(e, NodeEvent::CircuitClosed { reason, .. } if reason.reason == DestroyReason::PROTOCOL)
     });
     assert!(exit_closed, "{:?}", net.node_events);
+    // Guard and middle keep circuit a; the client now has 2 hops.
+    assert_eq!(net.circuits[&a].n_hops(), 2);
+    assert_eq!(net.relays[0].n_circuits(), 2);
+    assert_eq!(net.relays[1].n_circuits(), 2);
+    assert_eq!(net.relays[2].n_circuits(), 1);
     let ev = net.take_client_events(a);
     assert!(
         ev.iter()
