@@ -449,7 +449,7 @@ impl ClientCircuit {
                 if self.closed {
                     return;
                 }
-                self.on_stream_data(hop, id, Bytes::copy_from_slice(d.as_ref()));
+                self.on_stream_data(hop, id, Bytes::from(Vec::from(d)));
             }
             (None, AnyRelayMsg::Sendme(s)) => {
                 let Some(h) = self.hops.get_mut(hop) else {

@@ -458,10 +458,7 @@ impl RelayCircuit {
             }
             return;
         }
-        match exit
-            .streams
-            .on_data(id, Bytes::copy_from_slice(d.as_ref()), true)
-        {
+        match exit.streams.on_data(id, Bytes::from(Vec::from(d)), true) {
             Ok(true) => self
                 .events
                 .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id })),
