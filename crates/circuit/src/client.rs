@@ -726,7 +726,7 @@ impl ClientCircuit {
 
     /// Bytes held by this circuit: queued cells and stream buffers.
     pub fn queued_bytes(&self) -> usize {
-        (self.chan_out.len() + self.control.len()) * onionlab_cell::codec::FIXED_CELL_LEN
+        (self.chan_out.len() + self.control.len()) * crate::QUEUED_CELL_BYTES
             + self.streams.buffered_bytes()
     }
 }

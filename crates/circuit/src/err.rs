@@ -44,7 +44,27 @@ pub struct CloseReason {
     /// Who closed it and why, for logs.
     pub detail: String,
     /// Whether the peer closed it (a received DESTROY) rather than us.
+    /// Same as `kind == CloseKind::Remote`.
     pub by_peer: bool,
+    /// The broad cause, for metrics.
+    pub kind: CloseKind,
+}
+
+/// The broad cause of a circuit's closing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CloseKind {
+    /// A peer broke the protocol.
+    Violation,
+    /// We closed it for a local reason (timeout, failed extend, shutdown...).
+    Local,
+    /// The peer sent DESTROY.
+    Remote,
+    /// The relay's out-of-memory handler killed it to bring the memory held
+    /// by cell queues and stream buffers back under the configured limit
+    /// (see `NodeConfig::max_mem_in_queues`). Sent as DESTROY with reason
+    /// RESOURCELIMIT.
+    OutOfMemory,
 }
 
 impl CloseReason {
@@ -54,6 +74,7 @@ impl CloseReason {
             reason: DestroyReason::PROTOCOL,
             detail: detail.into(),
             by_peer: false,
+            kind: CloseKind::Violation,
         }
     }
     /// We close the circuit for a local reason.
@@ -62,6 +83,7 @@ impl CloseReason {
             reason,
             detail: detail.into(),
             by_peer: false,
+            kind: CloseKind::Local,
         }
     }
     /// The peer sent DESTROY.
@@ -70,7 +92,22 @@ impl CloseReason {
             reason,
             detail: format!("peer sent DESTROY ({})", reason.human_str()),
             by_peer: true,
+            kind: CloseKind::Remote,
         }
+    }
+    /// The out-of-memory handler kills the circuit: DESTROY with reason
+    /// RESOURCELIMIT.
+    pub fn out_of_memory(detail: impl Into<String>) -> Self {
+        CloseReason {
+            reason: DestroyReason::RESOURCELIMIT,
+            detail: detail.into(),
+            by_peer: false,
+            kind: CloseKind::OutOfMemory,
+        }
+    }
+    /// Was the circuit killed by the out-of-memory handler?
+    pub fn is_out_of_memory(&self) -> bool {
+        self.kind == CloseKind::OutOfMemory
     }
 }
 

@@ -21,4 +21,13 @@ pub mod relay;
 pub mod scheduler;
 pub mod stream;
 
-pub use err::{CloseReason, Error};
+pub use err::{CloseKind, CloseReason, Error};
+
+/// Memory charged for one queued cell in memory accounting
+/// ([`relay::RelayCircuit::queued_bytes`], [`node::RelayNode::total_queued_bytes`]):
+/// the 514-byte wire cell plus the queue slot that holds the message (the
+/// body itself lives in its own allocation). This is roughly what tor
+/// charges per queued cell (`sizeof(packed_cell_t)`, a little over 514
+/// bytes).
+pub const QUEUED_CELL_BYTES: usize =
+    onionlab_cell::codec::FIXED_CELL_LEN + std::mem::size_of::<onionlab_cell::chan::AnyChanMsg>();

@@ -7,8 +7,19 @@
 //! [`RelayNode::poll_transmit`] gives for a channel when that channel can take
 //! a cell (this is where the transport's back-pressure enters), and acts on
 //! [`NodeEvent`]s (open a channel to the next relay, connect an exit stream).
+//!
+//! # Memory limit
+//!
+//! The node keeps a running total of the memory its queues hold
+//! ([`RelayNode::total_queued_bytes`]). When an input leaves it above
+//! [`NodeConfig::max_mem_in_queues`], the node kills the circuits holding
+//! the most queued bytes (DESTROY with reason RESOURCELIMIT both ways,
+//! [`NodeEvent::CircuitClosed`] with [`CloseKind::OutOfMemory`](crate::CloseKind::OutOfMemory))
+//! until the total is below 3/4 of the limit, as tor does for
+//! `MaxMemInQueues`. Below the limit this costs O(1) per input.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -41,7 +52,17 @@ pub struct NodeConfig {
     pub circuit: RelayConfig,
     /// Most circuits one channel may create at this node.
     pub max_circuits_per_channel: usize,
+    /// Most bytes the node's queues may hold, like tor's `MaxMemInQueues`
+    /// (see [`RelayNode::total_queued_bytes`] for what is counted). When
+    /// input leaves more than this queued, the node kills the circuits
+    /// holding the most bytes until the total is below 3/4 of the limit
+    /// (tor's low-water mark). `0` or `usize::MAX`: no limit. Default
+    /// [`DEFAULT_MAX_MEM_IN_QUEUES`] (256 MiB).
+    pub max_mem_in_queues: usize,
 }
+
+/// Default [`NodeConfig::max_mem_in_queues`]: 256 MiB.
+pub const DEFAULT_MAX_MEM_IN_QUEUES: usize = 256 << 20;
 
 impl Default for NodeConfig {
     fn default() -> Self {
@@ -49,6 +70,7 @@ impl Default for NodeConfig {
             scheduler: SchedulerKind::default(),
             circuit: RelayConfig::default(),
             max_circuits_per_channel: 4096,
+            max_mem_in_queues: DEFAULT_MAX_MEM_IN_QUEUES,
         }
     }
 }
@@ -128,6 +150,8 @@ struct CircEntry {
     circ: RelayCircuit,
     inbound: (ChannelId, CircId),
     outbound: Option<(ChannelId, CircId)>,
+    /// `circ.queued_bytes()` when last added to [`RelayNode::circ_bytes`].
+    accounted: usize,
 }
 
 /// A relay: channels, circuits and their scheduling.
@@ -139,6 +163,12 @@ pub struct RelayNode {
     next_key: u64,
     events: VecDeque<NodeEvent>,
     rng: StdRng,
+    /// Sum of every circuit's `accounted` bytes.
+    circ_bytes: usize,
+    /// Cells in all channels' `control` queues.
+    control_cells: usize,
+    /// Circuits killed by the out-of-memory handler.
+    oom_killed: u64,
 }
 
 impl std::fmt::Debug for RelayNode {
@@ -161,6 +191,9 @@ impl RelayNode {
             next_key: 1,
             events: VecDeque::new(),
             rng,
+            circ_bytes: 0,
+            control_cells: 0,
+            oom_killed: 0,
         }
     }
 
@@ -192,6 +225,7 @@ impl RelayNode {
         let Some(ch) = self.channels.remove(&chan) else {
             return;
         };
+        self.control_cells -= ch.control.len();
         for (_, (key, side)) in ch.circuits {
             let Some(entry) = self.circuits.get_mut(&key) else {
                 continue;
@@ -277,9 +311,15 @@ impl RelayNode {
                     return;
                 }
                 if ch.circuits.len() >= self.config.max_circuits_per_channel {
-                    let refusal = queue_destroy(ch, circid, DestroyReason::RESOURCELIMIT);
+                    let refusal = queue_destroy(
+                        ch,
+                        &mut self.control_cells,
+                        circid,
+                        DestroyReason::RESOURCELIMIT,
+                    );
                     self.events
                         .extend(refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }));
+                    self.enforce_mem_limit(now);
                     return;
                 }
                 let rng = StdRng::from_rng(&mut self.rng);
@@ -294,16 +334,19 @@ impl RelayNode {
                                 circ,
                                 inbound: (chan, circid),
                                 outbound: None,
+                                accounted: 0,
                             },
                         );
                         self.refresh(now, key);
                     }
                     Err(reason) => {
                         tracing::debug!(%reason, "refused CREATE2");
-                        let refusal = queue_destroy(ch, circid, reason.reason);
+                        let refusal =
+                            queue_destroy(ch, &mut self.control_cells, circid, reason.reason);
                         self.events.extend(
                             refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }),
                         );
+                        self.enforce_mem_limit(now);
                     }
                 }
             }
@@ -317,6 +360,7 @@ impl RelayNode {
     pub fn poll_transmit(&mut self, now: Instant, chan: ChannelId) -> Option<AnyChanCell> {
         let ch = self.channels.get_mut(&chan)?;
         if let Some(cell) = ch.control.pop_front() {
+            self.control_cells -= 1;
             return Some(cell);
         }
         loop {
@@ -385,7 +429,7 @@ impl RelayNode {
             if let Some(ch) = self.channels.get_mut(&chan) {
                 ch.circuits.remove(&id);
                 ch.scheduler.remove((circ, Side::Outbound));
-                if let Some(detail) = queue_destroy(ch, id, reason) {
+                if let Some(detail) = queue_destroy(ch, &mut self.control_cells, id, reason) {
                     self.events
                         .push_back(NodeEvent::ChannelViolation { chan, detail });
                 }
@@ -402,11 +446,41 @@ impl RelayNode {
         }
     }
 
-    /// Bytes queued by each circuit, for memory accounting.
+    /// Bytes queued by each circuit ([`RelayCircuit::queued_bytes`]), for
+    /// memory accounting.
     pub fn queued_bytes(&self) -> impl Iterator<Item = (CircKey, usize)> + '_ {
         self.circuits
             .iter()
             .map(|(k, e)| (*k, e.circ.queued_bytes()))
+    }
+
+    /// Memory held by all the node's queues, in O(1) (a running total kept
+    /// as queues change). Counted, as tor counts for `MaxMemInQueues`:
+    ///
+    /// * every cell queued by a circuit, either direction, at
+    ///   [`QUEUED_CELL_BYTES`](crate::QUEUED_CELL_BYTES) each;
+    /// * exit stream buffers by their length (bytes from targets not yet
+    ///   packaged into DATA, bytes from clients not yet read by the driver);
+    /// * link-level DESTROYs waiting on each channel, at
+    ///   `QUEUED_CELL_BYTES` each.
+    ///
+    /// Not counted: circuit and stream state, crypto, scheduler entries, the
+    /// driver's own buffers. Equals the sum of [`queued_bytes`](Self::queued_bytes)
+    /// plus [`queued_destroys`](Self::queued_destroys) of every channel times
+    /// `QUEUED_CELL_BYTES`.
+    pub fn total_queued_bytes(&self) -> usize {
+        self.circ_bytes + self.control_cells * crate::QUEUED_CELL_BYTES
+    }
+
+    /// Link-level DESTROYs waiting to be written on `chan`.
+    pub fn queued_destroys(&self, chan: ChannelId) -> usize {
+        self.channels.get(&chan).map_or(0, |c| c.control.len())
+    }
+
+    /// Circuits killed so far by the out-of-memory handler (see
+    /// [`NodeConfig::max_mem_in_queues`]).
+    pub fn oom_circuits_killed(&self) -> u64 {
+        self.oom_killed
     }
 
     fn circuit_mut(&mut self, circ: CircKey) -> Result<&mut RelayCircuit, Error> {
@@ -501,9 +575,72 @@ impl RelayNode {
     }
 
     /// After anything touched circuit `key`: turn its events into node
-    /// events, tear down what closed, and keep the schedulers' active sets
-    /// in step with the circuit's queues.
+    /// events, tear down what closed, keep the schedulers' active sets and
+    /// the memory total in step with the circuit's queues, then enforce the
+    /// memory limit. Every input that can grow a queue passes here.
     fn refresh(&mut self, now: Instant, key: CircKey) {
+        self.refresh_circuit(now, key);
+        self.enforce_mem_limit(now);
+    }
+
+    /// Run the out-of-memory handler if the queues hold more than
+    /// [`NodeConfig::max_mem_in_queues`]. O(1) unless over the limit.
+    fn enforce_mem_limit(&mut self, now: Instant) {
+        let limit = self.config.max_mem_in_queues;
+        if limit != 0 && self.total_queued_bytes() > limit {
+            self.handle_oom(now, limit);
+        }
+    }
+
+    /// Kill the circuits holding the most queued bytes until the total is
+    /// below 3/4 of `limit`. Circuits holding nothing are spared: killing
+    /// them frees nothing and queues DESTROYs. (Tor picks victims by the
+    /// age of their oldest queued cell; here the largest go first, which
+    /// frees the limit with the fewest kills.)
+    #[cold]
+    fn handle_oom(&mut self, now: Instant, limit: usize) {
+        if self.circ_bytes == 0 {
+            // Only link-level DESTROYs are queued: nothing to kill (and no
+            // scan of the circuits on every input while it lasts).
+            return;
+        }
+        let low_water = limit - limit / 4;
+        let before = self.total_queued_bytes();
+        // Most bytes first; among equals, the oldest circuit. Building the
+        // heap is O(circuits), each kill O(log circuits).
+        let mut victims: BinaryHeap<(usize, Reverse<CircKey>)> = self
+            .circuits
+            .iter()
+            .filter(|(_, e)| e.accounted > 0)
+            .map(|(k, e)| (e.accounted, Reverse(*k)))
+            .collect();
+        let mut killed = 0u64;
+        while self.total_queued_bytes() >= low_water {
+            let Some((held, Reverse(key))) = victims.pop() else {
+                break;
+            };
+            let Some(entry) = self.circuits.get_mut(&key) else {
+                continue;
+            };
+            entry.circ.destroy(CloseReason::out_of_memory(format!(
+                "out of memory: queues held {before} bytes, over the limit of {limit}; \
+                 this circuit held {held}"
+            )));
+            self.refresh_circuit(now, key);
+            killed += 1;
+        }
+        self.oom_killed += killed;
+        tracing::warn!(
+            before,
+            after = self.total_queued_bytes(),
+            limit,
+            killed,
+            "queued cells over the memory limit: killed the circuits holding the most"
+        );
+    }
+
+    /// [`refresh`](Self::refresh) without the memory limit.
+    fn refresh_circuit(&mut self, now: Instant, key: CircKey) {
         self.refresh_events(key);
         let Some(entry) = self.circuits.get(&key) else {
             return;
@@ -545,7 +682,9 @@ impl RelayNode {
                             ch.circuits.remove(&id);
                             ch.scheduler.remove((key, Side::Outbound));
                             if send_destroy {
-                                if let Some(detail) = queue_destroy(ch, id, reason) {
+                                if let Some(detail) =
+                                    queue_destroy(ch, &mut self.control_cells, id, reason)
+                                {
                                     self.events
                                         .push_back(NodeEvent::ChannelViolation { chan, detail });
                                 }
@@ -587,13 +726,16 @@ impl RelayNode {
                             ch.circuits.remove(&id);
                             ch.scheduler.remove((key, side));
                             if notify {
-                                if let Some(detail) = queue_destroy(ch, id, reason.reason) {
+                                if let Some(detail) =
+                                    queue_destroy(ch, &mut self.control_cells, id, reason.reason)
+                                {
                                     self.events
                                         .push_back(NodeEvent::ChannelViolation { chan, detail });
                                 }
                             }
                         }
                     }
+                    self.circ_bytes -= entry.accounted;
                     self.circuits.remove(&key);
                     self.events
                         .push_back(NodeEvent::CircuitClosed { circ: key, reason });
@@ -601,6 +743,11 @@ impl RelayNode {
                 }
             }
         }
+        // Every change to a circuit's queues ends here (or in the removal
+        // above), so the total follows them with O(1) work per call.
+        let bytes = entry.circ.queued_bytes();
+        self.circ_bytes = self.circ_bytes - entry.accounted + bytes;
+        entry.accounted = bytes;
     }
 }
 
@@ -611,7 +758,13 @@ const MAX_QUEUED_DESTROYS: usize = 1024;
 
 /// Queue a DESTROY for circuit `circid` on `ch`; `Some(detail)` if the peer
 /// has overrun [`MAX_QUEUED_DESTROYS`] and the channel must close.
-fn queue_destroy(ch: &mut Channel, circid: CircId, reason: DestroyReason) -> Option<String> {
+/// `control_cells` is the node's count of cells in all control queues.
+fn queue_destroy(
+    ch: &mut Channel,
+    control_cells: &mut usize,
+    circid: CircId,
+    reason: DestroyReason,
+) -> Option<String> {
     if ch.control.len() >= MAX_QUEUED_DESTROYS {
         return Some(format!(
             "over {MAX_QUEUED_DESTROYS} DESTROYs waiting: peer does not read"
@@ -619,6 +772,7 @@ fn queue_destroy(ch: &mut Channel, circid: CircId, reason: DestroyReason) -> Opt
     }
     ch.control
         .push_back(ChanCell::new(Some(circid), Destroy::new(reason).into()));
+    *control_cells += 1;
     None
 }
 

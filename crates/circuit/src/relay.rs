@@ -671,9 +671,13 @@ impl RelayCircuit {
         }
     }
 
-    /// Bytes held by this circuit: queued cells and exit stream buffers.
+    /// Memory held by this circuit's queues, in O(1): every cell queued in
+    /// either direction at [`QUEUED_CELL_BYTES`](crate::QUEUED_CELL_BYTES)
+    /// each, plus the exit's stream buffers by their length (bytes from the
+    /// target not yet packaged, bytes from the client not yet read by the
+    /// driver). Crypto state, stream tables and the like are not counted.
     pub fn queued_bytes(&self) -> usize {
-        (self.to_client.len() + self.to_next.len()) * onionlab_cell::codec::FIXED_CELL_LEN
+        (self.to_client.len() + self.to_next.len()) * crate::QUEUED_CELL_BYTES
             + self.exit.as_ref().map_or(0, |e| e.streams.buffered_bytes())
     }
 }

@@ -114,6 +114,9 @@ pub(crate) struct StreamMap {
     next_id: u16,
     /// Streams whose writer was refused bytes and wants a Writable event.
     blocked_writers: Vec<u16>,
+    /// Bytes in all send buffers, receive buffers and `draining`, kept up
+    /// to date so memory accounting is O(1).
+    buffered: usize,
 }
 
 impl StreamMap {
@@ -126,6 +129,7 @@ impl StreamMap {
             rr: VecDeque::new(),
             next_id: 1,
             blocked_writers: Vec::new(),
+            buffered: 0,
         }
     }
 
@@ -167,7 +171,14 @@ impl StreamMap {
 
     /// Forget stream `id` entirely (a RESOLVE that was answered).
     pub(crate) fn forget(&mut self, id: StreamId) {
-        self.streams.remove(&u16::from(id));
+        self.remove_stream(u16::from(id));
+    }
+
+    /// Remove stream `id` from `streams`, dropping its buffers from the count.
+    fn remove_stream(&mut self, id: u16) -> Option<Stream> {
+        let s = self.streams.remove(&id)?;
+        self.buffered -= s.send_buf.len() + s.recv_bytes;
+        Some(s)
     }
 
     fn in_use(&self, id: u16) -> bool {
@@ -203,6 +214,7 @@ impl StreamMap {
         }
         let n = data.len().min(limit.saturating_sub(s.send_buf.len()));
         s.send_buf.extend_from_slice(&data[..n]);
+        self.buffered += n;
         if n > 0 && !s.in_rr {
             s.in_rr = true;
             self.rr.push_back(raw);
@@ -259,6 +271,7 @@ impl StreamMap {
                 if circ_window_open && s.windows.package > 0 {
                     let n = s.send_buf.len().min(MAX_DATA_LEN);
                     let chunk = s.send_buf.split_to(n).freeze();
+                    self.buffered -= n;
                     s.windows.package -= 1;
                     if !s.send_buf.is_empty() || s.close_requested {
                         self.rr.push_back(id);
@@ -271,7 +284,7 @@ impl StreamMap {
                 continue;
             }
             if s.close_requested {
-                self.streams.remove(&id);
+                self.remove_stream(id);
                 self.remember_half_closed(id);
                 return StreamId::new(id).map(Outgoing::End);
             }
@@ -321,6 +334,7 @@ impl StreamMap {
         let was_empty = s.recv.is_empty();
         if !data.is_empty() {
             s.recv_bytes += data.len();
+            self.buffered += data.len();
             s.recv.push_back(data);
         }
         Ok(was_empty && s.recv_bytes > 0)
@@ -358,11 +372,13 @@ impl StreamMap {
         if let Some(s) = self.streams.get_mut(&raw) {
             let n = drain_into(&mut s.recv, buf);
             s.recv_bytes -= n;
+            self.buffered -= n;
             let sendme = s.state == StreamState::Open && s.windows.take_sendme(s.recv.len());
             return Some((n, sendme));
         }
         let q = self.draining.get_mut(&raw)?;
         let n = drain_into(q, buf);
+        self.buffered -= n;
         if q.is_empty() {
             self.draining.remove(&raw);
         }
@@ -384,8 +400,9 @@ impl StreamMap {
     /// The peer ended the stream: forget it, keeping unread data readable.
     pub(crate) fn on_end(&mut self, id: StreamId) {
         let raw = u16::from(id);
-        if let Some(s) = self.streams.remove(&raw) {
+        if let Some(s) = self.remove_stream(raw) {
             if !s.recv.is_empty() {
+                self.buffered += s.recv_bytes;
                 self.draining.insert(raw, s.recv);
             }
         }
@@ -396,8 +413,10 @@ impl StreamMap {
     /// half-closed so in-flight cells from the peer are tolerated.
     pub(crate) fn abort(&mut self, id: StreamId) -> bool {
         let raw = u16::from(id);
-        self.draining.remove(&raw);
-        if self.streams.remove(&raw).is_some() {
+        if let Some(q) = self.draining.remove(&raw) {
+            self.buffered -= q.iter().map(Bytes::len).sum::<usize>();
+        }
+        if self.remove_stream(raw).is_some() {
             self.remember_half_closed(raw);
             true
         } else {
@@ -412,8 +431,15 @@ impl StreamMap {
         self.half_closed.push_back(id);
     }
 
-    /// Bytes held in send and receive buffers (for memory accounting).
+    /// Bytes held in send and receive buffers (for memory accounting):
+    /// O(1), from a running count.
     pub(crate) fn buffered_bytes(&self) -> usize {
+        debug_assert_eq!(self.buffered, self.recount_buffered());
+        self.buffered
+    }
+
+    /// [`buffered_bytes`](Self::buffered_bytes) recomputed from the buffers.
+    fn recount_buffered(&self) -> usize {
         self.streams
             .values()
             .map(|s| s.send_buf.len() + s.recv_bytes)
