@@ -8,6 +8,23 @@
 //! a cell (this is where the transport's back-pressure enters), and acts on
 //! [`NodeEvent`]s (open a channel to the next relay, connect an exit stream).
 //!
+//! # Two kinds of transport
+//!
+//! * A transport that carries a channel as one ordered byte stream (TLS over
+//!   TCP, as tor does) writes cells in the order
+//!   [`RelayNode::poll_transmit`] gives them: link-level DESTROYs first,
+//!   then one cell at a time from the circuit the channel's scheduler
+//!   picks (round robin or EWMA). It calls it whenever the connection can
+//!   take a cell, for the channels [`RelayNode::channels_with_work`] lists.
+//! * A transport that gives each circuit its own lane (a QUIC stream, or a
+//!   TCP connection, per circuit) has no single order to choose: lanes are
+//!   independent and each has its own back-pressure. It asks
+//!   [`RelayNode::circuits_with_work`] which circuits of a channel have
+//!   cells, and writes each lane from
+//!   [`RelayNode::poll_transmit_circuit`] when that lane can take a cell.
+//!   The scheduler is bypassed (the transport's lanes share the link), but
+//!   its state is kept consistent, so the two styles may be mixed.
+//!
 //! # Memory limit
 //!
 //! The node keeps a running total of the memory its queues hold
@@ -19,7 +36,7 @@
 //! `MaxMemInQueues`. Below the limit this costs O(1) per input.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -388,6 +405,70 @@ impl RelayNode {
             self.refresh(now, key);
             return Some(ChanCell::new(Some(circid), msg));
         }
+    }
+
+    /// Circuit IDs on `chan` with a cell to send: circuits with queued
+    /// cells on that side, and IDs with a link-level DESTROY waiting. For
+    /// transports that carry each circuit on its own lane; pass each to
+    /// [`poll_transmit_circuit`](Self::poll_transmit_circuit). O(circuits on
+    /// the channel). The iterator does not borrow the node.
+    pub fn circuits_with_work(&self, chan: ChannelId) -> impl Iterator<Item = CircId> {
+        let mut ids = Vec::new();
+        if let Some(ch) = self.channels.get(&chan) {
+            let mut seen = HashSet::new();
+            let destroys = ch.control.iter().filter_map(ChanCell::circid);
+            let busy = ch.circuits.iter().filter_map(|(id, (key, side))| {
+                self.circuits
+                    .get(key)
+                    .is_some_and(|e| e.circ.wants_transmit(*side))
+                    .then_some(*id)
+            });
+            ids.extend(destroys.chain(busy).filter(|id| seen.insert(*id)));
+        }
+        ids.into_iter()
+    }
+
+    /// The next cell of circuit `circ_id` on `chan`, bypassing the
+    /// channel's circuit scheduler: for transports that carry each circuit
+    /// on its own lane (a QUIC stream or a TCP connection per circuit),
+    /// which write a circuit's cells when that lane can take them.
+    ///
+    /// A DESTROY queued for `circ_id` at link level (a circuit that had the
+    /// ID and is gone) comes first, before any cell of a newer circuit
+    /// with the same ID. The scheduler's view stays consistent: the cell
+    /// counts toward the circuit's EWMA, and a circuit left with nothing
+    /// to send stops being active, so [`channels_with_work`](Self::channels_with_work)
+    /// and [`poll_transmit`](Self::poll_transmit) may still be used on the
+    /// same channel.
+    pub fn poll_transmit_circuit(
+        &mut self,
+        now: Instant,
+        chan: ChannelId,
+        circ_id: CircId,
+    ) -> Option<AnyChanCell> {
+        let ch = self.channels.get_mut(&chan)?;
+        if let Some(pos) = ch.control.iter().position(|c| c.circid() == Some(circ_id)) {
+            let cell = ch.control.remove(pos)?;
+            self.control_cells -= 1;
+            return Some(cell);
+        }
+        let &(key, side) = ch.circuits.get(&circ_id)?;
+        let entry = self.circuits.get_mut(&key)?;
+        let msg = entry.circ.poll_transmit(now, side);
+        if msg.is_some() {
+            ch.scheduler.on_sent((key, side), 1, now);
+        }
+        self.refresh(now, key);
+        let still_busy = self
+            .circuits
+            .get(&key)
+            .is_some_and(|e| e.circ.wants_transmit(side));
+        if !still_busy {
+            if let Some(ch) = self.channels.get_mut(&chan) {
+                ch.scheduler.deactivate((key, side));
+            }
+        }
+        msg.map(|m| ChanCell::new(Some(circ_id), m))
     }
 
     /// The next event, if any.

@@ -7,7 +7,7 @@
 //! has cells queued.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,12 @@ pub trait CircuitScheduler<K>: std::fmt::Debug + Send {
     fn on_sent(&mut self, key: K, cells: u32, now: Instant);
     /// Forget `key` entirely (the circuit closed or left the channel).
     fn remove(&mut self, key: K);
+    /// `key` has nothing to send after all (its cells went out some other
+    /// way): it stops being active but keeps its history. The default
+    /// forgets it as [`remove`](Self::remove) does.
+    fn deactivate(&mut self, key: K) {
+        self.remove(key);
+    }
     /// Is no circuit active?
     fn is_idle(&self) -> bool;
 }
@@ -60,31 +66,51 @@ impl SchedulerKind {
     }
 }
 
+/// Stale entries (of circuits removed or deactivated) a scheduler keeps in
+/// its queue before it sweeps them out, beyond twice the active ones. Keeps
+/// the queue bounded when circuits come and go without [`CircuitScheduler::next`]
+/// being called (a driver that sends per circuit).
+const STALE_SLACK: usize = 64;
+
 /// Round-robin circuit scheduler.
 #[derive(Debug)]
 pub struct RoundRobin<K> {
-    order: VecDeque<K>,
-    active: HashSet<K>,
+    /// Activation order; entries whose sequence number no longer matches
+    /// `active` are stale and skipped.
+    order: VecDeque<(K, u64)>,
+    /// Active circuits and the sequence number of their activation.
+    active: HashMap<K, u64>,
+    next_seq: u64,
 }
 
 impl<K> Default for RoundRobin<K> {
     fn default() -> Self {
         RoundRobin {
             order: VecDeque::new(),
-            active: HashSet::new(),
+            active: HashMap::new(),
+            next_seq: 0,
         }
     }
 }
 
 impl<K: Copy + Eq + Hash + std::fmt::Debug + Send> CircuitScheduler<K> for RoundRobin<K> {
     fn activate(&mut self, key: K, _now: Instant) {
-        if self.active.insert(key) {
-            self.order.push_back(key);
+        if self.active.contains_key(&key) {
+            return;
         }
+        if self.order.len() > 2 * self.active.len() + STALE_SLACK {
+            let active = &self.active;
+            self.order.retain(|(k, seq)| active.get(k) == Some(seq));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.active.insert(key, seq);
+        self.order.push_back((key, seq));
     }
     fn next(&mut self, _now: Instant) -> Option<K> {
-        while let Some(k) = self.order.pop_front() {
-            if self.active.remove(&k) {
+        while let Some((k, seq)) = self.order.pop_front() {
+            if self.active.get(&k) == Some(&seq) {
+                self.active.remove(&k);
                 return Some(k);
             }
         }
@@ -92,11 +118,21 @@ impl<K: Copy + Eq + Hash + std::fmt::Debug + Send> CircuitScheduler<K> for Round
     }
     fn on_sent(&mut self, _key: K, _cells: u32, _now: Instant) {}
     fn remove(&mut self, key: K) {
-        // Lazily dropped from `order` when reached.
+        // Lazily dropped from `order` when reached or swept.
+        self.active.remove(&key);
+    }
+    fn deactivate(&mut self, key: K) {
         self.active.remove(&key);
     }
     fn is_idle(&self) -> bool {
         self.active.is_empty()
+    }
+}
+
+impl<K> RoundRobin<K> {
+    /// Entries in the activation queue, stale ones included.
+    pub fn queue_len(&self) -> usize {
+        self.order.len()
     }
 }
 
@@ -172,17 +208,30 @@ impl<K: Copy + Eq + Hash + Ord> Ewma<K> {
             *w *= factor;
             *w > 1e-9
         });
+        self.rebuild_heap();
+    }
+
+    /// The heap of exactly the active circuits (stale entries dropped).
+    fn rebuild_heap(&mut self) {
         self.heap = self
             .active
             .iter()
             .map(|(k, seq)| std::cmp::Reverse((self.weight(k), *seq, *k)))
             .collect();
     }
+
+    /// Entries in the heap, stale ones included.
+    pub fn queue_len(&self) -> usize {
+        self.heap.len()
+    }
 }
 
 impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for Ewma<K> {
     fn activate(&mut self, key: K, _now: Instant) {
         if !self.active.contains_key(&key) {
+            if self.heap.len() > 2 * self.active.len() + STALE_SLACK {
+                self.rebuild_heap();
+            }
             let seq = self.next_seq;
             self.next_seq += 1;
             self.active.insert(key, seq);
@@ -211,6 +260,9 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for
     fn remove(&mut self, key: K) {
         self.active.remove(&key);
         self.weights.remove(&key);
+    }
+    fn deactivate(&mut self, key: K) {
+        self.active.remove(&key);
     }
     fn is_idle(&self) -> bool {
         self.active.is_empty()

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use onionlab_circuit::scheduler::{CircuitScheduler, SchedulerKind};
+use onionlab_circuit::scheduler::{CircuitScheduler, Ewma, RoundRobin, SchedulerKind};
 
 const LIGHT: u32 = 0;
 const SLOT: Duration = Duration::from_millis(1);
@@ -166,4 +166,67 @@ fn ewma_survives_hours_of_idleness() {
     assert_eq!(sched.next(later), Some(2));
     sched.on_sent(2, 1, later);
     assert_eq!(sched.next(later), Some(1));
+}
+
+#[test]
+fn deactivated_circuits_leave_and_keep_their_history() {
+    let half_life = Duration::from_secs(30);
+    let now = Instant::now();
+    for kind in [SchedulerKind::RoundRobin, SchedulerKind::Ewma { half_life }] {
+        let mut sched: Box<dyn CircuitScheduler<u32>> = kind.build();
+        sched.activate(1, now);
+        sched.activate(2, now);
+        sched.deactivate(1);
+        assert_eq!(sched.next(now), Some(2), "{kind:?}");
+        assert_eq!(sched.next(now), None, "{kind:?}");
+        assert!(sched.is_idle());
+        // Re-activated, a circuit takes its place at the back, once.
+        sched.activate(1, now);
+        sched.activate(3, now);
+        sched.deactivate(3);
+        sched.activate(3, now);
+        assert_eq!(sched.next(now), Some(1), "{kind:?}");
+        assert_eq!(sched.next(now), Some(3), "{kind:?}");
+        assert_eq!(sched.next(now), None, "{kind:?}");
+    }
+    // EWMA keeps the history of a deactivated circuit (remove forgets it).
+    let mut ewma = Ewma::new(half_life);
+    for _ in 0..10 {
+        ewma.on_sent(1, 1, now);
+    }
+    ewma.activate(1, now);
+    ewma.deactivate(1);
+    ewma.activate(2, now);
+    ewma.activate(1, now);
+    assert_eq!(ewma.next(now), Some(2));
+    assert_eq!(ewma.next(now), Some(1));
+}
+
+#[test]
+fn stale_entries_are_swept_without_next() {
+    // A driver sending per circuit never calls `next`: circuits are
+    // activated when cells arrive and deactivated when their lane takes
+    // the last one. The queues must not grow with every cycle.
+    let now = Instant::now();
+    let mut rr = RoundRobin::default();
+    let mut ewma = Ewma::new(Duration::from_secs(30));
+    for i in 0..100_000u32 {
+        let key = i % 10;
+        rr.activate(key, now);
+        ewma.activate(key, now);
+        ewma.on_sent(key, 1, now);
+        rr.deactivate(key);
+        ewma.deactivate(key);
+        assert!(rr.queue_len() <= 100, "round robin: {}", rr.queue_len());
+        assert!(ewma.queue_len() <= 100, "EWMA: {}", ewma.queue_len());
+    }
+    // Removal without `next` is swept the same way.
+    for i in 0..100_000u32 {
+        rr.activate(i, now);
+        rr.remove(i);
+        ewma.activate(i, now);
+        ewma.remove(i);
+    }
+    assert!(rr.queue_len() <= 100 && ewma.queue_len() <= 100);
+    assert!(rr.is_idle() && ewma.is_idle());
 }

@@ -199,18 +199,10 @@ impl TestRelay {
     /// Write everything on `c`'s channel and decrypt what came for `c`.
     pub fn receive(&mut self, c: &mut RawCirc) -> Received {
         self.drain(c.chan);
-        let mut out = Vec::new();
-        for msg in self.take(c.chan, c.id) {
-            match msg {
-                AnyChanMsg::Relay(r) => {
-                    let mut body = r.into_relay_body();
-                    c.crypto.decrypt_inbound(&mut body).expect("recognized");
-                    out.push(Ok(relay::decode(body).expect("decode")));
-                }
-                other => out.push(Err(other)),
-            }
-        }
-        out
+        self.take(c.chan, c.id)
+            .into_iter()
+            .map(|msg| decrypt(c, msg))
+            .collect()
     }
 
     /// EXTEND2 on `c`; the driver attaches the outbound side to
@@ -305,4 +297,21 @@ impl TestRelay {
 pub fn has_destroy(msgs: &[AnyChanMsg], reason: DestroyReason) -> bool {
     msgs.iter()
         .any(|m| matches!(m, AnyChanMsg::Destroy(d) if d.reason() == reason))
+}
+
+/// Decrypt a cell the relay sent on `c` (in order: the relay crypto is a
+/// stream cipher with a running digest, so a cell out of order or from
+/// another circuit fails); other cells as they are.
+pub fn decrypt(
+    c: &mut RawCirc,
+    msg: AnyChanMsg,
+) -> Result<(Option<StreamId>, AnyRelayMsg), AnyChanMsg> {
+    match msg {
+        AnyChanMsg::Relay(r) => {
+            let mut body = r.into_relay_body();
+            c.crypto.decrypt_inbound(&mut body).expect("recognized");
+            Ok(relay::decode(body).expect("decode"))
+        }
+        other => Err(other),
+    }
 }
