@@ -1,0 +1,601 @@
+//! Node configuration files (TOML).
+//!
+//! Unknown fields are refused, errors name the file, line and column, and
+//! relative paths (`keys`, and `network` when it is a file) are relative to
+//! the directory of the configuration file.
+//!
+//! A relay (`relay.toml`):
+//!
+//! ```toml
+//! nickname = "relay0"
+//! keys = "keys.secret"            # relay secret keys, see crate::keys
+//! listen = "127.0.0.1:9001"       # TLS transport listener
+//! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
+//! network_key = "<64 hex digits>" # network public key
+//! scheduler = "ewma"              # or "round-robin"; default "ewma"
+//! ewma_half_life_ms = 30000       # default 30000
+//! max_mem_in_queues = 268435456   # bytes, default 256 MiB
+//! log = "info"                    # optional tracing filter
+//! ```
+//!
+//! A client (`client.toml`):
+//!
+//! ```toml
+//! socks_listen = "127.0.0.1:9050"
+//! network = "network.doc"
+//! network_key = "<64 hex digits>"
+//! path = ["relay0", "relay1", "relay2"] # optional: pinned path, guard first, exit last
+//! circuit_build_timeout_ms = 10000      # default 10000
+//! max_circuit_dirtiness_s = 600         # default 600
+//! build_retries = 3                     # default 3
+//! ```
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+use tokio::io::AsyncReadExt;
+use tor_llcrypto::pk::ed25519::PublicKey;
+
+use crate::directory::HttpUrl;
+use crate::doc::{valid_nickname, NetworkDocument, MAX_DOCUMENT_LEN};
+use crate::error::{toml_error, Error, Result};
+use crate::keys::{parse_public_key, read_file_limited};
+
+/// Largest configuration file read.
+const MAX_CONFIG_LEN: u64 = 1024 * 1024;
+
+/// Default [`RelayConfig::ewma_half_life_ms`].
+pub const DEFAULT_EWMA_HALF_LIFE_MS: u64 = 30_000;
+/// Default [`RelayConfig::max_mem_in_queues`]: 256 MiB.
+pub const DEFAULT_MAX_MEM_IN_QUEUES: u64 = 256 * 1024 * 1024;
+/// Default [`ClientConfig::circuit_build_timeout_ms`].
+pub const DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS: u64 = 10_000;
+/// Default [`ClientConfig::max_circuit_dirtiness_s`].
+pub const DEFAULT_MAX_CIRCUIT_DIRTINESS_S: u64 = 600;
+/// Default [`ClientConfig::build_retries`].
+pub const DEFAULT_BUILD_RETRIES: u32 = 3;
+
+/// Where to get the network document: a file or an `http://` URL.
+///
+/// In configuration files it is one string: a URL if it contains `://`
+/// (only `http://` is supported, see [`HttpUrl`]), otherwise a file path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetworkSource {
+    /// A file holding the signed document.
+    File(PathBuf),
+    /// A directory URL, such as `http://127.0.0.1:7000/network.doc`.
+    Url(HttpUrl),
+}
+
+impl NetworkSource {
+    /// Parse a file path or URL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Url`] for an empty string, another scheme than `http`, or a
+    /// malformed URL.
+    pub fn parse(s: &str) -> Result<Self> {
+        if s.is_empty() {
+            return Err(Error::Url {
+                url: s.into(),
+                reason: "empty: expected a file path or an http:// URL".into(),
+            });
+        }
+        if s.contains("://") {
+            HttpUrl::parse(s).map(NetworkSource::Url)
+        } else {
+            Ok(NetworkSource::File(PathBuf::from(s)))
+        }
+    }
+
+    /// Make a relative file path relative to `base` instead of the current
+    /// directory.
+    pub fn resolve_against(&mut self, base: &Path) {
+        if let NetworkSource::File(p) = self {
+            *p = resolve(base, p);
+        }
+    }
+
+    /// Fetch or read the document, then verify and parse it; see
+    /// [`load_network`].
+    ///
+    /// # Errors
+    ///
+    /// As [`load_network`].
+    pub async fn load(&self, network_key: &PublicKey) -> Result<NetworkDocument> {
+        load_network(self, network_key).await
+    }
+}
+
+impl fmt::Display for NetworkSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NetworkSource::File(p) => write!(f, "{}", p.display()),
+            NetworkSource::Url(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+impl std::str::FromStr for NetworkSource {
+    type Err = Error;
+
+    /// Same as [`NetworkSource::parse`].
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for NetworkSource {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        NetworkSource::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Read (file) or fetch (URL, see [`crate::directory::fetch`]) the signed
+/// network document, verify it with `network_key` and parse it. Errors name
+/// the file or URL.
+///
+/// # Errors
+///
+/// [`Error::Io`] or [`Error::TooLarge`] for a file, the errors of
+/// [`crate::directory::fetch`] for a URL, then those of
+/// [`NetworkDocument::from_signed_text`].
+pub async fn load_network(
+    source: &NetworkSource,
+    network_key: &PublicKey,
+) -> Result<NetworkDocument> {
+    let (text, origin) = match source {
+        NetworkSource::File(path) => (read_document_file(path).await?, path.display().to_string()),
+        NetworkSource::Url(url) => {
+            let url = url.to_string();
+            (crate::directory::fetch(&url).await?, url)
+        }
+    };
+    NetworkDocument::from_signed_text_at(&text, network_key, &origin)
+}
+
+/// Read a document file of at most [`MAX_DOCUMENT_LEN`] bytes.
+async fn read_document_file(path: &Path) -> Result<String> {
+    let io_err = |op| {
+        move |source| Error::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        }
+    };
+    let file = tokio::fs::File::open(path).await.map_err(io_err("open"))?;
+    let mut buf = Vec::new();
+    file.take(MAX_DOCUMENT_LEN as u64 + 1)
+        .read_to_end(&mut buf)
+        .await
+        .map_err(io_err("read"))?;
+    if buf.len() > MAX_DOCUMENT_LEN {
+        let size = tokio::fs::metadata(path)
+            .await
+            .map_or(buf.len() as u64, |m| m.len());
+        return Err(Error::TooLarge {
+            what: path.display().to_string(),
+            size,
+            max: MAX_DOCUMENT_LEN as u64,
+        });
+    }
+    String::from_utf8(buf).map_err(|_| Error::Io {
+        op: "read",
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"),
+    })
+}
+
+/// Which circuit scheduler a relay uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scheduler {
+    /// `"ewma"`: the circuit with the least recent activity goes first (tor's default).
+    #[default]
+    Ewma,
+    /// `"round-robin"`: circuits take turns.
+    RoundRobin,
+}
+
+impl fmt::Display for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scheduler::Ewma => "ewma",
+            Scheduler::RoundRobin => "round-robin",
+        })
+    }
+}
+
+/// A relay's configuration file.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// The relay's nickname, as in the network document.
+    #[serde(deserialize_with = "de_nickname")]
+    pub nickname: String,
+    /// The relay secret keys file (see [`crate::keys::load_relay_keys`]).
+    pub keys: PathBuf,
+    /// Address the TLS transport listens on.
+    pub listen: SocketAddr,
+    /// Where the network document comes from.
+    pub network: NetworkSource,
+    /// The network public key, 64 hex digits (checked when loading; see
+    /// [`RelayConfig::network_public_key`]).
+    #[serde(deserialize_with = "de_network_key")]
+    pub network_key: String,
+    /// Circuit scheduler; default EWMA.
+    #[serde(default)]
+    pub scheduler: Scheduler,
+    /// EWMA half-life in milliseconds (default 30000); must be positive.
+    #[serde(
+        default = "default_ewma_half_life_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub ewma_half_life_ms: u64,
+    /// Most bytes of cells queued in the relay (default 256 MiB); must be
+    /// positive.
+    #[serde(
+        default = "default_max_mem_in_queues",
+        deserialize_with = "de_positive"
+    )]
+    pub max_mem_in_queues: u64,
+    /// Log filter in `tracing_subscriber::EnvFilter` syntax (for example
+    /// `"info"` or `"info,onionlab_node=debug"`); none means the program's
+    /// default.
+    #[serde(default)]
+    pub log: Option<String>,
+}
+
+/// A client's configuration file.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// Address of the SOCKS5 listener.
+    pub socks_listen: SocketAddr,
+    /// Where the network document comes from.
+    pub network: NetworkSource,
+    /// The network public key, 64 hex digits (checked when loading; see
+    /// [`ClientConfig::network_public_key`]).
+    #[serde(deserialize_with = "de_network_key")]
+    pub network_key: String,
+    /// A pinned path of relay nicknames, guard first and exit last (at
+    /// least one). None: choose paths from the document.
+    #[serde(default, deserialize_with = "de_path")]
+    pub path: Option<Vec<String>>,
+    /// Give up building a circuit after this many milliseconds (default
+    /// 10000); must be positive.
+    #[serde(
+        default = "default_circuit_build_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub circuit_build_timeout_ms: u64,
+    /// Stop putting new streams on a circuit this many seconds after its
+    /// first stream (default 600).
+    #[serde(default = "default_max_circuit_dirtiness_s")]
+    pub max_circuit_dirtiness_s: u64,
+    /// Build attempts after a failed one before a stream fails (default 3).
+    #[serde(default = "default_build_retries")]
+    pub build_retries: u32,
+}
+
+/// See [`DEFAULT_EWMA_HALF_LIFE_MS`].
+fn default_ewma_half_life_ms() -> u64 {
+    DEFAULT_EWMA_HALF_LIFE_MS
+}
+/// See [`DEFAULT_MAX_MEM_IN_QUEUES`].
+fn default_max_mem_in_queues() -> u64 {
+    DEFAULT_MAX_MEM_IN_QUEUES
+}
+/// See [`DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS`].
+fn default_circuit_build_timeout_ms() -> u64 {
+    DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS
+}
+/// See [`DEFAULT_MAX_CIRCUIT_DIRTINESS_S`].
+fn default_max_circuit_dirtiness_s() -> u64 {
+    DEFAULT_MAX_CIRCUIT_DIRTINESS_S
+}
+/// See [`DEFAULT_BUILD_RETRIES`].
+fn default_build_retries() -> u32 {
+    DEFAULT_BUILD_RETRIES
+}
+
+/// A valid nickname.
+fn de_nickname<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if !valid_nickname(&s) {
+        return Err(serde::de::Error::custom(format!(
+            "nickname {s:?} must be 1-19 ASCII letters and digits"
+        )));
+    }
+    Ok(s)
+}
+
+/// A pinned path: at least one valid nickname.
+fn de_path<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Vec<String>>, D::Error> {
+    let path = Vec::<String>::deserialize(d)?;
+    if path.is_empty() {
+        return Err(serde::de::Error::custom(
+            "a pinned path needs at least one relay (leave `path` out to choose paths)",
+        ));
+    }
+    if let Some(bad) = path.iter().find(|n| !valid_nickname(n)) {
+        return Err(serde::de::Error::custom(format!(
+            "nickname {bad:?} must be 1-19 ASCII letters and digits"
+        )));
+    }
+    Ok(Some(path))
+}
+
+/// A network public key in hex that parses.
+fn de_network_key<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_public_key(&s, "network_key").map_err(serde::de::Error::custom)?;
+    Ok(s)
+}
+
+/// A number above zero.
+fn de_positive<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    let n = u64::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom("must be greater than 0"));
+    }
+    Ok(n)
+}
+
+/// `p` relative to `base` unless absolute.
+fn resolve(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// The directory relative paths in the file at `path` are relative to.
+fn base_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Read and deserialize a TOML file, with file and line in errors.
+fn load_toml<T: DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = read_file_limited(path, MAX_CONFIG_LEN)?;
+    parse_toml(&text, &path.display().to_string())
+}
+
+/// Deserialize TOML text, naming `origin` in errors.
+fn parse_toml<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
+    toml::from_str(text).map_err(|e| toml_error(origin, text, &e))
+}
+
+impl RelayConfig {
+    /// Load a relay configuration file, resolving relative paths against
+    /// its directory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] or [`Error::TooLarge`] if the file cannot be read;
+    /// [`Error::Parse`] (file, line, column) for syntax errors, unknown or
+    /// missing fields and bad values.
+    pub fn load(path: &Path) -> Result<Self> {
+        let mut cfg: Self = load_toml(path)?;
+        cfg.resolve_paths(&base_dir(path));
+        Ok(cfg)
+    }
+
+    /// Parse a relay configuration from text; `origin` names it in errors,
+    /// and relative paths are resolved against `base_dir`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Parse`], as for [`load`](Self::load).
+    pub fn from_toml_str(text: &str, origin: &str, base_dir: &Path) -> Result<Self> {
+        let mut cfg: Self = parse_toml(text, origin)?;
+        cfg.resolve_paths(base_dir);
+        Ok(cfg)
+    }
+
+    /// Resolve relative paths against `base`.
+    fn resolve_paths(&mut self, base: &Path) {
+        self.keys = resolve(base, &self.keys);
+        self.network.resolve_against(base);
+    }
+
+    /// The network public key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Key`] if `network_key` was changed to something invalid
+    /// after loading.
+    pub fn network_public_key(&self) -> Result<PublicKey> {
+        parse_public_key(&self.network_key, "relay configuration network_key")
+    }
+}
+
+impl ClientConfig {
+    /// Load a client configuration file, resolving a relative `network`
+    /// path against its directory.
+    ///
+    /// # Errors
+    ///
+    /// As [`RelayConfig::load`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let mut cfg: Self = load_toml(path)?;
+        cfg.network.resolve_against(&base_dir(path));
+        Ok(cfg)
+    }
+
+    /// Parse a client configuration from text; `origin` names it in errors,
+    /// and a relative `network` path is resolved against `base_dir`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Parse`], as for [`load`](Self::load).
+    pub fn from_toml_str(text: &str, origin: &str, base_dir: &Path) -> Result<Self> {
+        let mut cfg: Self = parse_toml(text, origin)?;
+        cfg.network.resolve_against(base_dir);
+        Ok(cfg)
+    }
+
+    /// The network public key.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Key`] if `network_key` was changed to something invalid
+    /// after loading.
+    pub fn network_public_key(&self) -> Result<PublicKey> {
+        parse_public_key(&self.network_key, "client configuration network_key")
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    /// A valid network public key in hex.
+    fn key_hex() -> String {
+        let kp = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[3; 32]);
+        hex::encode(kp.verifying_key().as_bytes())
+    }
+
+    fn relay_text(extra: &str) -> String {
+        format!(
+            "nickname = \"relay0\"\nkeys = \"keys.secret\"\nlisten = \"127.0.0.1:9001\"\n\
+             network = \"../../network.doc\"\nnetwork_key = \"{}\"\n{extra}",
+            key_hex()
+        )
+    }
+
+    #[test]
+    fn relay_defaults_and_paths() {
+        let cfg =
+            RelayConfig::from_toml_str(&relay_text(""), "r.toml", Path::new("/lab/r0")).unwrap();
+        assert_eq!(cfg.keys, PathBuf::from("/lab/r0/keys.secret"));
+        assert_eq!(
+            cfg.network,
+            NetworkSource::File(PathBuf::from("/lab/r0/../../network.doc"))
+        );
+        assert_eq!(cfg.scheduler, Scheduler::Ewma);
+        assert_eq!(cfg.ewma_half_life_ms, 30_000);
+        assert_eq!(cfg.max_mem_in_queues, 256 << 20);
+        assert_eq!(cfg.log, None);
+        assert!(cfg.network_public_key().is_ok());
+
+        let cfg = RelayConfig::from_toml_str(
+            &relay_text("scheduler = \"round-robin\"\nlog = \"debug\"\nkeys = \"/abs/k\"\n")
+                .replace("keys = \"keys.secret\"\n", ""),
+            "r.toml",
+            Path::new("/lab/r0"),
+        )
+        .unwrap();
+        assert_eq!(cfg.scheduler, Scheduler::RoundRobin);
+        assert_eq!(cfg.keys, PathBuf::from("/abs/k"));
+        assert_eq!(cfg.log.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn relay_errors_name_file_and_line() {
+        let cases = [
+            ("colour = 1\n", 6, "unknown field"),
+            ("scheduler = \"fifo\"\n", 6, "unknown variant"),
+            ("ewma_half_life_ms = 0\n", 6, "greater than 0"),
+            ("max_mem_in_queues = -1\n", 6, ""),
+        ];
+        for (extra, line, what) in cases {
+            let err = RelayConfig::from_toml_str(&relay_text(extra), "r.toml", Path::new("."))
+                .unwrap_err();
+            let Error::Parse {
+                origin,
+                line: l,
+                message,
+                ..
+            } = &err
+            else {
+                panic!("{extra}: {err}");
+            };
+            assert_eq!(origin, "r.toml");
+            assert_eq!(*l, line, "{extra}: {err}");
+            assert!(message.contains(what), "{extra}: {err}");
+        }
+        let err = RelayConfig::from_toml_str(
+            &relay_text("").replace(&key_hex(), "abcd"),
+            "r.toml",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("r.toml:5:"), "{err}");
+        assert!(err.to_string().contains("network public key"), "{err}");
+        let err = RelayConfig::from_toml_str(
+            &relay_text("").replace("relay0", "relay_0"),
+            "r.toml",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("r.toml:1:"), "{err}");
+        let err = RelayConfig::from_toml_str(
+            &relay_text("").replace("../../network.doc", "https://127.0.0.1/x"),
+            "r.toml",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("r.toml:4:"), "{err}");
+        assert!(err.to_string().contains("only http://"), "{err}");
+        let err = RelayConfig::from_toml_str(
+            &relay_text("").replace("listen = \"127.0.0.1:9001\"\n", ""),
+            "r.toml",
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("missing field `listen`"), "{err}");
+    }
+
+    #[test]
+    fn client_config() {
+        let text = format!(
+            "socks_listen = \"127.0.0.1:9050\"\nnetwork = \"http://127.0.0.1:7000/network.doc\"\n\
+             network_key = \"{}\"\npath = [\"a\", \"b\", \"c\"]\nbuild_retries = 5\n",
+            key_hex()
+        );
+        let cfg = ClientConfig::from_toml_str(&text, "c.toml", Path::new("/x")).unwrap();
+        assert_eq!(
+            cfg.network,
+            NetworkSource::Url(HttpUrl::parse("http://127.0.0.1:7000/network.doc").unwrap())
+        );
+        assert_eq!(cfg.path, Some(vec!["a".into(), "b".into(), "c".into()]));
+        assert_eq!(cfg.build_retries, 5);
+        assert_eq!(cfg.circuit_build_timeout_ms, 10_000);
+        assert_eq!(cfg.max_circuit_dirtiness_s, 600);
+
+        let err = ClientConfig::from_toml_str(
+            &text.replace("[\"a\", \"b\", \"c\"]", "[]"),
+            "c.toml",
+            Path::new("/x"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().starts_with("c.toml:4:"), "{err}");
+    }
+
+    #[test]
+    fn network_sources() {
+        assert_eq!(
+            NetworkSource::parse("net.doc").unwrap(),
+            NetworkSource::File("net.doc".into())
+        );
+        assert!(matches!(
+            NetworkSource::parse("http://localhost:7000/network.doc").unwrap(),
+            NetworkSource::Url(_)
+        ));
+        assert!(NetworkSource::parse("").is_err());
+        assert!(NetworkSource::parse("file:///x").is_err());
+        let mut s = NetworkSource::parse("/abs/net.doc").unwrap();
+        s.resolve_against(Path::new("/elsewhere"));
+        assert_eq!(s, NetworkSource::File("/abs/net.doc".into()));
+        assert_eq!(s.to_string(), "/abs/net.doc");
+    }
+}

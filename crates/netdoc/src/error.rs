@@ -1,0 +1,188 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything that can go wrong in `onionlab-netdoc`.
+///
+/// Every variant names where the problem is: a file path, a URL, or the
+/// `origin` of a text (a path, a URL, or a description such as
+/// `"network document"`), and a line where there is one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading, writing or creating a file or directory failed.
+    #[error("cannot {op} {path}: {source}")]
+    Io {
+        /// What was being done ("read", "write", "create directory", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// A file, document or HTTP response is larger than allowed.
+    #[error("{what} is too large: {size} bytes, at most {max} allowed")]
+    TooLarge {
+        /// What was too large (a path, a URL, or a description).
+        what: String,
+        /// Its size in bytes (or the size read so far when the limit was hit).
+        size: u64,
+        /// The limit in bytes.
+        max: u64,
+    },
+    /// A TOML text (network document body or configuration file) is
+    /// syntactically wrong, has a value of the wrong type or form, or breaks
+    /// a rule at a known position.
+    #[error("{origin}:{line}:{column}: {message}")]
+    Parse {
+        /// Where the text came from (path, URL or description).
+        origin: String,
+        /// 1-based line number.
+        line: usize,
+        /// 1-based column number.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A network document breaks a rule that has no single position (for
+    /// example, it lists no relays), or a document built in code is invalid.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// Where the document came from.
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A signed network document does not end with a signature line.
+    #[error("{origin}: no signature: the last line must be `signature ed25519 <128 hex digits>` followed by a newline")]
+    MissingSignature {
+        /// Where the document came from.
+        origin: String,
+    },
+    /// The signature line of a network document is malformed.
+    #[error("{origin}:{line}: bad signature line: {reason}")]
+    BadSignatureLine {
+        /// Where the document came from.
+        origin: String,
+        /// 1-based line number of the signature line.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A signature line appears before the last line of a network document.
+    #[error("{origin}:{line}: a signature line may appear only once, as the last line")]
+    ExtraSignature {
+        /// Where the document came from.
+        origin: String,
+        /// 1-based line number of the misplaced signature line.
+        line: usize,
+    },
+    /// The signature of a network document does not verify with the network
+    /// key: the document was altered, or signed with another key.
+    #[error("{origin}: the signature does not verify with the network key (document altered, or signed by another key)")]
+    BadSignature {
+        /// Where the document came from.
+        origin: String,
+    },
+    /// An exit-policy rule is malformed.
+    #[error("exit policy rule {rule:?}: {reason}")]
+    Policy {
+        /// The rule's text.
+        rule: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key (in a key file, or given as hex) is malformed.
+    #[error("{origin}: {reason}")]
+    Key {
+        /// The key file, or a description of where the key came from.
+        origin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A URL is malformed or not supported.
+    #[error("URL {url:?}: {reason}")]
+    Url {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Fetching a document over HTTP failed.
+    #[error("fetching {url}: {reason}")]
+    Http {
+        /// The URL.
+        url: String,
+        /// What went wrong (connection, HTTP status, protocol, encoding).
+        reason: String,
+    },
+    /// Fetching a document over HTTP took too long.
+    #[error("fetching {url}: no complete answer within {after:?}")]
+    Timeout {
+        /// The URL.
+        url: String,
+        /// The time limit.
+        after: Duration,
+    },
+    /// The options given to [`init_network`](crate::init::init_network) are
+    /// inconsistent.
+    #[error("invalid network set-up options: {0}")]
+    InitOptions(String),
+    /// [`init_network`](crate::init::init_network) refuses to write into a
+    /// directory that already has files in it.
+    #[error(
+        "output directory {path} exists and is not empty; choose a new directory or empty it first"
+    )]
+    OutputNotEmpty {
+        /// The directory.
+        path: PathBuf,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// 1-based line and column of byte `offset` in `text` (columns count
+/// characters).
+pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    // Back off to a character boundary.
+    let mut offset = offset;
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+/// Turn a TOML deserialization error into [`Error::Parse`].
+pub(crate) fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> Error {
+    let (line, column) = e.span().map_or((1, 1), |s| line_col(text, s.start));
+    Error::Parse {
+        origin: origin.to_string(),
+        line,
+        column,
+        message: e.message().trim_end().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::line_col;
+
+    #[test]
+    fn line_col_counts_from_one() {
+        let t = "ab\ncdé\nf";
+        assert_eq!(line_col(t, 0), (1, 1));
+        assert_eq!(line_col(t, 2), (1, 3));
+        assert_eq!(line_col(t, 3), (2, 1));
+        assert_eq!(line_col(t, 8), (3, 1));
+        // Inside the two-byte 'é': backs off to its start.
+        assert_eq!(line_col(t, 6), (2, 3));
+        assert_eq!(line_col(t, 1000), (3, 2));
+    }
+}

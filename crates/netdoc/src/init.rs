@@ -1,0 +1,460 @@
+//! Set up a new network: keys, the signed network document and node
+//! configurations, in one directory (`onionlab network init`).
+//!
+//! Layout of the output directory:
+//!
+//! ```text
+//! network-key.secret         network signing key (hex seed, 0600)
+//! network-key.pub            network public key (hex)
+//! network.doc                the signed network document
+//! client.toml                a client configuration (no pinned path)
+//! relays/<nick>/keys.secret  relay secret keys (hex, 0600)
+//! relays/<nick>/relay.toml   relay configuration
+//! README.txt                 what these files are
+//! ```
+//!
+//! Relays are named `relay0`, `relay1`, ...; relay `i` listens (TLS
+//! transport) on `host:base_port+i`. The last `exits` relays get the Exit
+//! flag and the policy `accept *:*`; the others `reject *:*`. The non-exit
+//! relays get the Guard flag (all relays do if every relay is an exit).
+//!
+//! Exits accept every address, private ones included, because a lab
+//! network runs its targets on loopback and private addresses (see
+//! [`crate::policy`] for the rules to use on the Internet).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use onionlab_crypto::identity::RelaySecretKeys;
+
+use crate::doc::{
+    toml_string, valid_network_name, Flags, NetworkDocument, RelayEntry, TransportAddress,
+    TRANSPORT_TLS,
+};
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::policy::ExitPolicy;
+
+/// Options of [`init_network`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitOptions {
+    /// Number of relays (at least 1).
+    pub relays: usize,
+    /// How many of them are exits (at most `relays`).
+    pub exits: usize,
+    /// Output directory: created if missing, must be empty if present.
+    pub out: PathBuf,
+    /// Address every node listens on (default 127.0.0.1).
+    pub host: IpAddr,
+    /// Port of relay 0; relay `i` listens on `base_port + i` (default 9001).
+    pub base_port: u16,
+    /// Port of the client's SOCKS listener (default 9050).
+    pub socks_port: u16,
+    /// Network name (default `"onionlab"`; 1-64 of `[A-Za-z0-9._-]`).
+    pub network_name: String,
+    /// Bandwidth weight of every relay, KB/s (default 1000).
+    pub bandwidth: u64,
+    /// Creation time written in the document; `None` means now.
+    pub created_unix: Option<u64>,
+}
+
+impl Default for InitOptions {
+    /// 3 relays, 1 exit, into `./network`, on 127.0.0.1 ports 9001-9003,
+    /// SOCKS on 9050.
+    fn default() -> Self {
+        InitOptions {
+            relays: 3,
+            exits: 1,
+            out: PathBuf::from("network"),
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            base_port: 9001,
+            socks_port: 9050,
+            network_name: "onionlab".into(),
+            bandwidth: 1000,
+            created_unix: None,
+        }
+    }
+}
+
+/// One relay made by [`init_network`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitRelay {
+    /// Nickname.
+    pub nickname: String,
+    /// TLS listen address.
+    pub listen: SocketAddr,
+    /// Has the Guard flag.
+    pub guard: bool,
+    /// Has the Exit flag (and `accept *:*`).
+    pub exit: bool,
+    /// Its configuration file.
+    pub config: PathBuf,
+    /// Its secret keys file.
+    pub keys: PathBuf,
+}
+
+/// What [`init_network`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitSummary {
+    /// The output directory.
+    pub out: PathBuf,
+    /// The signed network document.
+    pub network_doc: PathBuf,
+    /// The network secret key file.
+    pub network_key_secret: PathBuf,
+    /// The network public key file.
+    pub network_key_public: PathBuf,
+    /// The network public key, hex.
+    pub network_key_hex: String,
+    /// The client configuration file.
+    pub client_config: PathBuf,
+    /// The relays, in order.
+    pub relays: Vec<InitRelay>,
+}
+
+impl fmt::Display for InitSummary {
+    /// A few lines for the user: where things are and what to run next.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "network with {} relays written to {}",
+            self.relays.len(),
+            self.out.display()
+        )?;
+        writeln!(f, "  network key: {}", self.network_key_hex)?;
+        writeln!(f, "  document:    {}", self.network_doc.display())?;
+        for r in &self.relays {
+            let role = match (r.guard, r.exit) {
+                (true, true) => "guard, exit",
+                (true, false) => "guard",
+                (false, true) => "exit",
+                (false, false) => "middle",
+            };
+            writeln!(
+                f,
+                "  {:<10} {:<22} {:<12} {}",
+                r.nickname,
+                r.listen.to_string(),
+                role,
+                r.config.display()
+            )?;
+        }
+        write!(f, "  client:      {}", self.client_config.display())
+    }
+}
+
+/// Relay nickname `i`.
+fn nickname(i: usize) -> String {
+    format!("relay{i}")
+}
+
+/// Check `opts`, returning the relay listen addresses.
+fn check_options(opts: &InitOptions) -> Result<Vec<SocketAddr>> {
+    let bad = |m: String| Err(Error::InitOptions(m));
+    if opts.relays == 0 {
+        return bad("a network needs at least one relay".into());
+    }
+    if opts.exits > opts.relays {
+        return bad(format!(
+            "{} exits requested but only {} relays",
+            opts.exits, opts.relays
+        ));
+    }
+    if !valid_network_name(&opts.network_name) {
+        return bad(format!(
+            "network name {:?} must be 1-64 characters of [A-Za-z0-9._-]",
+            opts.network_name
+        ));
+    }
+    if opts.host.is_unspecified() || opts.host.is_multicast() {
+        return bad(format!(
+            "host {} cannot be connected to; give the address clients should use",
+            opts.host
+        ));
+    }
+    if opts.base_port == 0 || opts.socks_port == 0 {
+        return bad("ports must be 1-65535 (not 0)".into());
+    }
+    let last = u64::from(opts.base_port) + opts.relays as u64 - 1;
+    if last > u64::from(u16::MAX) {
+        return bad(format!(
+            "{} relays from port {} do not fit below port 65536",
+            opts.relays, opts.base_port
+        ));
+    }
+    if (u64::from(opts.base_port)..=last).contains(&u64::from(opts.socks_port)) {
+        return bad(format!(
+            "SOCKS port {} is one of the relay ports {}-{last}",
+            opts.socks_port, opts.base_port
+        ));
+    }
+    if i64::try_from(opts.bandwidth).is_err() {
+        return bad("bandwidth is above i64::MAX".into());
+    }
+    if nickname(opts.relays - 1).len() > 19 {
+        return bad("too many relays for 19-character nicknames".into());
+    }
+    Ok((0..opts.relays)
+        .map(|i| SocketAddr::new(opts.host, opts.base_port + i as u16))
+        .collect())
+}
+
+/// Create `out` or check that it is an empty directory.
+fn prepare_out_dir(out: &Path) -> Result<()> {
+    match std::fs::read_dir(out) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(Error::OutputNotEmpty {
+                    path: out.to_path_buf(),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => create_dir(out),
+        Err(source) => Err(Error::Io {
+            op: "read directory",
+            path: out.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// `create_dir_all` with the path in the error.
+fn create_dir(path: &Path) -> Result<()> {
+    std::fs::create_dir_all(path).map_err(|source| Error::Io {
+        op: "create directory",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Write a new, world-readable text file.
+fn write_text(path: &Path, text: &str) -> Result<()> {
+    keys::write_new_file(path, text.as_bytes(), 0o644)
+}
+
+/// Create a network in `opts.out`: see the [module documentation](self).
+///
+/// # Errors
+///
+/// [`Error::InitOptions`] for inconsistent options (no relays, more exits
+/// than relays, ports that do not fit or collide, bad name or host),
+/// [`Error::OutputNotEmpty`] if the directory has files, [`Error::Io`] if a
+/// file cannot be written (files written before stay).
+pub fn init_network<R: rand::Rng + rand::CryptoRng>(
+    opts: &InitOptions,
+    rng: &mut R,
+) -> Result<InitSummary> {
+    let listen = check_options(opts)?;
+    prepare_out_dir(&opts.out)?;
+    let out = &opts.out;
+
+    let network_key = keys::generate_network_key(rng);
+    let public = network_key.verifying_key();
+    let key_hex = keys::public_key_hex(&public);
+    let network_key_secret = out.join("network-key.secret");
+    let network_key_public = out.join("network-key.pub");
+    keys::save_network_key(&network_key_secret, &network_key)?;
+    keys::save_network_public_key(&network_key_public, &public)?;
+
+    let created_unix = opts.created_unix.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
+    let first_exit = opts.relays - opts.exits;
+    let mut entries = Vec::with_capacity(opts.relays);
+    let mut relays = Vec::with_capacity(opts.relays);
+    let relays_dir = out.join("relays");
+    for (i, &addr) in listen.iter().enumerate() {
+        let nick = nickname(i);
+        let exit = i >= first_exit;
+        let guard = !exit || opts.exits == opts.relays;
+        let dir = relays_dir.join(&nick);
+        create_dir(&dir)?;
+        let secret = RelaySecretKeys::generate(rng);
+        let keys_path = dir.join("keys.secret");
+        keys::save_relay_keys(&keys_path, &secret)?;
+        let config = dir.join("relay.toml");
+        write_text(&config, &relay_toml(&nick, addr, &key_hex))?;
+
+        let mut entry = RelayEntry::new(nick.clone(), &secret.public());
+        entry.addresses.push(TransportAddress {
+            transport: TRANSPORT_TLS.into(),
+            addr,
+        });
+        entry.flags = Flags { guard, exit };
+        entry.bandwidth = opts.bandwidth;
+        entry.exit_policy = if exit {
+            ExitPolicy::accept_all()
+        } else {
+            ExitPolicy::reject_all()
+        };
+        entries.push(entry);
+        relays.push(InitRelay {
+            nickname: nick,
+            listen: addr,
+            guard,
+            exit,
+            config,
+            keys: keys_path,
+        });
+    }
+
+    let doc = NetworkDocument {
+        network_name: opts.network_name.clone(),
+        created_unix,
+        relays: entries,
+    };
+    doc.validate()?;
+    let network_doc = out.join("network.doc");
+    write_text(&network_doc, &doc.to_signed_text(&network_key))?;
+
+    let socks = SocketAddr::new(opts.host, opts.socks_port);
+    let client_config = out.join("client.toml");
+    write_text(&client_config, &client_toml(socks, &key_hex, &relays))?;
+    write_text(&out.join("README.txt"), &readme(opts, &relays))?;
+
+    Ok(InitSummary {
+        out: out.clone(),
+        network_doc,
+        network_key_secret,
+        network_key_public,
+        network_key_hex: key_hex,
+        client_config,
+        relays,
+    })
+}
+
+/// The `relay.toml` of one relay.
+fn relay_toml(nick: &str, listen: SocketAddr, key_hex: &str) -> String {
+    format!(
+        "\
+# onionlab relay configuration, written by `onionlab network init`.
+# Relative paths are relative to this file's directory.
+
+nickname = {nick}
+# Secret identity (Ed25519) and ntor onion (x25519) keys; keep private.
+keys = \"keys.secret\"
+# Address of the TLS transport listener.
+listen = \"{listen}\"
+# The signed network document: a file, or a directory URL such as
+# \"http://127.0.0.1:7000/network.doc\".
+network = \"../../network.doc\"
+# Network public key: the document must be signed with it.
+network_key = \"{key_hex}\"
+# Circuit scheduler: \"ewma\" or \"round-robin\".
+scheduler = \"ewma\"
+ewma_half_life_ms = {half_life}
+# Most bytes of cells queued in this relay.
+max_mem_in_queues = {max_mem}
+# Log filter (tracing EnvFilter syntax), for example:
+# log = \"info\"
+",
+        nick = toml_string(nick),
+        half_life = crate::config::DEFAULT_EWMA_HALF_LIFE_MS,
+        max_mem = crate::config::DEFAULT_MAX_MEM_IN_QUEUES,
+    )
+}
+
+/// The `client.toml`.
+fn client_toml(socks: SocketAddr, key_hex: &str, relays: &[InitRelay]) -> String {
+    // An example pinned path for the comment: first guard, a middle, last
+    // exit, when there are enough relays.
+    let example: Vec<String> = match relays {
+        [first, .., last] if relays.len() >= 3 => {
+            vec![
+                first.nickname.clone(),
+                relays[1].nickname.clone(),
+                last.nickname.clone(),
+            ]
+        }
+        _ => relays.iter().map(|r| r.nickname.clone()).collect(),
+    };
+    let example: Vec<String> = example.iter().map(|n| toml_string(n)).collect();
+    format!(
+        "\
+# onionlab client configuration, written by `onionlab network init`.
+# Relative paths are relative to this file's directory.
+
+# Address of the SOCKS5 listener for applications.
+socks_listen = \"{socks}\"
+# The signed network document: a file, or a directory URL such as
+# \"http://127.0.0.1:7000/network.doc\".
+network = \"network.doc\"
+# Network public key: the document must be signed with it.
+network_key = \"{key_hex}\"
+# Pin every circuit to these relays (guard first, exit last), e.g.:
+# path = [{example}]
+circuit_build_timeout_ms = {timeout}
+max_circuit_dirtiness_s = {dirtiness}
+build_retries = {retries}
+",
+        example = example.join(", "),
+        timeout = crate::config::DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
+        dirtiness = crate::config::DEFAULT_MAX_CIRCUIT_DIRTINESS_S,
+        retries = crate::config::DEFAULT_BUILD_RETRIES,
+    )
+}
+
+/// The `README.txt`.
+fn readme(opts: &InitOptions, relays: &[InitRelay]) -> String {
+    let exits: Vec<&str> = relays
+        .iter()
+        .filter(|r| r.exit)
+        .map(|r| r.nickname.as_str())
+        .collect();
+    let guards: Vec<&str> = relays
+        .iter()
+        .filter(|r| r.guard)
+        .map(|r| r.nickname.as_str())
+        .collect();
+    format!(
+        "\
+onionlab network \"{name}\" ({n} relays), written by `onionlab network init`.
+
+network-key.secret   Network signing key (hex Ed25519 seed). Secret: whoever
+                     holds it can sign network documents. Mode 0600.
+network-key.pub      Network public key (hex). Nodes check the document's
+                     signature against it (the network_key of every config).
+network.doc          The signed network document: TOML listing every relay
+                     (nickname, identity and onion keys, addresses, flags,
+                     bandwidth, exit policy), then a line
+                     `signature ed25519 <hex>`. Editing it breaks the
+                     signature; make a new network instead.
+client.toml          Client configuration (SOCKS5 on {socks}).
+relays/<nick>/keys.secret
+                     Relay identity and onion secret keys (hex). Mode 0600.
+relays/<nick>/relay.toml
+                     Relay configuration.
+
+Relays listen on {host} ports {first}-{last} (relay i on port {first}+i).
+Guards: {guards}
+Exits:  {exits}
+Exits accept every address and port (`accept *:*`), private and loopback
+addresses included, because the lab runs everything locally. Real tor exits
+reject private addresses.
+
+Nodes may read network.doc directly, or fetch it from a directory serving it
+over HTTP: point `network` at http://HOST:PORT/network.doc.
+",
+        name = opts.network_name,
+        n = relays.len(),
+        socks = SocketAddr::new(opts.host, opts.socks_port),
+        host = opts.host,
+        first = opts.base_port,
+        last = u64::from(opts.base_port) + relays.len() as u64 - 1,
+        guards = if guards.is_empty() {
+            "none".into()
+        } else {
+            guards.join(", ")
+        },
+        exits = if exits.is_empty() {
+            "none".into()
+        } else {
+            exits.join(", ")
+        },
+    )
+}

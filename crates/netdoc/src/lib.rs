@@ -1,0 +1,30 @@
+//! onionlab's network document and the files around it.
+//!
+//! * [`doc`]: the network document, the list of relays signed by the
+//!   network key (onionlab's small counterpart of tor's consensus);
+//! * [`policy`]: exit policies in a subset of tor's syntax;
+//! * [`keys`]: relay and network key files;
+//! * [`config`]: relay and client configuration files, and loading the
+//!   network document from a file or a directory URL;
+//! * [`init`]: setting up a new network (`onionlab network init`);
+//! * [`directory`]: serving and fetching the document over HTTP/1.1.
+//!
+//! Every fallible function returns this crate's [`Error`], which names the
+//! file, URL or text and, where there is one, the line.
+
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod config;
+pub mod directory;
+pub mod doc;
+mod error;
+pub mod init;
+pub mod keys;
+pub mod policy;
+
+pub use config::{load_network, ClientConfig, NetworkSource, RelayConfig, Scheduler};
+pub use doc::{Flags, NetworkDocument, RelayEntry, TransportAddress};
+pub use error::{Error, Result};
+pub use init::{init_network, InitOptions, InitSummary};
+pub use policy::ExitPolicy;
