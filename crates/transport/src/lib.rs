@@ -1,0 +1,204 @@
+//! The seam between onionlab's circuit layer and the transports that carry
+//! cells between two nodes, and the vanilla Tor transport ([`tls`]).
+//!
+//! # The contract
+//!
+//! A *transport* carries channel cells ([`AnyChanCell`], each tagged with its
+//! circuit ID) between two nodes. Everything above it (circuits, relay
+//! crypto, flow control, the circuit scheduler) is shared code in
+//! `onionlab-circuit`, so a difference measured between two transports
+//! belongs to the transports. A transport promises:
+//!
+//! 1. **Authentication.** [`Transport::connect`] is given the Ed25519
+//!    identity the caller expects and fails with [`Error::WrongIdentity`]
+//!    unless the peer proves it holds that key. A relay that initiates a
+//!    connection proves its own identity too; a client stays anonymous
+//!    ([`Link::peer`] has `identity: None` on the relay's side).
+//! 2. **Link negotiation.** After authentication both ends agree on a link
+//!    protocol version (VERSIONS) and exchange NETINFO, as tor-spec's link
+//!    handshake does. A [`Link`] is returned only after that; its reader and
+//!    writer speak cells of the negotiated version.
+//! 3. **Ordering.** Cells of one circuit arrive in the order they were sent
+//!    and are never lost or duplicated while the link lives (tor's relay
+//!    crypto and digests require it). [`Ordering`] says whether the transport
+//!    also orders cells *across* circuits: TLS over one TCP connection does
+//!    ([`Ordering::PerConnection`]); a QUIC stream or a TCP connection per
+//!    circuit orders only within a circuit ([`Ordering::PerCircuit`]), which
+//!    is the point of those designs (no head-of-line blocking across
+//!    circuits).
+//! 4. **Back-pressure.** The driver asks [`CellWriter::has_room`] before it
+//!    pulls the next cell from the circuit layer, so cells wait in the
+//!    circuit queues (where the scheduler and the memory cap see them), not
+//!    in transport buffers. A per-connection transport buffers at most one
+//!    high-water mark of encoded cells; a per-circuit transport would expose
+//!    one writer per circuit (lane), so a blocked circuit blocks only itself.
+//! 5. **Bounded input.** A reader buffers at most one read chunk plus one
+//!    maximal cell. Garbage, an oversized variable-length cell or a
+//!    truncated frame ends the link with an [`Error`] saying what happened;
+//!    it never panics and never affects other links.
+//! 6. **Link-level cells** (VERSIONS, NETINFO, PADDING) are handled by the
+//!    transport; circuit cells go to the circuit layer unchanged.
+//!
+//! The driver (crate `onionlab-node`) owns one reader task and one writer
+//! task per link; this crate does no scheduling of its own.
+
+#![warn(missing_docs)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+pub use onionlab_cell::chan::AnyChanCell;
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+mod err;
+pub mod link;
+pub mod tls;
+
+pub use err::Error;
+
+/// How a transport orders cells (see the crate docs, point 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ordering {
+    /// All cells of a connection arrive in the order sent (TLS over TCP).
+    PerConnection,
+    /// Only the cells of one circuit are ordered among themselves.
+    PerCircuit,
+}
+
+/// The transports onionlab knows, by the name used in network documents
+/// and configuration files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// One TLS 1.3 over TCP connection per relay pair (vanilla Tor).
+    Tls,
+}
+
+impl TransportKind {
+    /// The name used in network documents (`"tls"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Tls => "tls",
+        }
+    }
+
+    /// Parse a name used in network documents.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "tls" => Some(TransportKind::Tls),
+            _ => None,
+        }
+    }
+
+    /// How this transport orders cells.
+    pub fn ordering(self) -> Ordering {
+        match self {
+            TransportKind::Tls => Ordering::PerConnection,
+        }
+    }
+}
+
+/// Who is at the other end of a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// The peer's authenticated Ed25519 identity; `None` for an anonymous
+    /// client (only possible on the accepting side).
+    pub identity: Option<Ed25519Identity>,
+    /// The peer's network address.
+    pub addr: SocketAddr,
+}
+
+/// An open, authenticated link whose handshake is complete.
+pub struct Link<R, W> {
+    /// Who is at the other end.
+    pub peer: PeerInfo,
+    /// The negotiated link protocol version.
+    pub link_version: u16,
+    /// Incoming cells.
+    pub reader: R,
+    /// Outgoing cells.
+    pub writer: W,
+}
+
+/// The receiving half of a link.
+pub trait CellReader {
+    /// Wait until at least one circuit cell is available and append the
+    /// cells now available (at most a small batch) to `out`.
+    ///
+    /// Returns [`Error::Closed`] when the peer closed the link cleanly, and
+    /// another error when the link is broken; either way the link is done.
+    fn read_cells(&mut self, out: &mut Vec<AnyChanCell>)
+        -> impl Future<Output = Result<(), Error>>;
+}
+
+/// The sending half of a link.
+pub trait CellWriter {
+    /// Encode `cell` into the send buffer. Never blocks; call
+    /// [`CellWriter::has_room`] first to respect back-pressure.
+    fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error>;
+
+    /// Whether the send buffer is below its high-water mark.
+    fn has_room(&self) -> bool;
+
+    /// Whether anything is queued and not yet flushed.
+    fn has_pending(&self) -> bool;
+
+    /// Write everything queued to the network.
+    fn flush(&mut self) -> impl Future<Output = Result<(), Error>>;
+
+    /// Flush, then close the sending direction.
+    fn shutdown(&mut self) -> impl Future<Output = Result<(), Error>>;
+}
+
+/// A transport endpoint: opens links to peers and accepts them.
+pub trait Transport {
+    /// Incoming cells of a link.
+    type Reader: CellReader + 'static;
+    /// Outgoing cells of a link.
+    type Writer: CellWriter + 'static;
+    /// A bound listening endpoint.
+    type Listener: Listener<Reader = Self::Reader, Writer = Self::Writer>;
+
+    /// Which transport this is.
+    fn kind(&self) -> TransportKind;
+
+    /// Open a link to `addr`, requiring the peer to prove `expected`.
+    fn connect(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> impl Future<Output = Result<Link<Self::Reader, Self::Writer>, Error>>;
+
+    /// Listen on `addr`.
+    fn bind(&self, addr: SocketAddr) -> impl Future<Output = Result<Self::Listener, Error>>;
+}
+
+/// A listening endpoint.
+pub trait Listener {
+    /// Incoming cells of a link.
+    type Reader: CellReader + 'static;
+    /// Outgoing cells of a link.
+    type Writer: CellWriter + 'static;
+    /// A connection that still has to complete its handshake.
+    type Incoming: Incoming<Reader = Self::Reader, Writer = Self::Writer> + 'static;
+
+    /// The address actually bound.
+    fn local_addr(&self) -> SocketAddr;
+
+    /// Wait for the next connection. Its handshake runs separately
+    /// ([`Incoming::handshake`]) so a slow peer cannot stall the listener.
+    fn accept(&mut self) -> impl Future<Output = Result<Self::Incoming, Error>>;
+}
+
+/// An accepted connection before its handshake.
+pub trait Incoming {
+    /// Incoming cells of a link.
+    type Reader: CellReader;
+    /// Outgoing cells of a link.
+    type Writer: CellWriter;
+
+    /// The peer's network address.
+    fn peer_addr(&self) -> SocketAddr;
+
+    /// Run the handshake (bounded in time by the transport).
+    fn handshake(self) -> impl Future<Output = Result<Link<Self::Reader, Self::Writer>, Error>>;
+}

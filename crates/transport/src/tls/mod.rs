@@ -1,0 +1,329 @@
+//! The vanilla Tor transport: one TLS 1.3 over TCP connection per pair of
+//! nodes, carrying every circuit between them in one ordered byte stream.
+//!
+//! Identity: TLS raw public keys bound to Ed25519 identities (see
+//! [`identity`]). Framing and link handshake: [`crate::link`].
+//!
+//! Unlike tor, sockets get `TCP_NODELAY`: tor leaves Nagle on, and a cell
+//! written behind an unacknowledged one then waits for the peer's delayed
+//! ACK (tens of ms of time-to-first-byte). Cells are already batched by the
+//! writer's buffer, so Nagle buys nothing here.
+
+pub mod identity;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use onionlab_crypto::identity::RelaySecretKeys;
+use rustls::client::Resumption;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::ServerName;
+use rustls::server::AlwaysResolvesServerRawPublicKeys;
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, ServerConfig};
+use tokio::io::{ReadHalf, WriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
+use crate::{Error, Link, PeerInfo, TransportKind};
+
+/// Incoming cells of a TLS link.
+pub type TlsReader = StreamCellReader<ReadHalf<TlsStream<TcpStream>>>;
+/// Outgoing cells of a TLS link.
+pub type TlsWriter = StreamCellWriter<WriteHalf<TlsStream<TcpStream>>>;
+/// An open TLS link.
+pub type TlsLink = Link<TlsReader, TlsWriter>;
+
+/// Default bound on TCP connect + TLS + link handshake.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TLS transport of one node (a relay, or an anonymous client).
+#[derive(Clone)]
+pub struct TlsTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    provider: Arc<CryptoProvider>,
+    /// Our identity, for relays.
+    our_key: Option<Arc<CertifiedKey>>,
+    server_config: Option<Arc<ServerConfig>>,
+    my_addrs: Vec<IpAddr>,
+    handshake_timeout: Duration,
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsTransport {
+    /// The transport of a relay: proves `keys`' Ed25519 identity on every
+    /// connection it opens or accepts; `my_addrs` go into NETINFO.
+    pub fn relay(keys: &RelaySecretKeys, my_addrs: Vec<IpAddr>) -> Result<Self, Error> {
+        let provider = provider();
+        let our_key = identity::certified_key(&provider, keys.ed25519_keypair())?;
+        let mut server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| Error::Config(e.to_string()))?
+            .with_client_cert_verifier(Arc::new(identity::AnyRelayIdentity::new(&provider)))
+            .with_cert_resolver(Arc::new(AlwaysResolvesServerRawPublicKeys::new(
+                our_key.clone(),
+            )));
+        // Every connection proves identities afresh: no resumption.
+        server.send_tls13_tickets = 0;
+        server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        Ok(TlsTransport {
+            inner: Arc::new(Inner {
+                provider,
+                our_key: Some(our_key),
+                server_config: Some(Arc::new(server)),
+                my_addrs,
+                handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            }),
+        })
+    }
+
+    /// The transport of a client: authenticates relays, stays anonymous,
+    /// and cannot accept connections.
+    pub fn client() -> Self {
+        TlsTransport {
+            inner: Arc::new(Inner {
+                provider: provider(),
+                our_key: None,
+                server_config: None,
+                my_addrs: Vec::new(),
+                handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            }),
+        }
+    }
+
+    /// Change the bound on a whole handshake.
+    pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.handshake_timeout = timeout;
+        } else {
+            let i = &self.inner;
+            self.inner = Arc::new(Inner {
+                provider: i.provider.clone(),
+                our_key: i.our_key.clone(),
+                server_config: i.server_config.clone(),
+                my_addrs: i.my_addrs.clone(),
+                handshake_timeout: timeout,
+            });
+        }
+        self
+    }
+
+    fn client_config(
+        &self,
+        verifier: Arc<identity::ExpectIdentity>,
+    ) -> Result<ClientConfig, Error> {
+        let inner = &self.inner;
+        let builder = ClientConfig::builder_with_provider(inner.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| Error::Config(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let mut config = match &inner.our_key {
+            Some(key) => builder.with_client_cert_resolver(Arc::new(
+                rustls::client::AlwaysResolvesClientRawPublicKeys::new(key.clone()),
+            )),
+            None => builder.with_client_cert_resolver(Arc::new(identity::Anonymous)),
+        };
+        config.resumption = Resumption::disabled();
+        Ok(config)
+    }
+
+    async fn connect_inner(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> Result<TlsLink, Error> {
+        let tcp = TcpStream::connect(addr).await.map_err(|source| Error::Io {
+            what: "TCP connect",
+            source,
+        })?;
+        tcp.set_nodelay(true).map_err(|source| Error::Io {
+            what: "TCP_NODELAY",
+            source,
+        })?;
+        let verifier = Arc::new(identity::ExpectIdentity::new(
+            expected,
+            &self.inner.provider,
+        ));
+        let connector = TlsConnector::from(Arc::new(self.client_config(verifier.clone())?));
+        let tls = match connector
+            .connect(ServerName::IpAddress(addr.ip().into()), tcp)
+            .await
+        {
+            Ok(tls) => tls,
+            Err(source) => {
+                return Err(match verifier.presented() {
+                    Some(got) if got != expected => Error::WrongIdentity {
+                        peer: addr,
+                        got: hex::encode(got.as_bytes()),
+                        expected: hex::encode(expected.as_bytes()),
+                    },
+                    _ => Error::Tls { peer: addr, source },
+                })
+            }
+        };
+        let mut tls = TlsStream::Client(tls);
+        let role = Role::Initiator {
+            my_addrs: self.inner.my_addrs.clone(),
+            relay: self.inner.our_key.is_some(),
+        };
+        let negotiated = link::handshake(&mut tls, role, addr).await?;
+        Ok(split(
+            tls,
+            negotiated,
+            PeerInfo {
+                identity: Some(expected),
+                addr,
+            },
+        ))
+    }
+}
+
+fn split(tls: TlsStream<TcpStream>, negotiated: link::Negotiated, peer: PeerInfo) -> TlsLink {
+    let (r, w) = tokio::io::split(tls);
+    let addr = peer.addr;
+    Link {
+        link_version: negotiated.link_version,
+        reader: StreamCellReader::new(r, negotiated.link_version, negotiated.leftover, addr),
+        writer: StreamCellWriter::new(w, negotiated.link_version, addr),
+        peer,
+    }
+}
+
+impl crate::Transport for TlsTransport {
+    type Reader = TlsReader;
+    type Writer = TlsWriter;
+    type Listener = TlsListener;
+
+    fn kind(&self) -> TransportKind {
+        TransportKind::Tls
+    }
+
+    async fn connect(&self, addr: SocketAddr, expected: Ed25519Identity) -> Result<TlsLink, Error> {
+        tokio::time::timeout(
+            self.inner.handshake_timeout,
+            self.connect_inner(addr, expected),
+        )
+        .await
+        .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+
+    async fn bind(&self, addr: SocketAddr) -> Result<TlsListener, Error> {
+        let config =
+            self.inner.server_config.clone().ok_or_else(|| {
+                Error::Config("a client transport cannot accept connections".into())
+            })?;
+        let listener = TcpListener::bind(addr).await.map_err(|source| Error::Io {
+            what: "binding the TLS listener",
+            source,
+        })?;
+        let local_addr = listener.local_addr().map_err(|source| Error::Io {
+            what: "reading the listener's address",
+            source,
+        })?;
+        Ok(TlsListener {
+            listener,
+            local_addr,
+            acceptor: TlsAcceptor::from(config),
+            my_addrs: self.inner.my_addrs.clone(),
+            handshake_timeout: self.inner.handshake_timeout,
+        })
+    }
+}
+
+/// A bound TLS listener.
+pub struct TlsListener {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    acceptor: TlsAcceptor,
+    my_addrs: Vec<IpAddr>,
+    handshake_timeout: Duration,
+}
+
+impl crate::Listener for TlsListener {
+    type Reader = TlsReader;
+    type Writer = TlsWriter;
+    type Incoming = TlsIncoming;
+
+    fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    async fn accept(&mut self) -> Result<TlsIncoming, Error> {
+        let (tcp, addr) = self.listener.accept().await.map_err(|source| Error::Io {
+            what: "accepting a TCP connection",
+            source,
+        })?;
+        // Best effort: a socket that refuses NODELAY still works.
+        let _ = tcp.set_nodelay(true);
+        Ok(TlsIncoming {
+            tcp,
+            addr,
+            acceptor: self.acceptor.clone(),
+            my_addrs: self.my_addrs.clone(),
+            handshake_timeout: self.handshake_timeout,
+        })
+    }
+}
+
+/// An accepted TCP connection whose TLS and link handshakes are pending.
+pub struct TlsIncoming {
+    tcp: TcpStream,
+    addr: SocketAddr,
+    acceptor: TlsAcceptor,
+    my_addrs: Vec<IpAddr>,
+    handshake_timeout: Duration,
+}
+
+impl TlsIncoming {
+    async fn handshake_inner(self) -> Result<TlsLink, Error> {
+        let addr = self.addr;
+        let tls = self
+            .acceptor
+            .accept(self.tcp)
+            .await
+            .map_err(|source| Error::Tls { peer: addr, source })?;
+        let identity = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(|cert| identity::identity_from_spki(cert));
+        let mut tls = TlsStream::Server(tls);
+        let negotiated = link::handshake(
+            &mut tls,
+            Role::Responder {
+                my_addrs: self.my_addrs,
+            },
+            addr,
+        )
+        .await?;
+        Ok(split(tls, negotiated, PeerInfo { identity, addr }))
+    }
+}
+
+impl crate::Incoming for TlsIncoming {
+    type Reader = TlsReader;
+    type Writer = TlsWriter;
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    async fn handshake(self) -> Result<TlsLink, Error> {
+        let addr = self.addr;
+        let timeout = self.handshake_timeout;
+        tokio::time::timeout(timeout, self.handshake_inner())
+            .await
+            .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+}
