@@ -14,6 +14,15 @@ pub enum Error {
         /// Cause.
         source: std::io::Error,
     },
+    /// A network document, key or config file problem.
+    #[error(transparent)]
+    Netdoc(#[from] onionlab_netdoc::Error),
+    /// A relay failed.
+    #[error(transparent)]
+    Node(#[from] onionlab_node::Error),
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
     /// Bad command-line usage that clap cannot catch.
     #[error("{0}")]
     Usage(String),

@@ -27,6 +27,13 @@ enum Command {
     /// The default experiment (until the lab lands): bulk and light circuits
     /// sharing a path on the in-memory network, per circuit scheduler.
     Demo(cmd::demo::DemoArgs),
+    /// Create a network: keys, node configs and a signed network document.
+    #[command(subcommand)]
+    Network(cmd::network::NetworkCommand),
+    /// Run a relay (an exit if the network document says so).
+    Relay(cmd::relay::RelayArgs),
+    /// Serve a signed network document over HTTP.
+    Directory(cmd::directory::DirectoryArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,6 +47,9 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Net(c) => cmd::net::run(*c),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::Network(c) => cmd::network::run(c),
+        Command::Relay(a) => cmd::relay::run(a),
+        Command::Directory(a) => cmd::directory::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,8 @@
 //! Subcommand groups. Each module exposes a clap `Subcommand` enum and a `run` function.
 
 pub mod demo;
+pub mod directory;
 pub mod net;
+pub mod network;
+pub mod relay;
+pub mod runtime;

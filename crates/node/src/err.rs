@@ -1,0 +1,26 @@
+//! The node crate's error type.
+
+use std::net::SocketAddr;
+
+/// Why a relay could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The transport could not listen.
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: onionlab_transport::Error,
+    },
+    /// The transport could not be set up.
+    #[error("setting up the transport: {0}")]
+    Transport(#[source] onionlab_transport::Error),
+    /// The relay is not in the network document.
+    #[error("relay {0} is not in the network document")]
+    NotInDocument(String),
+    /// The runtime could not be built.
+    #[error("starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}

@@ -1,0 +1,64 @@
+//! `onionlab network`: create a network (keys, configs, signed document).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use onionlab_netdoc::{init_network, InitOptions};
+
+use crate::error::Result;
+
+/// Network set-up commands.
+#[derive(Subcommand, Debug)]
+pub enum NetworkCommand {
+    /// Create identity and onion keys for each relay, per-relay configs, a
+    /// client config and a network document signed by a new network key.
+    Init {
+        /// Number of relays.
+        #[arg(long, default_value_t = 3)]
+        relays: usize,
+        /// How many of them (the last ones) are exits.
+        #[arg(long, default_value_t = 1)]
+        exits: usize,
+        /// Output directory (created; must be empty if it exists).
+        #[arg(long)]
+        out: PathBuf,
+        /// Address every node listens on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: IpAddr,
+        /// Port of relay 0; relay i listens on base-port + i.
+        #[arg(long, default_value_t = 9001)]
+        base_port: u16,
+        /// Port of the client's SOCKS listener.
+        #[arg(long, default_value_t = 9050)]
+        socks_port: u16,
+    },
+}
+
+/// Run a network command.
+pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
+    match cmd {
+        NetworkCommand::Init {
+            relays,
+            exits,
+            out,
+            host,
+            base_port,
+            socks_port,
+        } => {
+            let opts = InitOptions {
+                relays,
+                exits,
+                out,
+                host,
+                base_port,
+                socks_port,
+                ..InitOptions::default()
+            };
+            let summary = init_network(&opts, &mut rand::rng())?;
+            println!("{summary}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `onionlab relay`: run a relay (or exit) from its config file.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use onionlab_circuit::node::NodeConfig;
+use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
+use onionlab_node::{Relay, RelaySettings};
+
+use crate::cmd::runtime;
+use crate::error::Result;
+
+/// Arguments of `onionlab relay`.
+#[derive(Args, Debug)]
+pub struct RelayArgs {
+    /// The relay's config file (written by `onionlab network init`).
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// The circuit-layer settings a relay config asks for.
+pub fn node_config(cfg: &RelayConfig) -> NodeConfig {
+    let scheduler = match cfg.scheduler {
+        Scheduler::Ewma => SchedulerKind::Ewma {
+            half_life: Duration::from_millis(cfg.ewma_half_life_ms),
+        },
+        Scheduler::RoundRobin => SchedulerKind::RoundRobin,
+    };
+    NodeConfig {
+        scheduler,
+        max_mem_in_queues: usize::try_from(cfg.max_mem_in_queues).unwrap_or(usize::MAX),
+        ..NodeConfig::default()
+    }
+}
+
+/// Run a relay until SIGINT/SIGTERM.
+pub fn run(args: RelayArgs) -> Result<ExitCode> {
+    let cfg = RelayConfig::load(&args.config)?;
+    let keys = onionlab_netdoc::keys::load_relay_keys(&cfg.keys)?;
+    let network_key = cfg.network_public_key()?;
+    runtime::current_thread()?.block_on(async {
+        let doc = load_network(&cfg.network, &network_key).await?;
+        let settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
+        let relay = Relay::bind(settings).await?;
+        let stats = relay.run(runtime::shutdown_signal()).await?;
+        tracing::info!(?stats, "relay stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
