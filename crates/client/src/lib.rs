@@ -1,0 +1,315 @@
+//! onionlab's onion proxy: a SOCKS5 server that carries application streams
+//! over 3-hop circuits, as a tor client does.
+//!
+//! ```no_run
+//! # async fn example(settings: onionlab_client::ClientSettings) -> onionlab_client::Result<()> {
+//! let client = onionlab_client::Client::bind(settings).await?;
+//! println!("SOCKS5 on {}", client.local_addr());
+//! client.run(onionlab_client::shutdown_signal()?).await
+//! # }
+//! ```
+//!
+//! # What it does
+//!
+//! * **SOCKS** ([`socks`]): SOCKS5 CONNECT to IPv4, IPv6 and host names,
+//!   with no authentication or username/password; the reply code says what
+//!   failed (table in [`socks`]).
+//! * **Paths** ([`path`]): bandwidth-weighted guard, middle and exit (Exit
+//!   flag, policy allowing the target), all distinct; or a pinned path.
+//! * **Channels**: one TLS link per guard, opened on demand and shared by
+//!   every circuit through that guard. Circuit IDs are random with the high
+//!   bit set (link protocol 4+, we initiate). Each channel has a circuit
+//!   scheduler ([`ClientSettings::scheduler`], EWMA by default) for the
+//!   order in which circuits' cells go out. If the link dies, its circuits
+//!   close and their streams are closed (or get a failure reply).
+//! * **Circuits**: built hop by hop with the build timeout, retried with
+//!   fresh paths (a pinned path: the same path) up to `build_retries`
+//!   times. A new stream reuses an open circuit while the circuit is
+//!   younger than the dirtiness limit since its first stream, its exit's
+//!   policy fits the target, and its isolation matches; streams waiting
+//!   for the same kind of circuit share one being built.
+//! * **Isolation** ([`socks::IsolationKey`]), like tor's
+//!   `IsolateSOCKSAuth`: streams with different SOCKS credentials never
+//!   share a circuit; streams without credentials share.
+//! * **Streams**: BEGIN, the SOCKS reply on CONNECTED or END, then bytes
+//!   both ways with back-pressure and bounded buffers (see the stream
+//!   module's docs in the source).
+//!
+//! # Design
+//!
+//! Single-threaded, as tor is: a current-thread runtime and a `LocalSet`;
+//! the sans-IO circuits ([`onionlab_circuit::client::ClientCircuit`]) and
+//! the channel maps live in one `Rc<RefCell<State>>`, borrowed only between
+//! awaits. Tasks: the accept loop; one per SOCKS connection; a reader and a
+//! writer per guard channel, woken by a `tokio::sync::Notify`; a timer per
+//! circuit build; a housekeeping task that closes unused dirty circuits.
+//!
+//! Logs go to `tracing`: `info` for channels and circuits (built, failed,
+//! with the path's nicknames), `debug` per stream.
+
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod channel;
+mod error;
+pub mod path;
+pub mod settings;
+pub mod socks;
+mod state;
+mod stream;
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::LocalSet;
+
+pub use error::{Error, Result};
+pub use settings::ClientSettings;
+
+use crate::state::{Config, Shared, State};
+
+/// How long shutdown waits for DESTROYs to be flushed to the guards.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
+
+/// How often unused circuits past their dirtiness limit are looked for.
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(5);
+
+/// Pause after a failed `accept` (for example, out of file descriptors).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The onion proxy: a bound SOCKS listener and the client's state.
+///
+/// Not `Send`: run it on a current-thread runtime (as [`run_blocking`]
+/// does).
+pub struct Client {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    state: Shared,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Check the settings (a pinned path must name relays of the network
+    /// document, each once, each with a `tls` address) and bind the SOCKS
+    /// listener.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PinnedPath`], [`Error::Bind`].
+    pub async fn bind(settings: ClientSettings) -> Result<Client> {
+        let pinned = match &settings.path {
+            Some(names) => {
+                let p =
+                    path::resolve_pinned(&settings.network.relays, names).map_err(|source| {
+                        Error::PinnedPath {
+                            path: names.clone(),
+                            source,
+                        }
+                    })?;
+                if p.len() < path::PATH_LEN {
+                    tracing::warn!(
+                        path = ?names,
+                        "pinned path of {} hop(s): fine for a lab, no anonymity",
+                        p.len()
+                    );
+                }
+                Some(p)
+            }
+            None => None,
+        };
+        let addr = settings.socks_listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| Error::Bind { addr, source })?;
+        tracing::info!(
+            socks = %local_addr,
+            relays = settings.network.relays.len(),
+            pinned = ?settings.path,
+            "client ready"
+        );
+        let state = Rc::new(RefCell::new(State::new(Config { settings, pinned })));
+        Ok(Client {
+            listener,
+            local_addr,
+            state,
+        })
+    }
+
+    /// The address the SOCKS listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Serve SOCKS connections until `shutdown` completes; then destroy
+    /// every circuit, flush the DESTROYs (for at most 2 s), and close every
+    /// connection.
+    ///
+    /// Runs its tasks on a `LocalSet` of its own: call it on a
+    /// current-thread runtime.
+    ///
+    /// # Errors
+    ///
+    /// None so far: failures of accept are logged and retried, failures
+    /// of streams and circuits are reported to the application.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let local = LocalSet::new();
+        local.run_until(self.run_inner(shutdown)).await
+    }
+
+    async fn run_inner(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let Client {
+            listener, state, ..
+        } = self;
+        let housekeeping = {
+            let state = state.clone();
+            tokio::task::spawn_local(async move {
+                let mut tick = tokio::time::interval(HOUSEKEEPING_PERIOD);
+                loop {
+                    tick.tick().await;
+                    state.borrow_mut().expire_dirty();
+                }
+            })
+        };
+        let max_conns = state.borrow().cfg.settings.max_socks_connections;
+        let active = Rc::new(Cell::new(0usize));
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((sock, peer)) => {
+                        if active.get() >= max_conns {
+                            tracing::warn!(%peer, "too many SOCKS connections ({max_conns}): closing");
+                            continue;
+                        }
+                        let _ = sock.set_nodelay(true);
+                        let guard = ConnCount::new(active.clone());
+                        let state = state.clone();
+                        tokio::task::spawn_local(async move {
+                            let _guard = guard;
+                            stream::serve(state, sock, peer).await;
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!("accepting a SOCKS connection: {e}");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    }
+                },
+            }
+        }
+        tracing::info!("shutting down");
+        housekeeping.abort();
+        drop(listener);
+        let writers = state.borrow_mut().begin_shutdown();
+        let flushed = tokio::time::timeout(SHUTDOWN_FLUSH, async {
+            for w in writers {
+                let _ = w.await;
+            }
+        })
+        .await;
+        if flushed.is_err() {
+            tracing::debug!("some channels did not flush in time");
+        }
+        Ok(())
+    }
+}
+
+/// Counts a live SOCKS connection while it exists.
+struct ConnCount(Rc<Cell<usize>>);
+
+impl ConnCount {
+    fn new(c: Rc<Cell<usize>>) -> Self {
+        c.set(c.get() + 1);
+        ConnCount(c)
+    }
+}
+
+impl Drop for ConnCount {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
+/// A future that completes on SIGINT or SIGTERM (on Unix; Ctrl-C
+/// elsewhere). Call it inside a tokio runtime.
+///
+/// # Errors
+///
+/// [`Error::Signal`] if a handler cannot be installed.
+pub fn shutdown_signal() -> Result<impl Future<Output = ()>> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt()).map_err(|source| Error::Signal {
+            signal: "SIGINT",
+            source,
+        })?;
+        let mut term = signal(SignalKind::terminate()).map_err(|source| Error::Signal {
+            signal: "SIGTERM",
+            source,
+        })?;
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => tracing::info!("SIGINT received"),
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+            }
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)
+}
+
+/// Run the client with `settings` on a current-thread runtime of its own
+/// until SIGINT or SIGTERM.
+///
+/// # Errors
+///
+/// Those of [`Client::bind`], [`shutdown_signal`], and [`Error::Runtime`].
+pub fn run_blocking(settings: ClientSettings) -> Result<()> {
+    runtime()?.block_on(async {
+        let shutdown = shutdown_signal()?;
+        Client::bind(settings).await?.run(shutdown).await
+    })
+}
+
+/// What `onionlab client --config FILE` does: load the configuration file,
+/// read or fetch the network document and verify it, bind the SOCKS
+/// listener and run until SIGINT or SIGTERM, on a current-thread runtime
+/// of its own.
+///
+/// # Errors
+///
+/// Those of [`ClientSettings::load`] and [`run_blocking`].
+pub fn run_config_file(config: &Path) -> Result<()> {
+    runtime()?.block_on(async {
+        let shutdown = shutdown_signal()?;
+        let settings = ClientSettings::load(config).await?;
+        Client::bind(settings).await?.run(shutdown).await
+    })
+}

@@ -1,0 +1,123 @@
+//! The client's resolved settings: what [`crate::Client::bind`] needs, with
+//! the network document already loaded and verified.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_netdoc::{ClientConfig, NetworkDocument};
+
+use crate::error::{Error, Result};
+
+/// Default [`ClientSettings::stream_connect_timeout`].
+pub const DEFAULT_STREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default [`ClientSettings::socks_handshake_timeout`].
+pub const DEFAULT_SOCKS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default [`ClientSettings::max_socks_connections`].
+pub const DEFAULT_MAX_SOCKS_CONNECTIONS: usize = 4096;
+
+/// Everything the client needs to run.
+#[derive(Debug, Clone)]
+pub struct ClientSettings {
+    /// Address of the SOCKS listener (port 0: any free port, see
+    /// [`crate::Client::local_addr`]).
+    pub socks_listen: SocketAddr,
+    /// The verified network document.
+    pub network: Arc<NetworkDocument>,
+    /// A pinned path of relay nicknames, guard first and exit last. Any
+    /// length of at least one is accepted (shorter than 3 gives no
+    /// anonymity; useful in labs and tests). `None`: a random 3-hop path
+    /// per circuit (see [`crate::path`]).
+    pub path: Option<Vec<String>>,
+    /// Give up on a circuit that is not built after this long.
+    pub circuit_build_timeout: Duration,
+    /// Stop attaching new streams to a circuit this long after its first
+    /// stream; close it when its last stream is gone after that.
+    pub max_circuit_dirtiness: Duration,
+    /// Extra build attempts (fresh random paths; the same pinned path)
+    /// after a failed one, before a stream fails.
+    pub build_retries: u32,
+    /// Fail a stream whose exit has not answered its BEGIN after this long
+    /// (SOCKS reply 0x06).
+    pub stream_connect_timeout: Duration,
+    /// Drop a SOCKS connection that has not completed its handshake after
+    /// this long.
+    pub socks_handshake_timeout: Duration,
+    /// Most SOCKS connections open at once; more are closed on accept.
+    pub max_socks_connections: usize,
+    /// Circuit scheduler of each guard channel: which circuit's cell the
+    /// client sends next when several have cells. Default EWMA with tor's
+    /// 30 s half-life, as tor clients do.
+    pub scheduler: SchedulerKind,
+}
+
+impl ClientSettings {
+    /// Settings with the defaults of the configuration file (10 s build
+    /// timeout, 600 s dirtiness, 3 retries), a random path, and the
+    /// client's own defaults for the rest.
+    pub fn new(socks_listen: SocketAddr, network: NetworkDocument) -> Self {
+        use onionlab_netdoc::config::{
+            DEFAULT_BUILD_RETRIES, DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
+            DEFAULT_MAX_CIRCUIT_DIRTINESS_S,
+        };
+        ClientSettings {
+            socks_listen,
+            network: Arc::new(network),
+            path: None,
+            circuit_build_timeout: Duration::from_millis(DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS),
+            max_circuit_dirtiness: Duration::from_secs(DEFAULT_MAX_CIRCUIT_DIRTINESS_S),
+            build_retries: DEFAULT_BUILD_RETRIES,
+            stream_connect_timeout: DEFAULT_STREAM_CONNECT_TIMEOUT,
+            socks_handshake_timeout: DEFAULT_SOCKS_HANDSHAKE_TIMEOUT,
+            max_socks_connections: DEFAULT_MAX_SOCKS_CONNECTIONS,
+            scheduler: SchedulerKind::default(),
+        }
+    }
+
+    /// Settings from a parsed configuration file and its (verified)
+    /// network document.
+    pub fn from_config(config: &ClientConfig, network: NetworkDocument) -> Self {
+        let mut s = ClientSettings::new(config.socks_listen, network);
+        s.path = config.path.clone();
+        s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
+        s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
+        s.build_retries = config.build_retries;
+        s
+    }
+
+    /// Load a client configuration file, then read or fetch its network
+    /// document and verify it with the configured network key. This is
+    /// what `onionlab client --config FILE` starts with.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Load`] naming the file or document source.
+    pub async fn load(config_path: &Path) -> Result<Self> {
+        let config = ClientConfig::load(config_path).map_err(|source| Error::Load {
+            what: format!("client configuration {}", config_path.display()),
+            source,
+        })?;
+        let what = || format!("network document from {}", config.network);
+        let key = config.network_public_key().map_err(|source| Error::Load {
+            what: what(),
+            source,
+        })?;
+        let doc = config
+            .network
+            .load(&key)
+            .await
+            .map_err(|source| Error::Load {
+                what: what(),
+                source,
+            })?;
+        tracing::info!(
+            source = %config.network,
+            network = %doc.network_name,
+            relays = doc.relays.len(),
+            "network document verified"
+        );
+        Ok(ClientSettings::from_config(&config, doc))
+    }
+}

@@ -1,0 +1,894 @@
+//! The client's shared state: guard channels, circuits (sans-IO
+//! [`ClientCircuit`]s) and the streams attached to them.
+//!
+//! Every task holds an `Rc<RefCell<State>>` and borrows it only between
+//! awaits. Whatever touches a circuit calls [`State::touch`] afterwards,
+//! which handles the circuit's events (extending it hop by hop, waking
+//! stream tasks), tells the channel's scheduler and writer task that the
+//! circuit has cells to send, and forgets the circuit once it is closed and
+//! its DESTROY is out.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId, Destroy, DestroyReason};
+use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
+use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
+use onionlab_circuit::scheduler::CircuitScheduler;
+use onionlab_circuit::stream::StreamEvent;
+use onionlab_netdoc::doc::TRANSPORT_TLS;
+use onionlab_netdoc::{ExitPolicy, RelayEntry};
+use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::CellWriter;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::sync::{watch, Notify};
+use tokio::task::{AbortHandle, JoinHandle};
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+use crate::path::{path_names, select_path, PathError, Target};
+use crate::settings::ClientSettings;
+use crate::socks::{IsolationKey, StreamFailure};
+
+/// The state as the tasks share it.
+pub(crate) type Shared = Rc<RefCell<State>>;
+
+/// Identifies a circuit within the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct CircKey(pub(crate) u64);
+
+/// Identifies a channel within the client (a new channel to the same
+/// guard gets a new key).
+pub(crate) type ChanKey = u64;
+
+/// Where a circuit's construction is, as its waiters see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Hops are being added.
+    Building,
+    /// Every hop is there; streams may attach.
+    Open,
+    /// The build failed.
+    Failed(BuildFailure),
+}
+
+/// Why a build failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BuildFailure {
+    /// Not built within the build timeout.
+    Timeout,
+    /// Something else, described.
+    Failed(String),
+}
+
+/// Settings with the pinned path resolved.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) settings: ClientSettings,
+    /// Relay indexes of the pinned path, if there is one.
+    pub(crate) pinned: Option<Vec<usize>>,
+}
+
+impl Config {
+    fn relays(&self) -> &[RelayEntry] {
+        &self.settings.network.relays
+    }
+}
+
+/// A stream attached to a circuit, as its SOCKS task refers to it. The
+/// token tells this stream apart from a later one that reuses its ID.
+#[derive(Debug, Clone)]
+pub(crate) struct StreamRef {
+    pub(crate) circ: CircKey,
+    pub(crate) id: StreamId,
+    token: u64,
+}
+
+/// What a stream task sees of its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamView {
+    /// The stream exists (or its received bytes are still readable).
+    Live {
+        /// The exit answered CONNECTED.
+        connected: bool,
+        /// The exit sent END with this reason.
+        ended: Option<EndReason>,
+    },
+    /// The circuit closed (or the stream is otherwise lost): abandon it.
+    Lost,
+}
+
+/// The result of reading a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadResult {
+    /// This many bytes (0: nothing now).
+    Data(usize),
+    /// The stream is gone from the circuit (ended and drained, or ended by
+    /// us).
+    Gone,
+}
+
+/// A stream task's entry in its circuit.
+#[derive(Debug)]
+struct StreamSlot {
+    token: u64,
+    notify: Rc<Notify>,
+    connected: bool,
+    ended: Option<EndReason>,
+}
+
+/// One circuit.
+struct Circ {
+    circ: ClientCircuit,
+    chan: ChanKey,
+    circ_id: u32,
+    path: Vec<usize>,
+    isolation: IsolationKey,
+    phase: watch::Sender<Phase>,
+    started: Instant,
+    first_use: Option<Instant>,
+    timed_out: bool,
+    /// What first went wrong while building, for the failure report.
+    failure: Option<String>,
+    closed: bool,
+    streams: HashMap<u16, StreamSlot>,
+}
+
+impl Circ {
+    fn is_open(&self) -> bool {
+        !self.closed && *self.phase.borrow() == Phase::Open
+    }
+
+    fn is_building(&self) -> bool {
+        !self.closed && *self.phase.borrow() == Phase::Building
+    }
+
+    fn is_dirty(&self, now: Instant, max: Duration) -> bool {
+        too_dirty(self.first_use, now, max)
+    }
+
+    fn slot(&self, s: &StreamRef) -> Option<&StreamSlot> {
+        self.streams
+            .get(&u16::from(s.id))
+            .filter(|slot| slot.token == s.token)
+    }
+}
+
+/// One channel to a guard.
+struct Channel {
+    guard: usize,
+    open: bool,
+    closing: bool,
+    circuits: HashMap<u32, CircKey>,
+    scheduler: Box<dyn CircuitScheduler<CircKey>>,
+    wake: Rc<Notify>,
+    reader: Option<AbortHandle>,
+    writer: Option<AbortHandle>,
+}
+
+/// What the writer task of a channel should do after [`State::fill`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Flush what was queued (if anything), then wait for work.
+    Continue,
+    /// The channel is gone: stop.
+    Gone,
+    /// The channel is closing and has nothing left: shut the link down.
+    Done,
+}
+
+/// How a stream gets a circuit.
+pub(crate) enum Pick {
+    /// This open circuit fits.
+    Ready(CircKey),
+    /// This circuit being built fits: wait for it.
+    Pending(CircKey, watch::Receiver<Phase>),
+    /// Nothing fits: build a circuit on this path.
+    Launch(Vec<usize>),
+}
+
+/// Everything the client's tasks share.
+pub(crate) struct State {
+    pub(crate) cfg: Rc<Config>,
+    transport: TlsTransport,
+    rng: StdRng,
+    channels: HashMap<ChanKey, Channel>,
+    by_guard: HashMap<usize, ChanKey>,
+    circuits: HashMap<CircKey, Circ>,
+    next_circ: u64,
+    next_chan: ChanKey,
+    next_token: u64,
+    shutting_down: bool,
+    /// Writer tasks, awaited at shutdown so DESTROYs go out.
+    writers: Vec<JoinHandle<()>>,
+}
+
+/// Whether a stream to `target` with isolation `iso` may use a circuit
+/// with isolation `circ_iso` whose exit has `exit_policy`.
+pub(crate) fn may_share(
+    circ_iso: &IsolationKey,
+    exit_policy: &ExitPolicy,
+    iso: &IsolationKey,
+    target: &Target,
+) -> bool {
+    circ_iso.compatible(iso) && target.allowed_by(exit_policy)
+}
+
+/// Whether a circuit first used at `first_use` is too old for new streams
+/// (a circuit never used is not).
+pub(crate) fn too_dirty(first_use: Option<Instant>, now: Instant, max: Duration) -> bool {
+    first_use.is_some_and(|t| now.saturating_duration_since(t) >= max)
+}
+
+/// Link specifiers of a relay for EXTEND2: its TLS address and Ed25519
+/// identity.
+pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
+    let mut specs = Vec::with_capacity(2);
+    if let Some(a) = r.address(TRANSPORT_TLS) {
+        specs.push(LinkSpec::OrPort(a.ip(), a.port()));
+    }
+    specs.push(LinkSpec::Ed25519Id(Ed25519Identity::new(r.ed_identity)));
+    specs.iter().filter_map(|s| s.encode().ok()).collect()
+}
+
+impl State {
+    pub(crate) fn new(cfg: Config) -> Self {
+        State {
+            cfg: Rc::new(cfg),
+            transport: TlsTransport::client(),
+            rng: rand::make_rng(),
+            channels: HashMap::new(),
+            by_guard: HashMap::new(),
+            circuits: HashMap::new(),
+            next_circ: 1,
+            next_chan: 1,
+            next_token: 1,
+            shutting_down: false,
+            writers: Vec::new(),
+        }
+    }
+
+    /// How a stream to `target` with isolation `iso` gets a circuit: an
+    /// open circuit that fits (same isolation, exit policy allows the
+    /// target, not dirty; the newest first), else one being built that
+    /// fits, else a new path.
+    pub(crate) fn pick(
+        &mut self,
+        target: &Target,
+        iso: &IsolationKey,
+    ) -> Result<Pick, StreamFailure> {
+        if self.shutting_down {
+            return Err(StreamFailure::ShuttingDown);
+        }
+        let now = Instant::now();
+        let cfg = self.cfg.clone();
+        let relays = cfg.relays();
+        let max_dirty = cfg.settings.max_circuit_dirtiness;
+        let fits = |c: &Circ| {
+            c.path
+                .last()
+                .is_some_and(|&e| may_share(&c.isolation, &relays[e].exit_policy, iso, target))
+        };
+        let ready = self
+            .circuits
+            .iter()
+            .filter(|(_, c)| c.is_open() && !c.is_dirty(now, max_dirty) && fits(c))
+            .map(|(k, _)| *k)
+            .max();
+        if let Some(k) = ready {
+            return Ok(Pick::Ready(k));
+        }
+        let pending = self
+            .circuits
+            .iter()
+            .filter(|(_, c)| c.is_building() && fits(c))
+            .map(|(k, c)| (*k, c))
+            .max_by_key(|(k, _)| *k);
+        if let Some((k, c)) = pending {
+            return Ok(Pick::Pending(k, c.phase.subscribe()));
+        }
+        match &cfg.pinned {
+            Some(path) => {
+                let exit = path.last().map(|&e| &relays[e]);
+                if exit.is_some_and(|e| target.allowed_by(&e.exit_policy)) {
+                    Ok(Pick::Launch(path.clone()))
+                } else {
+                    Err(StreamFailure::NotAllowed)
+                }
+            }
+            None => match select_path(relays, target, &mut self.rng) {
+                Ok(p) => Ok(Pick::Launch(p.to_vec())),
+                Err(PathError::NoExit { .. }) => Err(StreamFailure::NotAllowed),
+                Err(e) => Err(StreamFailure::NoPath(e.to_string())),
+            },
+        }
+    }
+
+    /// The channel to `guard`, created (and its connection started) if
+    /// there is none.
+    fn channel_for(&mut self, shared: &Shared, guard: usize) -> ChanKey {
+        if let Some(&k) = self.by_guard.get(&guard) {
+            return k;
+        }
+        let key = self.next_chan;
+        self.next_chan += 1;
+        let wake = Rc::new(Notify::new());
+        self.channels.insert(
+            key,
+            Channel {
+                guard,
+                open: false,
+                closing: false,
+                circuits: HashMap::new(),
+                scheduler: self.cfg.settings.scheduler.build(),
+                wake,
+                reader: None,
+                writer: None,
+            },
+        );
+        self.by_guard.insert(guard, key);
+        let relay = &self.cfg.relays()[guard];
+        let identity = Ed25519Identity::new(relay.ed_identity);
+        match relay.address(TRANSPORT_TLS) {
+            Some(addr) => {
+                tracing::debug!(guard = %relay.nickname, %addr, "opening channel");
+                tokio::task::spawn_local(crate::channel::connect(
+                    shared.clone(),
+                    key,
+                    addr,
+                    identity,
+                ));
+            }
+            None => {
+                // Path selection only picks relays with a tls address; a
+                // channel to one without fails its circuits at once.
+                let nick = relay.nickname.clone();
+                self.close_channel(key, &format!("guard {nick} has no tls address"));
+            }
+        }
+        key
+    }
+
+    /// Start building a circuit on `path` (guard first): CREATE2 on the
+    /// guard's channel, then an EXTEND2 per hop as each is added (see
+    /// [`touch`](Self::touch)). The build is abandoned after the build
+    /// timeout.
+    pub(crate) fn launch(
+        &mut self,
+        shared: &Shared,
+        path: Vec<usize>,
+        iso: IsolationKey,
+    ) -> (CircKey, watch::Receiver<Phase>) {
+        let cfg = self.cfg.clone();
+        let guard = path[0];
+        let chan = self.channel_for(shared, guard);
+        let key = CircKey(self.next_circ);
+        self.next_circ += 1;
+        let (phase, rx) = watch::channel(Phase::Building);
+        let circ_config = ClientConfig {
+            hop_timeout: cfg.settings.circuit_build_timeout,
+            ..ClientConfig::default()
+        };
+        let circ = ClientCircuit::new(
+            circ_config,
+            &cfg.relays()[guard].public_keys(),
+            StdRng::from_rng(&mut self.rng),
+        );
+        let mut circ_id = 0;
+        if let Some(ch) = self.channels.get_mut(&chan) {
+            // Link protocol 4+: the initiator's IDs have the high bit set.
+            circ_id = loop {
+                let id = self.rng.random::<u32>() | 0x8000_0000;
+                if !ch.circuits.contains_key(&id) {
+                    break id;
+                }
+            };
+            ch.circuits.insert(circ_id, key);
+        }
+        tracing::debug!(
+            circ = key.0,
+            path = %path_names(cfg.relays(), &path),
+            circ_id = format_args!("{circ_id:#x}"),
+            "building circuit"
+        );
+        self.circuits.insert(
+            key,
+            Circ {
+                circ,
+                chan,
+                circ_id,
+                path,
+                isolation: iso,
+                phase,
+                started: Instant::now(),
+                first_use: None,
+                timed_out: false,
+                failure: None,
+                closed: false,
+                streams: HashMap::new(),
+            },
+        );
+        if circ_id == 0 {
+            // The channel failed at once (see channel_for).
+            if let Some(c) = self.circuits.get_mut(&key) {
+                c.failure = Some("no channel to the guard".into());
+                c.circ.destroy();
+            }
+        }
+        self.touch(key);
+        let timeout = cfg.settings.circuit_build_timeout;
+        let shared = shared.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(timeout).await;
+            shared.borrow_mut().build_timed_out(key);
+        });
+        (key, rx)
+    }
+
+    /// The build timer of `key` fired: abandon the circuit if it is still
+    /// being built.
+    fn build_timed_out(&mut self, key: CircKey) {
+        if let Some(c) = self.circuits.get_mut(&key) {
+            if c.is_building() {
+                c.timed_out = true;
+                c.circ.destroy();
+                self.touch(key);
+            }
+        }
+    }
+
+    /// After anything happened to circuit `key`: handle its events, let
+    /// its channel know if it has cells to send, and forget it once it is
+    /// closed with nothing left to send.
+    pub(crate) fn touch(&mut self, key: CircKey) {
+        let now = Instant::now();
+        let cfg = self.cfg.clone();
+        let Some(c) = self.circuits.get_mut(&key) else {
+            return;
+        };
+        while let Some(ev) = c.circ.poll_event() {
+            on_event(key, c, ev, &cfg, now);
+        }
+        let wants = c.circ.wants_transmit();
+        let ch = self.channels.get_mut(&c.chan);
+        let chan_alive = ch.is_some();
+        if let Some(ch) = ch {
+            if wants {
+                ch.scheduler.activate(key, now);
+                ch.wake.notify_one();
+            }
+        }
+        if c.closed && !(wants && chan_alive) {
+            let (chan, circ_id) = (c.chan, c.circ_id);
+            self.circuits.remove(&key);
+            if let Some(ch) = self.channels.get_mut(&chan) {
+                if ch.circuits.get(&circ_id) == Some(&key) {
+                    ch.circuits.remove(&circ_id);
+                }
+                ch.scheduler.remove(key);
+            }
+        }
+    }
+
+    /// Open a stream to `target` on the open circuit `key`.
+    pub(crate) fn attach(
+        &mut self,
+        key: CircKey,
+        target: &Target,
+        notify: Rc<Notify>,
+    ) -> Result<StreamRef, StreamFailure> {
+        let Some(c) = self.circuits.get_mut(&key).filter(|c| c.is_open()) else {
+            return Err(StreamFailure::CircuitClosed);
+        };
+        let id = c
+            .circ
+            .begin(&target.host_string(), target.port)
+            .map_err(|e| match e {
+                onionlab_circuit::Error::BadTarget(_) => StreamFailure::BadTarget,
+                other => StreamFailure::Attach(other.to_string()),
+            })?;
+        let token = self.next_token;
+        self.next_token += 1;
+        c.first_use.get_or_insert_with(Instant::now);
+        c.streams.insert(
+            u16::from(id),
+            StreamSlot {
+                token,
+                notify,
+                connected: false,
+                ended: None,
+            },
+        );
+        tracing::debug!(circ = key.0, stream = %id, %target, "BEGIN");
+        self.touch(key);
+        Ok(StreamRef {
+            circ: key,
+            id,
+            token,
+        })
+    }
+
+    /// What `s`'s task should know about it.
+    pub(crate) fn stream_view(&self, s: &StreamRef) -> StreamView {
+        match self.circuits.get(&s.circ) {
+            Some(c) if !c.closed => match c.slot(s) {
+                Some(slot) => StreamView::Live {
+                    connected: slot.connected,
+                    ended: slot.ended,
+                },
+                None => StreamView::Lost,
+            },
+            _ => StreamView::Lost,
+        }
+    }
+
+    fn live_circuit(&mut self, s: &StreamRef) -> Option<&mut Circ> {
+        self.circuits
+            .get_mut(&s.circ)
+            .filter(|c| !c.closed && c.slot(s).is_some())
+    }
+
+    /// Offer bytes to stream `s`: how many it took (`None`: it is gone).
+    pub(crate) fn stream_write(&mut self, s: &StreamRef, data: &[u8]) -> Option<usize> {
+        let c = self.live_circuit(s)?;
+        let r = c.circ.write(s.id, data).ok();
+        self.touch(s.circ);
+        r
+    }
+
+    /// Read what stream `s` received.
+    pub(crate) fn stream_read(&mut self, s: &StreamRef, buf: &mut [u8]) -> ReadResult {
+        let Some(c) = self.live_circuit(s) else {
+            return ReadResult::Gone;
+        };
+        let r = match c.circ.read(s.id, buf) {
+            Ok(n) => ReadResult::Data(n),
+            Err(_) => ReadResult::Gone,
+        };
+        self.touch(s.circ);
+        r
+    }
+
+    /// The application is done with stream `s`: END after its queued
+    /// bytes (if the stream still exists), and forget its task. A circuit
+    /// past its dirtiness limit closes with its last stream.
+    pub(crate) fn detach(&mut self, s: &StreamRef) {
+        let now = Instant::now();
+        let max_dirty = self.cfg.settings.max_circuit_dirtiness;
+        let Some(c) = self.circuits.get_mut(&s.circ) else {
+            return;
+        };
+        if c.slot(s).is_none() {
+            return;
+        }
+        c.streams.remove(&u16::from(s.id));
+        // Fails harmlessly if the stream is already gone.
+        let _ = c.circ.close_stream(s.id);
+        if c.streams.is_empty() && c.is_open() && c.is_dirty(now, max_dirty) {
+            tracing::debug!(
+                circ = s.circ.0,
+                "closing dirty circuit after its last stream"
+            );
+            c.circ.destroy();
+        }
+        self.touch(s.circ);
+    }
+
+    /// Close circuits past their dirtiness limit that no stream uses.
+    pub(crate) fn expire_dirty(&mut self) {
+        let now = Instant::now();
+        let max_dirty = self.cfg.settings.max_circuit_dirtiness;
+        let expired: Vec<CircKey> = self
+            .circuits
+            .iter()
+            .filter(|(_, c)| c.streams.is_empty() && c.is_open() && c.is_dirty(now, max_dirty))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in expired {
+            if let Some(c) = self.circuits.get_mut(&key) {
+                tracing::debug!(circ = key.0, "closing dirty unused circuit");
+                c.circ.destroy();
+            }
+            self.touch(key);
+        }
+    }
+
+    /// The channel's connection is up: its writer and reader tasks run.
+    pub(crate) fn channel_opened(
+        &mut self,
+        chan: ChanKey,
+        reader: AbortHandle,
+        writer: JoinHandle<()>,
+    ) -> bool {
+        let Some(ch) = self.channels.get_mut(&chan) else {
+            reader.abort();
+            writer.abort();
+            return false;
+        };
+        ch.open = true;
+        ch.reader = Some(reader);
+        ch.writer = Some(writer.abort_handle());
+        ch.wake.notify_one();
+        self.writers.retain(|w| !w.is_finished());
+        self.writers.push(writer);
+        let nick = &self.cfg.relays()[ch.guard].nickname;
+        tracing::info!(guard = %nick, "channel open");
+        true
+    }
+
+    /// The notifier of a channel's writer task.
+    pub(crate) fn channel_wake(&self, chan: ChanKey) -> Option<Rc<Notify>> {
+        self.channels.get(&chan).map(|c| c.wake.clone())
+    }
+
+    /// Address and identity of a channel's guard, for logs.
+    pub(crate) fn channel_guard_name(&self, chan: ChanKey) -> String {
+        self.channels
+            .get(&chan)
+            .map(|c| self.cfg.relays()[c.guard].nickname.clone())
+            .unwrap_or_default()
+    }
+
+    /// A channel is gone (connection failed or closed, or shutdown): its
+    /// circuits close and their streams are told.
+    pub(crate) fn close_channel(&mut self, chan: ChanKey, why: &str) {
+        let Some(ch) = self.channels.remove(&chan) else {
+            return;
+        };
+        if self.by_guard.get(&ch.guard) == Some(&chan) {
+            self.by_guard.remove(&ch.guard);
+        }
+        let nick = self.cfg.relays()[ch.guard].nickname.clone();
+        if self.shutting_down {
+            tracing::debug!(guard = %nick, "channel closed: {why}");
+        } else {
+            tracing::info!(guard = %nick, circuits = ch.circuits.len(), "channel closed: {why}");
+        }
+        if let Some(r) = &ch.reader {
+            r.abort();
+        }
+        if let Some(w) = &ch.writer {
+            w.abort();
+        }
+        let now = Instant::now();
+        for key in ch.circuits.into_values() {
+            if let Some(c) = self.circuits.get_mut(&key) {
+                c.failure
+                    .get_or_insert_with(|| format!("channel to guard {nick} closed: {why}"));
+                c.circ
+                    .handle_cell(now, Destroy::new(DestroyReason::CHANNEL_CLOSED).into());
+            }
+            self.touch(key);
+        }
+    }
+
+    /// Cells read from a channel: hand each to its circuit.
+    pub(crate) fn handle_cells(&mut self, chan: ChanKey, cells: impl Iterator<Item = AnyChanCell>) {
+        let now = Instant::now();
+        for cell in cells {
+            let (id, msg) = cell.into_circid_and_msg();
+            let Some(ch) = self.channels.get(&chan) else {
+                return;
+            };
+            // Cells without a circuit ID (padding is filtered by the
+            // transport) and cells for circuits we forgot are dropped.
+            let Some(&key) = id.and_then(|id| ch.circuits.get(&u32::from(id))) else {
+                continue;
+            };
+            if let Some(c) = self.circuits.get_mut(&key) {
+                c.circ.handle_cell(now, msg);
+            }
+            self.touch(key);
+        }
+    }
+
+    /// Queue cells from the channel's circuits on `w`, in the order the
+    /// circuit scheduler gives, while the writer has room.
+    pub(crate) fn fill<W: CellWriter>(
+        &mut self,
+        chan: ChanKey,
+        w: &mut W,
+    ) -> Result<Fill, onionlab_transport::Error> {
+        let now = Instant::now();
+        loop {
+            let Some(ch) = self.channels.get_mut(&chan) else {
+                return Ok(Fill::Gone);
+            };
+            if !w.has_room() {
+                return Ok(Fill::Continue);
+            }
+            let Some(key) = ch.scheduler.next(now) else {
+                return Ok(if ch.closing {
+                    Fill::Done
+                } else {
+                    Fill::Continue
+                });
+            };
+            let Some(c) = self.circuits.get_mut(&key) else {
+                continue;
+            };
+            if let Some(msg) = c.circ.poll_transmit(now) {
+                w.queue(ChanCell::new(CircId::new(c.circ_id), msg))?;
+                ch.scheduler.on_sent(key, 1, now);
+            }
+            self.touch(key);
+        }
+    }
+
+    /// Stop: refuse new streams, destroy every circuit, close channels
+    /// once their DESTROYs are out. Returns the writer tasks to wait for.
+    pub(crate) fn begin_shutdown(&mut self) -> Vec<JoinHandle<()>> {
+        self.shutting_down = true;
+        let keys: Vec<CircKey> = self.circuits.keys().copied().collect();
+        for key in keys {
+            if let Some(c) = self.circuits.get_mut(&key) {
+                c.circ.destroy();
+            }
+            self.touch(key);
+        }
+        let chans: Vec<(ChanKey, bool)> = self.channels.iter().map(|(k, c)| (*k, c.open)).collect();
+        for (key, open) in chans {
+            if open {
+                if let Some(ch) = self.channels.get_mut(&key) {
+                    ch.closing = true;
+                    ch.wake.notify_one();
+                }
+            } else {
+                self.close_channel(key, "shutting down");
+            }
+        }
+        std::mem::take(&mut self.writers)
+    }
+
+    /// Whether [`begin_shutdown`](Self::begin_shutdown) was called.
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    /// The transport channels are opened with.
+    pub(crate) fn transport(&self) -> TlsTransport {
+        self.transport.clone()
+    }
+}
+
+/// Handle one event of circuit `c`.
+fn on_event(key: CircKey, c: &mut Circ, ev: ClientEvent, cfg: &Config, now: Instant) {
+    let relays = cfg.relays();
+    match ev {
+        ClientEvent::HopAdded { hops } => {
+            if let Some(&next) = c.path.get(hops) {
+                let r = &relays[next];
+                if let Err(e) = c.circ.extend(&r.public_keys(), linkspecs(r)) {
+                    c.failure
+                        .get_or_insert_with(|| format!("cannot extend to {}: {e}", r.nickname));
+                    c.circ.destroy();
+                }
+            } else if c.is_building() {
+                c.phase.send_replace(Phase::Open);
+                tracing::info!(
+                    circ = key.0,
+                    path = %path_names(relays, &c.path),
+                    ms = now.saturating_duration_since(c.started).as_millis() as u64,
+                    "circuit built"
+                );
+            }
+        }
+        ClientEvent::ExtendFailed { hops, detail } => {
+            let nick = c
+                .path
+                .get(hops)
+                .map_or("?", |&i| relays[i].nickname.as_str());
+            c.failure
+                .get_or_insert_with(|| format!("extending to {nick} failed: {detail}"));
+            c.circ.destroy();
+        }
+        ClientEvent::Stream(ev) => {
+            let (id, connected, ended) = match ev {
+                StreamEvent::Connected { stream } => (stream, true, None),
+                StreamEvent::Readable { stream } | StreamEvent::Writable { stream } => {
+                    (stream, false, None)
+                }
+                StreamEvent::Ended { stream, reason } => (stream, false, Some(reason)),
+            };
+            if let Some(slot) = c.streams.get_mut(&u16::from(id)) {
+                slot.connected |= connected;
+                if ended.is_some() {
+                    slot.ended = ended;
+                    tracing::debug!(circ = key.0, stream = %id, reason = ?slot.ended, "stream ended by the exit");
+                }
+                slot.notify.notify_one();
+            }
+        }
+        ClientEvent::Resolved { .. } => {}
+        ClientEvent::Closed(reason) => {
+            let was_building = c.is_building();
+            c.closed = true;
+            let path = path_names(relays, &c.path);
+            if was_building {
+                let failure = if c.timed_out {
+                    BuildFailure::Timeout
+                } else {
+                    BuildFailure::Failed(c.failure.take().unwrap_or_else(|| reason.to_string()))
+                };
+                match &failure {
+                    BuildFailure::Timeout => tracing::info!(
+                        circ = key.0,
+                        %path,
+                        "circuit build timed out after {} ms",
+                        now.saturating_duration_since(c.started).as_millis()
+                    ),
+                    BuildFailure::Failed(why) => {
+                        tracing::info!(circ = key.0, %path, "circuit build failed: {why}")
+                    }
+                }
+                c.phase.send_replace(Phase::Failed(failure));
+            } else {
+                tracing::debug!(circ = key.0, %path, "circuit closed: {reason}");
+            }
+            for slot in c.streams.values() {
+                slot.notify.notify_one();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sharing_needs_same_isolation_and_a_fitting_exit() {
+        let user = |u: &str| IsolationKey::UserPass {
+            user: u.as_bytes().to_vec(),
+            pass: b"pw".to_vec(),
+        };
+        let web = ExitPolicy::parse("accept *:80, accept *:443").expect("policy");
+        let t80 = Target::ip("192.0.2.1".parse().expect("ip"), 80);
+        let t22 = Target::ip("192.0.2.1".parse().expect("ip"), 22);
+        let name80 = Target::name("example.com", 80);
+        let none = IsolationKey::None;
+        assert!(may_share(&none, &web, &none, &t80));
+        assert!(may_share(&none, &web, &none, &name80));
+        assert!(!may_share(&none, &web, &none, &t22), "exit policy");
+        assert!(may_share(&user("a"), &web, &user("a"), &t80));
+        assert!(!may_share(&user("a"), &web, &user("b"), &t80), "isolation");
+        assert!(!may_share(&user("a"), &web, &none, &t80), "isolation");
+        assert!(!may_share(&none, &web, &user("a"), &t80), "isolation");
+    }
+
+    #[test]
+    fn dirtiness_counts_from_first_use() {
+        let t0 = Instant::now();
+        let max = Duration::from_secs(600);
+        assert!(!too_dirty(None, t0 + Duration::from_secs(10_000), max));
+        assert!(!too_dirty(Some(t0), t0 + Duration::from_secs(599), max));
+        assert!(too_dirty(Some(t0), t0 + Duration::from_secs(600), max));
+        // A limit of 0: one stream per circuit.
+        assert!(too_dirty(Some(t0), t0, Duration::ZERO));
+    }
+
+    #[test]
+    fn linkspecs_name_address_and_identity() {
+        use onionlab_crypto::identity::RelaySecretKeys;
+        use onionlab_netdoc::doc::TransportAddress;
+        let keys = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(1));
+        let mut r = RelayEntry::new("r", &keys.public());
+        r.addresses.push(TransportAddress {
+            transport: TRANSPORT_TLS.into(),
+            addr: "127.0.0.1:9001".parse().expect("addr"),
+        });
+        let specs: Vec<LinkSpec> = linkspecs(&r)
+            .iter()
+            .map(|s| s.parse().expect("parses"))
+            .collect();
+        assert_eq!(
+            specs,
+            vec![
+                LinkSpec::OrPort("127.0.0.1".parse().expect("ip"), 9001),
+                LinkSpec::Ed25519Id(keys.public().ed_identity),
+            ]
+        );
+    }
+}

@@ -1,0 +1,278 @@
+//! One task per SOCKS connection: the handshake, a circuit for the
+//! target, BEGIN, the SOCKS reply, then bytes both ways.
+//!
+//! # Back-pressure and memory
+//!
+//! Upstream, the task reads at most [`CHUNK`] bytes from the application
+//! and offers them to the circuit stream ([`State::stream_write`]), which
+//! takes what fits in its bounded send buffer. Until it has taken all of
+//! them, the task does not read the application socket again; it waits for
+//! the stream's `Writable` event. Downstream, it reads at most [`CHUNK`]
+//! bytes from the stream and reads again only once the application socket
+//! took them all; the stream's receive window (and SENDMEs sent as the task
+//! reads) bounds what waits in the circuit. So a stream holds at most two
+//! chunks here plus the circuit's bounded buffers.
+//!
+//! # Closing
+//!
+//! * Application EOF: the stream is closed (END after the queued bytes).
+//!   As in tor, END closes both directions: the task hands the
+//!   application what it has already read, then closes the connection.
+//! * END from the exit: the task delivers the remaining bytes, then shuts
+//!   down the application socket's write side and closes.
+//! * Circuit closed: the connection is closed at once.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use onionlab_cell::relay::is_valid_begin_addr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tor_socksproto::SocksAddr;
+
+use crate::path::{Target, TargetHost};
+use crate::socks::{self, reply, IsolationKey, StreamFailure};
+use crate::state::{BuildFailure, CircKey, Phase, Pick, ReadResult, Shared, StreamRef, StreamView};
+
+/// Largest read from the application or the stream in one go.
+pub(crate) const CHUNK: usize = 16 * 1024;
+
+/// Serve one SOCKS connection to its end.
+pub(crate) async fn serve(shared: Shared, mut sock: TcpStream, peer: SocketAddr) {
+    let (hs_timeout, connect_timeout) = {
+        let st = shared.borrow();
+        let s = &st.cfg.settings;
+        (s.socks_handshake_timeout, s.stream_connect_timeout)
+    };
+    let accepted = match socks::handshake(&mut sock, hs_timeout).await {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(%peer, "SOCKS handshake failed: {e}");
+            return;
+        }
+    };
+    let request = accepted.request;
+    let port = request.port();
+    let target = match request.addr() {
+        SocksAddr::Ip(ip) => Target::ip(*ip, port),
+        SocksAddr::Hostname(h) => Target::name(h.as_ref(), port),
+    };
+    let iso = IsolationKey::from_auth(request.auth());
+    tracing::debug!(%peer, %target, "SOCKS CONNECT");
+    let notify = Rc::new(Notify::new());
+    let opened = open_stream(&shared, &target, &iso, &notify, connect_timeout).await;
+    let sref = match opened {
+        Ok(s) => s,
+        Err(failure) => {
+            tracing::debug!(%peer, %target, code = failure.reply_code(), "stream failed: {failure}");
+            let _ = sock
+                .write_all(&socks::reply_bytes(&request, failure.reply_code()))
+                .await;
+            return;
+        }
+    };
+    tracing::debug!(%peer, %target, circ = sref.circ.0, stream = %sref.id, "stream connected");
+    if sock
+        .write_all(&socks::reply_bytes(&request, reply::SUCCEEDED))
+        .await
+        .is_ok()
+    {
+        relay(&shared, sock, &sref, &notify, accepted.early_data).await;
+    }
+    shared.borrow_mut().detach(&sref);
+    tracing::debug!(%peer, %target, "stream done");
+}
+
+/// Whether a BEGIN cell can carry `target`'s host (as the circuit checks
+/// it: brackets around an IPv6 literal are stripped, other brackets and NUL
+/// are refused).
+fn begin_target_ok(target: &Target) -> bool {
+    match &target.host {
+        TargetHost::Ip(_) => true,
+        TargetHost::Name(n) => {
+            let h = n
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(n);
+            !h.is_empty() && is_valid_begin_addr(h.as_bytes())
+        }
+    }
+}
+
+/// Get a circuit, BEGIN, and wait for CONNECTED.
+async fn open_stream(
+    shared: &Shared,
+    target: &Target,
+    iso: &IsolationKey,
+    notify: &Rc<Notify>,
+    connect_timeout: Duration,
+) -> Result<StreamRef, StreamFailure> {
+    if !begin_target_ok(target) {
+        return Err(StreamFailure::BadTarget);
+    }
+    let key = circuit_for(shared, target, iso).await?;
+    let sref = shared.borrow_mut().attach(key, target, notify.clone())?;
+    let deadline = tokio::time::Instant::now() + connect_timeout;
+    loop {
+        let view = shared.borrow().stream_view(&sref);
+        let failure = match view {
+            StreamView::Live {
+                connected: true, ..
+            } => return Ok(sref),
+            StreamView::Live {
+                ended: Some(reason),
+                ..
+            } => StreamFailure::Ended(reason),
+            StreamView::Lost => StreamFailure::CircuitClosed,
+            StreamView::Live { .. } => {
+                tokio::select! {
+                    _ = notify.notified() => continue,
+                    _ = tokio::time::sleep_until(deadline) => StreamFailure::ConnectTimeout,
+                }
+            }
+        };
+        shared.borrow_mut().detach(&sref);
+        return Err(failure);
+    }
+}
+
+/// A circuit for `target` with isolation `iso`: an open one that fits, one
+/// being built that fits, or a new one; up to `1 + build_retries` builds
+/// may fail before the stream does.
+async fn circuit_for(
+    shared: &Shared,
+    target: &Target,
+    iso: &IsolationKey,
+) -> Result<CircKey, StreamFailure> {
+    let attempts = 1 + shared.borrow().cfg.settings.build_retries;
+    let mut failed = 0;
+    loop {
+        let pick = shared.borrow_mut().pick(target, iso)?;
+        let (key, mut rx) = match pick {
+            Pick::Ready(key) => return Ok(key),
+            Pick::Pending(key, rx) => (key, rx),
+            Pick::Launch(path) => shared.borrow_mut().launch(shared, path, iso.clone()),
+        };
+        let phase = match rx.wait_for(|p| *p != Phase::Building).await {
+            Ok(p) => p.clone(),
+            Err(_) => Phase::Failed(BuildFailure::Failed("circuit vanished".into())),
+        };
+        match phase {
+            // Built for this stream (or one like it): use it even if
+            // another stream made it dirty meanwhile.
+            Phase::Open => return Ok(key),
+            Phase::Building => {}
+            Phase::Failed(f) => {
+                failed += 1;
+                if failed >= attempts {
+                    return Err(match f {
+                        BuildFailure::Timeout => StreamFailure::BuildTimeout,
+                        BuildFailure::Failed(why) => StreamFailure::BuildFailed(why),
+                    });
+                }
+                if shared.borrow().is_shutting_down() {
+                    return Err(StreamFailure::ShuttingDown);
+                }
+                tracing::debug!(%target, attempt = failed + 1, "retrying with a new circuit");
+            }
+        }
+    }
+}
+
+/// Move bytes between the application and the stream until both are done.
+async fn relay(
+    shared: &Shared,
+    sock: TcpStream,
+    sref: &StreamRef,
+    notify: &Notify,
+    early_data: Vec<u8>,
+) {
+    let (mut app_rd, mut app_wr) = sock.into_split();
+    // Bytes read from the application that the stream has not taken yet.
+    let mut up = early_data;
+    let mut up_off = 0;
+    let mut read_buf = vec![0u8; CHUNK];
+    // Bytes read from the stream that the application has not taken yet.
+    let mut down = vec![0u8; CHUNK];
+    let (mut down_start, mut down_end) = (0, 0);
+    let mut app_eof = false;
+    let mut closed_by_app = false;
+    loop {
+        let (view, gone) = {
+            let mut st = shared.borrow_mut();
+            let mut gone = false;
+            if up_off < up.len() {
+                match st.stream_write(sref, &up[up_off..]) {
+                    Some(n) => up_off += n,
+                    None => gone = true,
+                }
+                if up_off == up.len() {
+                    up.clear();
+                    up_off = 0;
+                }
+            }
+            if app_eof && up.is_empty() && !closed_by_app {
+                st.detach(sref);
+                closed_by_app = true;
+            }
+            if down_start == down_end && !closed_by_app {
+                match st.stream_read(sref, &mut down) {
+                    ReadResult::Data(n) => (down_start, down_end) = (0, n),
+                    ReadResult::Gone => gone = true,
+                }
+            }
+            (st.stream_view(sref), gone)
+        };
+        let drained = down_start == down_end;
+        let peer_done = matches!(view, StreamView::Live { ended: Some(_), .. });
+        if closed_by_app && drained {
+            // END sent (or queued); what the exit sends now is dropped.
+            let _ = app_wr.shutdown().await;
+            return;
+        }
+        if !closed_by_app && view == StreamView::Lost {
+            tracing::debug!(circ = sref.circ.0, stream = %sref.id, "circuit closed under the stream");
+            return;
+        }
+        if drained && (gone || peer_done) {
+            let _ = app_wr.shutdown().await;
+            return;
+        }
+        let want_read = !app_eof && up.is_empty() && !peer_done && !gone;
+        tokio::select! {
+            r = app_rd.read(&mut read_buf), if want_read => match r {
+                Ok(0) => app_eof = true,
+                Ok(n) => up.extend_from_slice(&read_buf[..n]),
+                Err(e) => {
+                    tracing::debug!(stream = %sref.id, "application read failed: {e}");
+                    return;
+                }
+            },
+            r = app_wr.write(&down[down_start..down_end]), if !drained => match r {
+                Ok(n) if n > 0 => down_start += n,
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(stream = %sref.id, "application write failed: {e}");
+                    return;
+                }
+            },
+            _ = notify.notified() => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn begin_targets() {
+        assert!(begin_target_ok(&Target::name("example.com", 80)));
+        assert!(begin_target_ok(&Target::name("[::1]", 80)));
+        assert!(!begin_target_ok(&Target::name("[]", 80)));
+        assert!(!begin_target_ok(&Target::name("a[b", 80)));
+        assert!(begin_target_ok(&Target::ip("::1".parse().expect("ip"), 80)));
+    }
+}
