@@ -443,6 +443,14 @@ impl State {
     /// its channel know if it has cells to send, and forget it once it is
     /// closed with nothing left to send.
     pub(crate) fn touch(&mut self, key: CircKey) {
+        self.touch_inner(key, true);
+    }
+
+    /// [`touch`](Self::touch), but with `activate` false the circuit is
+    /// not put back in its channel's scheduler: after a `poll_transmit`
+    /// that gave nothing, so that a circuit that claims work and yields no
+    /// cell cannot spin the writer. Its next input re-activates it.
+    fn touch_inner(&mut self, key: CircKey, activate: bool) {
         let now = Instant::now();
         let cfg = self.cfg.clone();
         let Some(c) = self.circuits.get_mut(&key) else {
@@ -455,7 +463,7 @@ impl State {
         let ch = self.channels.get_mut(&c.chan);
         let chan_alive = ch.is_some();
         if let Some(ch) = ch {
-            if wants {
+            if wants && activate {
                 ch.scheduler.activate(key, now);
                 ch.wake.notify_one();
             }
@@ -709,11 +717,15 @@ impl State {
             let Some(c) = self.circuits.get_mut(&key) else {
                 continue;
             };
-            if let Some(msg) = c.circ.poll_transmit(now) {
-                w.queue(ChanCell::new(CircId::new(c.circ_id), msg))?;
-                ch.scheduler.on_sent(key, 1, now);
-            }
-            self.touch(key);
+            let sent = match c.circ.poll_transmit(now) {
+                Some(msg) => {
+                    w.queue(ChanCell::new(CircId::new(c.circ_id), msg))?;
+                    ch.scheduler.on_sent(key, 1, now);
+                    true
+                }
+                None => false,
+            };
+            self.touch_inner(key, sent);
         }
     }
 

@@ -101,7 +101,8 @@ fn begin_target_ok(target: &Target) -> bool {
     }
 }
 
-/// Get a circuit, BEGIN, and wait for CONNECTED.
+/// Get a circuit, BEGIN, and wait for CONNECTED; a circuit that closes
+/// before CONNECTED is replaced up to `build_retries` times.
 async fn open_stream(
     shared: &Shared,
     target: &Target,
@@ -112,7 +113,30 @@ async fn open_stream(
     if !begin_target_ok(target) {
         return Err(StreamFailure::BadTarget);
     }
-    let key = circuit_for(shared, target, iso).await?;
+    let retries = shared.borrow().cfg.settings.build_retries;
+    let mut attempt = 0;
+    loop {
+        let key = circuit_for(shared, target, iso).await?;
+        match begin(shared, key, target, notify, connect_timeout).await {
+            // The circuit died under the stream before the exit answered:
+            // try another, as tor does.
+            Err(StreamFailure::CircuitClosed) if attempt < retries => {
+                attempt += 1;
+                tracing::debug!(%target, "circuit closed before CONNECTED: retrying");
+            }
+            r => return r,
+        }
+    }
+}
+
+/// BEGIN on circuit `key` and wait for CONNECTED.
+async fn begin(
+    shared: &Shared,
+    key: CircKey,
+    target: &Target,
+    notify: &Rc<Notify>,
+    connect_timeout: Duration,
+) -> Result<StreamRef, StreamFailure> {
     let sref = shared.borrow_mut().attach(key, target, notify.clone())?;
     let deadline = tokio::time::Instant::now() + connect_timeout;
     loop {
