@@ -20,6 +20,9 @@ pub enum Error {
     /// A relay failed.
     #[error(transparent)]
     Node(#[from] onionlab_node::Error),
+    /// The client failed.
+    #[error(transparent)]
+    Client(#[from] onionlab_client::Error),
     /// The async runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),

@@ -32,8 +32,13 @@ enum Command {
     Network(cmd::network::NetworkCommand),
     /// Run a relay (an exit if the network document says so).
     Relay(cmd::relay::RelayArgs),
+    /// Run a client: a SOCKS5 proxy that carries streams over circuits.
+    Client(cmd::client::ClientArgs),
     /// Serve a signed network document over HTTP.
     Directory(cmd::directory::DirectoryArgs),
+    /// Benchmarks of real processes on loopback.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,13 +48,16 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let result = match cli.command {
         Command::Net(c) => cmd::net::run(*c),
         Command::Demo(a) => cmd::demo::run(a),
         Command::Network(c) => cmd::network::run(c),
         Command::Relay(a) => cmd::relay::run(a),
+        Command::Client(a) => cmd::client::run(a),
         Command::Directory(a) => cmd::directory::run(a),
+        Command::Bench(c) => cmd::bench::run(c),
     };
     match result {
         Ok(code) => code,

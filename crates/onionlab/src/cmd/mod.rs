@@ -1,5 +1,7 @@
 //! Subcommand groups. Each module exposes a clap `Subcommand` enum and a `run` function.
 
+pub mod bench;
+pub mod client;
 pub mod demo;
 pub mod directory;
 pub mod net;

@@ -45,8 +45,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         let doc = load_network(&cfg.network, &network_key).await?;
         let settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
         let relay = Relay::bind(settings).await?;
-        let stats = relay.run(runtime::shutdown_signal()).await?;
-        tracing::info!(?stats, "relay stopped");
+        relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -30,3 +30,12 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
+
+/// A multi-threaded tokio runtime (for load generators, not nodes).
+pub fn multi_thread() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)
+}
