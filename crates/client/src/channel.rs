@@ -2,7 +2,7 @@
 //! that guard, with a reader task and a writer task.
 //!
 //! * The **reader** awaits batches of cells and hands each to its circuit
-//!   by circuit ID ([`State::handle_cells`]).
+//!   by circuit ID (`State::handle_cells`).
 //! * The **writer** sleeps on the channel's `Notify` until a circuit has
 //!   cells. It then pulls cells from the circuits, in the order the
 //!   channel's circuit scheduler gives (EWMA by default), only while the

@@ -4,7 +4,7 @@
 //! # Back-pressure and memory
 //!
 //! Upstream, the task reads at most [`CHUNK`] bytes from the application
-//! and offers them to the circuit stream ([`State::stream_write`]), which
+//! and offers them to the circuit stream (`State::stream_write`), which
 //! takes what fits in its bounded send buffer. Until it has taken all of
 //! them, the task does not read the application socket again; it waits for
 //! the stream's `Writable` event. Downstream, it reads at most [`CHUNK`]

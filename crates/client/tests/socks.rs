@@ -436,3 +436,59 @@ async fn socks4a_connect_comes_for_free() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_target_that_does_not_read_stalls_the_application() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    common::init_logs();
+    let net = Network::start(&[RelaySpec::guard_exit()]);
+    // A target that accepts and never reads.
+    let sink = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let target = sink.local_addr().expect("addr");
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = sink.accept().await {
+            conns.push(c);
+        }
+    });
+    const LIMIT: usize = 64 << 20;
+    with_client(settings(&net, Some(&["relay0"])), |socks| async move {
+        let mut s = socks_connect(socks, Dest::Ip(target), None)
+            .await
+            .expect("connected");
+        let written = Arc::new(AtomicUsize::new(0));
+        let counter = written.clone();
+        let writer = tokio::spawn(async move {
+            let chunk = vec![7u8; 64 * 1024];
+            while counter.load(Ordering::SeqCst) < LIMIT {
+                if s.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                counter.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+        });
+        // Wait until the writer makes no progress for 500 ms.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let mut last = usize::MAX;
+        let mut still = 0;
+        while still < 5 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = written.load(Ordering::SeqCst);
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+        }
+        let total = written.load(Ordering::SeqCst);
+        eprintln!("the application's writes stalled after {total} bytes");
+        assert!(still >= 5, "the writer never stalled ({total} bytes)");
+        assert!(
+            total < LIMIT,
+            "{total} bytes accepted: back-pressure does not reach the application"
+        );
+        writer.abort();
+    })
+    .await;
+    held.abort();
+}
