@@ -2,7 +2,8 @@
 # Run every check CI runs: formatting, lints, and all tests.
 #
 # Installs what it needs (cargo-nextest from crates.io if missing; iproute2
-# from Debian if `ip` is missing, for the emulated-network tests).
+# from Debian if `ip` is missing, for the emulated-network tests; curl from
+# Debian if missing, for the end-to-end SOCKS test).
 # The emulated-network fidelity tests need root, TUN and network namespaces;
 # they run in their own serial step because they measure timing.
 set -euo pipefail
@@ -15,6 +16,16 @@ fi
 if ! command -v ip >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     echo "== installing iproute2"
     apt-get update -qq && apt-get install -y -qq iproute2
+fi
+
+if ! command -v curl >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "== installing curl"
+        apt-get update -qq && apt-get install -y -qq curl
+    else
+        echo "curl is missing and we are not root: install curl (the SOCKS end-to-end test uses it)" >&2
+        exit 1
+    fi
 fi
 
 echo "== cargo fmt --check"

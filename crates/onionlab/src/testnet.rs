@@ -246,7 +246,8 @@ impl LocalNetwork {
     }
 
     /// Start the client, optionally with a pinned path (nicknames) and
-    /// extra config lines, and wait for its SOCKS port.
+    /// extra `key = value` config lines (replacing those keys), and wait
+    /// for its SOCKS port.
     pub fn start_client(&mut self, path: Option<&[&str]>, extra: &str) -> Result<(), Error> {
         let config = self.dir.join("client.toml");
         let mut text = fs::read_to_string(&config).map_err(io_err("reading client.toml"))?;
@@ -254,7 +255,18 @@ impl LocalNetwork {
             let list: Vec<String> = path.iter().map(|n| format!("\"{n}\"")).collect();
             text.push_str(&format!("path = [{}]\n", list.join(", ")));
         }
-        text.push_str(extra);
+        for line in extra.lines() {
+            if let Some((key, _)) = line.split_once('=') {
+                let key = key.trim();
+                text = text
+                    .lines()
+                    .filter(|l| l.split_once('=').is_none_or(|(k, _)| k.trim() != key))
+                    .map(|l| format!("{l}\n"))
+                    .collect();
+            }
+            text.push_str(line);
+            text.push('\n');
+        }
         let run_config = self.dir.join("client-run.toml");
         fs::write(&run_config, text).map_err(io_err("writing client-run.toml"))?;
         let run_config = run_config.to_string_lossy().into_owned();

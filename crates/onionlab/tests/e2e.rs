@@ -1,0 +1,264 @@
+//! End to end with real processes on 127.0.0.1: `onionlab network init`,
+//! three relays (one exit), a client, and a local TCP server.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use onionlab::testnet::{self, LocalNetwork};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: u64 = 1 << 20;
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_onionlab"))
+}
+
+/// A fresh directory under the target dir, named after the test.
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onionlab-e2e-{}-{name}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    dir
+}
+
+fn network(name: &str) -> LocalNetwork {
+    let mut net = LocalNetwork::init(&bin(), &workdir(name), 3, 1).expect("network init");
+    net.set_log_filter("info");
+    net.start_relays().expect("relays start");
+    net
+}
+
+fn log_of(p: &testnet::NodeProcess) -> String {
+    fs::read_to_string(&p.log).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_mib_each_way_arrives_intact() {
+    let mut net = network("bulk");
+    net.start_client(None, "").expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let t = testnet::download(socks, server, 20 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}\n{}", log_of(net.client.as_ref().unwrap())));
+    assert!(t.last_byte > Duration::ZERO);
+    testnet::upload(socks, server, 20 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_parallel_streams_on_shared_and_isolated_circuits() {
+    let mut net = network("parallel");
+    // The client fetches the network document from a directory server.
+    let dir_port = testnet::free_port_range(1).expect("port");
+    let dir_addr = SocketAddr::from(([127, 0, 0, 1], dir_port));
+    let doc = net.dir.join("network.doc").to_string_lossy().into_owned();
+    let key = net.dir.join("network-key.pub").to_string_lossy().into_owned();
+    let mut directory = net
+        .spawn(
+            "directory",
+            &["directory", "--doc", &doc, "--network-key", &key, "--listen", &dir_addr.to_string()],
+            dir_addr,
+        )
+        .expect("directory");
+    let client_toml = net.dir.join("client.toml");
+    let text = fs::read_to_string(&client_toml).expect("client.toml");
+    let text = text.replace(
+        "network = \"network.doc\"",
+        &format!("network = \"http://{dir_addr}/network.doc\""),
+    );
+    fs::write(&client_toml, text).expect("write client.toml");
+    // The directory must be up before the client fetches.
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(dir_addr).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    net.start_client(None, "").expect("client starts");
+
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        tasks.push(tokio::spawn(async move {
+            let user = format!("user{i}");
+            // Streams 0-9 share (no auth); 10-19 each get their own circuit.
+            let auth = (i >= 10).then_some((user.as_str(), "pw"));
+            testnet::download(socks, server, MIB + i as u64 * 4099, auth).await
+        }));
+    }
+    for (i, t) in tasks.into_iter().enumerate() {
+        t.await
+            .expect("task")
+            .unwrap_or_else(|e| panic!("stream {i}: {e}"));
+    }
+    let log = log_of(net.client.as_ref().expect("client"));
+    let built = log.matches("circuit built").count();
+    assert!(
+        (11..=20).contains(&built),
+        "10 isolated credentials plus the shared streams need 11 or more circuits (allowing a few \
+         extra shared ones), got {built}:\n{log}"
+    );
+    directory.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_with_the_wrong_identity_key_is_refused() {
+    let dir = workdir("wrong-identity");
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    // relay1 runs with relay0's keys: it claims to be someone else.
+    fs::copy(
+        dir.join("relays/relay0/keys.secret"),
+        dir.join("relays/relay1/keys.secret"),
+    )
+    .expect("copy keys");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay1", "relay0", "relay2"]), "build_retries = 0\n")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let r = testnet::download(net.socks_addr(), server, 1000, None).await;
+    assert!(r.is_err(), "a circuit through an impostor guard must fail");
+    let log = log_of(net.client.as_ref().expect("client"));
+    assert!(
+        log.contains("refused") && log.contains("expected"),
+        "the client log must say why:\n{log}"
+    );
+}
+
+#[test]
+fn a_tampered_network_document_is_refused() {
+    let dir = workdir("tampered");
+    let net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    let path = dir.join("network.doc");
+    let text = fs::read_to_string(&path).expect("doc");
+    let tampered = text.replacen("bandwidth = 1000", "bandwidth = 9000", 1);
+    assert_ne!(text, tampered, "the test must change the document");
+    fs::write(&path, tampered).expect("write");
+    for args in [
+        vec!["relay".to_string(), "--config".into(), path_str(&net.relay_config(0))],
+        vec!["client".to_string(), "--config".into(), path_str(&dir.join("client.toml"))],
+    ] {
+        let out = Command::new(bin())
+            .args(&args)
+            .output()
+            .expect("run onionlab");
+        assert!(!out.status.success(), "{args:?} accepted a tampered document");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("signature"), "{args:?}: unclear error: {err}");
+    }
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer() {
+    let mut net = network("garbage");
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let transfer = tokio::spawn(testnet::download(socks, server, 20 * MIB, None));
+
+    let middle = net.relay_addr(1);
+    let mut seed = 0x1234_5678_u32;
+    for round in 0..40 {
+        // Raw random bytes where TLS is expected.
+        if let Ok(mut s) = tokio::net::TcpStream::connect(middle).await {
+            let junk: Vec<u8> = (0..2048)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    seed as u8
+                })
+                .collect();
+            let _ = s.write_all(&junk).await;
+            let mut sink = [0u8; 256];
+            let _ = tokio::time::timeout(Duration::from_millis(20), s.read(&mut sink)).await;
+        }
+        // A truncated TLS ClientHello.
+        if round % 4 == 0 {
+            if let Ok(mut s) = tokio::net::TcpStream::connect(middle).await {
+                let _ = s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    transfer
+        .await
+        .expect("task")
+        .unwrap_or_else(|e| panic!("transfer disturbed: {e}"));
+    // And the middle relay is still serving new circuits.
+    testnet::download(socks, server, MIB, Some(("fresh", "circuit")))
+        .await
+        .expect("a new circuit through the attacked relay");
+}
+
+/// A one-file HTTP/1.0 server for curl.
+async fn http_file_server(body: Vec<u8>) -> SocketAddr {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = l.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = format!(
+                    "HTTP/1.0 200 OK\r\nContent-Length: {}\r\nContent-Type: application/octet-stream\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(&body).await;
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_fetches_a_file_through_the_socks_proxy() {
+    let curl_ok = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(curl_ok, "curl is required (scripts/test.sh installs it)");
+    let mut net = network("curl");
+    net.start_client(None, "").expect("client starts");
+    let mut body = vec![0u8; 3 * MIB as usize + 17];
+    testnet::fill_pattern(0, &mut body);
+    let http = http_file_server(body.clone()).await;
+    let out_file = net.dir.join("fetched.bin");
+    let url = format!("http://localhost:{}/file.bin", http.port());
+    let socks = net.socks_addr();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("curl")
+            .args(["--silent", "--show-error", "--max-time", "60"])
+            .arg("--socks5-hostname")
+            .arg(socks.to_string())
+            .arg("-o")
+            .arg(&out_file)
+            .arg(&url)
+            .output()
+    })
+    .await
+    .expect("join")
+    .expect("run curl");
+    assert!(
+        out.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fetched = fs::read(net.dir.join("fetched.bin")).expect("fetched file");
+    assert!(fetched == body, "curl's file differs ({} bytes)", fetched.len());
+}
