@@ -68,6 +68,20 @@ impl Target {
         }
     }
 
+    /// A target from a host name as an application gave it: an IP
+    /// literal (IPv6 with or without brackets) becomes an IP target, so the
+    /// exit policy check is exact; anything else stays a name.
+    pub fn from_host(host: &str, port: u16) -> Self {
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        match bare.parse::<IpAddr>() {
+            Ok(ip) if bare.len() == host.len() || ip.is_ipv6() => Target::ip(ip, port),
+            _ => Target::name(host, port),
+        }
+    }
+
     /// Whether an exit with `policy` may carry a stream to this target:
     /// exact for IP literals, "may work" for host names (see the module
     /// docs).
@@ -468,6 +482,26 @@ mod tests {
         let t = Target::ip("::1".parse().expect("ip"), 80);
         assert_eq!(t.to_string(), "[::1]:80");
         assert_eq!(t.host_string(), "::1");
+        assert_eq!(
+            Target::from_host("10.0.0.1", 80),
+            Target::ip("10.0.0.1".parse().expect("ip"), 80)
+        );
+        assert_eq!(
+            Target::from_host("[2001:db8::1]", 80),
+            Target::ip("2001:db8::1".parse().expect("ip"), 80)
+        );
+        assert_eq!(
+            Target::from_host("2001:db8::1", 80),
+            Target::ip("2001:db8::1".parse().expect("ip"), 80)
+        );
+        assert_eq!(
+            Target::from_host("[10.0.0.1]", 80),
+            Target::name("[10.0.0.1]", 80)
+        );
+        assert_eq!(
+            Target::from_host("example.com", 80),
+            Target::name("example.com", 80)
+        );
         let t = Target::name("localhost", 8080);
         assert_eq!(t.to_string(), "localhost:8080");
         assert_eq!(t.host_string(), "localhost");

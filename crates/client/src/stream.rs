@@ -57,7 +57,7 @@ pub(crate) async fn serve(shared: Shared, mut sock: TcpStream, peer: SocketAddr)
     let port = request.port();
     let target = match request.addr() {
         SocksAddr::Ip(ip) => Target::ip(*ip, port),
-        SocksAddr::Hostname(h) => Target::name(h.as_ref(), port),
+        SocksAddr::Hostname(h) => Target::from_host(h.as_ref(), port),
     };
     let iso = IsolationKey::from_auth(request.auth());
     tracing::debug!(%peer, %target, "SOCKS CONNECT");
