@@ -321,8 +321,15 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: TlsReader) {
         match r {
             Ok(()) => {
                 let now = Instant::now();
+                let unknown_before = st.node.unknown_circuit_cells(chan);
                 for cell in cells.drain(..) {
                     st.node.handle_cell(now, chan, cell);
+                }
+                let unknown = st.node.unknown_circuit_cells(chan);
+                if unknown > unknown_before && unknown_before == 0 {
+                    // Once per channel: tor drops such cells too (a circuit
+                    // may have just closed), so this is not a violation.
+                    info!(chan, "dropping cells for unknown circuits on this channel");
                 }
             }
             Err(onionlab_transport::Error::Closed) => {

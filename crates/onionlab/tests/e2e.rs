@@ -56,11 +56,23 @@ async fn twenty_parallel_streams_on_shared_and_isolated_circuits() {
     let dir_port = testnet::free_port_range(1).expect("port");
     let dir_addr = SocketAddr::from(([127, 0, 0, 1], dir_port));
     let doc = net.dir.join("network.doc").to_string_lossy().into_owned();
-    let key = net.dir.join("network-key.pub").to_string_lossy().into_owned();
+    let key = net
+        .dir
+        .join("network-key.pub")
+        .to_string_lossy()
+        .into_owned();
     let mut directory = net
         .spawn(
             "directory",
-            &["directory", "--doc", &doc, "--network-key", &key, "--listen", &dir_addr.to_string()],
+            &[
+                "directory",
+                "--doc",
+                &doc,
+                "--network-key",
+                &key,
+                "--listen",
+                &dir_addr.to_string(),
+            ],
             dir_addr,
         )
         .expect("directory");
@@ -139,14 +151,25 @@ fn a_tampered_network_document_is_refused() {
     assert_ne!(text, tampered, "the test must change the document");
     fs::write(&path, tampered).expect("write");
     for args in [
-        vec!["relay".to_string(), "--config".into(), path_str(&net.relay_config(0))],
-        vec!["client".to_string(), "--config".into(), path_str(&dir.join("client.toml"))],
+        vec![
+            "relay".to_string(),
+            "--config".into(),
+            path_str(&net.relay_config(0)),
+        ],
+        vec![
+            "client".to_string(),
+            "--config".into(),
+            path_str(&dir.join("client.toml")),
+        ],
     ] {
         let out = Command::new(bin())
             .args(&args)
             .output()
             .expect("run onionlab");
-        assert!(!out.status.success(), "{args:?} accepted a tampered document");
+        assert!(
+            !out.status.success(),
+            "{args:?} accepted a tampered document"
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("signature"), "{args:?}: unclear error: {err}");
     }
@@ -202,7 +225,9 @@ async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer() {
 
 /// A one-file HTTP/1.0 server for curl.
 async fn http_file_server(body: Vec<u8>) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let addr = l.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {
@@ -231,7 +256,10 @@ async fn http_file_server(body: Vec<u8>) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_fetches_a_file_through_the_socks_proxy() {
-    let curl_ok = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
+    let curl_ok = Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     assert!(curl_ok, "curl is required (scripts/test.sh installs it)");
     let mut net = network("curl");
     net.start_client(None, "").expect("client starts");
@@ -260,5 +288,9 @@ async fn curl_fetches_a_file_through_the_socks_proxy() {
         String::from_utf8_lossy(&out.stderr)
     );
     let fetched = fs::read(net.dir.join("fetched.bin")).expect("fetched file");
-    assert!(fetched == body, "curl's file differs ({} bytes)", fetched.len());
+    assert!(
+        fetched == body,
+        "curl's file differs ({} bytes)",
+        fetched.len()
+    );
 }
