@@ -1,0 +1,41 @@
+//! Statistics for onionlab's lab: the numbers behind every table and plot
+//! of a report.
+//!
+//! All functions are pure; the bootstrap ones take a seed and are
+//! deterministic given it (a `StdRng` seeded with `seed_from_u64`).
+//!
+//! * Descriptive: [`quantile`] (type 7, linear interpolation between order
+//!   statistics, R's and NumPy's default), [`median`], [`mean`],
+//!   [`Summary::of`] (n, median, p10, p90, mean, min, max and 95% intervals
+//!   for the mean and the median).
+//! * Intervals: [`mean_ci_bootstrap`] (percentile bootstrap,
+//!   [`BOOTSTRAP_RESAMPLES`] resamples), [`quantile_ci`] and
+//!   [`order_interval`] (distribution-free, from order statistics and the
+//!   binomial distribution), [`quantile_band`] (pointwise intervals for a
+//!   CDF plot), [`ecdf`] and [`dkw_band`] (simultaneous
+//!   Dvoretzky–Kiefer–Wolfowitz band).
+//! * Two samples: [`ratio_of_medians`] (bootstrap interval, samples
+//!   resampled independently) and [`mann_whitney_u`] (exact or normal
+//!   approximation with tie and continuity corrections, plus effect sizes).
+//!
+//! Inputs are checked: an empty input is [`Error::Empty`], NaN or infinity
+//! is [`Error::NotFinite`]. Results never contain NaN; an interval side that
+//! the data cannot bound is reported as ±∞.
+
+#![deny(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+mod bootstrap;
+mod describe;
+mod error;
+mod mann_whitney;
+mod order;
+
+pub use bootstrap::{mean_ci_bootstrap, ratio_of_medians, RatioCi, Summary, BOOTSTRAP_RESAMPLES};
+pub use describe::{check_finite, mean, median, quantile, sorted};
+pub use error::{Error, Result};
+pub use mann_whitney::{mann_whitney_u, MannWhitney, PMethod, EXACT_MAX_TOTAL};
+pub use order::{
+    binomial_cdf, dkw_band, dkw_epsilon, ecdf, order_interval, quantile_band, quantile_ci,
+    EcdfBandPoint, OrderInterval, QuantileBandPoint,
+};
