@@ -20,6 +20,9 @@ pub enum Error {
     /// A relay failed.
     #[error(transparent)]
     Node(#[from] onionlab_node::Error),
+    /// A scenario problem.
+    #[error(transparent)]
+    Lab(#[from] onionlab_lab::Error),
     /// The client failed.
     #[error(transparent)]
     Client(#[from] onionlab_client::Error),

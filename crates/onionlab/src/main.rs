@@ -36,6 +36,9 @@ enum Command {
     Client(cmd::client::ClientArgs),
     /// Serve a signed network document over HTTP.
     Directory(cmd::directory::DirectoryArgs),
+    /// The lab: run scenarios over the emulated network.
+    #[command(subcommand)]
+    Lab(cmd::lab::LabCommand),
     /// Benchmarks of real processes on loopback.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -58,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Client(a) => cmd::client::run(a),
         Command::Directory(a) => cmd::directory::run(a),
         Command::Bench(c) => cmd::bench::run(c),
+        Command::Lab(c) => cmd::lab::run_cmd(c),
     };
     match result {
         Ok(code) => code,

@@ -3,10 +3,8 @@
 //! directory, relays and a client started as child processes, readiness
 //! checks, CPU and memory readings from `/proc`, and clean shutdown.
 //!
-//! Also the workload server both use: a TCP server that answers a 9-byte
-//! request (`op`, `len` as u64 big-endian) with a download of `len`
-//! deterministic bytes (`op = 1`), or reads an upload of `len` bytes and
-//! answers its SHA-256 (`op = 2`).
+//! The traffic (workload server, SOCKS transfers with every byte checked)
+//! is the lab's ([`onionlab_lab::traffic`]).
 
 use std::fs;
 use std::io;
@@ -14,10 +12,6 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 /// What can go wrong setting up or running a local network.
 #[derive(Debug, thiserror::Error)]
@@ -317,138 +311,9 @@ fn wait_listening(p: &mut NodeProcess) -> Result<(), Error> {
     }
 }
 
-/// Workload server operation: send `len` pattern bytes.
-pub const OP_DOWNLOAD: u8 = 1;
-/// Workload server operation: receive `len` bytes, answer their SHA-256.
-pub const OP_UPLOAD: u8 = 2;
-
-/// Period of the deterministic payload pattern: a prime, so the pattern
-/// does not line up with cells, buffers or pages.
-const PATTERN_PERIOD: usize = 1_048_573;
-
-fn pattern_table() -> &'static [u8] {
-    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    TABLE.get_or_init(|| {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        (0..PATTERN_PERIOD)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    })
-}
-
-/// Fill `buf` with the payload pattern starting at stream offset `start`
-/// (a copy from a precomputed table, so checking costs little CPU).
-pub fn fill_pattern(start: u64, buf: &mut [u8]) {
-    let table = pattern_table();
-    let mut pos = (start % PATTERN_PERIOD as u64) as usize;
-    let mut done = 0;
-    while done < buf.len() {
-        let n = (PATTERN_PERIOD - pos).min(buf.len() - done);
-        buf[done..done + n].copy_from_slice(&table[pos..pos + n]);
-        done += n;
-        pos = 0;
-    }
-}
-
-/// SHA-256 of the first `len` pattern bytes.
-pub fn pattern_sha256(len: u64) -> [u8; 32] {
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut off = 0;
-    while off < len {
-        let n = (len - off).min(buf.len() as u64) as usize;
-        fill_pattern(off, &mut buf[..n]);
-        h.update(&buf[..n]);
-        off += n as u64;
-    }
-    h.finalize().into()
-}
-
-/// Start the workload server on 127.0.0.1; serves until the runtime ends.
-pub async fn workload_server() -> io::Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = l.local_addr()?;
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let _ = serve_one(s).await;
-            });
-        }
-    });
-    Ok(addr)
-}
-
-async fn serve_one(mut s: TcpStream) -> io::Result<()> {
-    let _ = s.set_nodelay(true);
-    let mut req = [0u8; 9];
-    s.read_exact(&mut req).await?;
-    let len = u64::from_be_bytes(req[1..9].try_into().unwrap_or([0; 8]));
-    let mut buf = vec![0u8; 256 * 1024];
-    match req[0] {
-        OP_DOWNLOAD => {
-            let mut off = 0;
-            while off < len {
-                let n = (len - off).min(buf.len() as u64) as usize;
-                fill_pattern(off, &mut buf[..n]);
-                s.write_all(&buf[..n]).await?;
-                off += n as u64;
-            }
-            s.shutdown().await
-        }
-        OP_UPLOAD => {
-            let mut h = Sha256::new();
-            let mut got = 0;
-            while got < len {
-                let want = (len - got).min(buf.len() as u64) as usize;
-                let n = s.read(&mut buf[..want]).await?;
-                if n == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
-                }
-                h.update(&buf[..n]);
-                got += n as u64;
-            }
-            let digest: [u8; 32] = h.finalize().into();
-            s.write_all(&digest).await?;
-            s.shutdown().await
-        }
-        _ => Err(io::ErrorKind::InvalidInput.into()),
-    }
-}
-
-/// Connect to `host:port` through the SOCKS5 proxy at `socks`, with
-/// optional username/password (stream isolation).
-pub async fn socks_connect(
-    socks: SocketAddr,
-    host: &str,
-    port: u16,
-    auth: Option<(&str, &str)>,
-) -> Result<TcpStream, tokio_socks::Error> {
-    let s = match auth {
-        None => tokio_socks::tcp::Socks5Stream::connect(socks, (host, port)).await?,
-        Some((u, p)) => {
-            tokio_socks::tcp::Socks5Stream::connect_with_password(socks, (host, port), u, p).await?
-        }
-    };
-    let s = s.into_inner();
-    let _ = s.set_nodelay(true);
-    Ok(s)
-}
-
-/// Timings of one download.
-#[derive(Debug, Clone, Copy)]
-pub struct Transfer {
-    /// From starting the SOCKS connect to SOCKS success.
-    pub connect: Duration,
-    /// From SOCKS success to the first payload byte.
-    pub first_byte: Duration,
-    /// From SOCKS success to the last payload byte.
-    pub last_byte: Duration,
-}
+pub use onionlab_lab::traffic::{
+    fill_pattern, pattern_sha256, socks_connect, workload_server, Transfer, OP_DOWNLOAD, OP_UPLOAD,
+};
 
 /// Download `len` pattern bytes from the workload server through SOCKS,
 /// checking every byte.
@@ -458,77 +323,21 @@ pub async fn download(
     len: u64,
     auth: Option<(&str, &str)>,
 ) -> Result<Transfer, String> {
-    let t0 = Instant::now();
-    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
+    onionlab_lab::traffic::transfer(OP_DOWNLOAD, socks, server, len, auth)
         .await
-        .map_err(|e| format!("SOCKS connect: {e}"))?;
-    let t1 = Instant::now();
-    let mut req = [0u8; 9];
-    req[0] = OP_DOWNLOAD;
-    req[1..].copy_from_slice(&len.to_be_bytes());
-    s.write_all(&req)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    let mut buf = vec![0u8; 256 * 1024];
-    let mut expect = vec![0u8; 256 * 1024];
-    let mut got = 0u64;
-    let mut first = None;
-    while got < len {
-        let n = s
-            .read(&mut buf)
-            .await
-            .map_err(|e| format!("read at {got}: {e}"))?;
-        if n == 0 {
-            return Err(format!("stream closed after {got} of {len} bytes"));
-        }
-        first.get_or_insert_with(Instant::now);
-        fill_pattern(got, &mut expect[..n]);
-        if buf[..n] != expect[..n] {
-            return Err(format!("corrupt data near byte {got}"));
-        }
-        got += n as u64;
-    }
-    let t2 = Instant::now();
-    Ok(Transfer {
-        connect: t1 - t0,
-        first_byte: first.unwrap_or(t2) - t1,
-        last_byte: t2 - t1,
-    })
+        .map_err(|e| e.to_string())
 }
 
-/// Upload `len` pattern bytes through SOCKS and check the server's SHA-256.
+/// Upload `len` pattern bytes through SOCKS and check the server's SHA-256;
+/// returns the time from SOCKS success to the server's answer.
 pub async fn upload(
     socks: SocketAddr,
     server: SocketAddr,
     len: u64,
     auth: Option<(&str, &str)>,
 ) -> Result<Duration, String> {
-    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
+    onionlab_lab::traffic::transfer(OP_UPLOAD, socks, server, len, auth)
         .await
-        .map_err(|e| format!("SOCKS connect: {e}"))?;
-    let t1 = Instant::now();
-    let mut req = [0u8; 9];
-    req[0] = OP_UPLOAD;
-    req[1..].copy_from_slice(&len.to_be_bytes());
-    s.write_all(&req)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut off = 0u64;
-    while off < len {
-        let n = (len - off).min(buf.len() as u64) as usize;
-        fill_pattern(off, &mut buf[..n]);
-        s.write_all(&buf[..n])
-            .await
-            .map_err(|e| format!("write at {off}: {e}"))?;
-        off += n as u64;
-    }
-    let mut digest = [0u8; 32];
-    s.read_exact(&mut digest)
-        .await
-        .map_err(|e| format!("reading the server's digest: {e}"))?;
-    if digest != pattern_sha256(len) {
-        return Err("the server saw different bytes (SHA-256 mismatch)".into());
-    }
-    Ok(t1.elapsed())
+        .map(|t| t.last_byte)
+        .map_err(|e| e.to_string())
 }

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod directory;
+pub mod lab;
 pub mod net;
 pub mod network;
 pub mod relay;

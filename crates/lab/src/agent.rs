@@ -1,0 +1,174 @@
+//! The workload agent: runs inside a client's host, drives the scenario's
+//! workloads through the client's SOCKS port and writes one record per
+//! transfer (JSON lines).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::{Workload, WorkloadKind};
+use crate::traffic::{self, OP_DOWNLOAD, OP_ECHO, OP_UPLOAD};
+
+/// What one agent does (written by the runner as JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentSpec {
+    /// The client's SOCKS port (inside the client's host).
+    pub socks: SocketAddr,
+    /// Workloads with their server's address.
+    pub workloads: Vec<(Workload, SocketAddr)>,
+    /// Seed of think times.
+    pub seed: u64,
+    /// No payload progress for this long is a stall.
+    pub stall_threshold: Duration,
+    /// A transfer not done by then is a timeout.
+    pub transfer_timeout: Duration,
+    /// Where records go.
+    pub out: PathBuf,
+}
+
+/// One transfer's measurements. Times are milliseconds; the start is wall
+/// clock (ms since the Unix epoch) so records of one repetition can be
+/// lined up; durations are from the SOCKS request (`connect_ms`) or from
+/// SOCKS success (`ttfb_ms`, `ttlb_ms`), as seed 000 measures.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct TransferRecord {
+    /// Workload name.
+    pub workload: String,
+    /// download, upload or echo.
+    pub kind: String,
+    /// Index of the transfer within its workload.
+    pub index: u32,
+    /// Payload bytes.
+    pub size: u64,
+    /// When the SOCKS request started (ms since the epoch).
+    pub start_unix_ms: f64,
+    /// SOCKS request to SOCKS success (includes circuit building).
+    pub connect_ms: Option<f64>,
+    /// SOCKS success to first payload byte.
+    pub ttfb_ms: Option<f64>,
+    /// SOCKS success to last payload byte.
+    pub ttlb_ms: Option<f64>,
+    /// Payload MiB per second over `ttlb_ms`.
+    pub goodput_mib_s: Option<f64>,
+    /// Longest time without payload progress.
+    pub longest_gap_ms: Option<f64>,
+    /// A gap longer than the stall threshold, or a timeout.
+    pub stalled: bool,
+    /// The transfer did not finish in time.
+    pub timed_out: bool,
+    /// Why it failed, if it did (a checksum mismatch says so here).
+    pub error: Option<String>,
+    /// Variant label (filled by the runner).
+    #[serde(default)]
+    pub variant: String,
+    /// Repetition (filled by the runner).
+    #[serde(default)]
+    pub repetition: u32,
+    /// Seed of the repetition (filled by the runner).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A small deterministic generator for think times (xorshift64*).
+struct Think(u64);
+
+impl Think {
+    fn next_between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let frac = (x >> 11) as f64 / (1u64 << 53) as f64;
+        lo + (hi - lo).mul_f64(frac)
+    }
+}
+
+/// Run one workload's transfers one after another.
+async fn run_workload(
+    spec: &AgentSpec,
+    w: &Workload,
+    server: SocketAddr,
+    seed: u64,
+) -> Vec<TransferRecord> {
+    let op = match w.kind {
+        WorkloadKind::Download => OP_DOWNLOAD,
+        WorkloadKind::Upload => OP_UPLOAD,
+        WorkloadKind::Echo => OP_ECHO,
+    };
+    let mut think = Think(seed | 1);
+    let mut out = Vec::new();
+    tokio::time::sleep(w.start).await;
+    for index in 0..w.count {
+        if index > 0 {
+            tokio::time::sleep(think.next_between(w.think_min, w.think_max)).await;
+        }
+        let start_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3);
+        // Each workload is its own SOCKS identity, so it gets its own
+        // circuit (IsolateSOCKSAuth), as separate applications would.
+        let auth = Some((w.name.as_str(), "onionlab"));
+        let result = tokio::time::timeout(
+            spec.transfer_timeout,
+            traffic::transfer(op, spec.socks, server, w.size, auth),
+        )
+        .await;
+        let mut rec = TransferRecord {
+            workload: w.name.clone(),
+            kind: format!("{:?}", w.kind).to_lowercase(),
+            index,
+            size: w.size,
+            start_unix_ms,
+            ..TransferRecord::default()
+        };
+        match result {
+            Ok(Ok(t)) => {
+                rec.connect_ms = Some(ms(t.connect));
+                rec.ttfb_ms = Some(ms(t.first_byte));
+                rec.ttlb_ms = Some(ms(t.last_byte));
+                rec.goodput_mib_s =
+                    Some(w.size as f64 / 1048576.0 / t.last_byte.as_secs_f64().max(1e-9));
+                rec.longest_gap_ms = Some(ms(t.longest_gap));
+                rec.stalled = t.longest_gap > spec.stall_threshold;
+            }
+            Ok(Err(e)) => rec.error = Some(e.to_string()),
+            Err(_) => {
+                rec.timed_out = true;
+                rec.stalled = true;
+                rec.error = Some(format!("not done after {:?}", spec.transfer_timeout));
+            }
+        }
+        out.push(rec);
+    }
+    out
+}
+
+/// Run every workload of `spec` concurrently and write the records.
+pub async fn run(spec: &AgentSpec) -> std::io::Result<usize> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (w, server)) in spec.workloads.iter().enumerate() {
+        let (spec, w, server) = (spec.clone(), w.clone(), *server);
+        let seed = spec.seed.wrapping_add(i as u64 * 0x9E37_79B9);
+        set.spawn(async move { (i, run_workload(&spec, &w, server, seed).await) });
+    }
+    let mut results = Vec::new();
+    while let Some(r) = set.join_next().await {
+        results.push(r.map_err(std::io::Error::other)?);
+    }
+    results.sort_by_key(|(i, _)| *i);
+    let mut text = String::new();
+    let mut n = 0;
+    for rec in results.into_iter().flat_map(|(_, r)| r) {
+        text.push_str(&serde_json::to_string(&rec).map_err(std::io::Error::other)?);
+        text.push('\n');
+        n += 1;
+    }
+    std::fs::write(&spec.out, text)?;
+    Ok(n)
+}

@@ -1,0 +1,14 @@
+//! onionlab's lab: scenario files describing an experiment once, expanded
+//! into variants (transport, scheduler, latency, loss, size...) that run
+//! over the emulated network.
+
+#![warn(missing_docs)]
+
+pub mod agent;
+mod error;
+pub mod run;
+pub mod scenario;
+pub mod traffic;
+
+pub use error::{Error, Result};
+pub use scenario::{Scenario, Variant, Workload, WorkloadKind};

@@ -1,0 +1,646 @@
+//! Running a scenario: for every repetition and variant, a fresh emulated
+//! network, fresh keys and processes (relays, servers, clients, workload
+//! agents) in their hosts, and the measurements collected.
+//!
+//! Variants are interleaved (repetition-major, with the variant order
+//! rotated each repetition) so a drift in machine speed hits all of them
+//! alike. All variants of one repetition share its seed (the same loss
+//! pattern and think times): common random numbers make differences
+//! between variants sharper.
+
+use std::fs;
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
+use onionlab_netem::{Network, NetworkOptions};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+
+use crate::agent::{AgentSpec, TransferRecord};
+use crate::scenario::{Scenario, Variant};
+
+/// Port relays listen on in their hosts.
+const RELAY_PORT: u16 = 9001;
+/// Port workload servers listen on.
+const SERVER_PORT: u16 = 8000;
+/// The client's SOCKS port (on the client host's loopback).
+const SOCKS_PORT: u16 = 9050;
+/// Busy fraction of all CPUs above which a repetition is flagged.
+pub const SATURATED_BUSY_FRACTION: f64 = 0.90;
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Output directory (created; must not exist or be empty).
+    pub out: PathBuf,
+    /// The `onionlab` binary (started inside the hosts).
+    pub bin: PathBuf,
+    /// Override the scenario's repetitions.
+    pub repetitions: Option<u32>,
+    /// Print progress to stderr.
+    pub progress: bool,
+}
+
+/// Why a run failed as a whole (individual transfer failures are records).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// File system.
+    #[error("{what}: {source}")]
+    Io {
+        /// What we were doing.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The emulated network.
+    #[error("emulated network: {0}")]
+    Netem(#[from] onionlab_netem::Error),
+    /// Keys or the network document.
+    #[error("network document: {0}")]
+    Netdoc(#[from] onionlab_netdoc::Error),
+    /// A node did not start.
+    #[error("{0}")]
+    Start(String),
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+    let what = what.into();
+    move |source| RunError::Io { what, source }
+}
+
+/// Per-repetition measurements besides transfers.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct RepetitionRecord {
+    /// Variant label.
+    pub variant: String,
+    /// Repetition.
+    pub repetition: u32,
+    /// Seed.
+    pub seed: u64,
+    /// Wall time of the repetition (s).
+    pub wall_s: f64,
+    /// Busy fraction of all CPUs during the workloads.
+    pub cpu_busy_fraction: f64,
+    /// Whether the machine was saturated (timings untrustworthy).
+    pub cpu_saturated: bool,
+    /// CPU seconds per relay process (name, seconds).
+    pub relay_cpu_s: Vec<(String, f64)>,
+    /// Peak RSS per relay process (name, bytes).
+    pub relay_peak_rss: Vec<(String, u64)>,
+    /// Circuit build times seen by the clients (ms).
+    pub circuit_build_ms: Vec<f64>,
+    /// Per directed link: (src, dst, delivered bytes, dropped packets).
+    pub links: Vec<(String, String, u64, u64)>,
+    /// Payload bytes delivered by successful transfers.
+    pub payload_bytes: u64,
+    /// Wire bytes (IP) delivered on all links / payload bytes.
+    pub wire_overhead: Option<f64>,
+}
+
+/// What a whole run produced.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    /// Output directory.
+    pub out: PathBuf,
+    /// Transfer records.
+    pub records: Vec<TransferRecord>,
+    /// Per-repetition records.
+    pub repetitions: Vec<RepetitionRecord>,
+    /// Variant labels in order.
+    pub variants: Vec<String>,
+}
+
+struct Proc {
+    name: String,
+    child: Child,
+}
+
+impl Proc {
+    fn stop(&mut self) {
+        // SAFETY: kill(2) on our own child's PID.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.stop();
+        }
+    }
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks / hz)
+}
+
+fn peak_rss(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// (busy, total) jiffies of all CPUs.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+/// Run every repetition of every variant.
+pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunError> {
+    if opts.out.exists()
+        && fs::read_dir(&opts.out)
+            .map_err(io_err("reading the output directory"))?
+            .next()
+            .is_some()
+    {
+        return Err(RunError::Start(format!(
+            "output directory {} is not empty",
+            opts.out.display()
+        )));
+    }
+    fs::create_dir_all(opts.out.join("raw")).map_err(io_err("creating the output directory"))?;
+    fs::write(opts.out.join("scenario.toml"), &scenario.text)
+        .map_err(io_err("writing scenario.toml"))?;
+    fs::copy(&scenario.topology_path, opts.out.join("topology.toml"))
+        .map_err(io_err("copying the topology"))?;
+
+    let variants = scenario.variants();
+    let reps = opts.repetitions.unwrap_or(scenario.repetitions);
+    let total = reps as usize * variants.len();
+    let started = Instant::now();
+    let mut records = Vec::new();
+    let mut repetitions = Vec::new();
+    let mut records_file = fs::File::create(opts.out.join("records.jsonl"))
+        .map_err(io_err("creating records.jsonl"))?;
+    let mut reps_file = fs::File::create(opts.out.join("repetitions.jsonl"))
+        .map_err(io_err("creating repetitions.jsonl"))?;
+    let mut done = 0;
+    for rep in 0..reps {
+        let seed = scenario
+            .seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(u64::from(rep));
+        for k in 0..variants.len() {
+            let vi = (k + rep as usize) % variants.len();
+            let variant = &variants[vi];
+            if opts.progress {
+                progress(done, total, started, &variant.label, rep);
+            }
+            let dir = opts.out.join(format!("raw/rep{rep:03}-v{vi:02}"));
+            let (mut recs, r) = run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
+            for rec in &mut recs {
+                rec.variant = variant.label.clone();
+                rec.repetition = rep;
+                rec.seed = seed;
+                let line = serde_json::to_string(rec).unwrap_or_default();
+                writeln!(records_file, "{line}").map_err(io_err("writing records.jsonl"))?;
+            }
+            let line = serde_json::to_string(&r).unwrap_or_default();
+            writeln!(reps_file, "{line}").map_err(io_err("writing repetitions.jsonl"))?;
+            records.extend(recs);
+            repetitions.push(r);
+            done += 1;
+        }
+    }
+    if opts.progress {
+        progress(done, total, started, "done", reps);
+        eprintln!();
+    }
+    write_csv(&opts.out.join("records.csv"), &records)?;
+    Ok(RunOutcome {
+        out: opts.out.clone(),
+        records,
+        repetitions,
+        variants: variants.iter().map(|v| v.label.clone()).collect(),
+    })
+}
+
+fn progress(done: usize, total: usize, started: Instant, label: &str, rep: u32) {
+    let frac = done as f64 / total.max(1) as f64;
+    let width = 30;
+    let filled = (frac * width as f64) as usize;
+    let eta = if done == 0 {
+        "?".to_string()
+    } else {
+        let left = started.elapsed().as_secs_f64() / done as f64 * (total - done) as f64;
+        format!("{}m{:02}s", (left / 60.0) as u64, (left % 60.0) as u64)
+    };
+    eprint!(
+        "\r[{}{}] {done}/{total} ETA {eta}  rep {rep}: {label:<50.50}",
+        "#".repeat(filled),
+        " ".repeat(width - filled)
+    );
+}
+
+fn write_csv(path: &Path, records: &[TransferRecord]) -> Result<(), RunError> {
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
+    let mut out = String::from(
+        "variant,repetition,seed,workload,kind,index,size,start_unix_ms,connect_ms,ttfb_ms,ttlb_ms,goodput_mib_s,longest_gap_ms,stalled,timed_out,error\n",
+    );
+    for r in records {
+        let error = r.error.as_deref().unwrap_or("").replace(['"', '\n'], " ");
+        out.push_str(&format!(
+            "\"{}\",{},{},\"{}\",{},{},{},{:.3},{},{},{},{},{},{},{},\"{}\"\n",
+            r.variant,
+            r.repetition,
+            r.seed,
+            r.workload,
+            r.kind,
+            r.index,
+            r.size,
+            r.start_unix_ms,
+            opt(r.connect_ms),
+            opt(r.ttfb_ms),
+            opt(r.ttlb_ms),
+            opt(r.goodput_mib_s),
+            opt(r.longest_gap_ms),
+            r.stalled,
+            r.timed_out,
+            error
+        ));
+    }
+    fs::write(path, out).map_err(io_err("writing records.csv"))
+}
+
+/// Files and addresses of one repetition's network.
+struct Layout {
+    relay_configs: Vec<(String, PathBuf, SocketAddr)>,
+    client_configs: Vec<(String, String, PathBuf)>,
+}
+
+fn write_network(
+    scenario: &Scenario,
+    variant: &Variant,
+    net: &Network,
+    dir: &Path,
+    seed: u64,
+) -> Result<Layout, RunError> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f_ce11);
+    let network_key = onionlab_netdoc::keys::generate_network_key(&mut rng);
+    let network_key_hex = onionlab_netdoc::keys::public_key_hex(&network_key.verifying_key());
+    let mut entries = Vec::new();
+    let mut relay_configs = Vec::new();
+    for r in &scenario.relays {
+        let keys = RelaySecretKeys::generate(&mut rng);
+        let ip = IpAddr::V4(net.address(&r.host)?);
+        let addr = SocketAddr::new(ip, RELAY_PORT);
+        let mut e = RelayEntry::new(r.host.clone(), &keys.public());
+        e.addresses.push(TransportAddress {
+            transport: variant.transport.clone(),
+            addr,
+        });
+        e.flags = Flags {
+            guard: r.guard,
+            exit: r.exit,
+        };
+        e.bandwidth = 1000;
+        if r.exit {
+            e.exit_policy = ExitPolicy::accept_all();
+        }
+        entries.push(e);
+        let rdir = dir.join(&r.host);
+        fs::create_dir_all(&rdir).map_err(io_err("creating a relay directory"))?;
+        onionlab_netdoc::keys::save_relay_keys(&rdir.join("keys.secret"), &keys)?;
+        let config = format!(
+            "nickname = \"{}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\n",
+            r.host, variant.scheduler
+        );
+        let path = rdir.join("relay.toml");
+        fs::write(&path, config).map_err(io_err("writing a relay config"))?;
+        relay_configs.push((r.host.clone(), path, addr));
+    }
+    let doc = NetworkDocument {
+        network_name: "lab".into(),
+        created_unix: 0,
+        relays: entries,
+    };
+    fs::write(dir.join("network.doc"), doc.to_signed_text(&network_key))
+        .map_err(io_err("writing network.doc"))?;
+
+    let mut client_configs = Vec::new();
+    for c in &scenario.clients {
+        let cdir = dir.join(&c.name);
+        fs::create_dir_all(&cdir).map_err(io_err("creating a client directory"))?;
+        let mut config = format!(
+            "socks_listen = \"127.0.0.1:{SOCKS_PORT}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\ncircuit_build_timeout_ms = {}\n",
+            scenario.transfer_timeout.as_millis().min(60_000)
+        );
+        if let Some(path) = &c.path {
+            let list: Vec<String> = path.iter().map(|h| format!("\"{h}\"")).collect();
+            config.push_str(&format!("path = [{}]\n", list.join(", ")));
+        }
+        let path = cdir.join("client.toml");
+        fs::write(&path, config).map_err(io_err("writing a client config"))?;
+        client_configs.push((c.name.clone(), c.host.clone(), path));
+    }
+    Ok(Layout {
+        relay_configs,
+        client_configs,
+    })
+}
+
+fn spawn_in(
+    net: &Network,
+    host: &str,
+    bin: &Path,
+    args: &[&str],
+    log: &Path,
+    name: &str,
+) -> Result<Proc, RunError> {
+    let file = fs::File::create(log).map_err(io_err(format!("creating {}", log.display())))?;
+    let child = net
+        .command(host, bin)?
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .map_err(io_err(format!("starting {name} in {host}")))?;
+    Ok(Proc {
+        name: name.into(),
+        child,
+    })
+}
+
+/// Wait until `addr` accepts connections from inside `host`.
+fn wait_ready(
+    net: &Network,
+    host: &str,
+    addr: SocketAddr,
+    p: &mut Proc,
+    log: &Path,
+) -> Result<(), RunError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ok = net.run_in(host, || {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        })?;
+        if ok {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = p.child.try_wait() {
+            let text = fs::read_to_string(log).unwrap_or_default();
+            return Err(RunError::Start(format!(
+                "{} exited ({status}): {text}",
+                p.name
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(RunError::Start(format!(
+                "{} did not listen on {addr}",
+                p.name
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn run_one(
+    scenario: &Scenario,
+    variant: &Variant,
+    rep: u32,
+    seed: u64,
+    dir: &Path,
+    bin: &Path,
+) -> Result<(Vec<TransferRecord>, RepetitionRecord), RunError> {
+    let t0 = Instant::now();
+    fs::create_dir_all(dir).map_err(io_err("creating the repetition directory"))?;
+    let mut topology = variant.topology.clone();
+    topology.name = format!("l{}", std::process::id());
+    topology.seed = seed;
+    let net = Network::up(topology, NetworkOptions::default())?;
+    let layout = write_network(scenario, variant, &net, dir, seed)?;
+
+    let mut relays = Vec::new();
+    for (name, config, addr) in &layout.relay_configs {
+        let log = dir.join(format!("{name}.log"));
+        let cfg = config.to_string_lossy().into_owned();
+        let p = spawn_in(
+            &net,
+            name,
+            bin,
+            &["--log", "info", "relay", "--config", &cfg],
+            &log,
+            name,
+        )?;
+        relays.push((p, *addr, log, name.clone()));
+    }
+    let mut servers = Vec::new();
+    let mut server_addrs = std::collections::HashMap::new();
+    for s in &scenario.servers {
+        let addr = SocketAddr::new(IpAddr::V4(net.address(&s.host)?), SERVER_PORT);
+        let log = dir.join(format!("server-{}.log", s.name));
+        let p = spawn_in(
+            &net,
+            &s.host,
+            bin,
+            &["lab", "serve", "--listen", &addr.to_string()],
+            &log,
+            &s.name,
+        )?;
+        servers.push((p, addr, log, s.host.clone()));
+        server_addrs.insert(s.name.clone(), addr);
+    }
+    for (p, addr, log, host) in relays.iter_mut().chain(servers.iter_mut()) {
+        wait_ready(&net, host, *addr, p, log)?;
+    }
+    let mut clients = Vec::new();
+    for (name, host, config) in &layout.client_configs {
+        let log = dir.join(format!("client-{name}.log"));
+        let cfg = config.to_string_lossy().into_owned();
+        let mut p = spawn_in(
+            &net,
+            host,
+            bin,
+            &["--log", "info", "client", "--config", &cfg],
+            &log,
+            name,
+        )?;
+        let socks = SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT));
+        wait_ready(&net, host, socks, &mut p, &log)?;
+        clients.push((p, log));
+    }
+
+    // Workload agents, one per client with workloads.
+    let cpu_start = cpu_jiffies();
+    let mut agents = Vec::new();
+    let mut deadline = Duration::from_secs(30);
+    for c in &scenario.clients {
+        let workloads: Vec<_> = variant
+            .workloads
+            .iter()
+            .filter(|w| w.client == c.name)
+            .map(|w| (w.clone(), server_addrs[&w.server]))
+            .collect();
+        if workloads.is_empty() {
+            continue;
+        }
+        for (w, _) in &workloads {
+            let per = scenario.transfer_timeout + w.think_max;
+            deadline = deadline.max(w.start + per * w.count + Duration::from_secs(30));
+        }
+        let spec = AgentSpec {
+            socks: SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT)),
+            workloads,
+            seed,
+            stall_threshold: scenario.stall_threshold,
+            transfer_timeout: scenario.transfer_timeout,
+            out: dir.join(format!("records-{}.jsonl", c.name)),
+        };
+        let spec_path = dir.join(format!("agent-{}.json", c.name));
+        let text = serde_json::to_string_pretty(&spec).unwrap_or_default();
+        fs::write(&spec_path, text).map_err(io_err("writing an agent spec"))?;
+        let log = dir.join(format!("agent-{}.log", c.name));
+        let sp = spec_path.to_string_lossy().into_owned();
+        let p = spawn_in(
+            &net,
+            &c.host,
+            bin,
+            &["lab", "agent", "--spec", &sp],
+            &log,
+            &format!("agent-{}", c.name),
+        )?;
+        agents.push((p, spec));
+    }
+    let wait_until = Instant::now() + deadline;
+    for (p, _) in &mut agents {
+        loop {
+            if let Ok(Some(_)) = p.child.try_wait() {
+                break;
+            }
+            if Instant::now() > wait_until {
+                p.stop();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let cpu_end = cpu_jiffies();
+    let busy = match (cpu_start, cpu_end) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
+        _ => 0.0,
+    };
+
+    let relay_cpu_s = relays
+        .iter()
+        .map(|(p, _, _, n)| (n.clone(), cpu_seconds(p.child.id()).unwrap_or(f64::NAN)))
+        .collect();
+    let relay_peak_rss = relays
+        .iter()
+        .map(|(p, _, _, n)| (n.clone(), peak_rss(p.child.id()).unwrap_or(0)))
+        .collect();
+    for (p, _) in &mut clients {
+        p.stop();
+    }
+    for (p, ..) in relays.iter_mut().chain(servers.iter_mut()) {
+        p.stop();
+    }
+    let counters = net.shutdown()?;
+
+    // Records: what the agents wrote, and a failure for every transfer
+    // an agent did not report.
+    let mut records = Vec::new();
+    for (_, spec) in &agents {
+        let text = fs::read_to_string(&spec.out).unwrap_or_default();
+        let mut got: Vec<TransferRecord> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        for (w, _) in &spec.workloads {
+            for index in 0..w.count {
+                if !got.iter().any(|r| r.workload == w.name && r.index == index) {
+                    got.push(TransferRecord {
+                        workload: w.name.clone(),
+                        kind: format!("{:?}", w.kind).to_lowercase(),
+                        index,
+                        size: w.size,
+                        timed_out: true,
+                        stalled: true,
+                        error: Some("no record: the agent did not finish in time".into()),
+                        ..TransferRecord::default()
+                    });
+                }
+            }
+        }
+        records.extend(got);
+    }
+    let mut circuit_build_ms = Vec::new();
+    for (_, log) in &clients {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("circuit built")) {
+            if let Some(ms) = line
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("ms="))
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                circuit_build_ms.push(ms);
+            }
+        }
+    }
+    let payload_bytes: u64 = records
+        .iter()
+        .filter(|r| r.error.is_none())
+        .map(|r| if r.kind == "echo" { 2 * r.size } else { r.size })
+        .sum();
+    let links: Vec<(String, String, u64, u64)> = counters
+        .paths
+        .iter()
+        .map(|p| {
+            (
+                p.src.clone(),
+                p.dst.clone(),
+                p.delivered_bytes,
+                p.drops.total(),
+            )
+        })
+        .collect();
+    let wire: u64 = links.iter().map(|l| l.2).sum();
+    let repetition = RepetitionRecord {
+        variant: variant.label.clone(),
+        repetition: rep,
+        seed,
+        wall_s: t0.elapsed().as_secs_f64(),
+        cpu_busy_fraction: busy,
+        cpu_saturated: busy > SATURATED_BUSY_FRACTION,
+        relay_cpu_s,
+        relay_peak_rss,
+        circuit_build_ms,
+        links,
+        payload_bytes,
+        wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
+    };
+    Ok((records, repetition))
+}

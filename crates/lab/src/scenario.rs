@@ -1,0 +1,764 @@
+//! Scenario files: what to run, where, how often, and which variants to
+//! compare.
+//!
+//! ```toml
+//! name = "seed000-s3"
+//! description = "A light and a bulk client share the whole path"
+//! topology = "topologies/seed000-shared.toml"  # the emulated network's format; relative to this file
+//! repetitions = 10
+//! seed = 1
+//! transfer_timeout = "120s"    # a transfer not done by then is a timeout
+//! stall_threshold = "5s"       # no payload progress for this long is a stall
+//!
+//! [[relay]]                    # nickname = host name
+//! host = "guard"
+//! guard = true
+//! [[relay]]
+//! host = "exit"
+//! exit = true
+//!
+//! [[client]]
+//! name = "light"
+//! host = "client1"
+//! path = ["guard", "middle", "exit"]   # optional: relay hosts, guard first
+//!
+//! [[server]]
+//! name = "web"
+//! host = "server"
+//!
+//! [[workload]]
+//! name = "light"               # default: the client's name
+//! kind = "download"            # download | upload | echo | web | bulk
+//! client = "light"
+//! server = "web"
+//! size = "320KiB"
+//! count = 20                   # transfers, one after another
+//! think = "0s"                 # pause between transfers: "2s" or a range "0s-20s"
+//! start = "0s"                 # delay before the first transfer
+//!
+//! [matrix]                     # every combination is a variant
+//! transport = ["tls"]
+//! scheduler = ["ewma", "round-robin"]
+//! latency = ["20ms", "40ms"]   # every path's one-way latency
+//! "loss:middle-exit" = ["0%", "1%"]   # one pair (both directions); also "latency:A-B"
+//! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
+//! size = ["320KiB", "5MiB"]    # every workload's transfer size
+//! ```
+//!
+//! Errors name the file, line and column.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use onionlab_netem::units::parse_duration;
+use onionlab_netem::{LossModel, PathUpdate, Topology};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::error::{Error, Result};
+
+/// Largest scenario file read.
+const MAX_SCENARIO_LEN: u64 = 1 << 20;
+
+/// Transports the nodes can use today.
+pub const TRANSPORTS: &[&str] = &["tls"];
+/// Circuit schedulers.
+pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: Spanned<String>,
+    #[serde(default)]
+    description: String,
+    topology: Spanned<String>,
+    #[serde(default = "default_repetitions")]
+    repetitions: Spanned<u32>,
+    #[serde(default = "default_seed")]
+    seed: u64,
+    #[serde(default)]
+    transfer_timeout: Option<Spanned<String>>,
+    #[serde(default)]
+    stall_threshold: Option<Spanned<String>>,
+    #[serde(default)]
+    relay: Vec<RawRelay>,
+    #[serde(default)]
+    client: Vec<RawClient>,
+    #[serde(default)]
+    server: Vec<RawServer>,
+    #[serde(default)]
+    workload: Vec<RawWorkload>,
+    #[serde(default)]
+    matrix: BTreeMap<String, Spanned<Vec<Spanned<toml::Value>>>>,
+}
+
+fn default_repetitions() -> Spanned<u32> {
+    Spanned::new(0..0, 10)
+}
+
+fn default_seed() -> u64 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRelay {
+    host: Spanned<String>,
+    #[serde(default)]
+    guard: bool,
+    #[serde(default)]
+    exit: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    name: Spanned<String>,
+    host: Spanned<String>,
+    #[serde(default)]
+    path: Option<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    name: Spanned<String>,
+    host: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkload {
+    #[serde(default)]
+    name: Option<Spanned<String>>,
+    kind: Spanned<String>,
+    client: Spanned<String>,
+    server: Spanned<String>,
+    #[serde(default)]
+    size: Option<Spanned<String>>,
+    #[serde(default)]
+    count: Option<Spanned<u32>>,
+    #[serde(default)]
+    think: Option<Spanned<String>>,
+    #[serde(default)]
+    start: Option<Spanned<String>>,
+}
+
+/// A relay of the scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelaySpec {
+    /// Topology host (also the relay's nickname).
+    pub host: String,
+    /// Guard flag.
+    pub guard: bool,
+    /// Exit flag.
+    pub exit: bool,
+}
+
+/// A client (an onionlab SOCKS proxy plus the workload agent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSpec {
+    /// Name used by workloads.
+    pub name: String,
+    /// Topology host.
+    pub host: String,
+    /// Pinned path (relay hosts), if any.
+    pub path: Option<Vec<String>>,
+}
+
+/// A workload server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// Name used by workloads.
+    pub name: String,
+    /// Topology host.
+    pub host: String,
+}
+
+/// What a workload's transfers do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    /// The client requests `size` bytes (tgen-style).
+    Download,
+    /// The client sends `size` bytes.
+    Upload,
+    /// The client sends `size` bytes; the server echoes them (seed 000).
+    Echo,
+}
+
+/// One workload of a variant: transfers one after another.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Workload {
+    /// Name in records and reports.
+    pub name: String,
+    /// What each transfer does.
+    pub kind: WorkloadKind,
+    /// Which client runs it.
+    pub client: String,
+    /// Which server it talks to.
+    pub server: String,
+    /// Bytes per transfer.
+    pub size: u64,
+    /// Transfers per repetition.
+    pub count: u32,
+    /// Pause between transfers: uniform in `[think_min, think_max]`.
+    pub think_min: Duration,
+    /// Upper end of the pause.
+    pub think_max: Duration,
+    /// Delay before the first transfer.
+    pub start: Duration,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// One-line description.
+    pub description: String,
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// Its text (recorded with the results).
+    pub text: String,
+    /// The topology (before variant changes).
+    pub topology: Topology,
+    /// The topology file.
+    pub topology_path: PathBuf,
+    /// Repetitions of every variant.
+    pub repetitions: u32,
+    /// Base seed.
+    pub seed: u64,
+    /// Transfer deadline.
+    pub transfer_timeout: Duration,
+    /// No progress for this long is a stall.
+    pub stall_threshold: Duration,
+    /// Relays.
+    pub relays: Vec<RelaySpec>,
+    /// Clients.
+    pub clients: Vec<ClientSpec>,
+    /// Servers.
+    pub servers: Vec<ServerSpec>,
+    /// Workloads, as written (sizes may be replaced by a variant).
+    pub workloads: Vec<Workload>,
+    /// The matrix: parameter name and its values, in name order.
+    pub matrix: Vec<(String, Vec<String>)>,
+}
+
+/// One combination of matrix values, resolved.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// Short label such as `scheduler=ewma latency=20ms`.
+    pub label: String,
+    /// Parameter values of this variant.
+    pub params: Vec<(String, String)>,
+    /// Transport of every channel.
+    pub transport: String,
+    /// Circuit scheduler of every relay.
+    pub scheduler: String,
+    /// The topology with this variant's changes.
+    pub topology: Topology,
+    /// The workloads with this variant's changes.
+    pub workloads: Vec<Workload>,
+}
+
+struct Ctx<'a> {
+    src: &'a str,
+    origin: String,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> Error {
+        let (line, column) = line_col(self.src, span.start);
+        Error::Scenario {
+            origin: self.origin.clone(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+}
+
+fn line_col(src: &str, offset: usize) -> (usize, usize) {
+    let before = &src[..offset.min(src.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |i| before.len() - i - 1)
+        + 1;
+    (line, column)
+}
+
+/// Parse a size such as `320KiB`, `5 MiB`, `1MB` or `1000` (bytes).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let mult: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KiB" => 1024.0,
+        "MiB" => 1048576.0,
+        "GiB" => 1073741824.0,
+        "KB" | "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        other => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {other:?} (B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let v = num * mult;
+    if !(v.is_finite() && v >= 1.0 && v <= 1e12) {
+        return Err(format!("invalid size {s:?}: must be 1 byte to 1 TB"));
+    }
+    Ok(v.round() as u64)
+}
+
+fn parse_think(s: &str) -> std::result::Result<(Duration, Duration), String> {
+    let (lo, hi) = match s.split_once('-') {
+        Some((a, b)) => (a, b),
+        None => (s, s),
+    };
+    let lo = parse_duration(lo.trim()).map_err(|e| e.to_string())?;
+    let hi = parse_duration(hi.trim()).map_err(|e| e.to_string())?;
+    if lo > hi {
+        return Err(format!("think range {s:?} goes backwards"));
+    }
+    Ok((lo, hi))
+}
+
+fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl Scenario {
+    /// Read and validate a scenario file.
+    pub fn from_file(path: &Path) -> Result<Scenario> {
+        let meta = std::fs::metadata(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if meta.len() > MAX_SCENARIO_LEN {
+            return Err(Error::Scenario {
+                origin: path.display().to_string(),
+                line: 1,
+                column: 1,
+                message: format!("file is larger than {MAX_SCENARIO_LEN} bytes"),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Scenario::from_toml_str(&text, &path.display().to_string(), base)
+    }
+
+    /// Parse and validate scenario text; `origin` names it in errors and
+    /// `base` is where the topology path is relative to.
+    pub fn from_toml_str(src: &str, origin: &str, base: &Path) -> Result<Scenario> {
+        let ctx = Ctx {
+            src,
+            origin: origin.to_string(),
+        };
+        let raw: RawScenario = toml::from_str(src)
+            .map_err(|e| ctx.err(e.span().unwrap_or(0..0), e.message().to_string()))?;
+
+        if raw.name.get_ref().is_empty() {
+            return Err(ctx.err(raw.name.span(), "name is empty"));
+        }
+        let topology_path = base.join(raw.topology.get_ref());
+        let topology = Topology::from_file(&topology_path).map_err(|e| match e {
+            onionlab_netem::Error::ReadTopology { .. } => ctx.err(
+                raw.topology.span(),
+                format!("cannot read topology {}: {e}", topology_path.display()),
+            ),
+            other => Error::Topology(other),
+        })?;
+        let hosts: HashSet<&str> = topology.hosts.iter().map(|h| h.name.as_str()).collect();
+        let host_ok = |h: &Spanned<String>| -> Result<String> {
+            if hosts.contains(h.get_ref().as_str()) {
+                Ok(h.get_ref().clone())
+            } else {
+                Err(ctx.err(
+                    h.span(),
+                    format!("unknown host {:?} (not in the topology)", h.get_ref()),
+                ))
+            }
+        };
+
+        if *raw.repetitions.get_ref() == 0 {
+            return Err(ctx.err(raw.repetitions.span(), "repetitions must be at least 1"));
+        }
+        let duration = |v: &Option<Spanned<String>>, default: Duration| -> Result<Duration> {
+            match v {
+                None => Ok(default),
+                Some(s) => {
+                    parse_duration(s.get_ref()).map_err(|e| ctx.err(s.span(), e.to_string()))
+                }
+            }
+        };
+        let transfer_timeout = duration(&raw.transfer_timeout, Duration::from_secs(120))?;
+        let stall_threshold = duration(&raw.stall_threshold, Duration::from_secs(5))?;
+
+        let mut relays = Vec::new();
+        let mut used_hosts = HashSet::new();
+        for r in &raw.relay {
+            let host = host_ok(&r.host)?;
+            if !used_hosts.insert(host.clone()) {
+                return Err(ctx.err(r.host.span(), format!("host {host:?} already runs a relay")));
+            }
+            relays.push(RelaySpec {
+                host,
+                guard: r.guard,
+                exit: r.exit,
+            });
+        }
+        let relay_hosts: HashSet<&str> = relays.iter().map(|r| r.host.as_str()).collect();
+        if relays.len() < 3 {
+            return Err(ctx.err(0..0, "a scenario needs at least 3 relays ([[relay]])"));
+        }
+        if !relays.iter().any(|r| r.exit) {
+            return Err(ctx.err(0..0, "no relay has exit = true"));
+        }
+
+        let mut clients = Vec::new();
+        for c in &raw.client {
+            let host = host_ok(&c.host)?;
+            if clients
+                .iter()
+                .any(|x: &ClientSpec| &x.name == c.name.get_ref())
+            {
+                return Err(ctx.err(
+                    c.name.span(),
+                    format!("duplicate client name {:?}", c.name.get_ref()),
+                ));
+            }
+            let path = match &c.path {
+                None => None,
+                Some(p) => {
+                    let mut names = Vec::new();
+                    for hop in p {
+                        if !relay_hosts.contains(hop.get_ref().as_str()) {
+                            return Err(
+                                ctx.err(hop.span(), format!("{:?} is not a relay", hop.get_ref()))
+                            );
+                        }
+                        if names.contains(hop.get_ref()) {
+                            return Err(ctx.err(
+                                hop.span(),
+                                format!("{:?} appears twice in the path", hop.get_ref()),
+                            ));
+                        }
+                        names.push(hop.get_ref().clone());
+                    }
+                    if names.is_empty() {
+                        return Err(
+                            ctx.err(c.name.span(), "an empty path; omit `path` for random paths")
+                        );
+                    }
+                    Some(names)
+                }
+            };
+            clients.push(ClientSpec {
+                name: c.name.get_ref().clone(),
+                host,
+                path,
+            });
+        }
+        let mut servers = Vec::new();
+        for s in &raw.server {
+            let host = host_ok(&s.host)?;
+            if servers
+                .iter()
+                .any(|x: &ServerSpec| &x.name == s.name.get_ref())
+            {
+                return Err(ctx.err(
+                    s.name.span(),
+                    format!("duplicate server name {:?}", s.name.get_ref()),
+                ));
+            }
+            servers.push(ServerSpec {
+                name: s.name.get_ref().clone(),
+                host,
+            });
+        }
+
+        let mut workloads = Vec::new();
+        for w in &raw.workload {
+            let client = clients
+                .iter()
+                .find(|c| &c.name == w.client.get_ref())
+                .ok_or_else(|| {
+                    ctx.err(
+                        w.client.span(),
+                        format!("unknown client {:?}", w.client.get_ref()),
+                    )
+                })?;
+            if !servers.iter().any(|s| &s.name == w.server.get_ref()) {
+                return Err(ctx.err(
+                    w.server.span(),
+                    format!("unknown server {:?}", w.server.get_ref()),
+                ));
+            }
+            let (kind, default_size, default_think) =
+                match w.kind.get_ref().as_str() {
+                    "download" => (WorkloadKind::Download, 320 * 1024, "0s"),
+                    "upload" => (WorkloadKind::Upload, 1 << 20, "0s"),
+                    "echo" => (WorkloadKind::Echo, 320 * 1024, "0s"),
+                    // Seed 004's web clients: 320 KiB with 0-20 s think time.
+                    "web" => (WorkloadKind::Download, 320 * 1024, "0s-20s"),
+                    // Back-to-back downloads.
+                    "bulk" => (WorkloadKind::Download, 5 << 20, "0s"),
+                    other => return Err(ctx.err(
+                        w.kind.span(),
+                        format!(
+                            "unknown workload kind {other:?} (download, upload, echo, web, bulk)"
+                        ),
+                    )),
+                };
+            let size = match &w.size {
+                None => default_size,
+                Some(s) => parse_size(s.get_ref()).map_err(|m| ctx.err(s.span(), m))?,
+            };
+            let (think_min, think_max) = match &w.think {
+                None => parse_think(default_think).map_err(|m| ctx.err(w.kind.span(), m))?,
+                Some(s) => parse_think(s.get_ref()).map_err(|m| ctx.err(s.span(), m))?,
+            };
+            let count = match &w.count {
+                None => 1,
+                Some(c) if *c.get_ref() == 0 => {
+                    return Err(ctx.err(c.span(), "count must be at least 1"))
+                }
+                Some(c) => *c.get_ref(),
+            };
+            let name = w
+                .name
+                .as_ref()
+                .map_or_else(|| client.name.clone(), |n| n.get_ref().clone());
+            if workloads.iter().any(|x: &Workload| x.name == name) {
+                let span = w.name.as_ref().map_or(w.client.span(), |n| n.span());
+                return Err(ctx.err(
+                    span,
+                    format!("duplicate workload name {name:?} (set `name`)"),
+                ));
+            }
+            workloads.push(Workload {
+                name,
+                kind,
+                client: client.name.clone(),
+                server: w.server.get_ref().clone(),
+                size,
+                count,
+                think_min,
+                think_max,
+                start: duration(&w.start, Duration::ZERO)?,
+            });
+        }
+        if workloads.is_empty() {
+            return Err(ctx.err(0..0, "no [[workload]]"));
+        }
+
+        let mut matrix = Vec::new();
+        for (key, values) in &raw.matrix {
+            if values.get_ref().is_empty() {
+                return Err(ctx.err(values.span(), format!("matrix {key:?} has no values")));
+            }
+            let texts: Vec<String> = values
+                .get_ref()
+                .iter()
+                .map(|v| value_text(v.get_ref()))
+                .collect();
+            // Check every value now, so a typo fails before any run.
+            for (v, text) in values.get_ref().iter().zip(&texts) {
+                check_param(key, text, &hosts).map_err(|m| ctx.err(v.span(), m))?;
+            }
+            matrix.push((key.clone(), texts));
+        }
+        if let Some((key, _)) = raw
+            .matrix
+            .iter()
+            .find(|(k, _)| check_key(k, &hosts).is_err())
+        {
+            let span = raw.matrix[key].span();
+            return Err(ctx.err(span, check_key(key, &hosts).err().unwrap_or_default()));
+        }
+
+        Ok(Scenario {
+            name: raw.name.get_ref().clone(),
+            description: raw.description,
+            path: PathBuf::from(origin),
+            text: src.to_string(),
+            topology,
+            topology_path,
+            repetitions: *raw.repetitions.get_ref(),
+            seed: raw.seed,
+            transfer_timeout,
+            stall_threshold,
+            relays,
+            clients,
+            servers,
+            workloads,
+            matrix,
+        })
+    }
+
+    /// Every combination of matrix values, in a fixed order.
+    pub fn variants(&self) -> Vec<Variant> {
+        let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
+        for (key, values) in &self.matrix {
+            combos = combos
+                .into_iter()
+                .flat_map(|c| {
+                    values.iter().map(move |v| {
+                        let mut c = c.clone();
+                        c.push((key.clone(), v.clone()));
+                        c
+                    })
+                })
+                .collect();
+        }
+        combos
+            .into_iter()
+            .map(|params| self.resolve(params))
+            .collect()
+    }
+
+    fn resolve(&self, params: Vec<(String, String)>) -> Variant {
+        let mut v = Variant {
+            label: String::new(),
+            transport: "tls".into(),
+            scheduler: "ewma".into(),
+            topology: self.topology.clone(),
+            workloads: self.workloads.clone(),
+            params: Vec::new(),
+        };
+        for (key, value) in &params {
+            // Values were checked when the file was read.
+            let _ = apply_param(&mut v, key, value);
+        }
+        v.label = if params.is_empty() {
+            "default".into()
+        } else {
+            params
+                .iter()
+                .map(|(k, val)| format!("{k}={val}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        v.params = params;
+        v
+    }
+}
+
+fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String> {
+    let (name, pair) = match key.split_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (key, None),
+    };
+    match (name, pair) {
+        ("transport" | "scheduler" | "size" | "latency" | "loss", None) => Ok(()),
+        ("latency" | "loss", Some(pairs)) => {
+            for pair in pairs.split(',') {
+                let (a, b) = pair.trim().split_once('-').ok_or_else(|| {
+                    format!("matrix key {key:?}: write pairs as HOST-HOST[,HOST-HOST...]")
+                })?;
+                for h in [a, b] {
+                    if !hosts.contains(h) {
+                        return Err(format!("matrix key {key:?}: unknown host {h:?}"));
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Err(format!(
+            "unknown matrix parameter {key:?} (transport, scheduler, size, latency, loss, latency:A-B, loss:A-B)"
+        )),
+    }
+}
+
+fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String> {
+    check_key(key, hosts)?;
+    let name = key.split(':').next().unwrap_or(key);
+    match name {
+        "transport" if !TRANSPORTS.contains(&value) => Err(format!(
+            "unknown transport {value:?} (available: {})",
+            TRANSPORTS.join(", ")
+        )),
+        "scheduler" if !SCHEDULERS.contains(&value) => Err(format!(
+            "unknown scheduler {value:?} ({})",
+            SCHEDULERS.join(", ")
+        )),
+        "size" => parse_size(value).map(|_| ()),
+        "latency" => parse_duration(value).map(|_| ()).map_err(|e| e.to_string()),
+        "loss" => LossModel::parse(value)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        _ => Ok(()),
+    }
+}
+
+fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(), String> {
+    let (name, pair) = match key.split_once(':') {
+        Some((n, p)) => (n, Some(p)),
+        None => (key, None),
+    };
+    let update = match name {
+        "transport" => {
+            v.transport = value.into();
+            return Ok(());
+        }
+        "scheduler" => {
+            v.scheduler = value.into();
+            return Ok(());
+        }
+        "size" => {
+            let size = parse_size(value)?;
+            for w in &mut v.workloads {
+                w.size = size;
+            }
+            return Ok(());
+        }
+        "latency" => PathUpdate {
+            latency: Some(parse_duration(value).map_err(|e| e.to_string())?),
+            ..PathUpdate::default()
+        },
+        "loss" => PathUpdate {
+            loss: Some(LossModel::parse(value).map_err(|e| e.to_string())?),
+            ..PathUpdate::default()
+        },
+        other => return Err(format!("unknown parameter {other}")),
+    };
+    let t = &mut v.topology;
+    match pair {
+        None => {
+            update.apply(&mut t.default_path);
+            for spec in t.overrides.values_mut() {
+                update.apply(spec);
+            }
+        }
+        Some(pairs) => {
+            for pair in pairs.split(',') {
+                let (a, b) = pair.trim().split_once('-').ok_or("bad pair")?;
+                let (a, b) = (
+                    t.host_id(a).map_err(|e| e.to_string())?,
+                    t.host_id(b).map_err(|e| e.to_string())?,
+                );
+                for (x, y) in [(a, b), (b, a)] {
+                    let mut spec = t.path(x, y).clone();
+                    update.apply(&mut spec);
+                    t.overrides.insert((x, y), spec);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! The traffic of experiments: a workload server and client transfers
+//! through SOCKS, with every byte checked and the moments that matter
+//! recorded.
+//!
+//! Protocol: the client sends a 9-byte request, `op` then `len` (u64 big
+//! endian), and then:
+//! - [`OP_DOWNLOAD`]: the server sends `len` bytes of the payload pattern;
+//! - [`OP_UPLOAD`]: the client sends `len` pattern bytes, the server answers
+//!   their SHA-256;
+//! - [`OP_ECHO`]: the client sends `len` pattern bytes, the server sends
+//!   each back as it arrives (seed 000's echo workload).
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Send `len` pattern bytes.
+pub const OP_DOWNLOAD: u8 = 1;
+/// Receive `len` bytes, answer their SHA-256.
+pub const OP_UPLOAD: u8 = 2;
+/// Echo `len` bytes back as they arrive.
+pub const OP_ECHO: u8 = 3;
+
+/// Period of the payload pattern: a prime, so the pattern does not line
+/// up with cells, buffers or pages.
+const PATTERN_PERIOD: usize = 1_048_573;
+
+fn pattern_table() -> &'static [u8] {
+    static TABLE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        (0..PATTERN_PERIOD)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    })
+}
+
+/// Fill `buf` with the payload pattern starting at stream offset `start`
+/// (a copy from a precomputed table, so checking costs little CPU).
+pub fn fill_pattern(start: u64, buf: &mut [u8]) {
+    let table = pattern_table();
+    let mut pos = (start % PATTERN_PERIOD as u64) as usize;
+    let mut done = 0;
+    while done < buf.len() {
+        let n = (PATTERN_PERIOD - pos).min(buf.len() - done);
+        buf[done..done + n].copy_from_slice(&table[pos..pos + n]);
+        done += n;
+        pos = 0;
+    }
+}
+
+/// SHA-256 of the first `len` pattern bytes.
+pub fn pattern_sha256(len: u64) -> [u8; 32] {
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(buf.len() as u64) as usize;
+        fill_pattern(off, &mut buf[..n]);
+        h.update(&buf[..n]);
+        off += n as u64;
+    }
+    h.finalize().into()
+}
+
+/// Serve workload requests on `listener` until the runtime ends.
+pub async fn serve(listener: TcpListener) {
+    while let Ok((s, _)) = listener.accept().await {
+        tokio::spawn(async move {
+            let _ = serve_one(s).await;
+        });
+    }
+}
+
+/// Start a workload server on 127.0.0.1 (an ephemeral port).
+pub async fn workload_server() -> io::Result<SocketAddr> {
+    let l = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = l.local_addr()?;
+    tokio::spawn(serve(l));
+    Ok(addr)
+}
+
+async fn serve_one(mut s: TcpStream) -> io::Result<()> {
+    let _ = s.set_nodelay(true);
+    let mut req = [0u8; 9];
+    s.read_exact(&mut req).await?;
+    let len = u64::from_be_bytes(req[1..9].try_into().unwrap_or([0; 8]));
+    let mut buf = vec![0u8; 256 * 1024];
+    match req[0] {
+        OP_DOWNLOAD => {
+            let mut off = 0;
+            while off < len {
+                let n = (len - off).min(buf.len() as u64) as usize;
+                fill_pattern(off, &mut buf[..n]);
+                s.write_all(&buf[..n]).await?;
+                off += n as u64;
+            }
+            s.shutdown().await
+        }
+        OP_UPLOAD | OP_ECHO => {
+            let mut h = Sha256::new();
+            let mut got = 0;
+            while got < len {
+                let want = (len - got).min(buf.len() as u64) as usize;
+                let n = s.read(&mut buf[..want]).await?;
+                if n == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                if req[0] == OP_ECHO {
+                    s.write_all(&buf[..n]).await?;
+                } else {
+                    h.update(&buf[..n]);
+                }
+                got += n as u64;
+            }
+            if req[0] == OP_UPLOAD {
+                let digest: [u8; 32] = h.finalize().into();
+                s.write_all(&digest).await?;
+            }
+            s.shutdown().await
+        }
+        _ => Err(io::ErrorKind::InvalidInput.into()),
+    }
+}
+
+/// Connect to `host:port` through the SOCKS5 proxy at `socks`, with
+/// optional username/password (stream isolation).
+pub async fn socks_connect(
+    socks: SocketAddr,
+    host: &str,
+    port: u16,
+    auth: Option<(&str, &str)>,
+) -> Result<TcpStream, tokio_socks::Error> {
+    let s = match auth {
+        None => tokio_socks::tcp::Socks5Stream::connect(socks, (host, port)).await?,
+        Some((u, p)) => {
+            tokio_socks::tcp::Socks5Stream::connect_with_password(socks, (host, port), u, p).await?
+        }
+    };
+    let s = s.into_inner();
+    let _ = s.set_nodelay(true);
+    Ok(s)
+}
+
+/// Timings of one transfer, from the start of the SOCKS request.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct Transfer {
+    /// SOCKS request to SOCKS success.
+    pub connect: Duration,
+    /// SOCKS success to the first payload byte received.
+    pub first_byte: Duration,
+    /// SOCKS success to the last payload byte received.
+    pub last_byte: Duration,
+    /// Longest time without payload progress (either direction) after SOCKS success.
+    pub longest_gap: Duration,
+}
+
+/// Why a transfer failed.
+#[derive(Debug, Clone)]
+pub struct TransferError {
+    /// What went wrong.
+    pub message: String,
+    /// Whether it was the SOCKS stage.
+    pub at_connect: bool,
+}
+
+impl std::fmt::Display for TransferError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn fail(at_connect: bool) -> impl Fn(String) -> TransferError {
+    move |message| TransferError {
+        message,
+        at_connect,
+    }
+}
+
+/// Run one transfer of kind `op` and `len` bytes through SOCKS, checking
+/// every byte received (download, echo) or the server's digest (upload).
+pub async fn transfer(
+    op: u8,
+    socks: SocketAddr,
+    server: SocketAddr,
+    len: u64,
+    auth: Option<(&str, &str)>,
+) -> Result<Transfer, TransferError> {
+    let t0 = Instant::now();
+    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
+        .await
+        .map_err(|e| fail(true)(format!("SOCKS connect: {e}")))?;
+    let t1 = Instant::now();
+    let mut req = [0u8; 9];
+    req[0] = op;
+    req[1..].copy_from_slice(&len.to_be_bytes());
+    let (mut rd, mut wr) = s.split();
+    let err = fail(false);
+    wr.write_all(&req)
+        .await
+        .map_err(|e| err(format!("request: {e}")))?;
+    let mut last_progress = Instant::now();
+    let mut longest_gap = Duration::ZERO;
+    let mut note = |now: Instant| {
+        longest_gap = longest_gap.max(now - last_progress);
+        last_progress = now;
+    };
+
+    let sender = async {
+        if op == OP_DOWNLOAD {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut off = 0u64;
+        while off < len {
+            let n = (len - off).min(buf.len() as u64) as usize;
+            fill_pattern(off, &mut buf[..n]);
+            wr.write_all(&buf[..n])
+                .await
+                .map_err(|e| format!("write at {off}: {e}"))?;
+            off += n as u64;
+        }
+        Ok::<(), String>(())
+    };
+    let receiver = async {
+        let expect_len = if op == OP_UPLOAD { 32 } else { len };
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut expect = vec![0u8; 256 * 1024];
+        let mut got = 0u64;
+        let mut first = None;
+        let mut digest = Vec::new();
+        while got < expect_len {
+            let n = rd
+                .read(&mut buf)
+                .await
+                .map_err(|e| format!("read at {got}: {e}"))?;
+            if n == 0 {
+                return Err(format!("stream closed after {got} of {expect_len} bytes"));
+            }
+            let now = Instant::now();
+            first.get_or_insert(now);
+            note(now);
+            if op == OP_UPLOAD {
+                digest.extend_from_slice(&buf[..n]);
+            } else {
+                fill_pattern(got, &mut expect[..n]);
+                if buf[..n] != expect[..n] {
+                    return Err(format!("corrupt data near byte {got}"));
+                }
+            }
+            got += n as u64;
+        }
+        if op == OP_UPLOAD && digest[..] != pattern_sha256(len)[..] {
+            return Err("the server saw different bytes (SHA-256 mismatch)".into());
+        }
+        Ok((first.unwrap_or_else(Instant::now), Instant::now()))
+    };
+    let (sent, received) = tokio::join!(sender, receiver);
+    sent.map_err(&err)?;
+    let (first, last) = received.map_err(&err)?;
+    Ok(Transfer {
+        connect: t1 - t0,
+        first_byte: first - t1,
+        last_byte: last - t1,
+        longest_gap,
+    })
+}

@@ -1,0 +1,180 @@
+//! `onionlab lab`: run scenarios over the emulated network and report.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use onionlab_lab::run::{run, RunOptions};
+use onionlab_lab::Scenario;
+
+use crate::cmd::runtime;
+use crate::error::{Error, Result};
+
+/// Where bundled scenarios live (relative to the repository root or the
+/// current directory).
+const SCENARIO_DIR: &str = "scenarios";
+
+/// Lab commands.
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Run a scenario: every variant, every repetition, fresh processes
+    /// each time (needs root: network namespaces and TUN).
+    Run {
+        /// The scenario file (or the name of a bundled one, see `lab list`).
+        scenario: String,
+        /// Override the scenario's repetitions.
+        #[arg(long)]
+        reps: Option<u32>,
+        /// Output directory (default: results/NAME-TIMESTAMP).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// List the bundled scenarios.
+    List,
+    /// Check a scenario file and print its variants without running it.
+    Check {
+        /// The scenario file (or the name of a bundled one).
+        scenario: String,
+    },
+    /// (internal) Workload server, started inside a server host.
+    #[command(hide = true)]
+    Serve {
+        /// Address to listen on.
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+    /// (internal) Workload agent, started inside a client host.
+    #[command(hide = true)]
+    Agent {
+        /// The agent's spec (JSON, written by `lab run`).
+        #[arg(long)]
+        spec: PathBuf,
+    },
+}
+
+fn scenario_path(name: &str) -> PathBuf {
+    let p = PathBuf::from(name);
+    if p.exists() {
+        return p;
+    }
+    let bundled = Path::new(SCENARIO_DIR).join(format!("{name}.toml"));
+    if bundled.exists() {
+        return bundled;
+    }
+    p
+}
+
+fn bundled() -> Vec<(String, std::result::Result<Scenario, onionlab_lab::Error>)> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(SCENARIO_DIR) {
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        paths.sort();
+        for p in paths {
+            let name = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            out.push((name, Scenario::from_file(&p)));
+        }
+    }
+    out
+}
+
+/// Run a lab command.
+pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
+    match cmd {
+        LabCommand::List => {
+            let list = bundled();
+            if list.is_empty() {
+                return Err(Error::Usage(format!(
+                    "no scenarios in ./{SCENARIO_DIR} (run from the repository root)"
+                )));
+            }
+            for (name, s) in list {
+                match s {
+                    Ok(s) => println!(
+                        "{name:<28} {} ({} variants x {} repetitions)",
+                        s.description,
+                        s.variants().len(),
+                        s.repetitions
+                    ),
+                    Err(e) => println!("{name:<28} INVALID: {e}"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Check { scenario } => {
+            let s = Scenario::from_file(&scenario_path(&scenario))?;
+            println!("{}: {}", s.name, s.description);
+            println!("{} repetitions of each variant:", s.repetitions);
+            for v in s.variants() {
+                println!("  {}", v.label);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Run {
+            scenario,
+            reps,
+            out,
+        } => {
+            onionlab_netem::check_privileges()?;
+            let s = Scenario::from_file(&scenario_path(&scenario))?;
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", s.name)));
+            let bin = std::env::current_exe()
+                .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
+            let opts = RunOptions {
+                out: out.clone(),
+                bin,
+                repetitions: reps,
+                progress: true,
+            };
+            let outcome = run(&s, &opts).map_err(|e| Error::Usage(format!("lab run: {e}")))?;
+            let failed = outcome.records.iter().filter(|r| r.error.is_some()).count();
+            println!(
+                "{} transfers ({} failed) in {} repetitions; results in {}",
+                outcome.records.len(),
+                failed,
+                outcome.repetitions.len(),
+                outcome.out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Serve { listen } => runtime::current_thread()?.block_on(async {
+            let l = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|source| Error::Write {
+                    path: format!("listening on {listen}"),
+                    source,
+                })?;
+            tokio::select! {
+                () = onionlab_lab::traffic::serve(l) => {}
+                () = runtime::shutdown_signal() => {}
+            }
+            Ok(ExitCode::SUCCESS)
+        }),
+        LabCommand::Agent { spec } => {
+            let text = std::fs::read_to_string(&spec).map_err(|source| Error::Write {
+                path: spec.display().to_string(),
+                source,
+            })?;
+            let spec: onionlab_lab::agent::AgentSpec = serde_json::from_str(&text)
+                .map_err(|e| Error::Usage(format!("agent spec: {e}")))?;
+            runtime::multi_thread()?.block_on(async {
+                onionlab_lab::agent::run(&spec)
+                    .await
+                    .map_err(|source| Error::Write {
+                        path: spec.out.display().to_string(),
+                        source,
+                    })
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
