@@ -34,15 +34,17 @@ cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# As root (CI), a missing TUN or namespace support is a failure, not a skip
+# (the lab's end-to-end test and the emulated-network tests need them).
+if [ "$(id -u)" = 0 ]; then
+    export ONIONLAB_REQUIRE_NETNS=1
+fi
+
 # --no-tests=fail: a step that finds no tests is an error, not a pass.
 echo "== unit and integration tests (all crates but the emulated network)"
 cargo nextest run --workspace --exclude onionlab-netem --locked --no-tests=fail
 
 echo "== emulated-network tests (serial: they measure timing)"
-# As root (CI), a missing TUN or namespace support is a failure, not a skip.
-if [ "$(id -u)" = 0 ]; then
-    export ONIONLAB_REQUIRE_NETNS=1
-fi
 cargo nextest run -p onionlab-netem --locked --no-tests=fail --test-threads 1
 
 echo "== doc tests"

@@ -313,7 +313,7 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
         }
     };
     let v = num * mult;
-    if !(v.is_finite() && v >= 1.0 && v <= 1e12) {
+    if !(v.is_finite() && (1.0..=1e12).contains(&v)) {
         return Err(format!("invalid size {s:?}: must be 1 byte to 1 TB"));
     }
     Ok(v.round() as u64)
@@ -509,22 +509,23 @@ impl Scenario {
                     format!("unknown server {:?}", w.server.get_ref()),
                 ));
             }
-            let (kind, default_size, default_think) =
-                match w.kind.get_ref().as_str() {
-                    "download" => (WorkloadKind::Download, 320 * 1024, "0s"),
-                    "upload" => (WorkloadKind::Upload, 1 << 20, "0s"),
-                    "echo" => (WorkloadKind::Echo, 320 * 1024, "0s"),
-                    // Seed 004's web clients: 320 KiB with 0-20 s think time.
-                    "web" => (WorkloadKind::Download, 320 * 1024, "0s-20s"),
-                    // Back-to-back downloads.
-                    "bulk" => (WorkloadKind::Download, 5 << 20, "0s"),
-                    other => return Err(ctx.err(
+            let (kind, default_size, default_think) = match w.kind.get_ref().as_str() {
+                "download" => (WorkloadKind::Download, 320 * 1024, "0s"),
+                "upload" => (WorkloadKind::Upload, 1 << 20, "0s"),
+                "echo" => (WorkloadKind::Echo, 320 * 1024, "0s"),
+                // Seed 004's web clients: 320 KiB with 0-20 s think time.
+                "web" => (WorkloadKind::Download, 320 * 1024, "0s-20s"),
+                // Back-to-back downloads.
+                "bulk" => (WorkloadKind::Download, 5 << 20, "0s"),
+                other => {
+                    return Err(ctx.err(
                         w.kind.span(),
                         format!(
                             "unknown workload kind {other:?} (download, upload, echo, web, bulk)"
                         ),
-                    )),
-                };
+                    ))
+                }
+            };
             let size = match &w.size {
                 None => default_size,
                 Some(s) => parse_size(s.get_ref()).map_err(|m| ctx.err(s.span(), m))?,
@@ -753,7 +754,7 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
                     t.host_id(b).map_err(|e| e.to_string())?,
                 );
                 for (x, y) in [(a, b), (b, a)] {
-                    let mut spec = t.path(x, y).clone();
+                    let mut spec = *t.path(x, y);
                     update.apply(&mut spec);
                     t.overrides.insert((x, y), spec);
                 }

@@ -1,0 +1,216 @@
+//! Scenario files: valid ones expand into the expected variants; broken
+//! ones get an error naming the line and the problem.
+
+use std::path::{Path, PathBuf};
+
+use onionlab_lab::scenario::parse_size;
+use onionlab_lab::{Error, Scenario};
+
+fn scenarios_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios")
+}
+
+const BASE: &str = r#"name = "t"
+topology = "topologies/seed000-path.toml"
+repetitions = 3
+
+[[relay]]
+host = "guard"
+guard = true
+[[relay]]
+host = "middle"
+[[relay]]
+host = "exit"
+exit = true
+
+[[client]]
+name = "op"
+host = "client"
+path = ["guard", "middle", "exit"]
+
+[[server]]
+name = "srv"
+host = "server"
+
+[[workload]]
+kind = "download"
+client = "op"
+server = "srv"
+size = "320KiB"
+count = 2
+"#;
+
+fn parse(text: &str) -> Result<Scenario, Error> {
+    Scenario::from_toml_str(text, "t.toml", &scenarios_dir())
+}
+
+/// The error for `text` must be at `line` and mention `needle`.
+fn assert_error(text: &str, line: usize, needle: &str) {
+    match parse(text) {
+        Ok(_) => panic!("accepted a broken scenario (wanted {needle:?} at line {line})"),
+        Err(Error::Scenario {
+            line: l, message, ..
+        }) => {
+            assert_eq!(l, line, "wrong line for {needle:?}: {message}");
+            assert!(
+                message.contains(needle),
+                "{message:?} does not mention {needle:?}"
+            );
+        }
+        Err(other) => panic!("unexpected error kind: {other}"),
+    }
+}
+
+#[test]
+fn every_bundled_scenario_is_valid() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(scenarios_dir()).expect("scenarios/") {
+        let path = entry.expect("entry").path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let s =
+                Scenario::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(!s.variants().is_empty());
+            assert!(
+                !s.description.is_empty(),
+                "{} needs a description",
+                path.display()
+            );
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "expected the bundled scenarios, found {n}");
+}
+
+#[test]
+fn the_matrix_expands_into_every_combination() {
+    let text = format!(
+        "{BASE}\n[matrix]\nscheduler = [\"ewma\", \"round-robin\"]\nlatency = [\"20ms\", \"40ms\"]\nsize = [\"1MiB\"]\n\"loss:guard-middle\" = [\"0%\", \"1%\"]\n"
+    );
+    let s = parse(&text).expect("valid");
+    let v = s.variants();
+    assert_eq!(v.len(), 8);
+    let labels: Vec<&str> = v.iter().map(|v| v.label.as_str()).collect();
+    assert!(
+        labels.contains(&"latency=40ms loss:guard-middle=1% scheduler=round-robin size=1MiB"),
+        "{labels:?}"
+    );
+    let x = v
+        .iter()
+        .find(|v| v.label == "latency=40ms loss:guard-middle=1% scheduler=round-robin size=1MiB")
+        .expect("variant");
+    assert_eq!(x.scheduler, "round-robin");
+    assert_eq!(x.workloads[0].size, 1 << 20);
+    let t = &x.topology;
+    let (g, m, c) = (
+        t.host_id("guard").expect("guard"),
+        t.host_id("middle").expect("middle"),
+        t.host_id("client").expect("client"),
+    );
+    assert_eq!(t.path(g, m).latency.as_millis(), 40);
+    assert_eq!(t.path(c, g).latency.as_millis(), 40);
+    assert!((t.path(m, g).loss.mean_loss() - 0.01).abs() < 1e-9);
+    assert_eq!(t.path(c, g).loss.mean_loss(), 0.0);
+}
+
+#[test]
+fn no_matrix_is_one_default_variant() {
+    let s = parse(BASE).expect("valid");
+    let v = s.variants();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].label, "default");
+    assert_eq!(v[0].transport, "tls");
+    assert_eq!(s.repetitions, 3);
+}
+
+#[test]
+fn broken_files_name_the_line_and_the_problem() {
+    assert_error(
+        &BASE.replace("host = \"middle\"", "host = \"midle\""),
+        9,
+        "unknown host \"midle\"",
+    );
+    assert_error(
+        &BASE.replace("kind = \"download\"", "kind = \"downlaod\""),
+        24,
+        "unknown workload kind",
+    );
+    assert_error(
+        &BASE.replace("size = \"320KiB\"", "size = \"320 parsecs\""),
+        27,
+        "unknown unit",
+    );
+    assert_error(
+        &BASE.replace("client = \"op\"\nserver", "client = \"nobody\"\nserver"),
+        25,
+        "unknown client",
+    );
+    assert_error(
+        &BASE.replace(
+            "path = [\"guard\", \"middle\", \"exit\"]",
+            "path = [\"guard\", \"server\"]",
+        ),
+        17,
+        "not a relay",
+    );
+    assert_error(
+        &BASE.replace("repetitions = 3", "repetitions = 0"),
+        3,
+        "at least 1",
+    );
+    assert_error(
+        &BASE.replace("repetitions = 3", "repetitions = 3\ncolour = \"blue\""),
+        4,
+        "unknown field",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\ntransport = [\"carrier-pigeon\"]\n"),
+        31,
+        "unknown transport",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\nscheduler = []\n"),
+        31,
+        "no values",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\nlatency = [\"fast\"]\n"),
+        31,
+        "fast",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\n\"loss:guard-mars\" = [\"1%\"]\n"),
+        31,
+        "unknown host \"mars\"",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\nflavour = [\"vanilla\"]\n"),
+        31,
+        "unknown matrix parameter",
+    );
+    assert_error("name = \"t\"\ntopology = [", 2, "");
+}
+
+#[test]
+fn a_missing_topology_is_a_clear_error() {
+    let text = BASE.replace("topologies/seed000-path.toml", "nowhere.toml");
+    assert_error(&text, 2, "cannot read topology");
+}
+
+#[test]
+fn too_few_relays_or_no_exit_is_refused() {
+    let no_exit = BASE.replace("exit = true", "exit = false");
+    assert!(
+        matches!(parse(&no_exit), Err(Error::Scenario { message, .. }) if message.contains("exit"))
+    );
+}
+
+#[test]
+fn sizes() {
+    assert_eq!(parse_size("320KiB"), Ok(327_680));
+    assert_eq!(parse_size("5 MiB"), Ok(5 << 20));
+    assert_eq!(parse_size("1MB"), Ok(1_000_000));
+    assert_eq!(parse_size("1000"), Ok(1000));
+    assert!(parse_size("0").is_err());
+    assert!(parse_size("-1KiB").is_err());
+    assert!(parse_size("1 parsec").is_err());
+}

@@ -1,0 +1,67 @@
+//! `onionlab lab run` end to end on the bundled `quick` scenario: real
+//! relays, client, server and agent processes in emulated-network hosts.
+//! Needs root (network namespaces, TUN): without it the test says SKIPPED,
+//! unless ONIONLAB_REQUIRE_NETNS=1 (CI as root), where that is a failure.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use onionlab_lab::agent::TransferRecord;
+
+#[test]
+fn the_quick_scenario_runs_end_to_end() {
+    if let Err(e) = onionlab_netem::check_privileges() {
+        if std::env::var("ONIONLAB_REQUIRE_NETNS").as_deref() == Ok("1") {
+            panic!("ONIONLAB_REQUIRE_NETNS=1 but namespaces are unavailable: {e}");
+        }
+        eprintln!("SKIPPED: needs root, TUN and network namespaces: {e}");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out: PathBuf =
+        std::env::temp_dir().join(format!("onionlab-lab-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["--log", "warn", "lab", "run"])
+        .arg(root.join("scenarios/quick.toml"))
+        .args(["--reps", "1", "--out"])
+        .arg(&out)
+        .status()
+        .expect("run onionlab lab run");
+    assert!(status.success(), "lab run failed");
+
+    let text = std::fs::read_to_string(out.join("records.jsonl")).expect("records.jsonl");
+    let records: Vec<TransferRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record"))
+        .collect();
+    // Two variants (schedulers) x 3 downloads.
+    assert_eq!(records.len(), 6, "{text}");
+    for r in &records {
+        assert_eq!(r.error, None, "{r:?}");
+        assert!(!r.timed_out);
+        let (ttfb, ttlb) = (r.ttfb_ms.expect("ttfb"), r.ttlb_ms.expect("ttlb"));
+        // Three 20 ms hops each way: no first byte before 120 ms of
+        // propagation (request out, data back).
+        assert!(ttfb >= 119.0, "TTFB {ttfb} ms is faster than light");
+        assert!(ttlb >= ttfb);
+    }
+    let variants: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(
+        variants.into_iter().collect::<Vec<_>>(),
+        ["scheduler=ewma", "scheduler=round-robin"]
+    );
+    for f in [
+        "records.csv",
+        "repetitions.jsonl",
+        "scenario.toml",
+        "topology.toml",
+    ] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let reps = std::fs::read_to_string(out.join("repetitions.jsonl")).expect("repetitions");
+    assert_eq!(reps.lines().count(), 2);
+    assert!(reps.contains("\"circuit_build_ms\":["), "{reps}");
+    let _ = std::fs::remove_dir_all(&out);
+}
