@@ -1,0 +1,193 @@
+//! Validating the input and computing every number the report shows.
+
+use std::collections::HashSet;
+
+use onionlab_stats::{mann_whitney_u, ratio_of_medians, sorted, MannWhitney, RatioCi, Summary};
+
+use crate::{Error, Metric, ReportInput, Result, VariantCounts};
+
+/// Statistics of one variant for one metric.
+pub(crate) struct VariantRow {
+    pub label: String,
+    /// Values sorted ascending (empty: no data).
+    pub sorted: Vec<f64>,
+    pub summary: Option<Summary>,
+    /// Comparison with the baseline; `None` for the baseline itself and
+    /// when either side has no data.
+    pub vs_baseline: Option<Comparison>,
+}
+
+pub(crate) struct Comparison {
+    /// The ratio of medians, or why there is none.
+    pub ratio: std::result::Result<RatioCi, String>,
+    pub test: MannWhitney,
+}
+
+pub(crate) struct MetricAnalysis<'a> {
+    pub metric: &'a Metric,
+    pub rows: Vec<VariantRow>,
+}
+
+pub(crate) struct Analysis<'a> {
+    pub input: &'a ReportInput,
+    pub metrics: Vec<MetricAnalysis<'a>>,
+    /// The input's notes followed by warnings derived from the counts.
+    pub warnings: Vec<String>,
+    /// Count rows in variant order (zeros for variants without a row).
+    pub counts: Vec<VariantCounts>,
+}
+
+/// FNV-1a over the metric key and variant label: a fixed, documented seed
+/// per (metric, variant) so the same input gives the same report.
+pub(crate) fn seed_for(metric: &str, variant: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in metric.bytes().chain([0u8]).chain(variant.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn validate(input: &ReportInput) -> Result<()> {
+    if input.variants.is_empty() {
+        return Err(Error::NoVariants);
+    }
+    let mut seen = HashSet::new();
+    for v in &input.variants {
+        if v.is_empty() || !seen.insert(v.as_str()) {
+            return Err(Error::BadVariant(v.clone()));
+        }
+    }
+    let mut keys = HashSet::new();
+    for m in &input.metrics {
+        if !valid_key(&m.key) || !keys.insert(m.key.as_str()) {
+            return Err(Error::BadMetricKey(m.key.clone()));
+        }
+        let mut named = HashSet::new();
+        for (variant, values) in &m.values {
+            if !seen.contains(variant.as_str()) || !named.insert(variant.as_str()) {
+                return Err(Error::UnknownVariant {
+                    context: format!("metric {:?}", m.key),
+                    variant: variant.clone(),
+                });
+            }
+            if let Some(index) = values.iter().position(|v| !v.is_finite()) {
+                return Err(Error::NotFinite {
+                    metric: m.key.clone(),
+                    variant: variant.clone(),
+                    index,
+                    value: values[index],
+                });
+            }
+        }
+    }
+    let mut counted = HashSet::new();
+    for c in &input.counts {
+        if !seen.contains(c.variant.as_str()) || !counted.insert(c.variant.as_str()) {
+            return Err(Error::UnknownVariant {
+                context: "counts".to_string(),
+                variant: c.variant.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn analyse_metric(input: &ReportInput, metric: &Metric) -> Vec<VariantRow> {
+    let mut rows: Vec<VariantRow> = input
+        .variants
+        .iter()
+        .map(|label| {
+            let values = metric
+                .values
+                .iter()
+                .find(|(v, _)| v == label)
+                .map(|(_, v)| v.as_slice())
+                .unwrap_or(&[]);
+            // Values were checked finite: `sorted` and `Summary::of` fail
+            // only on empty input here.
+            let sorted = sorted(values).unwrap_or_default();
+            let summary = Summary::of(&sorted, seed_for(&metric.key, label)).ok();
+            VariantRow {
+                label: label.clone(),
+                sorted,
+                summary,
+                vs_baseline: None,
+            }
+        })
+        .collect();
+    let (baseline, others) = rows.split_at_mut(1);
+    let base = &baseline[0];
+    for row in others {
+        if row.sorted.is_empty() || base.sorted.is_empty() {
+            continue;
+        }
+        let Ok(test) = mann_whitney_u(&row.sorted, &base.sorted) else {
+            continue;
+        };
+        let ratio = ratio_of_medians(
+            &row.sorted,
+            &base.sorted,
+            seed_for(&metric.key, &row.label) ^ 0x5a5a,
+        )
+        .map_err(|e| e.to_string());
+        row.vs_baseline = Some(Comparison { ratio, test });
+    }
+    rows
+}
+
+/// Checks the input and computes all statistics.
+pub(crate) fn analyse(input: &ReportInput) -> Result<Analysis<'_>> {
+    validate(input)?;
+    let metrics = input
+        .metrics
+        .iter()
+        .map(|metric| MetricAnalysis {
+            metric,
+            rows: analyse_metric(input, metric),
+        })
+        .collect();
+    let counts: Vec<VariantCounts> = input
+        .variants
+        .iter()
+        .map(|v| {
+            input
+                .counts
+                .iter()
+                .find(|c| &c.variant == v)
+                .cloned()
+                .unwrap_or_else(|| VariantCounts {
+                    variant: v.clone(),
+                    ..VariantCounts::default()
+                })
+        })
+        .collect();
+    let mut warnings = input.notes.clone();
+    for c in &counts {
+        if c.checksum_failures > 0 {
+            warnings.push(format!(
+                "Variant {}: {} transfer(s) failed the end-to-end checksum: data was corrupted, the run has failed.",
+                c.variant, c.checksum_failures
+            ));
+        }
+        if c.cpu_saturated_repetitions > 0 {
+            warnings.push(format!(
+                "Variant {}: {} of {} repetition(s) ran on a saturated CPU; their timings are not to be trusted.",
+                c.variant, c.cpu_saturated_repetitions, c.repetitions
+            ));
+        }
+    }
+    Ok(Analysis {
+        input,
+        metrics,
+        warnings,
+        counts,
+    })
+}

@@ -1,0 +1,98 @@
+//! What a report is made from, and what writing it produces.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Everything a report shows; the lab runner fills it from a run's records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportInput {
+    /// Report title (first heading).
+    pub title: String,
+    /// The scenario file, embedded verbatim at the end of the report.
+    pub scenario_toml: String,
+    /// Key/value facts about the run, in display order: versions, seeds,
+    /// machine, date, repetitions...
+    pub meta: Vec<(String, String)>,
+    /// Variant labels in display order; the first is the baseline that
+    /// ratios and tests compare against.
+    pub variants: Vec<String>,
+    /// The measured metrics, one table and two figures each.
+    pub metrics: Vec<Metric>,
+    /// Per-variant event counts (at most one row per variant).
+    pub counts: Vec<VariantCounts>,
+    /// Warnings printed prominently near the top of the report.
+    pub notes: Vec<String>,
+}
+
+/// One measured quantity, with its values per variant.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metric {
+    /// Short identifier, used in file names: ASCII letters, digits, `_`,
+    /// `-` (e.g. `ttfb_ms`).
+    pub key: String,
+    /// Human-readable name (e.g. "Time to first byte").
+    pub title: String,
+    /// Unit of the values (e.g. "ms", "MiB/s").
+    pub unit: String,
+    /// Whether smaller values are better (times) or larger (goodput); used
+    /// to word the comparison with the baseline.
+    pub lower_is_better: bool,
+    /// `(variant label, values)`; a variant without an entry, or with no
+    /// values, is shown as having no data.
+    pub values: Vec<(String, Vec<f64>)>,
+}
+
+/// Event counts of one variant over all its repetitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VariantCounts {
+    /// Variant label (one of [`ReportInput::variants`]).
+    pub variant: String,
+    /// Repetitions run.
+    pub repetitions: u64,
+    /// Transfers attempted.
+    pub transfers: u64,
+    /// Transfers that failed with an error.
+    pub errors: u64,
+    /// Transfers that timed out.
+    pub timeouts: u64,
+    /// Stalls (no payload progress for the configured time).
+    pub stalls: u64,
+    /// Transfers whose end-to-end checksum did not match: any is a failed run.
+    pub checksum_failures: u64,
+    /// Repetitions during which the CPU was saturated (timings suspect).
+    pub cpu_saturated_repetitions: u64,
+}
+
+/// The kind of a figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FigureKind {
+    /// Empirical CDFs of all variants with quantile confidence bands.
+    Cdf,
+    /// Box plots, one per variant.
+    Box,
+}
+
+/// One figure, written in two formats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Figure {
+    /// The metric's key.
+    pub metric: String,
+    /// CDF or box plot.
+    pub kind: FigureKind,
+    /// The SVG file.
+    pub svg: PathBuf,
+    /// The PNG file (800 x 500 pixels).
+    pub png: PathBuf,
+}
+
+/// The files [`crate::write_report`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFiles {
+    /// `report.md`.
+    pub markdown: PathBuf,
+    /// `report.html`.
+    pub html: PathBuf,
+    /// Per metric, its CDF figure then its box plot.
+    pub figures: Vec<Figure>,
+}
