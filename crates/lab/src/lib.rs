@@ -8,6 +8,7 @@ pub mod agent;
 mod error;
 pub mod run;
 pub mod scenario;
+pub mod summary;
 pub mod traffic;
 
 pub use error::{Error, Result};

@@ -63,5 +63,29 @@ fn the_quick_scenario_runs_end_to_end() {
     let reps = std::fs::read_to_string(out.join("repetitions.jsonl")).expect("repetitions");
     assert_eq!(reps.lines().count(), 2);
     assert!(reps.contains("\"circuit_build_ms\":["), "{reps}");
+    // The report: tables and figures.
+    let md = std::fs::read_to_string(out.join("report/report.md")).expect("report.md");
+    for needle in [
+        "time to first byte",
+        "time to last byte",
+        "median ratio vs",
+        "Mann",
+        "scheduler=round-robin",
+    ] {
+        assert!(md.contains(needle), "report.md lacks {needle:?}");
+    }
+    for f in [
+        "report.html",
+        "ttfb_ms_cdf.png",
+        "ttfb_ms_cdf.svg",
+        "ttlb_ms_box.png",
+        "circuit_build_ms_cdf.svg",
+    ] {
+        let p = out.join("report").join(f);
+        assert!(
+            p.metadata().is_ok_and(|m| m.len() > 100),
+            "{f} missing or empty"
+        );
+    }
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -30,6 +30,11 @@ pub enum LabCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// (Re)write the report of a run directory (into DIR/report).
+    Report {
+        /// The run's output directory.
+        dir: PathBuf,
+    },
     /// List the bundled scenarios.
     List,
     /// Check a scenario file and print its variants without running it.
@@ -82,6 +87,14 @@ fn bundled() -> Vec<(String, std::result::Result<Scenario, onionlab_lab::Error>)
         }
     }
     out
+}
+
+fn write_report(dir: &Path) -> Result<ExitCode> {
+    let files = onionlab_lab::summary::report_dir(dir)
+        .map_err(|e| Error::Usage(format!("lab report: {e}")))?;
+    println!("report: {}", files.html.display());
+    println!("        {}", files.markdown.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Run a lab command.
@@ -138,14 +151,15 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             let outcome = run(&s, &opts).map_err(|e| Error::Usage(format!("lab run: {e}")))?;
             let failed = outcome.records.iter().filter(|r| r.error.is_some()).count();
             println!(
-                "{} transfers ({} failed) in {} repetitions; results in {}",
+                "{} transfers ({} failed) in {} repetitions; raw results in {}",
                 outcome.records.len(),
                 failed,
                 outcome.repetitions.len(),
                 outcome.out.display()
             );
-            Ok(ExitCode::SUCCESS)
+            write_report(&outcome.out)
         }
+        LabCommand::Report { dir } => write_report(&dir),
         LabCommand::Serve { listen } => runtime::current_thread()?.block_on(async {
             let l = tokio::net::TcpListener::bind(listen)
                 .await

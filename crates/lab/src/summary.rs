@@ -1,0 +1,281 @@
+//! From a run's records to a report: metrics per workload and variant,
+//! counts of failures, warnings, and the run's facts.
+//!
+//! Metrics (one table and two figures each):
+//! - per workload: TTFB and TTLB (ms from SOCKS established, as seed 000
+//!   measures), goodput (MiB/s), of the transfers that completed;
+//! - per repetition: circuit build time (ms, every circuit the clients
+//!   built), relay CPU per payload MiB, and wire overhead (IP bytes on the
+//!   clients' access links per payload byte).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use onionlab_report::{Metric, ReportFiles, ReportInput, VariantCounts};
+
+use crate::agent::TransferRecord;
+use crate::run::RepetitionRecord;
+
+/// Why a report could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// A file of the run could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line of a records file is not a record.
+    #[error("{path}:{line}: {message}")]
+    Record {
+        /// The file.
+        path: String,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// Writing the report failed.
+    #[error(transparent)]
+    Report(#[from] onionlab_report::Error),
+}
+
+fn read(path: &Path) -> Result<String, ReportError> {
+    std::fs::read_to_string(path).map_err(|source| ReportError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, ReportError> {
+    let text = read(path)?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| ReportError::Record {
+                path: path.display().to_string(),
+                line: i + 1,
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Whether a failed transfer failed its end-to-end check.
+pub fn is_checksum_failure(r: &TransferRecord) -> bool {
+    r.error
+        .as_deref()
+        .is_some_and(|e| e.contains("corrupt") || e.contains("SHA-256"))
+}
+
+/// Build the report input from the records of a run.
+pub fn report_input(
+    title: &str,
+    scenario_toml: &str,
+    meta: Vec<(String, String)>,
+    variants: &[String],
+    records: &[TransferRecord],
+    reps: &[RepetitionRecord],
+) -> ReportInput {
+    let mut workloads: Vec<String> = Vec::new();
+    for r in records {
+        if !workloads.contains(&r.workload) {
+            workloads.push(r.workload.clone());
+        }
+    }
+    let ok = |r: &&TransferRecord| r.error.is_none();
+    let per_variant =
+        |f: &dyn Fn(&TransferRecord) -> Option<f64>, workload: &str| -> Vec<(String, Vec<f64>)> {
+            variants
+                .iter()
+                .map(|v| {
+                    let vals = records
+                        .iter()
+                        .filter(|r| &r.variant == v && r.workload == workload)
+                        .filter(ok)
+                        .filter_map(f)
+                        .filter(|x| x.is_finite())
+                        .collect();
+                    (v.clone(), vals)
+                })
+                .collect()
+        };
+    let mut metrics = Vec::new();
+    let many = workloads.len() > 1;
+    for w in &workloads {
+        let (kp, tp) = if many {
+            (format!("{w}_"), format!("{w}: "))
+        } else {
+            (String::new(), String::new())
+        };
+        metrics.push(Metric {
+            key: format!("{kp}ttfb_ms"),
+            title: format!("{tp}time to first byte"),
+            unit: "ms".into(),
+            lower_is_better: true,
+            values: per_variant(&|r| r.ttfb_ms, w),
+        });
+        metrics.push(Metric {
+            key: format!("{kp}ttlb_ms"),
+            title: format!("{tp}time to last byte"),
+            unit: "ms".into(),
+            lower_is_better: true,
+            values: per_variant(&|r| r.ttlb_ms, w),
+        });
+        metrics.push(Metric {
+            key: format!("{kp}goodput"),
+            title: format!("{tp}goodput"),
+            unit: "MiB/s".into(),
+            lower_is_better: false,
+            values: per_variant(&|r| r.goodput_mib_s, w),
+        });
+    }
+    let per_rep = |f: &dyn Fn(&RepetitionRecord) -> Vec<f64>| -> Vec<(String, Vec<f64>)> {
+        variants
+            .iter()
+            .map(|v| {
+                let vals = reps
+                    .iter()
+                    .filter(|r| &r.variant == v)
+                    .flat_map(f)
+                    .filter(|x| x.is_finite())
+                    .collect();
+                (v.clone(), vals)
+            })
+            .collect()
+    };
+    metrics.push(Metric {
+        key: "circuit_build_ms".into(),
+        title: "circuit build time".into(),
+        unit: "ms".into(),
+        lower_is_better: true,
+        values: per_rep(&|r| r.circuit_build_ms.clone()),
+    });
+    metrics.push(Metric {
+        key: "relay_cpu".into(),
+        title: "relay CPU per payload MiB (all relays)".into(),
+        unit: "ms/MiB".into(),
+        lower_is_better: true,
+        values: per_rep(&|r| {
+            let cpu: f64 = r.relay_cpu_s.iter().map(|(_, s)| s).sum();
+            if r.payload_bytes == 0 {
+                Vec::new()
+            } else {
+                vec![cpu * 1e3 / (r.payload_bytes as f64 / 1048576.0)]
+            }
+        }),
+    });
+    metrics.push(Metric {
+        key: "wire_overhead".into(),
+        title: "wire bytes per payload byte (client access links)".into(),
+        unit: "ratio".into(),
+        lower_is_better: true,
+        values: per_rep(&|r| r.wire_overhead.into_iter().collect()),
+    });
+
+    let mut counts = Vec::new();
+    let mut notes = Vec::new();
+    for v in variants {
+        let recs: Vec<&TransferRecord> = records.iter().filter(|r| &r.variant == v).collect();
+        let vreps: Vec<&RepetitionRecord> = reps.iter().filter(|r| &r.variant == v).collect();
+        let c = VariantCounts {
+            variant: v.clone(),
+            repetitions: vreps.len() as u64,
+            transfers: recs.len() as u64,
+            errors: recs
+                .iter()
+                .filter(|r| r.error.is_some() && !r.timed_out)
+                .count() as u64,
+            timeouts: recs.iter().filter(|r| r.timed_out).count() as u64,
+            stalls: recs.iter().filter(|r| r.stalled).count() as u64,
+            checksum_failures: recs.iter().filter(|r| is_checksum_failure(r)).count() as u64,
+            cpu_saturated_repetitions: vreps.iter().filter(|r| r.cpu_saturated).count() as u64,
+        };
+        if c.checksum_failures > 0 {
+            notes.push(format!(
+                "FAILED RUN: {} transfer(s) of {v} delivered wrong bytes",
+                c.checksum_failures
+            ));
+        }
+        counts.push(c);
+    }
+    // CPU saturation is flagged per variant by the report from `counts`.
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    for r in records.iter().filter(|r| r.error.is_some()) {
+        *errors
+            .entry(r.error.clone().unwrap_or_default())
+            .or_default() += 1;
+    }
+    for (e, n) in errors.iter().take(5) {
+        notes.push(format!("{n} transfer(s) failed: {e}"));
+    }
+    ReportInput {
+        title: title.to_string(),
+        scenario_toml: scenario_toml.to_string(),
+        meta,
+        variants: variants.to_vec(),
+        metrics,
+        counts,
+        notes,
+    }
+}
+
+/// Facts about this machine and build, for the report.
+pub fn machine_meta() -> Vec<(String, String)> {
+    let mut meta = vec![(
+        "onionlab".to_string(),
+        env!("CARGO_PKG_VERSION").to_string(),
+    )];
+    if let Ok(k) = std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        meta.push(("kernel".into(), k.trim().to_string()));
+    }
+    if let Ok(n) = std::thread::available_parallelism() {
+        meta.push(("CPUs".into(), n.to_string()));
+    }
+    meta
+}
+
+/// (Re)write the report of the run in `dir` into `dir/report`.
+pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
+    let records: Vec<TransferRecord> = read_jsonl(&dir.join("records.jsonl"))?;
+    let reps: Vec<RepetitionRecord> = read_jsonl(&dir.join("repetitions.jsonl"))?;
+    let scenario = read(&dir.join("scenario.toml"))?;
+    let title = scenario
+        .lines()
+        .find_map(|l| l.strip_prefix("name = "))
+        .map_or("onionlab lab run".to_string(), |n| {
+            n.trim_matches('"').to_string()
+        });
+    let mut variants: Vec<String> = Vec::new();
+    for r in &reps {
+        if !variants.contains(&r.variant) {
+            variants.push(r.variant.clone());
+        }
+    }
+    let mut meta = machine_meta();
+    let mut seeds: Vec<u64> = reps.iter().map(|r| r.seed).collect();
+    seeds.dedup();
+    meta.push((
+        "repetitions".into(),
+        (reps.len() / variants.len().max(1)).to_string(),
+    ));
+    meta.push(("variants".into(), variants.len().to_string()));
+    meta.push((
+        "seeds".into(),
+        seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+    ));
+    meta.push((
+        "raw records".into(),
+        "records.jsonl, records.csv, repetitions.jsonl".into(),
+    ));
+    let input = report_input(&title, &scenario, meta, &variants, &records, &reps);
+    Ok(onionlab_report::write_report(&input, &dir.join("report"))?)
+}
