@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::scenario::{Workload, WorkloadKind};
-use crate::traffic::{self, OP_DOWNLOAD, OP_ECHO, OP_UPLOAD};
+use crate::traffic::{self, OP_DOWNLOAD, OP_ECHO, OP_PROBE, OP_UPLOAD};
 
 /// What one agent does (written by the runner as JSON).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -58,6 +58,9 @@ pub struct TransferRecord {
     pub stalled: bool,
     /// The transfer did not finish in time.
     pub timed_out: bool,
+    /// One-way latency of each probe (probe workloads).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probe_latency_ms: Vec<f64>,
     /// Why it failed, if it did (a checksum mismatch says so here).
     pub error: Option<String>,
     /// Variant label (filled by the runner).
@@ -100,6 +103,12 @@ async fn run_workload(
         WorkloadKind::Download => OP_DOWNLOAD,
         WorkloadKind::Upload => OP_UPLOAD,
         WorkloadKind::Echo => OP_ECHO,
+        WorkloadKind::Probe => OP_PROBE,
+    };
+    let len = if w.kind == WorkloadKind::Probe {
+        traffic::probe_request_len(w.probes, w.probe_interval)
+    } else {
+        w.size
     };
     let mut think = Think(seed | 1);
     let mut out = Vec::new();
@@ -116,7 +125,7 @@ async fn run_workload(
         let auth = Some((w.name.as_str(), "onionlab"));
         let result = tokio::time::timeout(
             spec.transfer_timeout,
-            traffic::transfer(op, spec.socks, server, w.size, auth),
+            traffic::transfer(op, spec.socks, server, len, auth),
         )
         .await;
         let mut rec = TransferRecord {
@@ -135,7 +144,8 @@ async fn run_workload(
                 rec.goodput_mib_s =
                     Some(w.size as f64 / 1048576.0 / t.last_byte.as_secs_f64().max(1e-9));
                 rec.longest_gap_ms = Some(ms(t.longest_gap));
-                rec.stalled = t.longest_gap > spec.stall_threshold;
+                rec.stalled = t.longest_gap > spec.stall_threshold + w.probe_interval;
+                rec.probe_latency_ms = t.probe_latencies.iter().map(|d| ms(*d)).collect();
             }
             Ok(Err(e)) => rec.error = Some(e.to_string()),
             Err(_) => {

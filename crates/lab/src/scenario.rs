@@ -36,6 +36,14 @@
 //! think = "0s"                 # pause between transfers: "2s" or a range "0s-20s"
 //! start = "0s"                 # delay before the first transfer
 //!
+//! [[workload]]                 # seed 002's latency probes next to other traffic
+//! name = "probe"
+//! kind = "probe"
+//! client = "light"
+//! server = "web"
+//! probes = 100                 # per transfer (default 100)
+//! interval = "100ms"           # between probes (default 100 ms)
+//!
 //! [matrix]                     # every combination is a variant
 //! transport = ["tls"]
 //! scheduler = ["ewma", "round-robin"]
@@ -143,6 +151,10 @@ struct RawWorkload {
     think: Option<Spanned<String>>,
     #[serde(default)]
     start: Option<Spanned<String>>,
+    #[serde(default)]
+    probes: Option<Spanned<u32>>,
+    #[serde(default)]
+    interval: Option<Spanned<String>>,
 }
 
 /// A relay of the scenario.
@@ -186,6 +198,9 @@ pub enum WorkloadKind {
     Upload,
     /// The client sends `size` bytes; the server echoes them (seed 000).
     Echo,
+    /// The server streams timestamped probes; one-way latency per probe
+    /// while other traffic runs (seed 002).
+    Probe,
 }
 
 /// One workload of a variant: transfers one after another.
@@ -209,6 +224,12 @@ pub struct Workload {
     pub think_max: Duration,
     /// Delay before the first transfer.
     pub start: Duration,
+    /// Probe workloads: probes per transfer.
+    #[serde(default)]
+    pub probes: u32,
+    /// Probe workloads: time between probes.
+    #[serde(default)]
+    pub probe_interval: Duration,
 }
 
 /// A validated scenario.
@@ -517,6 +538,7 @@ impl Scenario {
                 "web" => (WorkloadKind::Download, 320 * 1024, "0s-20s"),
                 // Back-to-back downloads.
                 "bulk" => (WorkloadKind::Download, 5 << 20, "0s"),
+                "probe" => (WorkloadKind::Probe, 0, "0s"),
                 other => {
                     return Err(ctx.err(
                         w.kind.span(),
@@ -552,7 +574,36 @@ impl Scenario {
                     format!("duplicate workload name {name:?} (set `name`)"),
                 ));
             }
+            let probes = match &w.probes {
+                None => 100,
+                Some(p)
+                    if *p.get_ref() == 0
+                        || u64::from(*p.get_ref()) > crate::traffic::MAX_PROBES =>
+                {
+                    return Err(ctx.err(p.span(), "probes must be 1 to 1000000"))
+                }
+                Some(p) => *p.get_ref(),
+            };
+            let probe_interval = duration(&w.interval, Duration::from_millis(100))?;
+            if probe_interval.is_zero() || probe_interval > Duration::from_secs(3600) {
+                let span = w.interval.as_ref().map_or(w.kind.span(), |i| i.span());
+                return Err(ctx.err(span, "interval must be between 1 ms and 1 h"));
+            }
+            if kind != WorkloadKind::Probe && (w.probes.is_some() || w.interval.is_some()) {
+                let span = w
+                    .probes
+                    .as_ref()
+                    .map_or_else(|| w.kind.span(), |p| p.span());
+                return Err(ctx.err(span, "`probes` and `interval` belong to kind = \"probe\""));
+            }
+            let size = if kind == WorkloadKind::Probe {
+                u64::from(probes) * crate::traffic::PROBE_LEN as u64
+            } else {
+                size
+            };
             workloads.push(Workload {
+                probes,
+                probe_interval,
                 name,
                 kind,
                 client: client.name.clone(),
@@ -723,7 +774,11 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "size" => {
             let size = parse_size(value)?;
-            for w in &mut v.workloads {
+            for w in v
+                .workloads
+                .iter_mut()
+                .filter(|w| w.kind != WorkloadKind::Probe)
+            {
                 w.size = size;
             }
             return Ok(());

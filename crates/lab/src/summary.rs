@@ -112,6 +112,32 @@ pub fn report_input(
         } else {
             (String::new(), String::new())
         };
+        let is_probe = records
+            .iter()
+            .any(|r| &r.workload == w && r.kind == "probe");
+        if is_probe {
+            let values = variants
+                .iter()
+                .map(|v| {
+                    let vals = records
+                        .iter()
+                        .filter(|r| &r.variant == v && &r.workload == w)
+                        .filter(ok)
+                        .flat_map(|r| r.probe_latency_ms.iter().copied())
+                        .filter(|x| x.is_finite())
+                        .collect();
+                    (v.clone(), vals)
+                })
+                .collect();
+            metrics.push(Metric {
+                key: format!("{kp}probe_latency_ms"),
+                title: format!("{tp}probe one-way latency"),
+                unit: "ms".into(),
+                lower_is_better: true,
+                values,
+            });
+            continue;
+        }
         metrics.push(Metric {
             key: format!("{kp}ttfb_ms"),
             title: format!("{tp}time to first byte"),

@@ -8,7 +8,12 @@
 //! - [`OP_UPLOAD`]: the client sends `len` pattern bytes, the server answers
 //!   their SHA-256;
 //! - [`OP_ECHO`]: the client sends `len` pattern bytes, the server sends
-//!   each back as it arrives (seed 000's echo workload).
+//!   each back as it arrives (seed 000's echo workload);
+//! - [`OP_PROBE`]: `len` is `interval_ms << 32 | probes`; the server sends
+//!   `probes` 16-byte probes (sequence number, wall-clock send time in ns),
+//!   one every `interval_ms` (seed 002's latency probes). All hosts of the
+//!   emulated network share one clock, so receive minus send time is the
+//!   one-way latency.
 
 use std::io;
 use std::net::SocketAddr;
@@ -24,6 +29,26 @@ pub const OP_DOWNLOAD: u8 = 1;
 pub const OP_UPLOAD: u8 = 2;
 /// Echo `len` bytes back as they arrive.
 pub const OP_ECHO: u8 = 3;
+/// Stream timestamped probes.
+pub const OP_PROBE: u8 = 4;
+/// Bytes of one probe: sequence (u64) and send time (ns since the epoch, u64).
+pub const PROBE_LEN: usize = 16;
+/// Most probes one request may ask for.
+pub const MAX_PROBES: u64 = 1_000_000;
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The `len` field of a probe request.
+pub fn probe_request_len(probes: u32, interval: Duration) -> u64 {
+    let ms = u64::try_from(interval.as_millis())
+        .unwrap_or(u64::from(u32::MAX))
+        .min(u64::from(u32::MAX));
+    (ms << 32) | u64::from(probes)
+}
 
 /// Period of the payload pattern: a prime, so the pattern does not line
 /// up with cells, buffers or pages.
@@ -128,6 +153,20 @@ async fn serve_one(mut s: TcpStream) -> io::Result<()> {
             }
             s.shutdown().await
         }
+        OP_PROBE => {
+            let probes = (len & 0xFFFF_FFFF).min(MAX_PROBES);
+            let interval = Duration::from_millis(len >> 32);
+            let mut tick = tokio::time::interval(interval.max(Duration::from_millis(1)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            for seq in 0..probes {
+                tick.tick().await;
+                let mut probe = [0u8; PROBE_LEN];
+                probe[..8].copy_from_slice(&seq.to_be_bytes());
+                probe[8..].copy_from_slice(&unix_ns().to_be_bytes());
+                s.write_all(&probe).await?;
+            }
+            s.shutdown().await
+        }
         _ => Err(io::ErrorKind::InvalidInput.into()),
     }
 }
@@ -152,7 +191,7 @@ pub async fn socks_connect(
 }
 
 /// Timings of one transfer, from the start of the SOCKS request.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Transfer {
     /// SOCKS request to SOCKS success.
     pub connect: Duration,
@@ -162,6 +201,8 @@ pub struct Transfer {
     pub last_byte: Duration,
     /// Longest time without payload progress (either direction) after SOCKS success.
     pub longest_gap: Duration,
+    /// One-way latency of each probe (probe transfers only).
+    pub probe_latencies: Vec<Duration>,
 }
 
 /// Why a transfer failed.
@@ -216,7 +257,7 @@ pub async fn transfer(
     };
 
     let sender = async {
-        if op == OP_DOWNLOAD {
+        if op == OP_DOWNLOAD || op == OP_PROBE {
             return Ok(());
         }
         let mut buf = vec![0u8; 64 * 1024];
@@ -232,7 +273,13 @@ pub async fn transfer(
         Ok::<(), String>(())
     };
     let receiver = async {
-        let expect_len = if op == OP_UPLOAD { 32 } else { len };
+        let expect_len = match op {
+            OP_UPLOAD => 32,
+            OP_PROBE => (len & 0xFFFF_FFFF).min(MAX_PROBES) * PROBE_LEN as u64,
+            _ => len,
+        };
+        let mut probe_buf = Vec::new();
+        let mut latencies = Vec::new();
         let mut buf = vec![0u8; 256 * 1024];
         let mut expect = vec![0u8; 256 * 1024];
         let mut got = 0u64;
@@ -249,7 +296,23 @@ pub async fn transfer(
             let now = Instant::now();
             first.get_or_insert(now);
             note(now);
-            if op == OP_UPLOAD {
+            if op == OP_PROBE {
+                let received = unix_ns();
+                probe_buf.extend_from_slice(&buf[..n]);
+                let whole = probe_buf.len() / PROBE_LEN * PROBE_LEN;
+                for p in probe_buf[..whole].chunks_exact(PROBE_LEN) {
+                    let seq = u64::from_be_bytes(p[..8].try_into().unwrap_or([0; 8]));
+                    let sent = u64::from_be_bytes(p[8..].try_into().unwrap_or([0; 8]));
+                    if seq != latencies.len() as u64 {
+                        return Err(format!(
+                            "probe {seq} arrived where {} was due",
+                            latencies.len()
+                        ));
+                    }
+                    latencies.push(Duration::from_nanos(received.saturating_sub(sent)));
+                }
+                probe_buf.drain(..whole);
+            } else if op == OP_UPLOAD {
                 digest.extend_from_slice(&buf[..n]);
             } else {
                 fill_pattern(got, &mut expect[..n]);
@@ -262,15 +325,20 @@ pub async fn transfer(
         if op == OP_UPLOAD && digest[..] != pattern_sha256(len)[..] {
             return Err("the server saw different bytes (SHA-256 mismatch)".into());
         }
-        Ok((first.unwrap_or_else(Instant::now), Instant::now()))
+        Ok((
+            first.unwrap_or_else(Instant::now),
+            Instant::now(),
+            latencies,
+        ))
     };
     let (sent, received) = tokio::join!(sender, receiver);
     sent.map_err(&err)?;
-    let (first, last) = received.map_err(&err)?;
+    let (first, last, probe_latencies) = received.map_err(&err)?;
     Ok(Transfer {
         connect: t1 - t0,
         first_byte: first - t1,
         last_byte: last - t1,
         longest_gap,
+        probe_latencies,
     })
 }

@@ -214,3 +214,35 @@ fn sizes() {
     assert!(parse_size("-1KiB").is_err());
     assert!(parse_size("1 parsec").is_err());
 }
+
+#[test]
+fn probe_workloads_take_probes_and_interval_and_keep_their_size() {
+    let text = BASE.replace(
+        "[[workload]]\nkind = \"download\"",
+        "[[workload]]\nname = \"p\"\nkind = \"probe\"\nclient = \"op\"\nserver = \"srv\"\nprobes = 50\ninterval = \"20ms\"\n\n[[workload]]\nkind = \"download\"",
+    );
+    let text = format!("{text}\n[matrix]\nsize = [\"1MiB\"]\n");
+    let s = parse(&text).expect("valid");
+    let v = &s.variants()[0];
+    let p = v
+        .workloads
+        .iter()
+        .find(|w| w.name == "p")
+        .expect("probe workload");
+    assert_eq!(p.probes, 50);
+    assert_eq!(p.probe_interval.as_millis(), 20);
+    assert_eq!(
+        p.size,
+        50 * 16,
+        "a size matrix must not change probe streams"
+    );
+    let d = v
+        .workloads
+        .iter()
+        .find(|w| w.name == "op")
+        .expect("download");
+    assert_eq!(d.size, 1 << 20);
+    // `probes` on a download is a mistake worth reporting.
+    let bad = BASE.replace("count = 2", "count = 2\nprobes = 5");
+    assert_error(&bad, 29, "belong to kind");
+}
