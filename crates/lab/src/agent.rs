@@ -58,7 +58,7 @@ pub struct TransferRecord {
     pub stalled: bool,
     /// The transfer did not finish in time.
     pub timed_out: bool,
-    /// One-way latency of each probe (probe workloads).
+    /// One-way delay of each probe or trace message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_latency_ms: Vec<f64>,
     /// Why it failed, if it did (a checksum mismatch says so here).
@@ -104,6 +104,7 @@ async fn run_workload(
         WorkloadKind::Upload => OP_UPLOAD,
         WorkloadKind::Echo => OP_ECHO,
         WorkloadKind::Probe => OP_PROBE,
+        WorkloadKind::Trace => traffic::OP_TRACE,
     };
     let len = if w.kind == WorkloadKind::Probe {
         traffic::probe_request_len(w.probes, w.probe_interval)
@@ -123,11 +124,19 @@ async fn run_workload(
         // Each workload is its own SOCKS identity, so it gets its own
         // circuit (IsolateSOCKSAuth), as separate applications would.
         let auth = Some((w.name.as_str(), "onionlab"));
-        let result = tokio::time::timeout(
-            spec.transfer_timeout,
-            traffic::transfer(op, spec.socks, server, len, auth),
-        )
-        .await;
+        let result = if w.kind == WorkloadKind::Trace {
+            tokio::time::timeout(
+                spec.transfer_timeout,
+                traffic::replay(spec.socks, server, &w.trace, auth),
+            )
+            .await
+        } else {
+            tokio::time::timeout(
+                spec.transfer_timeout,
+                traffic::transfer(op, spec.socks, server, len, auth),
+            )
+            .await
+        };
         let mut rec = TransferRecord {
             workload: w.name.clone(),
             kind: format!("{:?}", w.kind).to_lowercase(),
@@ -144,7 +153,15 @@ async fn run_workload(
                 rec.goodput_mib_s =
                     Some(w.size as f64 / 1048576.0 / t.last_byte.as_secs_f64().max(1e-9));
                 rec.longest_gap_ms = Some(ms(t.longest_gap));
-                rec.stalled = t.longest_gap > spec.stall_threshold + w.probe_interval;
+                // Quiet periods the schedule itself asks for are not stalls.
+                let scheduled_gap = w
+                    .trace
+                    .windows(2)
+                    .map(|p| p[1].0 - p[0].0)
+                    .max()
+                    .unwrap_or_default()
+                    .max(w.probe_interval);
+                rec.stalled = t.longest_gap > spec.stall_threshold + scheduled_gap;
                 rec.probe_latency_ms = t.probe_latencies.iter().map(|d| ms(*d)).collect();
             }
             Ok(Err(e)) => rec.error = Some(e.to_string()),

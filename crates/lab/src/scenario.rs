@@ -44,6 +44,13 @@
 //! probes = 100                 # per transfer (default 100)
 //! interval = "100ms"           # between probes (default 100 ms)
 //!
+//! [[workload]]                 # seed 003's trace replay
+//! name = "interactive"
+//! kind = "trace"
+//! client = "light"
+//! server = "web"
+//! trace = "traces/interactive.csv"   # CSV `time_ms,bytes`; relative to this file
+//!
 //! [matrix]                     # every combination is a variant
 //! transport = ["tls"]
 //! scheduler = ["ewma", "round-robin"]
@@ -155,6 +162,8 @@ struct RawWorkload {
     probes: Option<Spanned<u32>>,
     #[serde(default)]
     interval: Option<Spanned<String>>,
+    #[serde(default)]
+    trace: Option<Spanned<String>>,
 }
 
 /// A relay of the scenario.
@@ -201,6 +210,9 @@ pub enum WorkloadKind {
     /// The server streams timestamped probes; one-way latency per probe
     /// while other traffic runs (seed 002).
     Probe,
+    /// The server replays a trace of message times and sizes; delay per
+    /// message (seed 003).
+    Trace,
 }
 
 /// One workload of a variant: transfers one after another.
@@ -230,6 +242,9 @@ pub struct Workload {
     /// Probe workloads: time between probes.
     #[serde(default)]
     pub probe_interval: Duration,
+    /// Trace workloads: the schedule (offset, message bytes).
+    #[serde(default)]
+    pub trace: Vec<(Duration, u32)>,
 }
 
 /// A validated scenario.
@@ -539,6 +554,7 @@ impl Scenario {
                 // Back-to-back downloads.
                 "bulk" => (WorkloadKind::Download, 5 << 20, "0s"),
                 "probe" => (WorkloadKind::Probe, 0, "0s"),
+                "trace" => (WorkloadKind::Trace, 0, "0s"),
                 other => {
                     return Err(ctx.err(
                         w.kind.span(),
@@ -596,12 +612,36 @@ impl Scenario {
                     .map_or_else(|| w.kind.span(), |p| p.span());
                 return Err(ctx.err(span, "`probes` and `interval` belong to kind = \"probe\""));
             }
-            let size = if kind == WorkloadKind::Probe {
-                u64::from(probes) * crate::traffic::PROBE_LEN as u64
-            } else {
-                size
+            let trace = match (&w.trace, kind) {
+                (Some(t), WorkloadKind::Trace) => {
+                    let path = base.join(t.get_ref());
+                    let text = std::fs::read_to_string(&path).map_err(|e| {
+                        ctx.err(
+                            t.span(),
+                            format!("cannot read trace {}: {e}", path.display()),
+                        )
+                    })?;
+                    crate::traffic::read_trace(&text, &path.display().to_string())
+                        .map_err(|m| ctx.err(t.span(), m))?
+                }
+                (None, WorkloadKind::Trace) => {
+                    return Err(ctx.err(
+                        w.kind.span(),
+                        "kind = \"trace\" needs `trace = \"FILE.csv\"`",
+                    ))
+                }
+                (Some(t), _) => {
+                    return Err(ctx.err(t.span(), "`trace` belongs to kind = \"trace\""))
+                }
+                (None, _) => Vec::new(),
+            };
+            let size = match kind {
+                WorkloadKind::Probe => u64::from(probes) * crate::traffic::PROBE_LEN as u64,
+                WorkloadKind::Trace => trace.iter().map(|(_, b)| u64::from(*b)).sum(),
+                _ => size,
             };
             workloads.push(Workload {
+                trace,
                 probes,
                 probe_interval,
                 name,

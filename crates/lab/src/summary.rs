@@ -112,9 +112,11 @@ pub fn report_input(
         } else {
             (String::new(), String::new())
         };
-        let is_probe = records
+        let kind = records
             .iter()
-            .any(|r| &r.workload == w && r.kind == "probe");
+            .find(|r| &r.workload == w)
+            .map_or("", |r| r.kind.as_str());
+        let is_probe = kind == "probe" || kind == "trace";
         if is_probe {
             let values = variants
                 .iter()
@@ -130,8 +132,8 @@ pub fn report_input(
                 })
                 .collect();
             metrics.push(Metric {
-                key: format!("{kp}probe_latency_ms"),
-                title: format!("{tp}probe one-way latency"),
+                key: format!("{kp}{kind}_delay_ms"),
+                title: format!("{tp}{kind} message one-way delay"),
                 unit: "ms".into(),
                 lower_is_better: true,
                 values,

@@ -13,7 +13,13 @@
 //!   `probes` 16-byte probes (sequence number, wall-clock send time in ns),
 //!   one every `interval_ms` (seed 002's latency probes). All hosts of the
 //!   emulated network share one clock, so receive minus send time is the
-//!   one-way latency.
+//!   one-way latency;
+//! - [`OP_TRACE`]: `len` is the number of schedule entries; the client then
+//!   sends them (offset from the start in µs, message bytes: two u32 big
+//!   endian) and the server sends each message at its time: a 16-byte header
+//!   (sequence u32, payload length u32, send time in ns u64) and the payload
+//!   (seed 003's trace replay; the delay of each message is measured when its
+//!   last byte arrives).
 
 use std::io;
 use std::net::SocketAddr;
@@ -33,6 +39,14 @@ pub const OP_ECHO: u8 = 3;
 pub const OP_PROBE: u8 = 4;
 /// Bytes of one probe: sequence (u64) and send time (ns since the epoch, u64).
 pub const PROBE_LEN: usize = 16;
+/// Replay a schedule of messages.
+pub const OP_TRACE: u8 = 5;
+/// Header of a trace message: sequence, payload length, send time.
+pub const TRACE_HEADER_LEN: usize = 16;
+/// Most entries in one trace schedule.
+pub const MAX_TRACE_ENTRIES: u64 = 100_000;
+/// Largest message of a trace.
+pub const MAX_TRACE_MESSAGE: u32 = 1 << 20;
 /// Most probes one request may ask for.
 pub const MAX_PROBES: u64 = 1_000_000;
 
@@ -164,6 +178,28 @@ async fn serve_one(mut s: TcpStream) -> io::Result<()> {
                 probe[..8].copy_from_slice(&seq.to_be_bytes());
                 probe[8..].copy_from_slice(&unix_ns().to_be_bytes());
                 s.write_all(&probe).await?;
+            }
+            s.shutdown().await
+        }
+        OP_TRACE => {
+            if len > MAX_TRACE_ENTRIES {
+                return Err(io::ErrorKind::InvalidInput.into());
+            }
+            let mut schedule = vec![0u8; len as usize * 8];
+            s.read_exact(&mut schedule).await?;
+            let start = tokio::time::Instant::now();
+            for (seq, e) in schedule.chunks_exact(8).enumerate() {
+                let at = u32::from_be_bytes([e[0], e[1], e[2], e[3]]);
+                let bytes = u32::from_be_bytes([e[4], e[5], e[6], e[7]]).min(MAX_TRACE_MESSAGE);
+                tokio::time::sleep_until(start + Duration::from_micros(u64::from(at))).await;
+                let mut msg = Vec::with_capacity(TRACE_HEADER_LEN + bytes as usize);
+                msg.extend_from_slice(&(seq as u32).to_be_bytes());
+                msg.extend_from_slice(&bytes.to_be_bytes());
+                msg.extend_from_slice(&unix_ns().to_be_bytes());
+                let body = msg.len();
+                msg.resize(body + bytes as usize, 0);
+                fill_pattern(0, &mut msg[body..]);
+                s.write_all(&msg).await?;
             }
             s.shutdown().await
         }
@@ -341,4 +377,117 @@ pub async fn transfer(
         longest_gap,
         probe_latencies,
     })
+}
+
+/// Replay `schedule` (offset from the start, message bytes) through SOCKS:
+/// the server sends each message at its time; returns the usual timings
+/// with the one-way delay of every message in `probe_latencies`.
+pub async fn replay(
+    socks: SocketAddr,
+    server: SocketAddr,
+    schedule: &[(Duration, u32)],
+    auth: Option<(&str, &str)>,
+) -> Result<Transfer, TransferError> {
+    let t0 = Instant::now();
+    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
+        .await
+        .map_err(|e| fail(true)(format!("SOCKS connect: {e}")))?;
+    let t1 = Instant::now();
+    let err = fail(false);
+    let n = schedule.len().min(MAX_TRACE_ENTRIES as usize);
+    let mut req = Vec::with_capacity(9 + 8 * n);
+    req.push(OP_TRACE);
+    req.extend_from_slice(&(n as u64).to_be_bytes());
+    for (at, bytes) in &schedule[..n] {
+        let us = u32::try_from(at.as_micros()).unwrap_or(u32::MAX);
+        req.extend_from_slice(&us.to_be_bytes());
+        req.extend_from_slice(&(*bytes).min(MAX_TRACE_MESSAGE).to_be_bytes());
+    }
+    s.write_all(&req)
+        .await
+        .map_err(|e| err(format!("request: {e}")))?;
+    let mut delays = Vec::with_capacity(n);
+    let mut first = None;
+    let mut last_progress = Instant::now();
+    let mut longest_gap = Duration::ZERO;
+    let mut header = [0u8; TRACE_HEADER_LEN];
+    let mut body = Vec::new();
+    let mut expect = Vec::new();
+    for (seq, &(_, want_len)) in schedule[..n].iter().enumerate() {
+        s.read_exact(&mut header)
+            .await
+            .map_err(|e| err(format!("message {seq} header: {e}")))?;
+        let now = Instant::now();
+        first.get_or_insert(now);
+        longest_gap = longest_gap.max(now - last_progress);
+        last_progress = now;
+        let got_seq = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+        let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+        let sent = u64::from_be_bytes(header[8..16].try_into().unwrap_or([0; 8]));
+        if got_seq as usize != seq || len != want_len.min(MAX_TRACE_MESSAGE) {
+            return Err(err(format!(
+                "message {seq}: got sequence {got_seq} with {len} bytes"
+            )));
+        }
+        body.resize(len as usize, 0);
+        s.read_exact(&mut body)
+            .await
+            .map_err(|e| err(format!("message {seq} body: {e}")))?;
+        expect.resize(len as usize, 0);
+        fill_pattern(0, &mut expect);
+        if body != expect {
+            return Err(err(format!("corrupt data in message {seq}")));
+        }
+        let now = Instant::now();
+        longest_gap = longest_gap.max(now - last_progress);
+        last_progress = now;
+        delays.push(Duration::from_nanos(unix_ns().saturating_sub(sent)));
+    }
+    let end = Instant::now();
+    Ok(Transfer {
+        connect: t1 - t0,
+        first_byte: first.unwrap_or(end) - t1,
+        last_byte: end - t1,
+        longest_gap,
+        probe_latencies: delays,
+    })
+}
+
+/// Read a trace file: CSV lines `time_ms,bytes` (a header line and `#`
+/// comments are skipped), times non-decreasing from the first message.
+pub fn read_trace(text: &str, origin: &str) -> Result<Vec<(Duration, u32)>, String> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty()
+            || line.starts_with('#')
+            || (out.is_empty() && line.starts_with(|c: char| c.is_alphabetic()))
+        {
+            continue;
+        }
+        let bad = |m: &str| format!("{origin}:{}: {m}: {line:?}", i + 1);
+        let (t, b) = line
+            .split_once(',')
+            .ok_or_else(|| bad("expected time_ms,bytes"))?;
+        let t: f64 = t.trim().parse().map_err(|_| bad("bad time"))?;
+        let b: u32 = b.trim().parse().map_err(|_| bad("bad byte count"))?;
+        if !(0.0..=4_000_000.0).contains(&t) {
+            return Err(bad("time must be 0 to 4000000 ms"));
+        }
+        if b > MAX_TRACE_MESSAGE {
+            return Err(bad("message larger than 1 MiB"));
+        }
+        let at = Duration::from_secs_f64(t / 1e3);
+        if out.last().is_some_and(|(prev, _)| *prev > at) {
+            return Err(bad("times go backwards"));
+        }
+        out.push((at, b));
+        if out.len() as u64 > MAX_TRACE_ENTRIES {
+            return Err(bad("more than 100000 entries"));
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("{origin}: no entries"));
+    }
+    Ok(out)
 }

@@ -246,3 +246,60 @@ fn probe_workloads_take_probes_and_interval_and_keep_their_size() {
     let bad = BASE.replace("count = 2", "count = 2\nprobes = 5");
     assert_error(&bad, 29, "belong to kind");
 }
+
+#[test]
+fn traces_are_read_and_checked() {
+    use onionlab_lab::traffic::read_trace;
+    use std::time::Duration;
+    let t = read_trace(
+        "# comment\ntime_ms,bytes\n0,100\n12.5,2000\n12.5,0\n",
+        "t.csv",
+    )
+    .expect("valid");
+    assert_eq!(
+        t,
+        vec![
+            (Duration::ZERO, 100),
+            (Duration::from_micros(12_500), 2000),
+            (Duration::from_micros(12_500), 0)
+        ]
+    );
+    for (bad, needle) in [
+        ("0,1\n5,1\n3,1\n", "t.csv:3: times go backwards"),
+        ("0,1\nx,1\n", "t.csv:2: bad time"),
+        ("0,99999999\n", "larger than 1 MiB"),
+        ("0;1\n", "expected time_ms,bytes"),
+        ("# nothing\n", "no entries"),
+        ("-5,1\n", "time must be"),
+    ] {
+        let e = read_trace(bad, "t.csv").expect_err(bad);
+        assert!(e.contains(needle), "{e:?} lacks {needle:?}");
+    }
+}
+
+#[test]
+fn trace_workloads_need_a_readable_trace() {
+    let with = |line: &str| {
+        BASE.replace(
+            "[[workload]]\nkind = \"download\"",
+            &format!("[[workload]]\nname = \"t\"\nkind = \"trace\"\nclient = \"op\"\nserver = \"srv\"\n{line}\n\n[[workload]]\nkind = \"download\""),
+        )
+    };
+    let s = parse(&with("trace = \"traces/interactive.csv\"")).expect("valid");
+    let t = s
+        .workloads
+        .iter()
+        .find(|w| w.name == "t")
+        .expect("trace workload");
+    assert!(t.trace.len() > 50);
+    assert_eq!(
+        t.size,
+        t.trace.iter().map(|(_, b)| u64::from(*b)).sum::<u64>()
+    );
+    assert_error(
+        &with("trace = \"traces/missing.csv\""),
+        28,
+        "cannot read trace",
+    );
+    assert_error(&with(""), 25, "needs `trace");
+}
