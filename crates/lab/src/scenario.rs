@@ -76,6 +76,22 @@ use crate::error::{Error, Result};
 /// Largest scenario file read.
 const MAX_SCENARIO_LEN: u64 = 1 << 20;
 
+/// Largest trace file read.
+const MAX_TRACE_FILE_LEN: u64 = 16 << 20;
+
+/// A file the scenario refers to must be a regular file of bounded size
+/// (not a device, FIFO or directory that could block or never end).
+fn check_small_file(path: &Path, max: u64) -> std::result::Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    Ok(())
+}
+
 /// Transports the nodes can use today.
 pub const TRANSPORTS: &[&str] = &["tls"];
 /// Circuit schedulers.
@@ -412,6 +428,12 @@ impl Scenario {
             return Err(ctx.err(raw.name.span(), "name is empty"));
         }
         let topology_path = base.join(raw.topology.get_ref());
+        check_small_file(&topology_path, MAX_SCENARIO_LEN).map_err(|m| {
+            ctx.err(
+                raw.topology.span(),
+                format!("topology {}: {m}", topology_path.display()),
+            )
+        })?;
         let topology = Topology::from_file(&topology_path).map_err(|e| match e {
             onionlab_netem::Error::ReadTopology { .. } => ctx.err(
                 raw.topology.span(),
@@ -615,6 +637,12 @@ impl Scenario {
             let trace = match (&w.trace, kind) {
                 (Some(t), WorkloadKind::Trace) => {
                     let path = base.join(t.get_ref());
+                    check_small_file(&path, MAX_TRACE_FILE_LEN).map_err(|m| {
+                        ctx.err(
+                            t.span(),
+                            format!("cannot read trace {}: {m}", path.display()),
+                        )
+                    })?;
                     let text = std::fs::read_to_string(&path).map_err(|e| {
                         ctx.err(
                             t.span(),

@@ -5,8 +5,9 @@
 //! - per workload: TTFB and TTLB (ms from SOCKS established, as seed 000
 //!   measures), goodput (MiB/s), of the transfers that completed;
 //! - per repetition: circuit build time (ms, every circuit the clients
-//!   built), relay CPU per payload MiB, and wire overhead (IP bytes on the
-//!   clients' access links per payload byte).
+//!   built), relay CPU per payload MiB, relay peak memory, packets the
+//!   emulated links dropped, and wire overhead (IP bytes on the clients'
+//!   access links per payload byte).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -196,6 +197,25 @@ pub fn report_input(
                 vec![cpu * 1e3 / (r.payload_bytes as f64 / 1048576.0)]
             }
         }),
+    });
+    metrics.push(Metric {
+        key: "relay_peak_rss".into(),
+        title: "relay peak memory (each relay)".into(),
+        unit: "MiB".into(),
+        lower_is_better: true,
+        values: per_rep(&|r| {
+            r.relay_peak_rss
+                .iter()
+                .map(|(_, b)| *b as f64 / 1048576.0)
+                .collect()
+        }),
+    });
+    metrics.push(Metric {
+        key: "link_drops".into(),
+        title: "packets dropped by the emulated links (per repetition, all links)".into(),
+        unit: "packets".into(),
+        lower_is_better: true,
+        values: per_rep(&|r| vec![r.links.iter().map(|l| l.3 as f64).sum()]),
     });
     metrics.push(Metric {
         key: "wire_overhead".into(),

@@ -193,7 +193,7 @@ fn broken_files_name_the_line_and_the_problem() {
 #[test]
 fn a_missing_topology_is_a_clear_error() {
     let text = BASE.replace("topologies/seed000-path.toml", "nowhere.toml");
-    assert_error(&text, 2, "cannot read topology");
+    assert_error(&text, 2, "No such file");
 }
 
 #[test]
@@ -302,4 +302,18 @@ fn trace_workloads_need_a_readable_trace() {
         "cannot read trace",
     );
     assert_error(&with(""), 25, "needs `trace");
+}
+
+#[test]
+fn devices_and_directories_are_not_read_as_files() {
+    assert_error(
+        &BASE.replace("topologies/seed000-path.toml", "/dev/zero"),
+        2,
+        "not a regular file",
+    );
+    assert_error(
+        &BASE.replace("topologies/seed000-path.toml", "topologies"),
+        2,
+        "not a regular file",
+    );
 }
