@@ -4,7 +4,7 @@
 //! ```toml
 //! name = "seed000-s3"
 //! description = "A light and a bulk client share the whole path"
-//! topology = "topologies/seed000-shared.toml"  # the emulated network's format; relative to this file
+//! topology = "topologies/seed000-path.toml"  # the emulated network's format; relative to this file
 //! repetitions = 10
 //! seed = 1
 //! transfer_timeout = "120s"    # a transfer not done by then is a timeout
