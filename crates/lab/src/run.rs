@@ -149,7 +149,8 @@ impl Drop for Proc {
     }
 }
 
-fn cpu_seconds(pid: u32) -> Option<f64> {
+/// User plus system CPU seconds of process `pid` (from `/proc/PID/stat`).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -159,7 +160,8 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / hz)
 }
 
-fn peak_rss(pid: u32) -> Option<u64> {
+/// Peak resident memory (VmHWM) of process `pid` in bytes.
+pub fn peak_rss(pid: u32) -> Option<u64> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)

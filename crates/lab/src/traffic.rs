@@ -263,6 +263,20 @@ fn fail(at_connect: bool) -> impl Fn(String) -> TransferError {
     }
 }
 
+/// Connect through SOCKS to the workload server; returns the stream, when
+/// the SOCKS request started and when it succeeded.
+async fn open(
+    socks: SocketAddr,
+    server: SocketAddr,
+    auth: Option<(&str, &str)>,
+) -> Result<(TcpStream, Instant, Instant), TransferError> {
+    let t0 = Instant::now();
+    let s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
+        .await
+        .map_err(|e| fail(true)(format!("SOCKS connect: {e}")))?;
+    Ok((s, t0, Instant::now()))
+}
+
 /// Run one transfer of kind `op` and `len` bytes through SOCKS, checking
 /// every byte received (download, echo) or the server's digest (upload).
 pub async fn transfer(
@@ -272,11 +286,7 @@ pub async fn transfer(
     len: u64,
     auth: Option<(&str, &str)>,
 ) -> Result<Transfer, TransferError> {
-    let t0 = Instant::now();
-    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
-        .await
-        .map_err(|e| fail(true)(format!("SOCKS connect: {e}")))?;
-    let t1 = Instant::now();
+    let (mut s, t0, t1) = open(socks, server, auth).await?;
     let mut req = [0u8; 9];
     req[0] = op;
     req[1..].copy_from_slice(&len.to_be_bytes());
@@ -388,11 +398,7 @@ pub async fn replay(
     schedule: &[(Duration, u32)],
     auth: Option<(&str, &str)>,
 ) -> Result<Transfer, TransferError> {
-    let t0 = Instant::now();
-    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), auth)
-        .await
-        .map_err(|e| fail(true)(format!("SOCKS connect: {e}")))?;
-    let t1 = Instant::now();
+    let (mut s, t0, t1) = open(socks, server, auth).await?;
     let err = fail(false);
     let n = schedule.len().min(MAX_TRACE_ENTRIES as usize);
     let mut req = Vec::with_capacity(9 + 8 * n);

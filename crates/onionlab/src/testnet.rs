@@ -54,15 +54,12 @@ impl NodeProcess {
 
     /// User plus system CPU seconds used so far.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        cpu_seconds(self.pid()?)
+        onionlab_lab::run::cpu_seconds(self.pid()?)
     }
 
     /// Peak resident memory (VmHWM) in bytes.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
-        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
+        onionlab_lab::run::peak_rss(self.pid()?)
     }
 
     /// Whether the process has exited (and with what status).
@@ -97,19 +94,7 @@ impl Drop for NodeProcess {
     }
 }
 
-/// CPU seconds (user + system) of process `pid`, from `/proc/PID/stat`.
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may contain spaces) start at ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    Some((utime + stime) / ticks.max(1) as f64)
-}
+pub use onionlab_lab::run::cpu_seconds;
 
 /// A local network: the directory `onionlab network init` wrote, and the
 /// processes started from it.
