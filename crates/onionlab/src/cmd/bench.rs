@@ -176,14 +176,6 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Peak resident memory (VmHWM) of process `pid`, in bytes.
-fn peak_rss_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
 fn cpu_of(processes: &[(String, u32)]) -> std::result::Result<Vec<f64>, String> {
     processes
         .iter()
@@ -239,7 +231,8 @@ pub async fn measure(
             pid: *pid,
             cpu_seconds: a - b,
             cpu_s_per_gib: (a - b) / gib,
-            peak_rss_mib: peak_rss_bytes(*pid).map_or(f64::NAN, |b| b as f64 / 1048576.0),
+            peak_rss_mib: onionlab_lab::run::peak_rss(*pid)
+                .map_or(f64::NAN, |b| b as f64 / 1048576.0),
         })
         .collect();
     let bulk_seconds = t.last_byte.as_secs_f64();
