@@ -9,7 +9,11 @@
 //! ```toml
 //! nickname = "relay0"
 //! keys = "keys.secret"            # relay secret keys, see crate::keys
-//! listen = "127.0.0.1:9001"       # TLS transport listener
+//! listen = "127.0.0.1:9001"       # TLS transport listener (TCP)
+//! quic_listen = "127.0.0.1:9001"  # optional: QUIC endpoint (UDP); none = no QUIC
+//! transport = "auto"              # connections this relay opens: "auto" (default),
+//!                                 # "tls", "quic" or "quic-conn-per-circuit"
+//! quic_congestion = "cubic"       # or "newreno", "bbr"; default "cubic"
 //! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
 //! network_key = "<64 hex digits>" # network public key
 //! scheduler = "ewma"              # or "round-robin"; default "ewma"
@@ -28,7 +32,17 @@
 //! circuit_build_timeout_ms = 10000      # default 10000
 //! max_circuit_dirtiness_s = 600         # default 600
 //! build_retries = 3                     # default 3
+//! transport = "auto"                    # as for a relay; default "auto"
+//! quic_congestion = "cubic"             # as for a relay; default "cubic"
 //! ```
+//!
+//! `transport` chooses the transport of the connections a node opens (see
+//! [`TransportChoice`]): `"auto"` uses QUIC with one stream per circuit when
+//! the peer advertises a `quic` address in the network document and falls
+//! back to TLS when QUIC cannot connect (UDP blocked, for example); `"tls"`
+//! uses TLS only; `"quic"` and `"quic-conn-per-circuit"` use QUIC only, in
+//! that mode, with no fallback (for experiments). A client never listens, so
+//! it has no `quic_listen`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -210,6 +224,124 @@ impl fmt::Display for Scheduler {
     }
 }
 
+/// Which transport a node uses for the connections it opens (TOML field
+/// `transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportChoice {
+    /// `"auto"`: QUIC, one stream per circuit, when the peer advertises a
+    /// `quic` address ([`crate::doc::TRANSPORT_QUIC`]) in the network
+    /// document; TLS otherwise, and TLS as a fallback when QUIC cannot
+    /// connect.
+    #[default]
+    Auto,
+    /// `"tls"`: TLS over TCP only.
+    Tls,
+    /// `"quic"`: QUIC only, one connection per relay pair and one stream per
+    /// circuit; no fallback to TLS (for experiments).
+    Quic,
+    /// `"quic-conn-per-circuit"`: QUIC only, one QUIC connection per circuit
+    /// (over the same UDP socket); no fallback to TLS (for experiments that
+    /// separate head-of-line blocking from the shared congestion window).
+    QuicConnPerCircuit,
+}
+
+impl TransportChoice {
+    /// Every choice, in the order of the documentation.
+    pub const ALL: [TransportChoice; 4] = [
+        TransportChoice::Auto,
+        TransportChoice::Tls,
+        TransportChoice::Quic,
+        TransportChoice::QuicConnPerCircuit,
+    ];
+
+    /// The TOML string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportChoice::Auto => "auto",
+            TransportChoice::Tls => "tls",
+            TransportChoice::Quic => "quic",
+            TransportChoice::QuicConnPerCircuit => "quic-conn-per-circuit",
+        }
+    }
+
+    /// Whether connections may use QUIC (every choice but `tls`).
+    pub fn may_use_quic(self) -> bool {
+        self != TransportChoice::Tls
+    }
+}
+
+impl fmt::Display for TransportChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for TransportChoice {
+    type Err = String;
+
+    /// The TOML string; the error lists the valid ones.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        parse_choice(s, &Self::ALL, Self::as_str, "transport")
+    }
+}
+
+/// QUIC congestion control algorithm (TOML field `quic_congestion`).
+/// Standard QUIC controls congestion per connection, not per stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Congestion {
+    /// `"cubic"` (RFC 9438), the default.
+    #[default]
+    Cubic,
+    /// `"newreno"` (RFC 9002's reference algorithm).
+    NewReno,
+    /// `"bbr"`.
+    Bbr,
+}
+
+impl Congestion {
+    /// Every algorithm, in the order of the documentation.
+    pub const ALL: [Congestion; 3] = [Congestion::Cubic, Congestion::NewReno, Congestion::Bbr];
+
+    /// The TOML string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Congestion::Cubic => "cubic",
+            Congestion::NewReno => "newreno",
+            Congestion::Bbr => "bbr",
+        }
+    }
+}
+
+impl fmt::Display for Congestion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Congestion {
+    type Err = String;
+
+    /// The TOML string; the error lists the valid ones.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        parse_choice(s, &Self::ALL, Self::as_str, "congestion control")
+    }
+}
+
+/// The element of `all` whose name is `s`, or an error listing the names.
+fn parse_choice<T: Copy>(
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+    what: &str,
+) -> std::result::Result<T, String> {
+    all.iter().copied().find(|&c| name(c) == s).ok_or_else(|| {
+        let names: Vec<String> = all.iter().map(|&c| format!("{:?}", name(c))).collect();
+        format!("unknown {what} {s:?}: expected one of {}", names.join(", "))
+    })
+}
+
 /// A relay's configuration file.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -219,8 +351,20 @@ pub struct RelayConfig {
     pub nickname: String,
     /// The relay secret keys file (see [`crate::keys::load_relay_keys`]).
     pub keys: PathBuf,
-    /// Address the TLS transport listens on.
+    /// Address the TLS transport listens on (TCP).
     pub listen: SocketAddr,
+    /// UDP address the QUIC endpoint listens on; none means no QUIC
+    /// listener (the relay may still open QUIC connections, as its
+    /// `transport` says).
+    #[serde(default)]
+    pub quic_listen: Option<SocketAddr>,
+    /// Transport of the connections this relay opens; default
+    /// [`TransportChoice::Auto`].
+    #[serde(default)]
+    pub transport: TransportChoice,
+    /// QUIC congestion control; default [`Congestion::Cubic`].
+    #[serde(default)]
+    pub quic_congestion: Congestion,
     /// Where the network document comes from.
     pub network: NetworkSource,
     /// The network public key, 64 hex digits (checked when loading; see
@@ -280,6 +424,13 @@ pub struct ClientConfig {
     /// Build attempts after a failed one before a stream fails (default 3).
     #[serde(default = "default_build_retries")]
     pub build_retries: u32,
+    /// Transport of the connections to guards; default
+    /// [`TransportChoice::Auto`].
+    #[serde(default)]
+    pub transport: TransportChoice,
+    /// QUIC congestion control; default [`Congestion::Cubic`].
+    #[serde(default)]
+    pub quic_congestion: Congestion,
 }
 
 /// See [`DEFAULT_EWMA_HALF_LIFE_MS`].

@@ -15,7 +15,7 @@
 //! nickname = "relay0"
 //! ed_identity = "<64 hex digits: Ed25519 identity>"
 //! ntor_onion_key = "<64 hex digits: x25519 ntor onion key>"
-//! addresses = [{ transport = "tls", addr = "127.0.0.1:9001" }]
+//! addresses = [{ transport = "tls", addr = "127.0.0.1:9001" }, { transport = "quic", addr = "127.0.0.1:9001" }]
 //! flags = { guard = true, exit = false }
 //! bandwidth = 1000
 //! exit_policy = ["reject *:*"]
@@ -32,8 +32,8 @@
 //!
 //! Fields of a relay: `nickname` (1-19 ASCII letters and digits, unique
 //! regardless of case), `ed_identity` and `ntor_onion_key` (hex, unique
-//! identity), `addresses` (at least one; `transport` names such as `tls` or
-//! `quic`, 1-32 of `[a-z0-9-]`; names a reader does not know are kept and
+//! identity), `addresses` (at least one; `transport` names such as `tls`
+//! (TCP) or `quic` (UDP), 1-32 of `[a-z0-9-]`; names a reader does not know are kept and
 //! ignored by callers), `flags` (`guard`, `exit`; both default to false),
 //! `bandwidth` (weight for path selection in KB/s, default 0) and
 //! `exit_policy` (rule strings, see [`crate::policy`]; default
@@ -67,6 +67,10 @@ const TEXT_ORIGIN: &str = "network document";
 
 /// Transport name of the vanilla TLS-over-TCP transport.
 pub const TRANSPORT_TLS: &str = "tls";
+
+/// Transport name of the QUIC transport (UDP); a relay advertising it runs a
+/// QUIC endpoint at that address.
+pub const TRANSPORT_QUIC: &str = "quic";
 
 /// A network document: the relays of one network.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,8 +113,8 @@ pub struct RelayEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransportAddress {
-    /// Transport name: `"tls"` ([`TRANSPORT_TLS`]) now, `"quic"` and others
-    /// later. Callers ignore names they do not know.
+    /// Transport name: `"tls"` ([`TRANSPORT_TLS`], TCP) or `"quic"`
+    /// ([`TRANSPORT_QUIC`], UDP). Callers ignore names they do not know.
     pub transport: String,
     /// IP address and port.
     pub addr: SocketAddr,

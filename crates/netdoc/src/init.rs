@@ -13,10 +13,13 @@
 //! README.txt                 what these files are
 //! ```
 //!
-//! Relays are named `relay0`, `relay1`, ...; relay `i` listens (TLS
-//! transport) on `host:base_port+i`. The last `exits` relays get the Exit
-//! flag and the policy `accept *:*`; the others `reject *:*`. The non-exit
-//! relays get the Guard flag (all relays do if every relay is an exit).
+//! Relays are named `relay0`, `relay1`, ...; relay `i` listens on
+//! `host:base_port+i` with both transports, TLS on that TCP port and QUIC on
+//! the same UDP port, and advertises both (`tls` and `quic`) in the document;
+//! its configuration sets `quic_listen` and leaves `transport` at `"auto"`.
+//! The last `exits` relays get the Exit flag and the policy `accept *:*`;
+//! the others `reject *:*`. The non-exit relays get the Guard flag (all
+//! relays do if every relay is an exit).
 //!
 //! Exits accept every address, private ones included, because a lab
 //! network runs its targets on loopback and private addresses (see
@@ -31,7 +34,7 @@ use onionlab_crypto::identity::RelaySecretKeys;
 
 use crate::doc::{
     toml_string, valid_network_name, Flags, NetworkDocument, RelayEntry, TransportAddress,
-    TRANSPORT_TLS,
+    TRANSPORT_QUIC, TRANSPORT_TLS,
 };
 use crate::error::{Error, Result};
 use crate::keys;
@@ -83,7 +86,8 @@ impl Default for InitOptions {
 pub struct InitRelay {
     /// Nickname.
     pub nickname: String,
-    /// TLS listen address.
+    /// TLS listen address (TCP); the QUIC endpoint listens on the same
+    /// address over UDP.
     pub listen: SocketAddr,
     /// Has the Guard flag.
     pub guard: bool,
@@ -285,6 +289,10 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
             transport: TRANSPORT_TLS.into(),
             addr,
         });
+        entry.addresses.push(TransportAddress {
+            transport: TRANSPORT_QUIC.into(),
+            addr,
+        });
         entry.flags = Flags { guard, exit };
         entry.bandwidth = opts.bandwidth;
         entry.exit_policy = if exit {
@@ -338,8 +346,16 @@ fn relay_toml(nick: &str, listen: SocketAddr, key_hex: &str) -> String {
 nickname = {nick}
 # Secret identity (Ed25519) and ntor onion (x25519) keys; keep private.
 keys = \"keys.secret\"
-# Address of the TLS transport listener.
+# Address of the TLS transport listener (TCP).
 listen = \"{listen}\"
+# Address of the QUIC endpoint (UDP); remove to run without QUIC.
+quic_listen = \"{listen}\"
+# Transport of the connections this relay opens: \"auto\" (QUIC when the
+# peer advertises it, else or on failure TLS), \"tls\", \"quic\" or
+# \"quic-conn-per-circuit\" (the last two without fallback).
+transport = \"auto\"
+# QUIC congestion control: \"cubic\", \"newreno\" or \"bbr\".
+quic_congestion = \"cubic\"
 # The signed network document: a file, or a directory URL such as
 # \"http://127.0.0.1:7000/network.doc\".
 network = \"../../network.doc\"
@@ -391,6 +407,10 @@ network_key = \"{key_hex}\"
 circuit_build_timeout_ms = {timeout}
 max_circuit_dirtiness_s = {dirtiness}
 build_retries = {retries}
+# Transport of the connections to guards: \"auto\", \"tls\", \"quic\" or
+# \"quic-conn-per-circuit\"; QUIC congestion control: \"cubic\", \"newreno\", \"bbr\".
+transport = \"auto\"
+quic_congestion = \"cubic\"
 ",
         example = example.join(", "),
         timeout = crate::config::DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
@@ -430,7 +450,9 @@ relays/<nick>/keys.secret
 relays/<nick>/relay.toml
                      Relay configuration.
 
-Relays listen on {host} ports {first}-{last} (relay i on port {first}+i).
+Relays listen on {host} ports {first}-{last} (relay i on port {first}+i),
+TLS on the TCP port and QUIC on the same UDP port; the document advertises
+both.
 Guards: {guards}
 Exits:  {exits}
 Exits accept every address and port (`accept *:*`), private and loopback

@@ -23,7 +23,9 @@ pub mod init;
 pub mod keys;
 pub mod policy;
 
-pub use config::{load_network, ClientConfig, NetworkSource, RelayConfig, Scheduler};
+pub use config::{
+    load_network, ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
+};
 pub use doc::{Flags, NetworkDocument, RelayEntry, TransportAddress};
 pub use error::{Error, Result};
 pub use init::{init_network, InitOptions, InitSummary};

@@ -3,7 +3,10 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use onionlab_netdoc::config::{ClientConfig, NetworkSource, RelayConfig, Scheduler};
+use onionlab_netdoc::config::{
+    ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
+};
+use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
 use onionlab_netdoc::keys;
 use onionlab_netdoc::{
     init_network, load_network, Error, ExitPolicy, InitOptions, NetworkDocument,
@@ -69,6 +72,8 @@ fn init_writes_loadable_files() {
     let client = ClientConfig::load(&summary.client_config).unwrap();
     assert_eq!(client.socks_listen, "127.0.0.1:9050".parse().unwrap());
     assert_eq!(client.path, None);
+    assert_eq!(client.transport, TransportChoice::Auto);
+    assert_eq!(client.quic_congestion, Congestion::Cubic);
     assert_eq!(client.network, NetworkSource::File(out.join("network.doc")));
     assert_eq!(client.network_public_key().unwrap(), public);
     let doc = rt()
@@ -102,6 +107,14 @@ fn init_writes_loadable_files() {
         let port = 9001 + i as u16;
         assert_eq!(entry.address("tls"), Some(relay.listen));
         assert_eq!(relay.listen.port(), port);
+        // Both transports, QUIC on the same port number (UDP).
+        let names: Vec<&str> = entry
+            .addresses
+            .iter()
+            .map(|a| a.transport.as_str())
+            .collect();
+        assert_eq!(names, [TRANSPORT_TLS, TRANSPORT_QUIC]);
+        assert_eq!(entry.address(TRANSPORT_QUIC), Some(relay.listen));
 
         // Each relay config loads, its keys match the document, and its
         // network source (relative to its directory) is the same document.
@@ -109,6 +122,9 @@ fn init_writes_loadable_files() {
         assert_eq!(cfg.nickname, entry.nickname);
         assert_eq!(cfg.listen, relay.listen);
         assert_eq!(cfg.scheduler, Scheduler::Ewma);
+        assert_eq!(cfg.quic_listen, Some(relay.listen));
+        assert_eq!(cfg.transport, TransportChoice::Auto);
+        assert_eq!(cfg.quic_congestion, Congestion::Cubic);
         assert_eq!(cfg.network_public_key().unwrap(), public);
         let keys = keys::load_relay_keys(&cfg.keys).unwrap();
         assert_eq!(keys.public(), entry.public_keys());
