@@ -156,6 +156,9 @@ pub struct DropCounts {
     pub link_down: u64,
     /// The forwarder held too many packets.
     pub overflow: u64,
+    /// The path blocks the packet's IP protocol (`block = ["udp"]`).
+    #[serde(default)]
+    pub blocked: u64,
 }
 
 impl DropCounts {
@@ -167,6 +170,7 @@ impl DropCounts {
             + self.loss
             + self.link_down
             + self.overflow
+            + self.blocked
     }
 }
 

@@ -268,7 +268,11 @@ impl State {
                 self.pool.push(buf);
                 continue;
             };
-            if let Err((p, _)) = self.model.submit(now, src, dst, len, Packet { buf, len }) {
+            let protocol = buf[9];
+            if let Err((p, _)) =
+                self.model
+                    .submit_ip(now, src, dst, len, protocol, Packet { buf, len })
+            {
                 self.pool.push(p.buf);
             }
             // Keep release timing while reading long bursts.

@@ -30,6 +30,6 @@ pub use forwarder::ForwarderOptions;
 pub use model::{DropCause, LinkModel, Nanos, Output};
 pub use network::{check_privileges, Network, NetworkOptions};
 pub use topology::{
-    HostId, HostSpec, HostUpdate, LinkSpec, LossModel, PathSpec, PathUpdate, Topology,
+    Block, HostId, HostSpec, HostUpdate, LinkSpec, LossModel, PathSpec, PathUpdate, Topology,
 };
 pub use units::{QueueLimit, Rate};

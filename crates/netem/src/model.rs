@@ -7,7 +7,8 @@
 //!
 //! A packet from `src` to `dst` crosses, in order:
 //! 1. the uplink of `src` (rate + drop-tail queue),
-//! 2. the path `src -> dst`: cut check, optional bottleneck (rate + queue),
+//! 2. the path `src -> dst`: cut check, blocked-protocol check, optional
+//!    bottleneck (rate + queue),
 //!    loss process, one-way latency with jitter (no reordering unless asked),
 //! 3. the downlink of `dst` (rate + drop-tail queue), shared by all senders
 //!    and served in order of arrival.
@@ -40,6 +41,8 @@ pub enum DropCause {
     LinkDown,
     /// The model holds too many packets.
     Overflow,
+    /// The path blocks the packet's IP protocol.
+    Blocked,
 }
 
 /// What [`LinkModel::poll`] hands back.
@@ -348,11 +351,14 @@ impl<T> LinkModel<T> {
                 DropCause::Loss => d.loss += 1,
                 DropCause::LinkDown => d.link_down += 1,
                 DropCause::Overflow => d.overflow += 1,
+                DropCause::Blocked => d.blocked += 1,
             }
         }
     }
 
-    /// Offers a packet of `len` bytes from `src` to `dst` at time `now`.
+    /// Offers a packet of `len` bytes from `src` to `dst` at time `now`,
+    /// of no particular IP protocol (never blocked); see
+    /// [`submit_ip`](Self::submit_ip).
     ///
     /// Returns the token back with the cause if it is dropped at once;
     /// otherwise the packet comes out of [`poll`](Self::poll) later.
@@ -362,6 +368,21 @@ impl<T> LinkModel<T> {
         src: HostId,
         dst: HostId,
         len: usize,
+        token: T,
+    ) -> Result<(), (T, DropCause)> {
+        self.submit_ip(now, src, dst, len, 0, token)
+    }
+
+    /// As [`submit`](Self::submit), for an IP packet of protocol `protocol`
+    /// (the IPv4 header's protocol field: 6 TCP, 17 UDP): dropped with
+    /// [`DropCause::Blocked`] if the path blocks that protocol.
+    pub fn submit_ip(
+        &mut self,
+        now: Nanos,
+        src: HostId,
+        dst: HostId,
+        len: usize,
+        protocol: u8,
         token: T,
     ) -> Result<(), (T, DropCause)> {
         if src >= self.n || dst >= self.n {
@@ -380,6 +401,9 @@ impl<T> LinkModel<T> {
             }
             if !path.spec.up {
                 return Err(DropCause::LinkDown);
+            }
+            if path.spec.block.blocks(protocol) {
+                return Err(DropCause::Blocked);
             }
             let (up_done, w1) = uplink.admit(now, len).ok_or(DropCause::UplinkQueue)?;
             let (bn_done, w2) = path
@@ -860,6 +884,53 @@ mod tests {
                 .link_down,
             1
         );
+    }
+
+    #[test]
+    fn blocked_protocols() {
+        use crate::topology::Block;
+        let t = topo("[[link]]\na = \"a\"\nb = \"b\"\nblock = [\"udp\"]");
+        let mut m: LinkModel<u64> = LinkModel::new(&t);
+        assert_eq!(
+            m.submit_ip(0, 0, 1, 100, Block::PROTO_UDP, 1),
+            Err((1, DropCause::Blocked))
+        );
+        assert_eq!(
+            m.submit_ip(0, 1, 0, 100, Block::PROTO_UDP, 2),
+            Err((2, DropCause::Blocked)),
+            "both directions"
+        );
+        assert!(m.submit_ip(0, 0, 1, 100, Block::PROTO_TCP, 3).is_ok());
+        assert!(m.submit_ip(0, 0, 1, 100, Block::PROTO_ICMP, 4).is_ok());
+        assert!(m.submit(0, 0, 1, 100, 5).is_ok(), "no protocol given");
+        assert!(m.submit_ip(0, 0, 2, 100, Block::PROTO_UDP, 6).is_ok());
+        // Unblock at run time.
+        m.update_path(
+            0,
+            1,
+            &PathUpdate {
+                block: Some(Block::NONE),
+                ..Default::default()
+            },
+        );
+        assert!(m.submit_ip(1, 0, 1, 100, Block::PROTO_UDP, 7).is_ok());
+        let mut delivered = Vec::new();
+        while let Some(Output::Deliver { token, .. }) = m.poll(u64::MAX) {
+            delivered.push(token);
+        }
+        delivered.sort_unstable();
+        assert_eq!(delivered, vec![3, 4, 5, 6, 7]);
+        let (paths, _) = m.counters();
+        let drops = |s: &str, d: &str| {
+            paths
+                .iter()
+                .find(|p| p.src == s && p.dst == d)
+                .unwrap()
+                .drops
+        };
+        assert_eq!(drops("a", "b").blocked, 1);
+        assert_eq!(drops("a", "b").total(), 1);
+        assert_eq!(drops("b", "a").blocked, 1);
     }
 
     #[test]

@@ -202,6 +202,142 @@ impl<'de> Deserialize<'de> for LossModel {
     }
 }
 
+/// IP protocols a path drops: the topology's `block = ["udp"]` (also
+/// `"tcp"`, `"icmp"`; `[]` or `["none"]` blocks nothing). Packets of a
+/// blocked protocol are dropped and counted as `blocked` drops, like a
+/// firewall in the path; other packets pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Block {
+    /// Drop UDP (IP protocol 17).
+    pub udp: bool,
+    /// Drop TCP (IP protocol 6).
+    pub tcp: bool,
+    /// Drop ICMP (IP protocol 1).
+    pub icmp: bool,
+}
+
+impl Block {
+    /// Nothing blocked.
+    pub const NONE: Block = Block {
+        udp: false,
+        tcp: false,
+        icmp: false,
+    };
+    /// UDP blocked.
+    pub const UDP: Block = Block {
+        udp: true,
+        tcp: false,
+        icmp: false,
+    };
+
+    /// IP protocol number of ICMP.
+    pub const PROTO_ICMP: u8 = 1;
+    /// IP protocol number of TCP.
+    pub const PROTO_TCP: u8 = 6;
+    /// IP protocol number of UDP.
+    pub const PROTO_UDP: u8 = 17;
+
+    /// Whether a packet of IP protocol `protocol` is dropped.
+    pub fn blocks(&self, protocol: u8) -> bool {
+        match protocol {
+            Self::PROTO_UDP => self.udp,
+            Self::PROTO_TCP => self.tcp,
+            Self::PROTO_ICMP => self.icmp,
+            _ => false,
+        }
+    }
+
+    /// True when nothing is blocked.
+    pub fn is_none(&self) -> bool {
+        *self == Block::NONE
+    }
+
+    /// Adds one protocol by name (`udp`, `tcp`, `icmp`; `none` adds nothing).
+    fn add(&mut self, name: &str) -> Result<()> {
+        match name.trim() {
+            "udp" => self.udp = true,
+            "tcp" => self.tcp = true,
+            "icmp" => self.icmp = true,
+            "none" => {}
+            other => {
+                return Err(Error::Value {
+                    what: "block",
+                    value: other.to_string(),
+                    reason: "expected udp, tcp, icmp or none".into(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses the command-line and lab form: `none`, or protocol names
+    /// separated by commas (`udp`, `udp,tcp`).
+    pub fn parse(s: &str) -> Result<Block> {
+        let mut b = Block::NONE;
+        for name in s.split(',') {
+            b.add(name)?;
+        }
+        Ok(b)
+    }
+
+    /// The protocol names, in a fixed order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.udp {
+            v.push("udp");
+        }
+        if self.tcp {
+            v.push("tcp");
+        }
+        if self.icmp {
+            v.push("icmp");
+        }
+        v
+    }
+}
+
+impl fmt::Display for Block {
+    /// `none` or the names separated by commas (the form [`Block::parse`] reads).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_none() {
+            f.write_str("none")
+        } else {
+            f.write_str(&self.names().join(","))
+        }
+    }
+}
+
+impl Serialize for Block {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.names().serialize(s)
+    }
+}
+
+struct BlockVisitor;
+
+impl<'de> Visitor<'de> for BlockVisitor {
+    type Value = Block;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of protocols such as [\"udp\"] (udp, tcp, icmp)")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Block, E> {
+        Block::parse(v).map_err(|e| E::custom(e.to_string()))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Block, A::Error> {
+        let mut b = Block::NONE;
+        while let Some(name) = seq.next_element::<String>()? {
+            b.add(&name).map_err(|e| de::Error::custom(e.to_string()))?;
+        }
+        Ok(b)
+    }
+}
+
+impl<'de> Deserialize<'de> for Block {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(BlockVisitor)
+    }
+}
+
 /// An access link or bottleneck: a rate and a drop-tail queue.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 pub struct LinkSpec {
@@ -233,6 +369,9 @@ pub struct PathSpec {
     pub bottleneck: LinkSpec,
     /// False when the path is cut: every packet is dropped.
     pub up: bool,
+    /// IP protocols dropped on this path (nothing by default).
+    #[serde(default)]
+    pub block: Block,
 }
 
 impl Default for PathSpec {
@@ -245,6 +384,7 @@ impl Default for PathSpec {
             reorder_delay: Duration::from_millis(1),
             bottleneck: LinkSpec::default(),
             up: true,
+            block: Block::NONE,
         }
     }
 }
@@ -293,6 +433,9 @@ pub struct PathUpdate {
     /// Cut (`false`) or restore (`true`) the path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub up: Option<bool>,
+    /// New set of blocked IP protocols (replaces the old one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<Block>,
 }
 
 impl PathUpdate {
@@ -321,6 +464,9 @@ impl PathUpdate {
         }
         if let Some(v) = self.up {
             spec.up = v;
+        }
+        if let Some(v) = self.block {
+            spec.block = v;
         }
     }
 }
@@ -403,6 +549,8 @@ struct RawDefaults {
     reorder: Option<f64>,
     #[serde(default, with = "serde_impls::opt_duration")]
     reorder_delay: Option<Duration>,
+    #[serde(default)]
+    block: Option<Block>,
     up: Option<Rate>,
     down: Option<Rate>,
     queue: Option<QueueLimit>,
@@ -442,6 +590,8 @@ struct RawLink {
     rate: Option<Rate>,
     queue: Option<QueueLimit>,
     up: Option<bool>,
+    #[serde(default)]
+    block: Option<Block>,
 }
 
 #[derive(Deserialize)]
@@ -560,6 +710,7 @@ impl Topology {
             loss: d.loss,
             reorder: d.reorder,
             reorder_delay: d.reorder_delay,
+            block: d.block,
             ..PathUpdate::default()
         }
         .apply(&mut default_path);
@@ -664,6 +815,7 @@ impl Topology {
                 rate: l.rate,
                 queue: l.queue,
                 up: l.up,
+                block: l.block,
             };
             let mut dirs = vec![(a, b)];
             if !l.oneway {
@@ -786,6 +938,49 @@ queue = "30ms"
         assert_eq!(line, 3, "{msg}");
         let (line, msg) = err_line("[[host]]\nname = \"a\"\n\n[[link]]\na = \"a\"\nb = \"a\"\nloss = { model = \"ge\", rate = 0.1 }\n");
         assert_eq!(line, 7, "{msg}");
+    }
+
+    #[test]
+    fn block_udp() {
+        let src = "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[host]]\nname = \"c\"\n\
+                   [[link]]\na = \"a\"\nb = \"b\"\nblock = [\"udp\"]\n\
+                   [[link]]\na = \"b\"\nb = \"c\"\noneway = true\nblock = [\"udp\", \"icmp\"]\n";
+        let t = Topology::from_toml_str(src, "x").unwrap();
+        assert_eq!(t.path(0, 1).block, Block::UDP);
+        assert_eq!(t.path(1, 0).block, Block::UDP);
+        assert!(t.path(0, 1).block.blocks(Block::PROTO_UDP));
+        assert!(!t.path(0, 1).block.blocks(Block::PROTO_TCP));
+        assert!(t.path(1, 2).block.icmp && t.path(1, 2).block.udp);
+        assert_eq!(t.path(2, 1).block, Block::NONE);
+        assert_eq!(t.path(0, 2).block, Block::NONE);
+        assert_eq!(t.path(1, 2).block.to_string(), "udp,icmp");
+
+        let t = Topology::from_toml_str(
+            "[defaults]\nblock = [\"udp\"]\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n\
+             [[link]]\na = \"a\"\nb = \"b\"\nblock = []\n",
+            "x",
+        )
+        .unwrap();
+        assert_eq!(t.default_path.block, Block::UDP);
+        assert_eq!(t.path(0, 1).block, Block::NONE);
+
+        assert_eq!(Block::parse("none").unwrap(), Block::NONE);
+        assert_eq!(Block::parse("udp").unwrap(), Block::UDP);
+        assert_eq!(Block::parse("udp,tcp").unwrap().to_string(), "udp,tcp");
+        assert!(Block::parse("sctp").is_err());
+        assert_eq!(Block::NONE.to_string(), "none");
+
+        // Errors point at the line.
+        let (line, msg) = err_line(
+            "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nblock = [\"sctp\"]\n",
+        );
+        assert_eq!(line, 8, "{msg}");
+        assert!(msg.contains("expected udp, tcp, icmp or none"), "{msg}");
+        let (line, msg) = err_line(
+            "[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n[[link]]\na = \"a\"\nb = \"b\"\nblock = 17\n",
+        );
+        assert_eq!(line, 8, "{msg}");
+        assert!(msg.contains("list of protocols"), "{msg}");
     }
 
     #[test]
