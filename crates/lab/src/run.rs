@@ -16,6 +16,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
 use rand::rngs::StdRng;
@@ -298,6 +299,57 @@ fn write_csv(path: &Path, records: &[TransferRecord]) -> Result<(), RunError> {
     fs::write(path, out).map_err(io_err("writing records.csv"))
 }
 
+/// The addresses a relay listening on `addr` advertises for a variant's
+/// transport: `tls` only for `"tls"`; otherwise `tls` and `quic` on the same
+/// port (TCP and UDP), so that `quic`, `quic-conn-per-circuit` and `auto`
+/// all find a QUIC address and the TLS listener stays (and `wait_ready` can
+/// check it).
+pub fn relay_addresses(transport: &str, addr: SocketAddr) -> Vec<TransportAddress> {
+    let mut v = vec![TransportAddress {
+        transport: TRANSPORT_TLS.into(),
+        addr,
+    }];
+    if transport != "tls" {
+        v.push(TransportAddress {
+            transport: TRANSPORT_QUIC.into(),
+            addr,
+        });
+    }
+    v
+}
+
+/// The `transport` and `quic_congestion` lines of a node's configuration
+/// for a variant (only `transport` for TLS, where congestion does not apply).
+pub fn transport_config_lines(variant: &Variant) -> String {
+    if variant.transport == "tls" {
+        "transport = \"tls\"\n".into()
+    } else {
+        format!(
+            "transport = \"{}\"\nquic_congestion = \"{}\"\n",
+            variant.transport, variant.congestion
+        )
+    }
+}
+
+/// A relay's `relay.toml` for a variant; with a QUIC transport its QUIC
+/// endpoint listens on the TLS address's port over UDP (`quic_listen`).
+pub fn relay_config_text(
+    nickname: &str,
+    addr: SocketAddr,
+    network_key_hex: &str,
+    variant: &Variant,
+) -> String {
+    let mut config = format!(
+        "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\n",
+        variant.scheduler
+    );
+    if variant.transport != "tls" {
+        config.push_str(&format!("quic_listen = \"{addr}\"\n"));
+    }
+    config.push_str(&transport_config_lines(variant));
+    config
+}
+
 /// Files and addresses of one repetition's network.
 struct Layout {
     relay_configs: Vec<(String, PathBuf, SocketAddr)>,
@@ -321,10 +373,7 @@ fn write_network(
         let ip = IpAddr::V4(net.address(&r.host)?);
         let addr = SocketAddr::new(ip, RELAY_PORT);
         let mut e = RelayEntry::new(r.host.clone(), &keys.public());
-        e.addresses.push(TransportAddress {
-            transport: variant.transport.clone(),
-            addr,
-        });
+        e.addresses = relay_addresses(&variant.transport, addr);
         e.flags = Flags {
             guard: r.guard,
             exit: r.exit,
@@ -337,10 +386,7 @@ fn write_network(
         let rdir = dir.join(&r.host);
         fs::create_dir_all(&rdir).map_err(io_err("creating a relay directory"))?;
         onionlab_netdoc::keys::save_relay_keys(&rdir.join("keys.secret"), &keys)?;
-        let config = format!(
-            "nickname = \"{}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\n",
-            r.host, variant.scheduler
-        );
+        let config = relay_config_text(&r.host, addr, &network_key_hex, variant);
         let path = rdir.join("relay.toml");
         fs::write(&path, config).map_err(io_err("writing a relay config"))?;
         relay_configs.push((r.host.clone(), path, addr));
@@ -361,6 +407,7 @@ fn write_network(
             "socks_listen = \"127.0.0.1:{SOCKS_PORT}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\ncircuit_build_timeout_ms = {}\n",
             scenario.transfer_timeout.as_millis().min(60_000)
         );
+        config.push_str(&transport_config_lines(variant));
         if let Some(path) = &c.path {
             let list: Vec<String> = path.iter().map(|h| format!("\"{h}\"")).collect();
             config.push_str(&format!("path = [{}]\n", list.join(", ")));

@@ -52,12 +52,14 @@
 //! trace = "traces/interactive.csv"   # CSV `time_ms,bytes`; relative to this file
 //!
 //! [matrix]                     # every combination is a variant
-//! transport = ["tls"]
+//! transport = ["tls", "quic"]  # also "quic-conn-per-circuit", "auto"
+//! congestion = ["cubic", "bbr"] # QUIC congestion control: cubic (default), newreno, bbr
 //! scheduler = ["ewma", "round-robin"]
 //! latency = ["20ms", "40ms"]   # every path's one-way latency
 //! "loss:middle-exit" = ["0%", "1%"]   # one pair (both directions); also "latency:A-B"
 //! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
 //! size = ["320KiB", "5MiB"]    # every workload's transfer size
+//! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
 //! ```
 //!
 //! Errors name the file, line and column.
@@ -67,7 +69,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use onionlab_netem::units::parse_duration;
-use onionlab_netem::{LossModel, PathUpdate, Topology};
+use onionlab_netem::{Block, LossModel, PathUpdate, Topology};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -92,8 +94,13 @@ fn check_small_file(path: &Path, max: u64) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Transports the nodes can use today.
-pub const TRANSPORTS: &[&str] = &["tls"];
+/// Transports of the matrix's `transport` (the nodes' `transport` setting,
+/// [`onionlab_netdoc::TransportChoice`]): `tls` advertises and uses TLS
+/// only; the others advertise TLS and QUIC and open connections as named.
+pub const TRANSPORTS: &[&str] = &["tls", "quic", "quic-conn-per-circuit", "auto"];
+/// QUIC congestion controls of the matrix's `congestion`
+/// ([`onionlab_netdoc::Congestion`]).
+pub const CONGESTIONS: &[&str] = &["cubic", "newreno", "bbr"];
 /// Circuit schedulers.
 pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
 
@@ -305,8 +312,12 @@ pub struct Variant {
     pub label: String,
     /// Parameter values of this variant.
     pub params: Vec<(String, String)>,
-    /// Transport of every channel.
+    /// Transport of every channel: the nodes' `transport` setting (one of
+    /// [`TRANSPORTS`]).
     pub transport: String,
+    /// QUIC congestion control of every node (one of [`CONGESTIONS`];
+    /// default `cubic`; no effect on TLS).
+    pub congestion: String,
     /// Circuit scheduler of every relay.
     pub scheduler: String,
     /// The topology with this variant's changes.
@@ -756,6 +767,7 @@ impl Scenario {
         let mut v = Variant {
             label: String::new(),
             transport: "tls".into(),
+            congestion: "cubic".into(),
             scheduler: "ewma".into(),
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
@@ -785,8 +797,10 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
         None => (key, None),
     };
     match (name, pair) {
-        ("transport" | "scheduler" | "size" | "latency" | "loss", None) => Ok(()),
-        ("latency" | "loss", Some(pairs)) => {
+        ("transport" | "congestion" | "scheduler" | "size" | "latency" | "loss" | "block", None) => {
+            Ok(())
+        }
+        ("latency" | "loss" | "block", Some(pairs)) => {
             for pair in pairs.split(',') {
                 let (a, b) = pair.trim().split_once('-').ok_or_else(|| {
                     format!("matrix key {key:?}: write pairs as HOST-HOST[,HOST-HOST...]")
@@ -800,7 +814,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, scheduler, size, latency, loss, latency:A-B, loss:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, scheduler, size, latency, loss, block, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -813,6 +827,11 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             "unknown transport {value:?} (available: {})",
             TRANSPORTS.join(", ")
         )),
+        "congestion" if !CONGESTIONS.contains(&value) => Err(format!(
+            "unknown congestion control {value:?} ({})",
+            CONGESTIONS.join(", ")
+        )),
+        "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
         "scheduler" if !SCHEDULERS.contains(&value) => Err(format!(
             "unknown scheduler {value:?} ({})",
             SCHEDULERS.join(", ")
@@ -836,6 +855,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
             v.transport = value.into();
             return Ok(());
         }
+        "congestion" => {
+            v.congestion = value.into();
+            return Ok(());
+        }
         "scheduler" => {
             v.scheduler = value.into();
             return Ok(());
@@ -857,6 +880,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         },
         "loss" => PathUpdate {
             loss: Some(LossModel::parse(value).map_err(|e| e.to_string())?),
+            ..PathUpdate::default()
+        },
+        "block" => PathUpdate {
+            block: Some(Block::parse(value).map_err(|e| e.to_string())?),
             ..PathUpdate::default()
         },
         other => return Err(format!("unknown parameter {other}")),

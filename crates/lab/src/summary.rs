@@ -6,8 +6,15 @@
 //!   measures), goodput (MiB/s), of the transfers that completed;
 //! - per repetition: circuit build time (ms, every circuit the clients
 //!   built), relay CPU per payload MiB, relay peak memory, packets the
-//!   emulated links dropped, and wire overhead (IP bytes on the clients'
-//!   access links per payload byte).
+//!   emulated links dropped, wire overhead (IP bytes on the clients'
+//!   access links per payload byte) and stall rate (fraction of the
+//!   repetition's transfers that stalled).
+//!
+//! Notes (near the top of the report): the stall rate of every variant over
+//! all its transfers, and, where a variant has a `transport=tls`
+//! counterpart that differs from it only in the transport, its wire
+//! overhead relative to TLS (ratio of the medians of the per-repetition
+//! wire overhead).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -225,6 +232,29 @@ pub fn report_input(
         values: per_rep(&|r| r.wire_overhead.into_iter().collect()),
     });
 
+    metrics.push(Metric {
+        key: "stall_rate".into(),
+        title: "stalled transfers (per repetition)".into(),
+        unit: "%".into(),
+        lower_is_better: true,
+        values: variants
+            .iter()
+            .map(|v| {
+                let mut per_rep: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+                for r in records.iter().filter(|r| &r.variant == v) {
+                    let e = per_rep.entry(r.repetition).or_default();
+                    e.0 += u64::from(r.stalled);
+                    e.1 += 1;
+                }
+                let vals = per_rep
+                    .values()
+                    .map(|&(s, n)| 100.0 * s as f64 / n as f64)
+                    .collect();
+                (v.clone(), vals)
+            })
+            .collect(),
+    });
+
     let mut counts = Vec::new();
     let mut notes = Vec::new();
     for v in variants {
@@ -251,6 +281,8 @@ pub fn report_input(
         }
         counts.push(c);
     }
+    notes.extend(stall_rate_notes(&counts));
+    notes.extend(overhead_vs_tls_notes(variants, reps));
     // CPU saturation is flagged per variant by the report from `counts`.
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for r in records.iter().filter(|r| r.error.is_some()) {
@@ -270,6 +302,95 @@ pub fn report_input(
         counts,
         notes,
     }
+}
+
+/// One note: the stall rate of every variant (stalled transfers of all
+/// transfers); none if no variant has transfers.
+pub fn stall_rate_notes(counts: &[VariantCounts]) -> Vec<String> {
+    let parts: Vec<String> = counts
+        .iter()
+        .filter(|c| c.transfers > 0)
+        .map(|c| {
+            format!(
+                "{}: {:.1}% ({}/{})",
+                c.variant,
+                100.0 * c.stalls as f64 / c.transfers as f64,
+                c.stalls,
+                c.transfers
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "stall rate (transfers with a stall, of all transfers): {}",
+        parts.join("; ")
+    )]
+}
+
+/// The label of the variant that differs from `label` only in having
+/// `transport=tls`, if `label` has another transport.
+pub fn tls_counterpart(label: &str) -> Option<String> {
+    let mut found = false;
+    let parts: Vec<String> = label
+        .split(' ')
+        .map(|p| match p.strip_prefix("transport=") {
+            Some(t) if t != "tls" => {
+                found = true;
+                "transport=tls".to_string()
+            }
+            _ => p.to_string(),
+        })
+        .collect();
+    found.then(|| parts.join(" "))
+}
+
+/// The median of `v` (which must not be empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Notes giving each non-TLS variant's wire overhead relative to its TLS
+/// counterpart ([`tls_counterpart`]): the ratio of the medians of the
+/// per-repetition wire overhead, as a percentage more (or less) wire bytes
+/// per payload byte.
+pub fn overhead_vs_tls_notes(variants: &[String], reps: &[RepetitionRecord]) -> Vec<String> {
+    let overheads = |v: &str| -> Vec<f64> {
+        reps.iter()
+            .filter(|r| r.variant == v)
+            .filter_map(|r| r.wire_overhead)
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .collect()
+    };
+    let mut notes = Vec::new();
+    for v in variants {
+        let Some(tls) = tls_counterpart(v) else {
+            continue;
+        };
+        if !variants.contains(&tls) {
+            continue;
+        }
+        let (a, b) = (overheads(v), overheads(&tls));
+        if a.is_empty() || b.is_empty() {
+            continue;
+        }
+        let (ma, mb) = (median(a.clone()), median(b.clone()));
+        let ratio = ma / mb;
+        notes.push(format!(
+            "wire overhead relative to TLS: {v}: {:+.1}% (median {ma:.4} wire bytes per payload byte over {} repetitions, against {mb:.4} for {tls} over {}; ratio {ratio:.4})",
+            (ratio - 1.0) * 100.0,
+            a.len(),
+            b.len(),
+        ));
+    }
+    notes
 }
 
 /// Facts about this machine and build, for the report.

@@ -317,3 +317,124 @@ fn devices_and_directories_are_not_read_as_files() {
         "not a regular file",
     );
 }
+
+#[test]
+fn transport_congestion_and_block_parameters() {
+    let text = format!(
+        "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\", \"quic-conn-per-circuit\", \"auto\"]\ncongestion = [\"cubic\", \"newreno\", \"bbr\"]\n\"block:guard-middle\" = [\"none\", \"udp\"]\n"
+    );
+    let s = parse(&text).expect("valid");
+    let v = s.variants();
+    assert_eq!(v.len(), 4 * 3 * 2);
+    let x = v
+        .iter()
+        .find(|v| v.label == "block:guard-middle=udp congestion=bbr transport=quic")
+        .expect("variant");
+    assert_eq!(x.transport, "quic");
+    assert_eq!(x.congestion, "bbr");
+    let t = &x.topology;
+    let (g, m, e) = (
+        t.host_id("guard").expect("guard"),
+        t.host_id("middle").expect("middle"),
+        t.host_id("exit").expect("exit"),
+    );
+    assert!(t.path(g, m).block.udp && t.path(m, g).block.udp);
+    assert!(!t.path(g, m).block.tcp);
+    assert!(!t.path(m, e).block.udp, "other pairs pass UDP");
+    let none = v
+        .iter()
+        .find(|v| v.label == "block:guard-middle=none congestion=cubic transport=auto")
+        .expect("variant");
+    assert!(none.topology.path(g, m).block.is_none());
+
+    // Defaults: tls, cubic, nothing blocked.
+    let d = &parse(BASE).expect("valid").variants()[0];
+    assert_eq!(
+        (d.transport.as_str(), d.congestion.as_str()),
+        ("tls", "cubic")
+    );
+    assert!(d.topology.path(g, m).block.is_none());
+
+    // `block` without a pair blocks every path.
+    let s = parse(&format!("{BASE}\n[matrix]\nblock = [\"udp\"]\n")).expect("valid");
+    let t = &s.variants()[0].topology;
+    assert!(t.path(g, m).block.udp && t.path(m, e).block.udp);
+}
+
+#[test]
+fn bad_transport_congestion_and_block_values() {
+    assert_error(
+        &format!("{BASE}\n[matrix]\ntransport = [\"tls\", \"udp\"]\n"),
+        31,
+        "unknown transport \"udp\" (available: tls, quic, quic-conn-per-circuit, auto)",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\ncongestion = [\"reno\"]\n"),
+        31,
+        "unknown congestion control \"reno\" (cubic, newreno, bbr)",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\n\"block:guard-middle\" = [\"none\", \"sctp\"]\n"),
+        31,
+        "expected udp, tcp, icmp or none",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\n\"block:guard-pluto\" = [\"udp\"]\n"),
+        31,
+        "unknown host \"pluto\"",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\n\"congestion:guard-middle\" = [\"bbr\"]\n"),
+        31,
+        "unknown matrix parameter",
+    );
+}
+
+#[test]
+fn configs_follow_the_transport() {
+    use onionlab_lab::run::{relay_addresses, relay_config_text, transport_config_lines};
+    use onionlab_netdoc::config::{Congestion, RelayConfig, TransportChoice};
+
+    let key = {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let k = onionlab_netdoc::keys::generate_network_key(&mut rng);
+        onionlab_netdoc::keys::public_key_hex(&k.verifying_key())
+    };
+    let addr: std::net::SocketAddr = "10.77.0.3:9001".parse().expect("addr");
+    let text = format!(
+        "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\", \"quic-conn-per-circuit\", \"auto\"]\ncongestion = [\"newreno\"]\n"
+    );
+    for v in parse(&text).expect("valid").variants() {
+        let names: Vec<String> = relay_addresses(&v.transport, addr)
+            .into_iter()
+            .map(|a| {
+                assert_eq!(a.addr, addr);
+                a.transport
+            })
+            .collect();
+        let cfg = RelayConfig::from_toml_str(
+            &relay_config_text("guard", addr, &key, &v),
+            "r",
+            Path::new("."),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        assert_eq!(cfg.transport.to_string(), v.transport);
+        assert_eq!(cfg.listen, addr);
+        if v.transport == "tls" {
+            assert_eq!(names, ["tls"]);
+            assert_eq!(cfg.quic_listen, None);
+            assert_eq!(cfg.transport, TransportChoice::Tls);
+        } else {
+            assert_eq!(names, ["tls", "quic"]);
+            assert_eq!(cfg.quic_listen, Some(addr));
+            assert_eq!(cfg.quic_congestion, Congestion::NewReno);
+        }
+        let lines = transport_config_lines(&v);
+        assert!(lines.contains(&format!("transport = \"{}\"", v.transport)));
+        assert_eq!(
+            lines.contains("quic_congestion = \"newreno\""),
+            v.transport != "tls"
+        );
+    }
+}
