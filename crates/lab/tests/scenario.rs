@@ -438,3 +438,58 @@ fn configs_follow_the_transport() {
         );
     }
 }
+
+#[test]
+fn bundled_quic_scenarios() {
+    let load = |name: &str| {
+        Scenario::from_file(&scenarios_dir().join(format!("{name}.toml")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    // Seed 000 scenarios 1-4: TLS vs QUIC, 50 repetitions, 20/40 ms.
+    for (name, variants) in [
+        ("seed000-s1", 16),
+        ("seed000-s2", 16),
+        ("seed000-s3", 8),
+        ("seed000-s4", 8),
+    ] {
+        let s = load(name);
+        assert_eq!(s.repetitions, 50, "{name}");
+        let v = s.variants();
+        assert_eq!(v.len(), variants, "{name}");
+        for t in ["tls", "quic"] {
+            assert_eq!(
+                v.iter().filter(|v| v.transport == t).count(),
+                variants / 2,
+                "{name} {t}"
+            );
+        }
+        for l in ["20ms", "40ms"] {
+            assert!(
+                v.iter().any(|v| v.label.contains(&format!("={l}"))),
+                "{name} {l}"
+            );
+        }
+        // Every TLS variant has a QUIC twin, for the overhead comparison.
+        for q in v.iter().filter(|v| v.transport == "quic") {
+            let tls = onionlab_lab::summary::tls_counterpart(&q.label).expect("counterpart");
+            assert!(v.iter().any(|v| v.label == tls), "{name}: {tls}");
+        }
+    }
+    let q = load("quic-quick");
+    let t: Vec<String> = q.variants().into_iter().map(|v| v.transport).collect();
+    assert_eq!(t, ["tls", "quic", "quic-conn-per-circuit"]);
+
+    let f = load("quic-fallback");
+    let v = f.variants();
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].transport, "auto");
+    let topo = &v[0].topology;
+    let (g, m, e) = (
+        topo.host_id("guard").expect("guard"),
+        topo.host_id("middle").expect("middle"),
+        topo.host_id("exit").expect("exit"),
+    );
+    assert!(topo.path(g, m).block.udp && topo.path(m, g).block.udp);
+    assert!(!topo.path(g, m).block.tcp);
+    assert!(topo.path(m, e).block.is_none());
+}
