@@ -24,6 +24,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The QUIC connection failed or was closed with an error.
+    #[error("QUIC with {peer}: {detail}")]
+    Quic {
+        /// The peer.
+        peer: SocketAddr,
+        /// What happened.
+        detail: String,
+    },
     /// The peer proved an identity other than the one expected.
     #[error("peer {peer} has identity {got}, expected {expected}: refused")]
     WrongIdentity {

@@ -47,11 +47,13 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-pub use onionlab_cell::chan::AnyChanCell;
+pub use onionlab_cell::chan::{AnyChanCell, CircId};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
+pub mod any;
 mod err;
 pub mod link;
+pub mod quic;
 pub mod tls;
 
 pub use err::Error;
@@ -71,6 +73,10 @@ pub enum Ordering {
 pub enum TransportKind {
     /// One TLS 1.3 over TCP connection per relay pair (vanilla Tor).
     Tls,
+    /// One QUIC connection per relay pair, one stream per circuit.
+    Quic,
+    /// One QUIC connection per circuit, over one UDP socket per relay.
+    QuicConnPerCircuit,
 }
 
 impl TransportKind {
@@ -78,6 +84,8 @@ impl TransportKind {
     pub fn name(self) -> &'static str {
         match self {
             TransportKind::Tls => "tls",
+            TransportKind::Quic => "quic",
+            TransportKind::QuicConnPerCircuit => "quic-conn-per-circuit",
         }
     }
 
@@ -85,6 +93,8 @@ impl TransportKind {
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "tls" => Some(TransportKind::Tls),
+            "quic" => Some(TransportKind::Quic),
+            "quic-conn-per-circuit" => Some(TransportKind::QuicConnPerCircuit),
             _ => None,
         }
     }
@@ -93,6 +103,7 @@ impl TransportKind {
     pub fn ordering(self) -> Ordering {
         match self {
             TransportKind::Tls => Ordering::PerConnection,
+            TransportKind::Quic | TransportKind::QuicConnPerCircuit => Ordering::PerCircuit,
         }
     }
 }
@@ -147,6 +158,31 @@ pub trait CellWriter {
 
     /// Flush, then close the sending direction.
     fn shutdown(&mut self) -> impl Future<Output = Result<(), Error>>;
+
+    /// How this writer orders cells. With [`Ordering::PerCircuit`] the
+    /// driver fills each circuit's lane on its own: it asks
+    /// [`CellWriter::has_room_for`] per circuit and waits on
+    /// [`CellWriter::writable`] for full lanes to drain.
+    fn ordering(&self) -> Ordering {
+        Ordering::PerConnection
+    }
+
+    /// Whether a cell of circuit `circ_id` may be queued now. A writer
+    /// with one lane per circuit answers for that lane only, so a circuit
+    /// whose lane is full blocks nobody else; others answer
+    /// [`CellWriter::has_room`].
+    fn has_room_for(&self, circ_id: CircId) -> bool {
+        let _ = circ_id;
+        self.has_room()
+    }
+
+    /// Resolves when a lane that was full has drained (per-circuit
+    /// writers), so the driver can pull more cells. A per-connection
+    /// writer makes room only by [`CellWriter::flush`], and this never
+    /// resolves.
+    fn writable(&mut self) -> impl Future<Output = ()> {
+        std::future::pending()
+    }
 }
 
 /// A transport endpoint: opens links to peers and accepts them.

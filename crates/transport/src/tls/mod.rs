@@ -55,7 +55,7 @@ struct Inner {
     handshake_timeout: Duration,
 }
 
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -65,16 +65,7 @@ impl TlsTransport {
     pub fn relay(keys: &RelaySecretKeys, my_addrs: Vec<IpAddr>) -> Result<Self, Error> {
         let provider = provider();
         let our_key = identity::certified_key(&provider, keys.ed25519_keypair())?;
-        let mut server = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| Error::Config(e.to_string()))?
-            .with_client_cert_verifier(Arc::new(identity::AnyRelayIdentity::new(&provider)))
-            .with_cert_resolver(Arc::new(AlwaysResolvesServerRawPublicKeys::new(
-                our_key.clone(),
-            )));
-        // Every connection proves identities afresh: no resumption.
-        server.send_tls13_tickets = 0;
-        server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        let server = server_config(&provider, &our_key)?;
         Ok(TlsTransport {
             inner: Arc::new(Inner {
                 provider,
@@ -117,26 +108,6 @@ impl TlsTransport {
         self
     }
 
-    fn client_config(
-        &self,
-        verifier: Arc<identity::ExpectIdentity>,
-    ) -> Result<ClientConfig, Error> {
-        let inner = &self.inner;
-        let builder = ClientConfig::builder_with_provider(inner.provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(|e| Error::Config(e.to_string()))?
-            .dangerous()
-            .with_custom_certificate_verifier(verifier);
-        let mut config = match &inner.our_key {
-            Some(key) => builder.with_client_cert_resolver(Arc::new(
-                rustls::client::AlwaysResolvesClientRawPublicKeys::new(key.clone()),
-            )),
-            None => builder.with_client_cert_resolver(Arc::new(identity::Anonymous)),
-        };
-        config.resumption = Resumption::disabled();
-        Ok(config)
-    }
-
     async fn connect_inner(
         &self,
         addr: SocketAddr,
@@ -154,7 +125,12 @@ impl TlsTransport {
             expected,
             &self.inner.provider,
         ));
-        let connector = TlsConnector::from(Arc::new(self.client_config(verifier.clone())?));
+        let config = client_config(
+            &self.inner.provider,
+            self.inner.our_key.as_ref(),
+            verifier.clone(),
+        )?;
+        let connector = TlsConnector::from(Arc::new(config));
         let tls = match connector
             .connect(ServerName::IpAddress(addr.ip().into()), tcp)
             .await
@@ -186,6 +162,49 @@ impl TlsTransport {
             },
         ))
     }
+}
+
+/// The TLS 1.3 client configuration shared by the TLS and QUIC transports:
+/// the server must prove `verifier`'s expected identity; we present
+/// `our_key` (a relay) or nothing (a client); no resumption.
+pub(crate) fn client_config(
+    provider: &Arc<CryptoProvider>,
+    our_key: Option<&Arc<CertifiedKey>>,
+    verifier: Arc<identity::ExpectIdentity>,
+) -> Result<ClientConfig, Error> {
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Config(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier);
+    let mut config = match our_key {
+        Some(key) => builder.with_client_cert_resolver(Arc::new(
+            rustls::client::AlwaysResolvesClientRawPublicKeys::new(key.clone()),
+        )),
+        None => builder.with_client_cert_resolver(Arc::new(identity::Anonymous)),
+    };
+    config.resumption = Resumption::disabled();
+    Ok(config)
+}
+
+/// The TLS 1.3 server configuration shared by the TLS and QUIC transports:
+/// we prove `our_key`; relays connecting to us may prove theirs, clients
+/// stay anonymous; no resumption.
+pub(crate) fn server_config(
+    provider: &Arc<CryptoProvider>,
+    our_key: &Arc<CertifiedKey>,
+) -> Result<ServerConfig, Error> {
+    let mut server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Config(e.to_string()))?
+        .with_client_cert_verifier(Arc::new(identity::AnyRelayIdentity::new(provider)))
+        .with_cert_resolver(Arc::new(AlwaysResolvesServerRawPublicKeys::new(
+            our_key.clone(),
+        )));
+    // Every connection proves identities afresh: no resumption.
+    server.send_tls13_tickets = 0;
+    server.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    Ok(server)
 }
 
 fn split(tls: TlsStream<TcpStream>, negotiated: link::Negotiated, peer: PeerInfo) -> TlsLink {

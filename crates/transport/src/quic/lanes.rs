@@ -1,0 +1,679 @@
+//! A QUIC link's lanes (one QUIC stream per circuit) and its reader and
+//! writer halves. See the module docs of [`crate::quic`] for the layout.
+//!
+//! Sending: [`QuicWriter::queue`] encodes a cell into its circuit's lane
+//! buffer; one task per lane moves the buffer into the lane's QUIC stream.
+//! Receiving: one task per incoming stream decodes cells and hands batches
+//! to [`QuicReader`] through a bounded channel.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanMsg};
+use onionlab_cell::codec::CellCodec;
+use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use super::{quic_err, write_lane_header, Mode, QuicLink, QuicTransport, LANE_HIGH_WATER};
+use crate::link::StreamCellReader;
+use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
+
+/// Bytes asked of a stream per read.
+const READ_CHUNK: usize = 32 * 1024;
+/// Most cells per batch handed to the reader.
+const MAX_BATCH: usize = 64;
+/// Batches waiting for the reader, at most (then stream tasks wait).
+const READER_QUEUE: usize = 64;
+/// How long a finished lane waits for the peer to acknowledge its data,
+/// and shutdown for all lanes to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// QUIC application error codes.
+const CODE_DONE: u32 = 0;
+const CODE_VIOLATION: u32 = 1;
+
+/// Everything needed to start a link after its handshakes.
+pub(crate) struct LinkSpec {
+    pub(crate) conn: Connection,
+    pub(crate) control_send: SendStream,
+    pub(crate) control_recv: RecvStream,
+    pub(crate) leftover: BytesMut,
+    pub(crate) link_version: u16,
+    pub(crate) peer: PeerInfo,
+    pub(crate) mode: Mode,
+    pub(crate) our_token: [u8; super::TOKEN_LEN],
+    pub(crate) peer_token: [u8; super::TOKEN_LEN],
+}
+
+/// A lane's send buffer, shared by the writer and the lane's task.
+pub(crate) struct Lane {
+    circ_id: u32,
+    state: Mutex<LaneState>,
+    data: Notify,
+}
+
+#[derive(Default)]
+struct LaneState {
+    /// Encoded cells not yet handed to QUIC.
+    buf: BytesMut,
+    /// Bytes the task is writing now.
+    in_flight: usize,
+    /// Finish the stream once `buf` is empty.
+    closing: bool,
+    /// The stream failed: drop what is queued.
+    dead: bool,
+}
+
+impl Lane {
+    fn new(circ_id: u32) -> Self {
+        Lane {
+            circ_id,
+            state: Mutex::default(),
+            data: Notify::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, LaneState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn buffered(&self) -> usize {
+        let st = self.state();
+        st.buf.len() + st.in_flight
+    }
+
+    fn close(&self) {
+        self.state().closing = true;
+        self.data.notify_one();
+    }
+}
+
+/// Receive order of the streams of one circuit ID: a new stream is read
+/// only after the previous one for the same ID ended.
+struct OrderSlot {
+    serial: u64,
+    done: oneshot::Receiver<()>,
+}
+
+/// State shared by a link's reader, writer and tasks.
+pub(crate) struct LinkShared {
+    pub(crate) peer: PeerInfo,
+    link_version: u16,
+    mode: Mode,
+    conn: Connection,
+    transport: QuicTransport,
+    our_token: [u8; super::TOKEN_LEN],
+    peer_token: [u8; super::TOKEN_LEN],
+    /// Open send lanes by circuit ID (0: the control stream).
+    lanes: Mutex<HashMap<u32, Arc<Lane>>>,
+    /// Latest receive slot per circuit ID.
+    order: Mutex<HashMap<u32, OrderSlot>>,
+    next_serial: AtomicU64,
+    /// Lane connections (conn-per-circuit mode), to close with the link.
+    lane_conns: Mutex<HashMap<usize, Connection>>,
+    /// Send-lane tasks, awaited by shutdown.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+    cells: mpsc::Sender<Result<Vec<AnyChanCell>, Error>>,
+    /// Signalled when a lane's buffer drained.
+    room: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LinkShared {
+    fn addr(&self) -> SocketAddr {
+        self.peer.addr
+    }
+
+    /// Report a broken link to the reader and close the connection.
+    fn fail(&self, e: Error) {
+        debug!(peer = %self.addr(), "QUIC link failed: {e}");
+        let code = match e {
+            Error::Protocol { .. } | Error::Cell { .. } => CODE_VIOLATION,
+            _ => CODE_DONE,
+        };
+        let _ = self.cells.try_send(Err(e));
+        self.close_all(code, b"link failed");
+    }
+
+    fn close_all(&self, code: u32, reason: &[u8]) {
+        self.conn.close(VarInt::from_u32(code), reason);
+        for c in lock(&self.lane_conns).values() {
+            c.close(VarInt::from_u32(code), reason);
+        }
+    }
+
+    /// Finish our lane for `circ_id` (after what it holds), if open.
+    fn close_lane(&self, circ_id: u32) {
+        if let Some(lane) = lock(&self.lanes).remove(&circ_id) {
+            lane.close();
+        }
+    }
+
+    /// Take a receive slot for a new stream of `circ_id`: the previous
+    /// stream's end to wait for, and our own end signal.
+    fn order_slot(&self, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
+        let serial = self.next_serial.fetch_add(1, AtomicOrdering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let prev = lock(&self.order).insert(circ_id, OrderSlot { serial, done: rx });
+        (
+            prev.map(|p| p.done),
+            ReadSlot {
+                circ_id,
+                serial,
+                _done: tx,
+            },
+        )
+    }
+
+    fn release_slot(&self, slot: &ReadSlot) {
+        let mut order = lock(&self.order);
+        if order.get(&slot.circ_id).map(|s| s.serial) == Some(slot.serial) {
+            order.remove(&slot.circ_id);
+        }
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+}
+
+/// A stream's place in its circuit ID's receive order.
+struct ReadSlot {
+    circ_id: u32,
+    serial: u64,
+    /// Dropped when the stream ends, releasing the next one.
+    _done: oneshot::Sender<()>,
+}
+
+/// Start a link's tasks and return its halves.
+pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<LinkShared>) {
+    let (tx, rx) = mpsc::channel(READER_QUEUE);
+    let shared = Arc::new(LinkShared {
+        peer: spec.peer.clone(),
+        link_version: spec.link_version,
+        mode: spec.mode,
+        conn: spec.conn.clone(),
+        transport,
+        our_token: spec.our_token,
+        peer_token: spec.peer_token,
+        lanes: Mutex::default(),
+        order: Mutex::default(),
+        next_serial: AtomicU64::new(0),
+        lane_conns: Mutex::default(),
+        tasks: Mutex::default(),
+        cells: tx,
+        room: Notify::new(),
+    });
+    // The control stream: link-level cells only.
+    let control = Arc::new(Lane::new(0));
+    lock(&shared.lanes).insert(0, control.clone());
+    shared.spawn(lane_task(shared.clone(), control, Some(spec.control_send)));
+    tokio::spawn(control_reader(
+        shared.clone(),
+        StreamCellReader::new(
+            spec.control_recv,
+            spec.link_version,
+            spec.leftover,
+            spec.peer.addr,
+        ),
+    ));
+    tokio::spawn(accept_streams(shared.clone()));
+    tokio::spawn(watch_closed(shared.clone()));
+    let end = Arc::new(LinkEnd {
+        shared: shared.clone(),
+    });
+    let link = Link {
+        peer: spec.peer,
+        link_version: spec.link_version,
+        reader: QuicReader {
+            rx,
+            _end: end.clone(),
+        },
+        writer: QuicWriter {
+            end,
+            codec: CellCodec::new(spec.link_version),
+        },
+    };
+    (link, shared)
+}
+
+/// Closes the link when both its reader and writer are gone.
+struct LinkEnd {
+    shared: Arc<LinkShared>,
+}
+
+impl Drop for LinkEnd {
+    fn drop(&mut self) {
+        self.shared.close_all(CODE_DONE, b"link closed");
+        self.shared.transport.forget_token(&self.shared.our_token);
+    }
+}
+
+/// Report the connection's end to the reader.
+async fn watch_closed(link: Arc<LinkShared>) {
+    let why = link.conn.closed().await;
+    let e = match why {
+        ConnectionError::ApplicationClosed(ref c)
+            if c.error_code == VarInt::from_u32(CODE_DONE) =>
+        {
+            Error::Closed
+        }
+        ConnectionError::LocallyClosed => Error::Closed,
+        other => quic_err(link.addr(), other),
+    };
+    let _ = link.cells.send(Err(e)).await;
+    link.close_all(CODE_DONE, b"link closed");
+}
+
+/// The control stream after the handshake carries padding only.
+async fn control_reader(link: Arc<LinkShared>, mut reader: StreamCellReader<RecvStream>) {
+    let mut cells = Vec::new();
+    match reader.read_cells(&mut cells).await {
+        Ok(()) => {
+            let cmd = cells.first().map(|c| c.msg().cmd());
+            link.fail(Error::Protocol {
+                peer: link.addr(),
+                detail: format!("{cmd:?} cell on the QUIC control stream"),
+            });
+        }
+        // The peer finished its control stream: the link is closing, and
+        // the connection's end tells the reader.
+        Err(Error::Closed) => {}
+        Err(e) => link.fail(e),
+    }
+}
+
+/// Accept the streams the peer opens on the link's connection.
+async fn accept_streams(link: Arc<LinkShared>) {
+    loop {
+        let Ok((send, mut recv)) = link.conn.accept_bi().await else {
+            return;
+        };
+        match super::read_lane_header(&mut recv, link.addr()).await {
+            Ok(circ_id) if circ_id != 0 => accept_lane(&link, circ_id, send, recv, None),
+            Ok(_) => {
+                link.fail(Error::Protocol {
+                    peer: link.addr(),
+                    detail: "a lane for circuit ID 0".into(),
+                });
+                return;
+            }
+            Err(e) => {
+                link.fail(e);
+                return;
+            }
+        }
+    }
+}
+
+/// A lane the peer opened: read it, and send our side of the circuit on
+/// its other half (unless we already have a lane for that circuit).
+pub(crate) fn accept_lane(
+    link: &Arc<LinkShared>,
+    circ_id: u32,
+    send: SendStream,
+    recv: RecvStream,
+    lane_conn: Option<Connection>,
+) {
+    if let Some(c) = &lane_conn {
+        lock(&link.lane_conns).insert(c.stable_id(), c.clone());
+    }
+    let (prev, slot) = link.order_slot(circ_id);
+    tokio::spawn(read_lane(
+        link.clone(),
+        circ_id,
+        recv,
+        prev,
+        slot,
+        lane_conn,
+    ));
+    let mut lanes = lock(&link.lanes);
+    if lanes.contains_key(&circ_id) {
+        // We opened one too: keep ours, end this half.
+        drop(lanes);
+        let mut send = send;
+        let _ = send.finish();
+        return;
+    }
+    let lane = Arc::new(Lane::new(circ_id));
+    lanes.insert(circ_id, lane.clone());
+    drop(lanes);
+    link.spawn(lane_task(link.clone(), lane, Some(send)));
+}
+
+/// Open a lane we send first on: a stream on the link's connection, or
+/// (conn-per-circuit) a stream on a new connection to the peer.
+async fn open_lane(link: &Arc<LinkShared>, lane: &Lane) -> Result<SendStream, Error> {
+    let circ_id = lane.circ_id;
+    let peer = link.addr();
+    let (conn, token) = match link.mode {
+        Mode::StreamPerCircuit => (link.conn.clone(), None),
+        Mode::ConnPerCircuit => {
+            let Some(id) = link.peer.identity else {
+                return Err(Error::Protocol {
+                    peer,
+                    detail: "cannot open a lane connection to an anonymous client".into(),
+                });
+            };
+            // The peer's one UDP socket is where this link came from.
+            let conn = link
+                .transport
+                .open_connection(link.conn.remote_address(), id)
+                .await?;
+            lock(&link.lane_conns).insert(conn.stable_id(), conn.clone());
+            (conn, Some(&link.peer_token))
+        }
+    };
+    let (mut send, recv) = conn.open_bi().await.map_err(|e| quic_err(peer, e))?;
+    write_lane_header(&mut send, peer, circ_id, token).await?;
+    let (prev, slot) = link.order_slot(circ_id);
+    let lane_conn = (link.mode == Mode::ConnPerCircuit).then_some(conn);
+    tokio::spawn(read_lane(
+        link.clone(),
+        circ_id,
+        recv,
+        prev,
+        slot,
+        lane_conn,
+    ));
+    Ok(send)
+}
+
+/// Move a lane's buffer into its QUIC stream until the lane closes.
+async fn lane_task(link: Arc<LinkShared>, lane: Arc<Lane>, stream: Option<SendStream>) {
+    let mut send = match stream {
+        Some(s) => s,
+        None => match open_lane(&link, &lane).await {
+            Ok(s) => s,
+            Err(e) => {
+                lane.state().dead = true;
+                link.fail(e);
+                return;
+            }
+        },
+    };
+    loop {
+        let (chunk, closing) = {
+            let mut st = lane.state();
+            let chunk = st.buf.split();
+            st.in_flight = chunk.len();
+            (chunk, st.closing)
+        };
+        if !chunk.is_empty() {
+            if let Err(e) = send.write_all(&chunk).await {
+                lane.state().dead = true;
+                link.fail(quic_err(link.addr(), e));
+                return;
+            }
+            lane.state().in_flight = 0;
+            link.room.notify_one();
+            continue;
+        }
+        if closing {
+            let _ = send.finish();
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, send.stopped()).await;
+            return;
+        }
+        lane.data.notified().await;
+    }
+}
+
+/// Decode the cells of one circuit's incoming stream.
+async fn read_lane(
+    link: Arc<LinkShared>,
+    circ_id: u32,
+    mut recv: RecvStream,
+    prev: Option<oneshot::Receiver<()>>,
+    slot: ReadSlot,
+    lane_conn: Option<Connection>,
+) {
+    if let Some(prev) = prev {
+        // The previous stream for this ID must be read to its end first
+        // (its sender dropped or the link closed).
+        let _ = prev.await;
+    }
+    let result = read_lane_cells(&link, circ_id, &mut recv).await;
+    link.release_slot(&slot);
+    match result {
+        // The peer is done with this circuit: finish our half too.
+        Ok(()) => link.close_lane(circ_id),
+        Err(None) => {}
+        Err(Some(e)) => link.fail(e),
+    }
+    if let Some(c) = lane_conn {
+        // quinn closes the lane's connection once our sending half (held
+        // by its lane task) is gone too.
+        lock(&link.lane_conns).remove(&c.stable_id());
+    }
+}
+
+/// `Ok` at a clean end of stream, `Err(None)` if the reader or the
+/// connection is gone, `Err(Some(e))` for a violation.
+async fn read_lane_cells(
+    link: &LinkShared,
+    circ_id: u32,
+    recv: &mut RecvStream,
+) -> Result<(), Option<Error>> {
+    let peer = link.addr();
+    let mut codec = CellCodec::new(link.link_version);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    loop {
+        // Nothing complete is buffered (decoding drains whole cells), so
+        // the buffer stays below one chunk plus one cell.
+        buf.reserve(READ_CHUNK);
+        let n = match recv.read_buf(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => {
+                return match link.conn.close_reason() {
+                    Some(_) => Err(None),
+                    None => Err(Some(quic_err(peer, e))),
+                }
+            }
+        };
+        if n == 0 {
+            return if buf.is_empty() {
+                Ok(())
+            } else {
+                Err(Some(Error::Protocol {
+                    peer,
+                    detail: format!("lane {circ_id} ended inside a cell ({} bytes)", buf.len()),
+                }))
+            };
+        }
+        let mut batch = Vec::new();
+        loop {
+            let cell = match codec.decode(&mut buf) {
+                Ok(Some(cell)) => cell,
+                Ok(None) => break,
+                Err(source) => return Err(Some(Error::Cell { peer, source })),
+            };
+            if cell.circid().map(u32::from) != Some(circ_id) {
+                return Err(Some(Error::Protocol {
+                    peer,
+                    detail: format!(
+                        "{} cell for circuit {:?} on the lane of circuit {circ_id}",
+                        cell.msg().cmd(),
+                        cell.circid().map(u32::from)
+                    ),
+                }));
+            }
+            match cell.msg() {
+                AnyChanMsg::Versions(_)
+                | AnyChanMsg::Netinfo(_)
+                | AnyChanMsg::Certs(_)
+                | AnyChanMsg::AuthChallenge(_)
+                | AnyChanMsg::Authenticate(_)
+                | AnyChanMsg::Padding(_)
+                | AnyChanMsg::Vpadding(_) => {
+                    return Err(Some(Error::Protocol {
+                        peer,
+                        detail: format!("{} cell on a circuit lane", cell.msg().cmd()),
+                    }))
+                }
+                AnyChanMsg::Destroy(_) => link.close_lane(circ_id),
+                _ => {}
+            }
+            batch.push(cell);
+            if batch.len() == MAX_BATCH {
+                if link
+                    .cells
+                    .send(Ok(std::mem::take(&mut batch)))
+                    .await
+                    .is_err()
+                {
+                    return Err(None);
+                }
+            }
+        }
+        if !batch.is_empty() && link.cells.send(Ok(batch)).await.is_err() {
+            return Err(None);
+        }
+    }
+}
+
+/// Incoming cells of a QUIC link, from all its lanes.
+pub struct QuicReader {
+    rx: mpsc::Receiver<Result<Vec<AnyChanCell>, Error>>,
+    _end: Arc<LinkEnd>,
+}
+
+impl CellReader for QuicReader {
+    async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
+        match self.rx.recv().await {
+            Some(Ok(batch)) => {
+                out.extend(batch);
+                Ok(())
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(Error::Closed),
+        }
+    }
+}
+
+/// Outgoing cells of a QUIC link: one lane per circuit.
+pub struct QuicWriter {
+    end: Arc<LinkEnd>,
+    codec: CellCodec,
+}
+
+impl QuicWriter {
+    fn link(&self) -> &Arc<LinkShared> {
+        &self.end.shared
+    }
+
+    /// The lane of `circ_id`, opened if it has none.
+    fn lane(&self, circ_id: u32) -> Arc<Lane> {
+        let link = self.link();
+        let mut lanes = lock(&link.lanes);
+        if let Some(lane) = lanes.get(&circ_id) {
+            return lane.clone();
+        }
+        let lane = Arc::new(Lane::new(circ_id));
+        lanes.insert(circ_id, lane.clone());
+        drop(lanes);
+        link.spawn(lane_task(link.clone(), lane.clone(), None));
+        lane
+    }
+
+    /// Which QUIC mode this link uses.
+    pub fn kind(&self) -> crate::TransportKind {
+        match self.link().mode {
+            Mode::StreamPerCircuit => crate::TransportKind::Quic,
+            Mode::ConnPerCircuit => crate::TransportKind::QuicConnPerCircuit,
+        }
+    }
+
+    /// Bytes buffered in all lanes (for tests and memory accounting).
+    pub fn buffered_bytes(&self) -> usize {
+        lock(&self.link().lanes)
+            .values()
+            .map(|l| l.buffered())
+            .sum()
+    }
+
+    /// Circuit lanes open for sending (the control stream not counted).
+    pub fn open_lanes(&self) -> usize {
+        lock(&self.link().lanes).len().saturating_sub(1)
+    }
+}
+
+impl CellWriter for QuicWriter {
+    fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
+        let peer = self.link().addr();
+        let circ_id = cell.circid().map_or(0, u32::from);
+        let destroy = circ_id != 0 && matches!(cell.msg(), AnyChanMsg::Destroy(_));
+        let lane = self.lane(circ_id);
+        {
+            let mut st = lane.state();
+            if st.dead {
+                // The link is failing; its reader reports why.
+                return Ok(());
+            }
+            self.codec
+                .encode(cell, &mut st.buf)
+                .map_err(|source| Error::Cell { peer, source })?;
+        }
+        if destroy {
+            self.link().close_lane(circ_id);
+        }
+        lane.data.notify_one();
+        Ok(())
+    }
+
+    fn has_room(&self) -> bool {
+        lock(&self.link().lanes)
+            .get(&0)
+            .is_none_or(|l| l.buffered() < LANE_HIGH_WATER)
+    }
+
+    fn has_pending(&self) -> bool {
+        false
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> Result<(), Error> {
+        let link = self.link().clone();
+        let lanes: Vec<Arc<Lane>> = lock(&link.lanes).drain().map(|(_, l)| l).collect();
+        for lane in lanes {
+            lane.close();
+        }
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
+        let drain = async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        link.close_all(CODE_DONE, b"link closed");
+        Ok(())
+    }
+
+    fn ordering(&self) -> Ordering {
+        Ordering::PerCircuit
+    }
+
+    fn has_room_for(&self, circ_id: CircId) -> bool {
+        lock(&self.link().lanes)
+            .get(&u32::from(circ_id))
+            .is_none_or(|l| l.buffered() < LANE_HIGH_WATER)
+    }
+
+    async fn writable(&mut self) {
+        self.link().room.notified().await
+    }
+}

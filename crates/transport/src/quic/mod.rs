@@ -1,0 +1,757 @@
+//! The QUIC transport (seeds 000 and 001): one QUIC connection per pair of
+//! nodes, and one QUIC stream per circuit, so a lost packet delays only the
+//! circuit whose stream it carried ([`Ordering::PerCircuit`](crate::Ordering)).
+//!
+//! Library: quinn (0.11) over rustls, the same TLS 1.3 stack and ring
+//! provider as the [`tls`](crate::tls) transport. quinn is the maintained
+//! pure-Rust QUIC implementation with tokio integration and pluggable
+//! congestion control (Cubic, NewReno, BBR); quiche and s2n-quic would
+//! bring a C or a second TLS stack, and neither plugs into rustls' raw
+//! public keys as directly.
+//!
+//! # Identity
+//!
+//! Exactly as in the TLS transport: the QUIC handshake is TLS 1.3 with
+//! raw public keys (RFC 7250) that are the relays' Ed25519 identities.
+//! The connecting side refuses a peer whose key is not the one the network
+//! document lists ([`Error::WrongIdentity`]); relays prove their identity
+//! when they connect, clients stay anonymous. ALPN is [`ALPN`].
+//!
+//! # Wire layout
+//!
+//! - **Control stream.** The connecting side opens the connection's first
+//!   bidirectional stream and writes a preamble (`OLQ1`, the mode byte,
+//!   and a 16-byte link token); the accepting side answers `OLQ1` and its
+//!   own token. Both then run tor's VERSIONS/NETINFO handshake
+//!   ([`crate::link`]) on it. Afterwards it carries link-level cells
+//!   (padding) only; a circuit cell there is a protocol violation.
+//! - **Circuit lanes.** The first cell either side sends on a circuit ID
+//!   opens a bidirectional stream that starts with the 4-byte circuit ID;
+//!   both directions of that circuit then use that stream, and every cell
+//!   on it must carry that circuit ID. A lane is mapped by *circuit*, never
+//!   by tor stream (seed 000 explains how QuicTor's per-stream mapping
+//!   collapsed onto one QUIC stream). Sending or receiving a DESTROY
+//!   finishes the lane; a later circuit reusing the ID opens a new stream,
+//!   and the receiver reads it only after the old stream's end, so the
+//!   old circuit's DESTROY is handed over before the new CREATE2.
+//! - **`quic-conn-per-circuit`** ([`Mode::ConnPerCircuit`]): each lane is
+//!   its own QUIC connection from the same UDP socket, whose one stream
+//!   starts with `OLQL`, the *receiver's* link token and the circuit ID.
+//!   Each circuit then also has its own congestion controller, which
+//!   separates the two effects of the design: standard QUIC keeps one
+//!   congestion window per connection, so stream-per-circuit removes
+//!   head-of-line blocking but not the shared window. Lane connections are
+//!   authenticated like links, and a relay's must prove the link's
+//!   identity. (A circuit ID reused while the old lane's connection is
+//!   still draining is not ordered across connections; circuit IDs are
+//!   random 31-bit values, so this needs a collision within one round
+//!   trip.)
+//!
+//! One UDP socket per relay serves every peer, for connections it accepts
+//! and opens alike. A client has one socket per address family.
+//!
+//! # Settings that matter for many small streams
+//!
+//! | setting | value | why |
+//! |---|---|---|
+//! | concurrent bidirectional streams | [`MAX_LANES`] per connection | one per circuit; a peer cannot open more |
+//! | unidirectional streams | 0 | not used |
+//! | stream receive window | [`STREAM_WINDOW`] | above tor's circuit window (1000 cells of 514 bytes), so tor's SENDMEs, not QUIC, limit a circuit |
+//! | connection receive window | [`CONNECTION_WINDOW`] | bounds what a peer may have in flight to us over all circuits |
+//! | send window | [`SEND_WINDOW`] | bounds unacknowledged data quinn buffers per connection |
+//! | send fairness | on | streams of equal priority take turns per packet, so one bulk circuit cannot starve light ones |
+//! | lane buffer | [`LANE_HIGH_WATER`] | cells wait in the circuit queues, where the scheduler and the memory cap see them |
+//! | keep-alive / idle timeout | 15 s / 60 s | idle channels stay open like tor's |
+//! | congestion control | [`Congestion`], Cubic by default | quinn's implementations |
+//!
+//! # Back-pressure
+//!
+//! Each lane has its own bounded buffer ([`LANE_HIGH_WATER`]) drained by
+//! its own task into its QUIC stream. [`CellWriter::has_room_for`](crate::CellWriter::has_room_for)
+//! answers per lane, so a circuit whose stream is blocked (peer flow
+//! control, congestion) blocks only itself.
+
+mod lanes;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use onionlab_crypto::identity::RelaySecretKeys;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{Endpoint, TransportConfig, VarInt};
+use rustls::crypto::CryptoProvider;
+use rustls::sign::CertifiedKey;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+use tracing::debug;
+
+use crate::link::{self, Role};
+use crate::tls::identity;
+use crate::{Error, Link, PeerInfo, TransportKind};
+
+use lanes::{LinkShared, LinkSpec};
+pub use lanes::{QuicReader, QuicWriter};
+
+/// An open QUIC link.
+pub type QuicLink = Link<QuicReader, QuicWriter>;
+
+/// ALPN protocol name of onionlab's QUIC links.
+pub const ALPN: &[u8] = b"onionlab-quic/1";
+
+/// Most concurrent circuit lanes (bidirectional streams) per connection.
+pub const MAX_LANES: u32 = 1024;
+/// Per-stream receive window (bytes).
+pub const STREAM_WINDOW: u32 = 768 * 1024;
+/// Per-connection receive window (bytes).
+pub const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
+/// Per-connection send window (bytes).
+pub const SEND_WINDOW: u64 = 8 * 1024 * 1024;
+/// Bytes of encoded cells a lane buffers before it reports no room.
+pub const LANE_HIGH_WATER: usize = 16 * 1024;
+/// Default bound on the QUIC and link handshakes.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Preamble magic of a link's control stream.
+const LINK_MAGIC: &[u8; 4] = b"OLQ1";
+/// Preamble magic of a lane connection (conn-per-circuit mode).
+const LANE_MAGIC: &[u8; 4] = b"OLQL";
+/// Length of a link token.
+const TOKEN_LEN: usize = 16;
+/// Handshakes being completed by a relay's acceptor, at most.
+const MAX_PENDING_LINKS: usize = 64;
+
+/// How circuits are mapped onto QUIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Mode {
+    /// One connection per node pair, one stream per circuit.
+    #[default]
+    StreamPerCircuit,
+    /// One connection per circuit (each with one stream), over the same
+    /// UDP socket.
+    ConnPerCircuit,
+}
+
+impl Mode {
+    fn byte(self) -> u8 {
+        match self {
+            Mode::StreamPerCircuit => 0,
+            Mode::ConnPerCircuit => 1,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            0 => Some(Mode::StreamPerCircuit),
+            1 => Some(Mode::ConnPerCircuit),
+            _ => None,
+        }
+    }
+}
+
+/// QUIC congestion controllers (quinn's implementations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Congestion {
+    /// CUBIC (RFC 9438), quinn's default.
+    #[default]
+    Cubic,
+    /// NewReno (RFC 9002).
+    NewReno,
+    /// BBR (quinn's experimental BBRv1).
+    Bbr,
+}
+
+/// Settings of a QUIC transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuicSettings {
+    /// How circuits map onto QUIC for the links this node opens (the
+    /// accepting side follows the opener).
+    pub mode: Mode,
+    /// Congestion controller of every connection this node opens or
+    /// accepts.
+    pub congestion: Congestion,
+    /// Bound on the QUIC plus link handshake.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for QuicSettings {
+    fn default() -> Self {
+        QuicSettings {
+            mode: Mode::StreamPerCircuit,
+            congestion: Congestion::Cubic,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+fn transport_config(congestion: Congestion) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_LANES))
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
+        .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
+        .send_window(SEND_WINDOW)
+        .send_fairness(true)
+        .keep_alive_interval(Some(Duration::from_secs(15)))
+        .max_idle_timeout(Some(VarInt::from_u32(60_000).into()));
+    match congestion {
+        Congestion::Cubic => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
+        }
+        Congestion::NewReno => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()))
+        }
+        Congestion::Bbr => {
+            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()))
+        }
+    };
+    Arc::new(t)
+}
+
+/// Links of one endpoint by the token a peer names in lane connections.
+type TokenMap = Mutex<HashMap<[u8; TOKEN_LEN], Weak<LinkShared>>>;
+
+/// The QUIC transport of one node.
+#[derive(Clone)]
+pub struct QuicTransport {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    provider: Arc<CryptoProvider>,
+    our_key: Option<Arc<CertifiedKey>>,
+    settings: QuicSettings,
+    my_addrs: Vec<IpAddr>,
+    /// A relay's one endpoint (accepting and connecting).
+    relay_endpoint: Option<Endpoint>,
+    /// A client's endpoints, one per address family, made on first use.
+    client_v4: OnceLock<Endpoint>,
+    client_v6: OnceLock<Endpoint>,
+    /// Links by our token, for lane connections.
+    tokens: Arc<TokenMap>,
+    /// The acceptor's output, taken by [`crate::Transport::bind`].
+    incoming: Mutex<Option<mpsc::Receiver<QuicIncoming>>>,
+}
+
+impl QuicTransport {
+    /// The transport of a relay: binds its UDP socket at `listen` now
+    /// (must run inside a tokio runtime) and serves every peer from it.
+    pub fn relay(
+        keys: &RelaySecretKeys,
+        my_addrs: Vec<IpAddr>,
+        listen: SocketAddr,
+        settings: QuicSettings,
+    ) -> Result<Self, Error> {
+        let provider = crate::tls::provider();
+        let our_key = identity::certified_key(&provider, keys.ed25519_keypair())?;
+        let mut tls = crate::tls::server_config(&provider, &our_key)?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        tls.max_early_data_size = 0;
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
+        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(transport_config(settings.congestion));
+        server.migration(false);
+        let endpoint = Endpoint::server(server, listen).map_err(|source| Error::Io {
+            what: "binding the QUIC endpoint",
+            source,
+        })?;
+        let tokens: Arc<TokenMap> = Arc::default();
+        let (tx, rx) = mpsc::channel(MAX_PENDING_LINKS);
+        tokio::spawn(acceptor(
+            endpoint.clone(),
+            tokens.clone(),
+            tx,
+            settings.handshake_timeout,
+        ));
+        Ok(QuicTransport {
+            inner: Arc::new(Inner {
+                provider,
+                our_key: Some(our_key),
+                settings,
+                my_addrs,
+                relay_endpoint: Some(endpoint),
+                client_v4: OnceLock::new(),
+                client_v6: OnceLock::new(),
+                tokens,
+                incoming: Mutex::new(Some(rx)),
+            }),
+        })
+    }
+
+    /// The transport of a client: authenticates relays, stays anonymous,
+    /// accepts nothing.
+    pub fn client(settings: QuicSettings) -> Self {
+        QuicTransport {
+            inner: Arc::new(Inner {
+                provider: crate::tls::provider(),
+                our_key: None,
+                settings,
+                my_addrs: Vec::new(),
+                relay_endpoint: None,
+                client_v4: OnceLock::new(),
+                client_v6: OnceLock::new(),
+                tokens: Arc::default(),
+                incoming: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// This transport's settings.
+    pub fn settings(&self) -> QuicSettings {
+        self.inner.settings
+    }
+
+    /// The address of a relay's UDP socket.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner
+            .relay_endpoint
+            .as_ref()
+            .and_then(|e| e.local_addr().ok())
+    }
+
+    fn endpoint_for(&self, peer: SocketAddr) -> Result<Endpoint, Error> {
+        if let Some(e) = &self.inner.relay_endpoint {
+            return Ok(e.clone());
+        }
+        let (cell, any) = if peer.is_ipv4() {
+            (&self.inner.client_v4, SocketAddr::from(([0, 0, 0, 0], 0)))
+        } else {
+            (&self.inner.client_v6, SocketAddr::from(([0u16; 8], 0)))
+        };
+        if let Some(e) = cell.get() {
+            return Ok(e.clone());
+        }
+        let e = Endpoint::client(any).map_err(|source| Error::Io {
+            what: "binding the QUIC client socket",
+            source,
+        })?;
+        Ok(cell.get_or_init(|| e).clone())
+    }
+
+    /// A quinn client configuration requiring the peer to prove `verifier`'s
+    /// identity.
+    fn client_config(
+        &self,
+        verifier: Arc<identity::ExpectIdentity>,
+    ) -> Result<quinn::ClientConfig, Error> {
+        let mut tls =
+            crate::tls::client_config(&self.inner.provider, self.inner.our_key.as_ref(), verifier)?;
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicClientConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(transport_config(self.inner.settings.congestion));
+        Ok(config)
+    }
+
+    /// Open an authenticated QUIC connection to `addr` (no link yet).
+    pub(crate) async fn open_connection(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> Result<quinn::Connection, Error> {
+        let endpoint = self.endpoint_for(addr)?;
+        let verifier = Arc::new(identity::ExpectIdentity::new(
+            expected,
+            &self.inner.provider,
+        ));
+        let config = self.client_config(verifier.clone())?;
+        let connecting = endpoint
+            .connect_with(config, addr, "onionlab")
+            .map_err(|e| Error::Quic {
+                peer: addr,
+                detail: e.to_string(),
+            })?;
+        connecting.await.map_err(|e| match verifier.presented() {
+            Some(got) if got != expected => Error::WrongIdentity {
+                peer: addr,
+                got: hex::encode(got.as_bytes()),
+                expected: hex::encode(expected.as_bytes()),
+            },
+            _ => Error::Quic {
+                peer: addr,
+                detail: e.to_string(),
+            },
+        })
+    }
+
+    async fn connect_inner(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> Result<QuicLink, Error> {
+        let conn = self.open_connection(addr, expected).await?;
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| quic_err(addr, e))?;
+        let token: [u8; TOKEN_LEN] = rand::random();
+        let mode = self.inner.settings.mode;
+        let mut preamble = LINK_MAGIC.to_vec();
+        preamble.push(mode.byte());
+        preamble.extend_from_slice(&token);
+        send.write_all(&preamble)
+            .await
+            .map_err(|e| quic_err(addr, e))?;
+        let mut answer = [0u8; 4 + TOKEN_LEN];
+        recv.read_exact(&mut answer)
+            .await
+            .map_err(|e| Error::Protocol {
+                peer: addr,
+                detail: format!("reading the QUIC link preamble: {e}"),
+            })?;
+        if &answer[..4] != LINK_MAGIC {
+            return Err(Error::Protocol {
+                peer: addr,
+                detail: "bad QUIC link preamble".into(),
+            });
+        }
+        let mut peer_token = [0u8; TOKEN_LEN];
+        peer_token.copy_from_slice(&answer[4..]);
+        let mut control = tokio::io::join(recv, send);
+        let role = Role::Initiator {
+            my_addrs: self.inner.my_addrs.clone(),
+            relay: self.inner.our_key.is_some(),
+        };
+        let negotiated = link::handshake(&mut control, role, addr).await?;
+        let (recv, send) = control.into_inner();
+        Ok(self.finish_link(LinkSpec {
+            conn,
+            control_send: send,
+            control_recv: recv,
+            leftover: negotiated.leftover,
+            link_version: negotiated.link_version,
+            peer: PeerInfo {
+                identity: Some(expected),
+                addr,
+            },
+            mode,
+            our_token: token,
+            peer_token,
+        }))
+    }
+
+    fn finish_link(&self, spec: LinkSpec) -> QuicLink {
+        let token = spec.our_token;
+        let (link, shared) = lanes::start(spec, self.clone());
+        self.inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token, Arc::downgrade(&shared));
+        link
+    }
+
+    /// Forget a link's token (the link is gone).
+    pub(crate) fn forget_token(&self, token: &[u8; TOKEN_LEN]) {
+        self.inner
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+    }
+}
+
+pub(crate) fn quic_err(peer: SocketAddr, e: impl std::fmt::Display) -> Error {
+    Error::Quic {
+        peer,
+        detail: e.to_string(),
+    }
+}
+
+/// The identity a connection's peer proved, if any.
+fn peer_identity(conn: &quinn::Connection) -> Option<Ed25519Identity> {
+    let any = conn.peer_identity()?;
+    let certs = any
+        .downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+        .ok()?;
+    certs.first().and_then(|c| identity::identity_from_spki(c))
+}
+
+/// A relay's acceptor: completes QUIC handshakes and preambles, hands new
+/// links to the listener and lane connections to their links.
+async fn acceptor(
+    endpoint: Endpoint,
+    tokens: Arc<TokenMap>,
+    links: mpsc::Sender<QuicIncoming>,
+    timeout: Duration,
+) {
+    while let Some(incoming) = endpoint.accept().await {
+        let tokens = tokens.clone();
+        let links = links.clone();
+        tokio::spawn(async move {
+            let addr = incoming.remote_address();
+            match tokio::time::timeout(timeout, accept_one(incoming, &tokens)).await {
+                Ok(Ok(Accepted::Link(link))) => {
+                    if links.try_send(link).is_err() {
+                        debug!(peer = %addr, "QUIC link refused: too many pending links");
+                    }
+                }
+                Ok(Ok(Accepted::Lane)) => {}
+                Ok(Err(e)) => debug!(peer = %addr, "QUIC connection refused: {e}"),
+                Err(_) => debug!(peer = %addr, "QUIC handshake timed out"),
+            }
+        });
+    }
+}
+
+enum Accepted {
+    Link(QuicIncoming),
+    Lane,
+}
+
+async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Accepted, Error> {
+    let addr = incoming.remote_address();
+    let conn = incoming
+        .accept()
+        .map_err(|e| quic_err(addr, e))?
+        .await
+        .map_err(|e| quic_err(addr, e))?;
+    let identity = peer_identity(&conn);
+    let (send, mut recv) = conn.accept_bi().await.map_err(|e| quic_err(addr, e))?;
+    let mut magic = [0u8; 4];
+    recv.read_exact(&mut magic)
+        .await
+        .map_err(|e| quic_err(addr, e))?;
+    if &magic == LINK_MAGIC {
+        let mut rest = [0u8; 1 + TOKEN_LEN];
+        recv.read_exact(&mut rest)
+            .await
+            .map_err(|e| quic_err(addr, e))?;
+        let mode = Mode::from_byte(rest[0]).ok_or_else(|| Error::Protocol {
+            peer: addr,
+            detail: format!("unknown QUIC link mode {}", rest[0]),
+        })?;
+        let mut peer_token = [0u8; TOKEN_LEN];
+        peer_token.copy_from_slice(&rest[1..]);
+        return Ok(Accepted::Link(QuicIncoming {
+            conn,
+            send,
+            recv,
+            addr,
+            identity,
+            mode,
+            peer_token,
+        }));
+    }
+    if &magic != LANE_MAGIC {
+        conn.close(VarInt::from_u32(1), b"bad preamble");
+        return Err(Error::Protocol {
+            peer: addr,
+            detail: "bad QUIC preamble".into(),
+        });
+    }
+    let mut rest = [0u8; TOKEN_LEN + 4];
+    recv.read_exact(&mut rest)
+        .await
+        .map_err(|e| quic_err(addr, e))?;
+    let mut token = [0u8; TOKEN_LEN];
+    token.copy_from_slice(&rest[..TOKEN_LEN]);
+    let circ_id = u32::from_be_bytes([
+        rest[TOKEN_LEN],
+        rest[TOKEN_LEN + 1],
+        rest[TOKEN_LEN + 2],
+        rest[TOKEN_LEN + 3],
+    ]);
+    let link = tokens
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&token)
+        .and_then(Weak::upgrade);
+    let Some(link) = link else {
+        conn.close(VarInt::from_u32(1), b"unknown link");
+        return Err(Error::Protocol {
+            peer: addr,
+            detail: "lane connection for an unknown link".into(),
+        });
+    };
+    if link.peer.identity.is_some() && link.peer.identity != identity {
+        conn.close(VarInt::from_u32(1), b"wrong identity");
+        return Err(Error::Protocol {
+            peer: addr,
+            detail: "lane connection from another identity than its link's".into(),
+        });
+    }
+    lanes::accept_lane(&link, circ_id, send, recv, Some(conn));
+    Ok(Accepted::Lane)
+}
+
+impl crate::Transport for QuicTransport {
+    type Reader = QuicReader;
+    type Writer = QuicWriter;
+    type Listener = QuicListener;
+
+    fn kind(&self) -> TransportKind {
+        match self.inner.settings.mode {
+            Mode::StreamPerCircuit => TransportKind::Quic,
+            Mode::ConnPerCircuit => TransportKind::QuicConnPerCircuit,
+        }
+    }
+
+    async fn connect(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> Result<QuicLink, Error> {
+        tokio::time::timeout(
+            self.inner.settings.handshake_timeout,
+            self.connect_inner(addr, expected),
+        )
+        .await
+        .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+
+    async fn bind(&self, addr: SocketAddr) -> Result<QuicListener, Error> {
+        let local = self.local_addr().ok_or_else(|| {
+            Error::Config("a client QUIC transport cannot accept connections".into())
+        })?;
+        if addr.port() != 0 && addr != local {
+            return Err(Error::Config(format!(
+                "the QUIC endpoint is bound to {local}, not {addr}"
+            )));
+        }
+        let rx = self
+            .inner
+            .incoming
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| Error::Config("the QUIC endpoint is already listening".into()))?;
+        Ok(QuicListener {
+            rx,
+            local_addr: local,
+            transport: self.clone(),
+        })
+    }
+}
+
+/// A relay's QUIC listener.
+pub struct QuicListener {
+    rx: mpsc::Receiver<QuicIncoming>,
+    local_addr: SocketAddr,
+    transport: QuicTransport,
+}
+
+impl crate::Listener for QuicListener {
+    type Reader = QuicReader;
+    type Writer = QuicWriter;
+    type Incoming = QuicIncomingLink;
+
+    fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    async fn accept(&mut self) -> Result<QuicIncomingLink, Error> {
+        let incoming = self.rx.recv().await.ok_or(Error::Closed)?;
+        Ok(QuicIncomingLink {
+            incoming,
+            transport: self.transport.clone(),
+        })
+    }
+}
+
+/// A QUIC connection whose preamble arrived (acceptor's output).
+struct QuicIncoming {
+    conn: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    addr: SocketAddr,
+    identity: Option<Ed25519Identity>,
+    mode: Mode,
+    peer_token: [u8; TOKEN_LEN],
+}
+
+/// An accepted QUIC connection whose link handshake is pending.
+pub struct QuicIncomingLink {
+    incoming: QuicIncoming,
+    transport: QuicTransport,
+}
+
+impl QuicIncomingLink {
+    async fn handshake_inner(self) -> Result<QuicLink, Error> {
+        let QuicIncoming {
+            conn,
+            mut send,
+            recv,
+            addr,
+            identity,
+            mode,
+            peer_token,
+        } = self.incoming;
+        let token: [u8; TOKEN_LEN] = rand::random();
+        let mut answer = LINK_MAGIC.to_vec();
+        answer.extend_from_slice(&token);
+        send.write_all(&answer)
+            .await
+            .map_err(|e| quic_err(addr, e))?;
+        let mut control = tokio::io::join(recv, send);
+        let negotiated = link::handshake(
+            &mut control,
+            Role::Responder {
+                my_addrs: self.transport.inner.my_addrs.clone(),
+            },
+            addr,
+        )
+        .await?;
+        control.flush().await.map_err(|e| quic_err(addr, e))?;
+        let (recv, send) = control.into_inner();
+        Ok(self.transport.finish_link(LinkSpec {
+            conn,
+            control_send: send,
+            control_recv: recv,
+            leftover: negotiated.leftover,
+            link_version: negotiated.link_version,
+            peer: PeerInfo { identity, addr },
+            mode,
+            our_token: token,
+            peer_token,
+        }))
+    }
+}
+
+impl crate::Incoming for QuicIncomingLink {
+    type Reader = QuicReader;
+    type Writer = QuicWriter;
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.incoming.addr
+    }
+
+    async fn handshake(self) -> Result<QuicLink, Error> {
+        let addr = self.incoming.addr;
+        let timeout = self.transport.inner.settings.handshake_timeout;
+        tokio::time::timeout(timeout, self.handshake_inner())
+            .await
+            .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+}
+
+/// Write a lane's header on a stream we opened: in conn-per-circuit mode
+/// the lane magic and the receiver's link token first.
+pub(crate) async fn write_lane_header(
+    send: &mut quinn::SendStream,
+    peer: SocketAddr,
+    circ_id: u32,
+    lane_token: Option<&[u8; TOKEN_LEN]>,
+) -> Result<(), Error> {
+    let mut header = Vec::with_capacity(4 + TOKEN_LEN + 4);
+    if let Some(token) = lane_token {
+        header.extend_from_slice(LANE_MAGIC);
+        header.extend_from_slice(token);
+    }
+    header.extend_from_slice(&circ_id.to_be_bytes());
+    send.write_all(&header).await.map_err(|e| quic_err(peer, e))
+}
+
+/// Read a lane's circuit ID from a stream the peer opened.
+pub(crate) async fn read_lane_header(
+    recv: &mut quinn::RecvStream,
+    peer: SocketAddr,
+) -> Result<u32, Error> {
+    let mut id = [0u8; 4];
+    recv.read_exact(&mut id)
+        .await
+        .map_err(|e| Error::Protocol {
+            peer,
+            detail: format!("reading a lane header: {e}"),
+        })?;
+    Ok(u32::from_be_bytes(id))
+}
