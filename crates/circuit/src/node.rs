@@ -471,6 +471,19 @@ impl RelayNode {
         msg.map(|m| ChanCell::new(Some(circ_id), m))
     }
 
+    /// The lane of `circ_id` on `chan` is full: take the circuit out of
+    /// the channel's active set, so [`channels_with_work`](Self::channels_with_work)
+    /// stops reporting the channel for it and its writer sleeps until the
+    /// lane drains (or the circuit's next input activates it again).
+    /// [`circuits_with_work`](Self::circuits_with_work) still lists it.
+    pub fn lane_full(&mut self, chan: ChannelId, circ_id: CircId) {
+        if let Some(ch) = self.channels.get_mut(&chan) {
+            if let Some(&(key, side)) = ch.circuits.get(&circ_id) {
+                ch.scheduler.deactivate((key, side));
+            }
+        }
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<NodeEvent> {
         self.events.pop_front()

@@ -15,10 +15,10 @@
 //! their streams are told, and the next circuit to that guard opens a new
 //! channel.
 
-use std::net::SocketAddr;
 use std::rc::Rc;
 
-use onionlab_transport::{CellReader, CellWriter, Error as TransportError, Transport};
+use onionlab_transport::any::PeerAddrs;
+use onionlab_transport::{CellReader, CellWriter, Error as TransportError};
 use tokio::sync::Notify;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
@@ -29,21 +29,27 @@ use crate::state::{ChanKey, Fill, Shared};
 pub(crate) async fn connect(
     shared: Shared,
     chan: ChanKey,
-    addr: SocketAddr,
+    addrs: PeerAddrs,
     identity: Ed25519Identity,
 ) {
-    let transport = shared.borrow().transport();
-    let result = transport.connect(addr, identity).await;
+    let connector = shared.borrow().connector();
+    let result = connector.connect(addrs, identity).await;
     match result {
         Ok(link) => {
             let Some(wake) = shared.borrow().channel_wake(chan) else {
                 // Closed meanwhile (shutdown): drop the link.
                 return;
             };
+            tracing::debug!(
+                addr = %link.peer.addr,
+                transport = link.writer.kind().name(),
+                link_version = link.link_version,
+                "link handshake done"
+            );
             let reader = tokio::task::spawn_local(read_loop(shared.clone(), chan, link.reader));
             let writer =
                 tokio::task::spawn_local(write_loop(shared.clone(), chan, link.writer, wake));
-            tracing::debug!(%addr, link_version = link.link_version, "link handshake done");
+
             shared
                 .borrow_mut()
                 .channel_opened(chan, reader.abort_handle(), writer);
@@ -51,8 +57,8 @@ pub(crate) async fn connect(
         Err(e) => {
             let mut st = shared.borrow_mut();
             let guard = st.channel_guard_name(chan);
-            tracing::warn!(%guard, %addr, "cannot open channel: {e}");
-            st.close_channel(chan, &format!("cannot connect to {addr}: {e}"));
+            tracing::warn!(%guard, ?addrs, "cannot open channel: {e}");
+            st.close_channel(chan, &format!("cannot connect to {guard}: {e}"));
         }
     }
 }
@@ -101,6 +107,9 @@ async fn write_loop<W: CellWriter>(shared: Shared, chan: ChanKey, mut writer: W,
             }
             continue;
         }
-        wake.notified().await;
+        tokio::select! {
+            () = wake.notified() => {}
+            () = writer.writable() => {}
+        }
     }
 }

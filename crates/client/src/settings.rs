@@ -51,6 +51,10 @@ pub struct ClientSettings {
     /// client sends next when several have cells. Default EWMA with tor's
     /// 30 s half-life, as tor clients do.
     pub scheduler: SchedulerKind,
+    /// Which transport guard channels use (default: TLS).
+    pub transport: onionlab_transport::any::Choice,
+    /// QUIC settings (the mode follows `transport`).
+    pub quic: onionlab_transport::quic::QuicSettings,
 }
 
 impl ClientSettings {
@@ -73,6 +77,8 @@ impl ClientSettings {
             socks_handshake_timeout: DEFAULT_SOCKS_HANDSHAKE_TIMEOUT,
             max_socks_connections: DEFAULT_MAX_SOCKS_CONNECTIONS,
             scheduler: SchedulerKind::default(),
+            transport: onionlab_transport::any::Choice::Tls,
+            quic: onionlab_transport::quic::QuicSettings::default(),
         }
     }
 
@@ -84,6 +90,12 @@ impl ClientSettings {
         s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
         s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
         s.build_retries = config.build_retries;
+        // The configuration's names are the transport crate's.
+        s.transport = onionlab_transport::any::Choice::from_name(config.transport.as_str())
+            .unwrap_or_default();
+        s.quic.congestion =
+            onionlab_transport::quic::Congestion::from_name(config.quic_congestion.as_str())
+                .unwrap_or_default();
         s
     }
 

@@ -18,10 +18,12 @@ use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::scheduler::CircuitScheduler;
 use onionlab_circuit::stream::StreamEvent;
-use onionlab_netdoc::doc::TRANSPORT_TLS;
+use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
 use onionlab_netdoc::{ExitPolicy, RelayEntry};
+use onionlab_transport::any::{Connector, PeerAddrs};
+use onionlab_transport::quic::QuicTransport;
 use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::CellWriter;
+use onionlab_transport::{CellWriter, Ordering};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::sync::{watch, Notify};
@@ -192,7 +194,7 @@ pub(crate) enum Pick {
 /// Everything the client's tasks share.
 pub(crate) struct State {
     pub(crate) cfg: Rc<Config>,
-    transport: TlsTransport,
+    connector: Connector,
     rng: StdRng,
     channels: HashMap<ChanKey, Channel>,
     by_guard: HashMap<usize, ChanKey>,
@@ -233,11 +235,21 @@ pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
     specs.iter().filter_map(|s| s.encode().ok()).collect()
 }
 
+/// The client's connector: TLS, and QUIC unless the settings say TLS only.
+fn connector(settings: &crate::ClientSettings) -> Connector {
+    let quic = settings.transport.may_use_quic().then(|| {
+        let mut quic = settings.quic;
+        quic.mode = settings.transport.quic_mode();
+        QuicTransport::client(quic)
+    });
+    Connector::new(TlsTransport::client(), quic, settings.transport)
+}
+
 impl State {
     pub(crate) fn new(cfg: Config) -> Self {
         State {
+            connector: connector(&cfg.settings),
             cfg: Rc::new(cfg),
-            transport: TlsTransport::client(),
             rng: rand::make_rng(),
             channels: HashMap::new(),
             by_guard: HashMap::new(),
@@ -331,13 +343,17 @@ impl State {
         self.by_guard.insert(guard, key);
         let relay = &self.cfg.relays()[guard];
         let identity = Ed25519Identity::new(relay.ed_identity);
-        match relay.address(TRANSPORT_TLS) {
+        let addrs = PeerAddrs {
+            tls: relay.address(TRANSPORT_TLS),
+            quic: relay.address(TRANSPORT_QUIC),
+        };
+        match addrs.tls.or(addrs.quic) {
             Some(addr) => {
                 tracing::debug!(guard = %relay.nickname, %addr, "opening channel");
                 tokio::task::spawn_local(crate::channel::connect(
                     shared.clone(),
                     key,
-                    addr,
+                    addrs,
                     identity,
                 ));
             }
@@ -700,6 +716,9 @@ impl State {
         w: &mut W,
     ) -> Result<Fill, onionlab_transport::Error> {
         let now = Instant::now();
+        if w.ordering() == Ordering::PerCircuit {
+            return self.fill_lanes(chan, w, now);
+        }
         loop {
             let Some(ch) = self.channels.get_mut(&chan) else {
                 return Ok(Fill::Gone);
@@ -727,6 +746,56 @@ impl State {
             };
             self.touch_inner(key, sent);
         }
+    }
+
+    /// [`fill`](Self::fill) for a writer with a lane per circuit: each
+    /// circuit with cells fills its own lane while that lane has room, so a
+    /// full lane holds back only its circuit.
+    fn fill_lanes<W: CellWriter>(
+        &mut self,
+        chan: ChanKey,
+        w: &mut W,
+        now: Instant,
+    ) -> Result<Fill, onionlab_transport::Error> {
+        let Some(ch) = self.channels.get(&chan) else {
+            return Ok(Fill::Gone);
+        };
+        let circuits: Vec<(u32, CircKey)> = ch.circuits.iter().map(|(id, k)| (*id, *k)).collect();
+        for (circ_id, key) in circuits {
+            let Some(id) = CircId::new(circ_id) else {
+                continue;
+            };
+            let mut sent = false;
+            while w.has_room_for(id) {
+                let Some(c) = self.circuits.get_mut(&key) else {
+                    break;
+                };
+                let Some(msg) = c.circ.poll_transmit(now) else {
+                    break;
+                };
+                w.queue(ChanCell::new(Some(id), msg))?;
+                sent = true;
+                if let Some(ch) = self.channels.get_mut(&chan) {
+                    ch.scheduler.on_sent(key, 1, now);
+                }
+            }
+            if sent {
+                self.touch_inner(key, false);
+            }
+        }
+        let Some(ch) = self.channels.get(&chan) else {
+            return Ok(Fill::Gone);
+        };
+        let idle = ch.circuits.values().all(|k| {
+            self.circuits
+                .get(k)
+                .is_none_or(|c| !c.circ.wants_transmit())
+        });
+        Ok(if ch.closing && idle {
+            Fill::Done
+        } else {
+            Fill::Continue
+        })
     }
 
     /// Stop: refuse new streams, destroy every circuit, close channels
@@ -759,9 +828,9 @@ impl State {
         self.shutting_down
     }
 
-    /// The transport channels are opened with.
-    pub(crate) fn transport(&self) -> TlsTransport {
-        self.transport.clone()
+    /// What opens channels.
+    pub(crate) fn connector(&self) -> Connector {
+        self.connector.clone()
     }
 }
 

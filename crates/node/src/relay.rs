@@ -14,8 +14,12 @@ use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_netdoc::policy::ExitPolicy;
-use onionlab_transport::tls::{TlsLink, TlsListener, TlsReader, TlsTransport, TlsWriter};
-use onionlab_transport::{CellReader, CellWriter, Incoming, Listener, Transport};
+use onionlab_transport::any::{
+    AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
+};
+use onionlab_transport::quic::{QuicSettings, QuicTransport};
+use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::{CellReader, CellWriter, Ordering, Transport, TransportKind};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
@@ -34,6 +38,12 @@ pub struct RelaySettings {
     pub keys: RelaySecretKeys,
     /// Where the TLS transport listens.
     pub listen: SocketAddr,
+    /// Where the QUIC transport listens (UDP); `None`: no QUIC.
+    pub quic_listen: Option<SocketAddr>,
+    /// Which transport the relay uses for the links it opens.
+    pub transport: Choice,
+    /// QUIC settings (mode follows `transport`; congestion control).
+    pub quic: QuicSettings,
     /// The network: relays we may extend to, and our own entry.
     pub doc: NetworkDocument,
     /// Circuit-layer settings (scheduler, memory cap...). `circuit.exit`
@@ -61,6 +71,9 @@ impl RelaySettings {
             nickname: entry.nickname.clone(),
             keys,
             listen,
+            quic_listen: None,
+            transport: Choice::Tls,
+            quic: QuicSettings::default(),
             node,
             exit_policy,
             doc,
@@ -86,8 +99,8 @@ pub struct RelayStats {
 /// A relay bound to its listening address.
 pub struct Relay {
     settings: RelaySettings,
-    transport: TlsTransport,
-    listener: TlsListener,
+    connector: Connector,
+    listener: AnyListener,
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -113,7 +126,7 @@ pub(crate) struct State {
     next_chan: ChannelId,
     doc: Rc<NetworkDocument>,
     pub(crate) exit_policy: Option<Rc<ExitPolicy>>,
-    transport: TlsTransport,
+    connector: Connector,
     stats: RelayStats,
 }
 
@@ -131,24 +144,54 @@ impl Relay {
     /// Bind the relay's listener.
     pub async fn bind(settings: RelaySettings) -> Result<Relay, Error> {
         let my_addrs: Vec<IpAddr> = vec![settings.listen.ip()];
-        let transport = TlsTransport::relay(&settings.keys, my_addrs).map_err(Error::Transport)?;
-        let listener = transport
+        let tls =
+            TlsTransport::relay(&settings.keys, my_addrs.clone()).map_err(Error::Transport)?;
+        let tls_listener = tls
             .bind(settings.listen)
             .await
             .map_err(|source| Error::Listen {
                 addr: settings.listen,
                 source,
             })?;
+        let (quic, quic_listener) = match settings.quic_listen {
+            None => (None, None),
+            Some(addr) => {
+                let mut quic_settings = settings.quic;
+                quic_settings.mode = settings.transport.quic_mode();
+                let quic = QuicTransport::relay(&settings.keys, my_addrs, addr, quic_settings)
+                    .map_err(|source| Error::Listen { addr, source })?;
+                let listener = quic
+                    .bind(addr)
+                    .await
+                    .map_err(|source| Error::Listen { addr, source })?;
+                (Some(quic), Some(listener))
+            }
+        };
+        if quic.is_none()
+            && matches!(
+                settings.transport,
+                Choice::Quic | Choice::QuicConnPerCircuit
+            )
+        {
+            return Err(Error::Transport(onionlab_transport::Error::Config(
+                "transport forces QUIC but quic_listen is not set".into(),
+            )));
+        }
         Ok(Relay {
+            connector: Connector::new(tls, quic, settings.transport),
+            listener: AnyListener::new(tls_listener, quic_listener),
             settings,
-            transport,
-            listener,
         })
     }
 
-    /// The address the relay listens on.
+    /// The address the relay's TLS transport listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr()
+        self.listener.tls_addr()
+    }
+
+    /// The address the relay's QUIC transport listens on, if any.
+    pub fn quic_addr(&self) -> Option<SocketAddr> {
+        self.listener.quic_addr()
     }
 
     /// Run until `shutdown` completes. Must run on a current-thread
@@ -177,7 +220,7 @@ impl Relay {
     async fn run_local(self, shutdown: impl Future<Output = ()>) -> Result<RelayStats, Error> {
         let Relay {
             settings,
-            transport,
+            connector,
             mut listener,
         } = self;
         let mut config = settings.node.clone();
@@ -185,7 +228,8 @@ impl Relay {
         let our_identity = settings.keys.public().ed_identity;
         info!(
             nickname = %settings.nickname,
-            addr = %listener.local_addr(),
+            addr = %listener.tls_addr(),
+            quic = ?listener.quic_addr(),
             exit = config.circuit.exit,
             "relay listening"
         );
@@ -200,7 +244,7 @@ impl Relay {
             next_chan: 1,
             doc: Rc::new(settings.doc.clone()),
             exit_policy: settings.exit_policy.clone().map(Rc::new),
-            transport,
+            connector,
             stats: RelayStats::default(),
         }));
 
@@ -251,7 +295,7 @@ fn snapshot(st: &State) -> RelayStats {
 }
 
 /// Register an open link as a channel and start its tasks.
-fn add_link(shared: &Shared, st: &mut State, link: TlsLink, initiated_by_us: bool) -> ChannelId {
+fn add_link(shared: &Shared, st: &mut State, link: AnyLink, initiated_by_us: bool) -> ChannelId {
     let chan = st.next_chan;
     st.next_chan += 1;
     st.node.add_channel(chan, initiated_by_us);
@@ -262,6 +306,7 @@ fn add_link(shared: &Shared, st: &mut State, link: TlsLink, initiated_by_us: boo
         chan,
         peer = %link.peer.addr,
         relay = link.peer.identity.is_some(),
+        transport = link.writer.kind().name(),
         link_version = link.link_version,
         "channel open"
     );
@@ -312,7 +357,7 @@ fn close_channel(st: &mut State, chan: ChannelId, why: &str, lost: bool) {
     st.node.remove_channel(Instant::now(), chan);
 }
 
-async fn read_loop(shared: Shared, chan: ChannelId, mut reader: TlsReader) {
+async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
     let mut cells = Vec::with_capacity(64);
     loop {
         cells.clear();
@@ -345,24 +390,51 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: TlsReader) {
     }
 }
 
-async fn write_loop(shared: Shared, chan: ChannelId, mut writer: TlsWriter, wake: Rc<Notify>) {
+/// Move cells from the channel's circuits to its writer while it has room:
+/// in the scheduler's order on a per-connection transport, lane by lane on
+/// a per-circuit one (a full lane holds back only its own circuit).
+fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Result<(), String> {
+    let now = Instant::now();
+    match writer.ordering() {
+        Ordering::PerConnection => {
+            while writer.has_room() {
+                let Some(cell) = st.node.poll_transmit(now, chan) else {
+                    break;
+                };
+                writer.queue(cell).map_err(|e| e.to_string())?;
+            }
+        }
+        Ordering::PerCircuit => {
+            let circuits: Vec<_> = st.node.circuits_with_work(chan).collect();
+            for circ_id in circuits {
+                loop {
+                    if !writer.has_room_for(circ_id) {
+                        // Sleep on this lane until it drains.
+                        st.node.lane_full(chan, circ_id);
+                        break;
+                    }
+                    let Some(cell) = st.node.poll_transmit_circuit(now, chan, circ_id) else {
+                        break;
+                    };
+                    writer.queue(cell).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn write_loop(shared: Shared, chan: ChannelId, mut writer: AnyWriter, wake: Rc<Notify>) {
     loop {
         let open = {
             let mut st = shared.borrow_mut();
             let open = st.channels.contains_key(&chan);
             if open {
-                let now = Instant::now();
-                while writer.has_room() {
-                    let Some(cell) = st.node.poll_transmit(now, chan) else {
-                        break;
-                    };
-                    if let Err(e) = writer.queue(cell) {
-                        // Our own cell failed to encode: a bug, but only
-                        // this channel pays for it.
-                        warn!(chan, "encoding a cell: {e}");
-                        close_channel(&mut st, chan, "cell encoding failed", true);
-                        break;
-                    }
+                if let Err(e) = fill_writer(&mut st, chan, &mut writer) {
+                    // Our own cell failed to encode: a bug, but only this
+                    // channel pays for it.
+                    warn!(chan, "encoding a cell: {e}");
+                    close_channel(&mut st, chan, "cell encoding failed", true);
                 }
                 // Packaging exit data may have made room in stream buffers.
                 process(&shared, &mut st);
@@ -382,7 +454,10 @@ async fn write_loop(shared: Shared, chan: ChannelId, mut writer: TlsWriter, wake
             let _ = writer.shutdown().await;
             return;
         }
-        wake.notified().await;
+        tokio::select! {
+            () = wake.notified() => {}
+            () = writer.writable() => {}
+        }
     }
 }
 
@@ -460,7 +535,7 @@ fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {
 fn extend_target(
     doc: &NetworkDocument,
     linkspecs: &[EncodedLinkSpec],
-) -> Result<(Ed25519Identity, SocketAddr), String> {
+) -> Result<(Ed25519Identity, PeerAddrs), String> {
     let mut id = None;
     let mut addrs = Vec::new();
     for spec in linkspecs {
@@ -477,21 +552,26 @@ fn extend_target(
             hex_id(&id)
         )
     })?;
-    let addr = entry
-        .address(onionlab_transport::TransportKind::Tls.name())
-        .ok_or_else(|| format!("relay {} has no tls address", entry.nickname))?;
-    if !addrs.is_empty() && !addrs.contains(&addr) {
+    let peer = PeerAddrs {
+        tls: entry.address(TransportKind::Tls.name()),
+        quic: entry.address(TransportKind::Quic.name()),
+    };
+    let listed: Vec<SocketAddr> = entry.addresses.iter().map(|a| a.addr).collect();
+    if listed.is_empty() {
+        return Err(format!("relay {} has no address", entry.nickname));
+    }
+    if !addrs.is_empty() && !addrs.iter().any(|a| listed.contains(a)) {
         return Err(format!(
-            "EXTEND2 to {} at {addrs:?}, but the network document says {addr}",
+            "EXTEND2 to {} at {addrs:?}, but the network document says {listed:?}",
             entry.nickname
         ));
     }
-    Ok((id, addr))
+    Ok((id, peer))
 }
 
 fn connect_relay(shared: &Shared, st: &mut State, circ: CircKey, linkspecs: &[EncodedLinkSpec]) {
     let now = Instant::now();
-    let (id, addr) = match extend_target(&st.doc, linkspecs) {
+    let (id, addrs) = match extend_target(&st.doc, linkspecs) {
         Ok(t) => t,
         Err(why) => {
             info!(?circ, "refusing to extend: {why}");
@@ -515,10 +595,10 @@ fn connect_relay(shared: &Shared, st: &mut State, circ: CircKey, linkspecs: &[En
         return;
     }
     st.connecting.insert(id, vec![circ]);
-    let transport = st.transport.clone();
+    let connector = st.connector.clone();
     let shared = shared.clone();
     spawn_local(async move {
-        let result = transport.connect(addr, id).await;
+        let result = connector.connect(addrs, id).await;
         let mut st = shared.borrow_mut();
         let now = Instant::now();
         let waiting = st.connecting.remove(&id).unwrap_or_default();
@@ -530,7 +610,7 @@ fn connect_relay(shared: &Shared, st: &mut State, circ: CircKey, linkspecs: &[En
                 }
             }
             Err(e) => {
-                warn!(peer = %addr, "connecting to the next relay failed: {e}");
+                warn!(peer = ?addrs, "connecting to the next relay failed: {e}");
                 for circ in waiting {
                     st.node
                         .extend_channel_failed(now, circ, DestroyReason::CONNECTFAILED);

@@ -166,6 +166,32 @@ impl LocalNetwork {
         })
     }
 
+    /// Make every node use transport `name` (`auto`, `tls`, `quic`,
+    /// `quic-conn-per-circuit`) for the links it opens, by rewriting the
+    /// `transport` line of the relay and client configurations. Call
+    /// before starting nodes.
+    pub fn set_transport(&mut self, name: &str) -> Result<(), Error> {
+        let mut files: Vec<PathBuf> = (0..self.relay_addrs.len())
+            .map(|i| self.relay_config(i))
+            .collect();
+        files.push(self.dir.join("client.toml"));
+        for file in files {
+            let text =
+                fs::read_to_string(&file).map_err(io_err(format!("reading {}", file.display())))?;
+            let mut out: String = text
+                .lines()
+                .filter(|l| {
+                    l.split_once('=')
+                        .is_none_or(|(k, _)| k.trim() != "transport")
+                })
+                .map(|l| format!("{l}\n"))
+                .collect();
+            out.push_str(&format!("transport = \"{name}\"\n"));
+            fs::write(&file, out).map_err(io_err(format!("writing {}", file.display())))?;
+        }
+        Ok(())
+    }
+
     /// Log filter passed to the nodes (default `info`).
     pub fn set_log_filter(&mut self, filter: &str) {
         self.log_filter = filter.into();

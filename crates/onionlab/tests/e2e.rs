@@ -23,20 +23,71 @@ fn workdir(name: &str) -> PathBuf {
     dir
 }
 
-fn network(name: &str) -> LocalNetwork {
-    let mut net = LocalNetwork::init(&bin(), &workdir(name), 3, 1).expect("network init");
-    net.set_log_filter("info");
+/// A 3-relay network whose nodes open links with `transport`; relays log
+/// each channel's transport.
+fn network(name: &str, transport: &str) -> LocalNetwork {
+    let dir = workdir(&format!("{name}-{transport}"));
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.set_transport(transport).expect("transport");
+    net.set_log_filter("info,onionlab_node::relay=debug");
     net.start_relays().expect("relays start");
     net
+}
+
+/// The suite runs unchanged over every transport: `transports!(test_fn)`
+/// makes one test per transport, in a module named after the test.
+macro_rules! transports {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn tls() {
+                super::$name("tls").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn quic() {
+                super::$name("quic").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn quic_conn_per_circuit() {
+                super::$name("quic-conn-per-circuit").await
+            }
+        }
+    )*};
+}
+
+transports!(
+    twenty_mib_each_way_arrives_intact,
+    twenty_parallel_streams_on_shared_and_isolated_circuits,
+    a_relay_with_the_wrong_identity_key_is_refused,
+    garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer,
+    curl_fetches_a_file_through_the_socks_proxy,
+);
+
+/// Assert that the middle relay's channels used `transport`.
+fn assert_channels_used(net: &LocalNetwork, transport: &str) {
+    let log = log_of(&net.relays[1]);
+    let want = format!("transport=\"{transport}\"");
+    assert!(
+        log.contains(&want),
+        "the middle relay opened no {transport} channel:\n{log}"
+    );
+    for other in ["tls", "quic", "quic-conn-per-circuit"] {
+        if other != transport {
+            let bad = format!("transport=\"{other}\"");
+            assert!(
+                !log.contains(&bad),
+                "a {other} channel under {transport}:\n{log}"
+            );
+        }
+    }
 }
 
 fn log_of(p: &testnet::NodeProcess) -> String {
     fs::read_to_string(&p.log).unwrap_or_default()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_mib_each_way_arrives_intact() {
-    let mut net = network("bulk");
+async fn twenty_mib_each_way_arrives_intact(transport: &str) {
+    let mut net = network("bulk", transport);
     net.start_client(None, "").expect("client starts");
     let server = testnet::workload_server().await.expect("server");
     let socks = net.socks_addr();
@@ -47,11 +98,11 @@ async fn twenty_mib_each_way_arrives_intact() {
     testnet::upload(socks, server, 20 * MIB, None)
         .await
         .unwrap_or_else(|e| panic!("upload: {e}"));
+    assert_channels_used(&net, transport);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn twenty_parallel_streams_on_shared_and_isolated_circuits() {
-    let mut net = network("parallel");
+async fn twenty_parallel_streams_on_shared_and_isolated_circuits(transport: &str) {
+    let mut net = network("parallel", transport);
     // The client fetches the network document from a directory server.
     let dir_port = testnet::free_port_range(1).expect("port");
     let dir_addr = SocketAddr::from(([127, 0, 0, 1], dir_port));
@@ -118,10 +169,10 @@ async fn twenty_parallel_streams_on_shared_and_isolated_circuits() {
     directory.stop();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_relay_with_the_wrong_identity_key_is_refused() {
-    let dir = workdir("wrong-identity");
+async fn a_relay_with_the_wrong_identity_key_is_refused(transport: &str) {
+    let dir = workdir(&format!("wrong-identity-{transport}"));
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.set_transport(transport).expect("transport");
     // relay1 runs with relay0's keys: it claims to be someone else.
     fs::copy(
         dir.join("relays/relay0/keys.secret"),
@@ -179,9 +230,8 @@ fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer() {
-    let mut net = network("garbage");
+async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer(transport: &str) {
+    let mut net = network("garbage", transport);
     net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
         .expect("client starts");
     let server = testnet::workload_server().await.expect("server");
@@ -189,8 +239,24 @@ async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer() {
     let transfer = tokio::spawn(testnet::download(socks, server, 20 * MIB, None));
 
     let middle = net.relay_addr(1);
+    // The QUIC endpoint shares the port number (UDP).
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
     let mut seed = 0x1234_5678_u32;
     for round in 0..40 {
+        // Random datagrams, and a QUIC-looking long header, at the QUIC
+        // endpoint.
+        let junk: Vec<u8> = (0..1200)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                seed as u8
+            })
+            .collect();
+        let _ = udp.send_to(&junk, middle);
+        let mut initial = junk.clone();
+        initial[..5].copy_from_slice(&[0xc3, 0, 0, 0, 1]);
+        let _ = udp.send_to(&initial, middle);
         // Raw random bytes where TLS is expected.
         if let Ok(mut s) = tokio::net::TcpStream::connect(middle).await {
             let junk: Vec<u8> = (0..2048)
@@ -254,14 +320,13 @@ async fn http_file_server(body: Vec<u8>) -> SocketAddr {
     addr
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn curl_fetches_a_file_through_the_socks_proxy() {
+async fn curl_fetches_a_file_through_the_socks_proxy(transport: &str) {
     let curl_ok = Command::new("curl")
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
     assert!(curl_ok, "curl is required (scripts/test.sh installs it)");
-    let mut net = network("curl");
+    let mut net = network("curl", transport);
     net.start_client(None, "").expect("client starts");
     let mut body = vec![0u8; 3 * MIB as usize + 17];
     testnet::fill_pattern(0, &mut body);

@@ -38,6 +38,33 @@ pub enum Choice {
     QuicConnPerCircuit,
 }
 
+impl Choice {
+    /// Parse the configuration name (`auto`, `tls`, `quic`,
+    /// `quic-conn-per-circuit`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "auto" => Choice::Auto,
+            "tls" => Choice::Tls,
+            "quic" => Choice::Quic,
+            "quic-conn-per-circuit" => Choice::QuicConnPerCircuit,
+            _ => return None,
+        })
+    }
+
+    /// Whether links may use QUIC.
+    pub fn may_use_quic(self) -> bool {
+        self != Choice::Tls
+    }
+
+    /// The QUIC mode of the links opened under this choice.
+    pub fn quic_mode(self) -> crate::quic::Mode {
+        match self {
+            Choice::QuicConnPerCircuit => crate::quic::Mode::ConnPerCircuit,
+            _ => crate::quic::Mode::StreamPerCircuit,
+        }
+    }
+}
+
 /// A peer's addresses per transport (from the network document).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PeerAddrs {

@@ -318,6 +318,7 @@ fn set(args: SetArgs) -> Result<ExitCode> {
                 reorder_delay: args.reorder_delay,
                 rate: args.rate,
                 queue: args.queue,
+                block: None,
                 up: if args.cut {
                     Some(false)
                 } else if args.restore {

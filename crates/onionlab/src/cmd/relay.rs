@@ -9,6 +9,8 @@ use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
 use onionlab_node::{Relay, RelaySettings};
+use onionlab_transport::any::Choice;
+use onionlab_transport::quic::Congestion;
 
 use crate::cmd::runtime;
 use crate::error::Result;
@@ -43,7 +45,12 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
     let network_key = cfg.network_public_key()?;
     runtime::current_thread()?.block_on(async {
         let doc = load_network(&cfg.network, &network_key).await?;
-        let settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
+        let mut settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
+        settings.quic_listen = cfg.quic_listen;
+        // The configuration's names are the transport crate's.
+        settings.transport = Choice::from_name(cfg.transport.as_str()).unwrap_or_default();
+        settings.quic.congestion =
+            Congestion::from_name(cfg.quic_congestion.as_str()).unwrap_or_default();
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)

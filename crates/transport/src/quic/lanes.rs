@@ -412,6 +412,7 @@ async fn lane_task(link: Arc<LinkShared>, lane: Arc<Lane>, stream: Option<SendSt
             (chunk, st.closing)
         };
         if !chunk.is_empty() {
+            tracing::trace!(circ_id = lane.circ_id, bytes = chunk.len(), "lane write");
             if let Err(e) = send.write_all(&chunk).await {
                 lane.state().dead = true;
                 link.fail(quic_err(link.addr(), e));
@@ -492,6 +493,7 @@ async fn read_lane_cells(
                 }))
             };
         }
+        tracing::trace!(circ_id, bytes = n, "lane read");
         let mut batch = Vec::new();
         loop {
             let cell = match codec.decode(&mut buf) {
@@ -526,15 +528,14 @@ async fn read_lane_cells(
                 _ => {}
             }
             batch.push(cell);
-            if batch.len() == MAX_BATCH {
-                if link
+            if batch.len() == MAX_BATCH
+                && link
                     .cells
                     .send(Ok(std::mem::take(&mut batch)))
                     .await
                     .is_err()
-                {
-                    return Err(None);
-                }
+            {
+                return Err(None);
             }
         }
         if !batch.is_empty() && link.cells.send(Ok(batch)).await.is_err() {

@@ -163,6 +163,18 @@ pub enum Congestion {
     Bbr,
 }
 
+impl Congestion {
+    /// Parse the configuration name (`cubic`, `newreno`, `bbr`).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "cubic" => Congestion::Cubic,
+            "newreno" => Congestion::NewReno,
+            "bbr" => Congestion::Bbr,
+            _ => return None,
+        })
+    }
+}
+
 /// Settings of a QUIC transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QuicSettings {
