@@ -6,8 +6,9 @@
 #    exit, and a SOCKS client, over the TLS transport) moving data through
 #    a pinned 3-hop circuit: throughput, time to first byte, CPU per relay.
 # 2. The lab: seed 000's scenario 3 (a light and a bulk client sharing the
-#    whole path) over the emulated network, comparing the circuit schedulers
-#    with 0% and 1% loss on the middle hop, 4 repetitions each; it ends with
+#    whole path) over the emulated network, comparing the TLS and QUIC
+#    transports at 20 and 40 ms per hop with 0% and 1% loss on the middle
+#    hop, 4 repetitions each; it ends with
 #    the path of the report it wrote (tables, CDFs and box plots). The lab
 #    needs network namespaces and TUN: root, or unprivileged user namespaces
 #    (see docs/netem.md).
