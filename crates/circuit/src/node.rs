@@ -161,6 +161,8 @@ struct Channel {
     next_circ_id: u32,
     /// Cells dropped because their circuit was unknown.
     unknown_circuit_cells: u64,
+    /// Bytes the channel's transport buffers (reported by the driver).
+    transport_bytes: usize,
 }
 
 struct CircEntry {
@@ -184,6 +186,8 @@ pub struct RelayNode {
     circ_bytes: usize,
     /// Cells in all channels' `control` queues.
     control_cells: usize,
+    /// Sum of every channel's `transport_bytes`.
+    transport_bytes: usize,
     /// Circuits killed by the out-of-memory handler.
     oom_killed: u64,
 }
@@ -209,6 +213,7 @@ impl RelayNode {
             events: VecDeque::new(),
             rng,
             circ_bytes: 0,
+            transport_bytes: 0,
             control_cells: 0,
             oom_killed: 0,
         }
@@ -232,6 +237,7 @@ impl RelayNode {
                 // the channel has carried.
                 next_circ_id: self.rng.next_u32(),
                 unknown_circuit_cells: 0,
+                transport_bytes: 0,
             },
         );
     }
@@ -243,6 +249,7 @@ impl RelayNode {
             return;
         };
         self.control_cells -= ch.control.len();
+        self.transport_bytes -= ch.transport_bytes;
         for (_, (key, side)) in ch.circuits {
             let Some(entry) = self.circuits.get_mut(&key) else {
                 continue;
@@ -558,12 +565,28 @@ impl RelayNode {
     /// * link-level DESTROYs waiting on each channel, at
     ///   `QUEUED_CELL_BYTES` each.
     ///
-    /// Not counted: circuit and stream state, crypto, scheduler entries, the
-    /// driver's own buffers. Equals the sum of [`queued_bytes`](Self::queued_bytes)
-    /// plus [`queued_destroys`](Self::queued_destroys) of every channel times
-    /// `QUEUED_CELL_BYTES`.
+    /// * what each channel's transport buffers, as last reported with
+    ///   [`set_transport_buffered`](Self::set_transport_buffered) (a QUIC
+    ///   link's per-circuit lane buffers, a TLS link's send buffer).
+    ///
+    /// Not counted: circuit and stream state, crypto, scheduler entries,
+    /// the transport library's own buffers. Equals the sum of
+    /// [`queued_bytes`](Self::queued_bytes), plus
+    /// [`queued_destroys`](Self::queued_destroys) of every channel times
+    /// `QUEUED_CELL_BYTES`, plus the transport bytes.
     pub fn total_queued_bytes(&self) -> usize {
-        self.circ_bytes + self.control_cells * crate::QUEUED_CELL_BYTES
+        self.circ_bytes + self.control_cells * crate::QUEUED_CELL_BYTES + self.transport_bytes
+    }
+
+    /// The driver reports that `chan`'s transport now buffers `bytes`; they
+    /// count toward [`NodeConfig::max_mem_in_queues`].
+    pub fn set_transport_buffered(&mut self, now: Instant, chan: ChannelId, bytes: usize) {
+        let Some(ch) = self.channels.get_mut(&chan) else {
+            return;
+        };
+        self.transport_bytes = self.transport_bytes - ch.transport_bytes + bytes;
+        ch.transport_bytes = bytes;
+        self.enforce_mem_limit(now);
     }
 
     /// Link-level DESTROYs waiting to be written on `chan`.

@@ -581,3 +581,26 @@ fn running_total_matches_a_recount_after_random_operations() {
     assert_eq!(kills[0], 0);
     assert!(kills[1..].iter().all(|k| *k > 0), "{kills:?}");
 }
+
+#[test]
+fn transport_buffers_count_toward_the_limit() {
+    let mut s = scene(MIB);
+    fill_to_the_limit(&mut s, MIB);
+    let queues = s.r.node.total_queued_bytes();
+    let now = s.r.now;
+    // A QUIC link's lane buffers on the stuck channel: reported, counted,
+    // and re-reporting replaces (not adds to) the channel's figure.
+    s.r.node.set_transport_buffered(now, STUCK_B, 100);
+    s.r.node.set_transport_buffered(now, STUCK_B, 200);
+    assert_eq!(s.r.node.total_queued_bytes(), queues + 200);
+    assert_eq!(s.r.node.oom_circuits_killed(), 0);
+    // Enough transport bytes push the total over the limit: the circuits
+    // holding the most are killed, as for queued cells.
+    s.r.node.set_transport_buffered(now, STUCK_A, 64 * 1024);
+    assert!(s.r.node.oom_circuits_killed() > 0);
+    assert!(s.r.node.total_queued_bytes() <= low_water(MIB));
+    // A closed channel's figure leaves the total.
+    let before = s.r.node.total_queued_bytes();
+    s.r.node.remove_channel(now, STUCK_A);
+    assert!(s.r.node.total_queued_bytes() <= before - 64 * 1024);
+}

@@ -430,7 +430,11 @@ async fn write_loop(shared: Shared, chan: ChannelId, mut writer: AnyWriter, wake
             let mut st = shared.borrow_mut();
             let open = st.channels.contains_key(&chan);
             if open {
-                if let Err(e) = fill_writer(&mut st, chan, &mut writer) {
+                let filled = fill_writer(&mut st, chan, &mut writer);
+                let buffered = writer.buffered_bytes();
+                st.node
+                    .set_transport_buffered(Instant::now(), chan, buffered);
+                if let Err(e) = filled {
                     // Our own cell failed to encode: a bug, but only this
                     // channel pays for it.
                     warn!(chan, "encoding a cell: {e}");

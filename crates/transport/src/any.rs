@@ -116,6 +116,15 @@ impl From<Link<QuicReader, QuicWriter>> for AnyLink {
 }
 
 impl AnyWriter {
+    /// Bytes the link buffers outside the circuit queues: the TLS send
+    /// buffer, or a QUIC link's lane buffers.
+    pub fn buffered_bytes(&self) -> usize {
+        match self {
+            AnyWriter::Tls(w) => w.buffered_bytes(),
+            AnyWriter::Quic(w) => w.buffered_bytes(),
+        }
+    }
+
     /// Which transport carries this link.
     pub fn kind(&self) -> TransportKind {
         match self {

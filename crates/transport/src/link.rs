@@ -278,6 +278,13 @@ pub struct StreamCellWriter<W> {
     peer: SocketAddr,
 }
 
+impl<W> StreamCellWriter<W> {
+    /// Encoded bytes waiting to be flushed.
+    pub fn buffered_bytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
 impl<W: AsyncWrite + Unpin> StreamCellWriter<W> {
     /// A writer for link version `link_version`.
     pub fn new(io: W, link_version: u16, peer: SocketAddr) -> Self {

@@ -70,6 +70,16 @@
 //! its own task into its QUIC stream. [`CellWriter::has_room_for`](crate::CellWriter::has_room_for)
 //! answers per lane, so a circuit whose stream is blocked (peer flow
 //! control, congestion) blocks only itself.
+//!
+//! Memory per circuit is bounded: its lane buffer (at most twice
+//! [`LANE_HIGH_WATER`]: one buffer being written, one filling), and in
+//! quinn at most the peer's stream window ([`STREAM_WINDOW`]) of data not
+//! yet acknowledged, which tor's circuit window (1000 cells) already keeps
+//! lower. The relay reports its lane buffers to the circuit layer
+//! (`RelayNode::set_transport_buffered`), so they count toward its
+//! `MaxMemInQueues`-style cap. On the receiving side each lane reads into
+//! one chunk plus one cell, and decoded batches wait in a bounded queue
+//! for the node.
 
 mod lanes;
 
