@@ -171,25 +171,31 @@ impl LocalNetwork {
     /// `transport` line of the relay and client configurations. Call
     /// before starting nodes.
     pub fn set_transport(&mut self, name: &str) -> Result<(), Error> {
-        let mut files: Vec<PathBuf> = (0..self.relay_addrs.len())
-            .map(|i| self.relay_config(i))
-            .collect();
-        files.push(self.dir.join("client.toml"));
-        for file in files {
-            let text =
-                fs::read_to_string(&file).map_err(io_err(format!("reading {}", file.display())))?;
-            let mut out: String = text
-                .lines()
-                .filter(|l| {
-                    l.split_once('=')
-                        .is_none_or(|(k, _)| k.trim() != "transport")
-                })
-                .map(|l| format!("{l}\n"))
-                .collect();
-            out.push_str(&format!("transport = \"{name}\"\n"));
-            fs::write(&file, out).map_err(io_err(format!("writing {}", file.display())))?;
+        for i in 0..self.relay_addrs.len() {
+            self.set_node_transport(Some(i), name)?;
         }
-        Ok(())
+        self.set_node_transport(None, name)
+    }
+
+    /// Make one node use transport `name` for the links it opens: relay
+    /// `i` for `Some(i)`, the client for `None`. Call before starting it.
+    pub fn set_node_transport(&mut self, node: Option<usize>, name: &str) -> Result<(), Error> {
+        let file = match node {
+            Some(i) => self.relay_config(i),
+            None => self.dir.join("client.toml"),
+        };
+        let text =
+            fs::read_to_string(&file).map_err(io_err(format!("reading {}", file.display())))?;
+        let mut out: String = text
+            .lines()
+            .filter(|l| {
+                l.split_once('=')
+                    .is_none_or(|(k, _)| k.trim() != "transport")
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        out.push_str(&format!("transport = \"{name}\"\n"));
+        fs::write(&file, out).map_err(io_err(format!("writing {}", file.display())))
     }
 
     /// Log filter passed to the nodes (default `info`).

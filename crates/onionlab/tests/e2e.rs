@@ -359,3 +359,103 @@ async fn curl_fetches_a_file_through_the_socks_proxy(transport: &str) {
         fetched.len()
     );
 }
+
+/// `(transport, peer, relay)` of every "channel open" line of a relay log.
+fn channels_opened(p: &testnet::NodeProcess) -> Vec<(String, String, bool)> {
+    let field = |line: &str, key: &str| -> Option<String> {
+        let start = line.find(&format!(" {key}="))? + key.len() + 2;
+        let rest = &line[start..];
+        let end = rest.find(' ').unwrap_or(rest.len());
+        Some(rest[..end].trim_matches('"').to_string())
+    };
+    log_of(p)
+        .lines()
+        .filter(|l| l.contains("channel open"))
+        .map(|l| {
+            let transport = field(l, "transport").unwrap_or_else(|| panic!("no transport: {l}"));
+            let peer = field(l, "peer").unwrap_or_else(|| panic!("no peer: {l}"));
+            let relay = field(l, "relay").unwrap_or_else(|| panic!("no relay flag: {l}"));
+            (transport, peer, relay == "true")
+        })
+        .collect()
+}
+
+/// A circuit whose hops use different transports: client->relay0 QUIC,
+/// relay0->relay1 TLS, relay1->relay2 QUIC. Each node's `transport` forces
+/// the links it opens; every relay advertises and accepts both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_quic_tls_quic_circuit_moves_data_intact() {
+    let dir = workdir("mixed-quic-tls-quic");
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.set_node_transport(None, "quic")
+        .expect("client transport");
+    net.set_node_transport(Some(0), "tls")
+        .expect("relay0 transport");
+    net.set_node_transport(Some(1), "quic")
+        .expect("relay1 transport");
+    net.set_node_transport(Some(2), "tls")
+        .expect("relay2 transport");
+    net.set_log_filter("info,onionlab_node::relay=debug");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    testnet::download(socks, server, 5 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}\n{}", log_of(net.client.as_ref().unwrap())));
+    testnet::upload(socks, server, 5 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}"));
+
+    let relay_addr = |i: usize| net.relay_addr(i).to_string();
+    let logs = |i: usize| log_of(&net.relays[i]);
+    // relay0: the client's channel (anonymous) is QUIC, its own channel
+    // to relay1 is TLS.
+    let r0 = channels_opened(&net.relays[0]);
+    assert!(
+        r0.iter().any(|(t, _, relay)| t == "quic" && !relay),
+        "no QUIC channel from the client at relay0:\n{}",
+        logs(0)
+    );
+    assert!(
+        r0.iter().any(|(t, p, _)| t == "tls" && *p == relay_addr(1)),
+        "no TLS channel from relay0 to relay1:\n{}",
+        logs(0)
+    );
+    for (t, p, relay) in &r0 {
+        let want = if *relay { "tls" } else { "quic" };
+        assert_eq!(t, want, "relay0's channel with {p} (relay: {relay})");
+    }
+    // relay1: relay0's channel is TLS, its own channel to relay2 QUIC.
+    let r1 = channels_opened(&net.relays[1]);
+    assert!(
+        r1.iter()
+            .any(|(t, p, relay)| t == "quic" && *relay && *p == relay_addr(2)),
+        "no QUIC channel from relay1 to relay2:\n{}",
+        logs(1)
+    );
+    assert!(
+        r1.iter()
+            .any(|(t, p, relay)| t == "tls" && *relay && *p != relay_addr(2)),
+        "no TLS channel from relay0 at relay1:\n{}",
+        logs(1)
+    );
+    for (t, p, _) in &r1 {
+        let want = if *p == relay_addr(2) { "quic" } else { "tls" };
+        assert_eq!(t, want, "relay1's channel with {p}");
+    }
+    // relay2: only relay1's QUIC channel (from relay1's one UDP socket).
+    let r2 = channels_opened(&net.relays[2]);
+    assert!(
+        r2.iter()
+            .any(|(t, p, relay)| t == "quic" && *relay && *p == relay_addr(1)),
+        "no QUIC channel from relay1 at relay2:\n{}",
+        logs(2)
+    );
+    for (t, p, _) in &r2 {
+        assert_eq!(t, "quic", "relay2's channel with {p}");
+    }
+    net.stop();
+    let _ = fs::remove_dir_all(&dir);
+}

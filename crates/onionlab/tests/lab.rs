@@ -89,3 +89,59 @@ fn the_quick_scenario_runs_end_to_end() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// `scenarios/quic-fallback.toml`: transport `auto` everywhere and all UDP
+/// between guard and middle dropped by the emulated network. Every
+/// transfer completes, and the guard says it fell back to TLS.
+#[test]
+fn quic_falls_back_to_tls_when_udp_is_blocked() {
+    if let Err(e) = onionlab_netem::check_privileges() {
+        if std::env::var("ONIONLAB_REQUIRE_NETNS").as_deref() == Ok("1") {
+            panic!("ONIONLAB_REQUIRE_NETNS=1 but namespaces are unavailable: {e}");
+        }
+        eprintln!("SKIPPED: needs root, TUN and network namespaces: {e}");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out: PathBuf =
+        std::env::temp_dir().join(format!("onionlab-lab-fallback-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["--log", "warn", "lab", "run"])
+        .arg(root.join("scenarios/quic-fallback.toml"))
+        .args(["--reps", "1", "--out"])
+        .arg(&out)
+        .status()
+        .expect("run onionlab lab run");
+    assert!(status.success(), "lab run failed");
+
+    let text = std::fs::read_to_string(out.join("records.jsonl")).expect("records.jsonl");
+    let records: Vec<TransferRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record"))
+        .collect();
+    // One variant (auto, UDP blocked guard-middle) x 3 downloads.
+    assert_eq!(records.len(), 3, "{text}");
+    for r in &records {
+        assert_eq!(r.error, None, "a failed transfer: {r:?}");
+        assert!(!r.timed_out, "a timed-out transfer: {r:?}");
+        assert!(r.ttlb_ms.is_some(), "{r:?}");
+    }
+    // Relays run at `info`; each repetition's logs are in raw/repNNN-vNN/,
+    // named after the relay's host.
+    let mut guard_logs = Vec::new();
+    for rep in std::fs::read_dir(out.join("raw")).expect("raw/") {
+        let log = rep.expect("raw entry").path().join("guard.log");
+        if log.exists() {
+            guard_logs.push(std::fs::read_to_string(&log).expect("guard.log"));
+        }
+    }
+    assert_eq!(guard_logs.len(), 1, "one repetition, one guard log");
+    for log in &guard_logs {
+        assert!(
+            log.contains("falling back to TLS"),
+            "the guard did not fall back to TLS:\n{log}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

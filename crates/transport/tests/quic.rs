@@ -214,3 +214,206 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
     );
     assert!(forced.connect(addrs, r.public().ed_identity).await.is_err());
 }
+
+/// A cell of circuit `circ` whose body encodes its index `i` (and is
+/// different at every byte position), so the peer can check order and
+/// content.
+fn numbered_cell(circ: u32, i: u32) -> AnyChanCell {
+    ChanCell::new(
+        CircId::new(circ),
+        AnyChanMsg::Relay(Relay::new(numbered_body(i))),
+    )
+}
+
+fn numbered_body(i: u32) -> [u8; 509] {
+    let mut body = [0u8; 509];
+    body[..4].copy_from_slice(&i.to_be_bytes());
+    for (j, b) in body.iter_mut().enumerate().skip(4) {
+        *b = (i as usize).wrapping_mul(31).wrapping_add(j) as u8;
+    }
+    body
+}
+
+/// A QUIC peer built from quinn directly that speaks just enough of the
+/// link layer (preamble, link handshake, lane headers) to accept a
+/// relay's link, and then reads only the lanes it chooses.
+fn raw_peer_endpoint(keys: &RelaySecretKeys) -> quinn::Endpoint {
+    use onionlab_transport::quic;
+    use onionlab_transport::tls::identity;
+    use quinn::VarInt;
+    use std::sync::Arc;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let key = identity::certified_key(&provider, keys.ed25519_keypair()).expect("our key");
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .expect("TLS 1.3")
+        .with_client_cert_verifier(Arc::new(identity::AnyRelayIdentity::new(&provider)))
+        .with_cert_resolver(Arc::new(
+            rustls::server::AlwaysResolvesServerRawPublicKeys::new(key),
+        ));
+    tls.alpn_protocols = vec![quic::ALPN.to_vec()];
+    tls.max_early_data_size = 0;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).expect("QUIC TLS config");
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    // The same receive windows as a real relay: lane X can have at most
+    // STREAM_WINDOW bytes in flight to us until we read it (we never do).
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .stream_receive_window(VarInt::from_u32(quic::STREAM_WINDOW))
+        .receive_window(VarInt::from_u32(quic::CONNECTION_WINDOW))
+        .max_concurrent_bidi_streams(VarInt::from_u32(16))
+        .max_concurrent_uni_streams(VarInt::from_u32(0));
+    server.transport_config(Arc::new(transport));
+    quinn::Endpoint::server(server, loopback()).expect("raw peer endpoint")
+}
+
+/// What the raw peer keeps alive until the test is done.
+struct RawPeerState {
+    _conn: quinn::Connection,
+    _control: (quinn::RecvStream, quinn::SendStream),
+    /// Lane X's streams: accepted, header read, never read further.
+    held: Vec<(quinn::SendStream, quinn::RecvStream)>,
+}
+
+/// Accept one link on `endpoint`, then accept lanes: keep `blocked`'s
+/// stream unread and read `n` cells of `open`'s lane, checking each.
+async fn raw_peer(endpoint: quinn::Endpoint, blocked: u32, open: u32, n: u32) -> RawPeerState {
+    use bytes::BytesMut;
+    use onionlab_cell::codec::CellCodec;
+    use onionlab_transport::link::{self, Role};
+    use tokio::io::AsyncWriteExt;
+
+    let incoming = endpoint.accept().await.expect("an incoming connection");
+    let addr = incoming.remote_address();
+    let conn = incoming.await.expect("QUIC handshake");
+    let (mut send, mut recv) = conn.accept_bi().await.expect("control stream");
+    let mut preamble = [0u8; 4 + 1 + 16];
+    recv.read_exact(&mut preamble).await.expect("preamble");
+    assert_eq!(&preamble[..4], b"OLQ1", "link preamble magic");
+    assert_eq!(preamble[4], 0, "stream-per-circuit mode byte");
+    let mut answer = b"OLQ1".to_vec();
+    answer.extend_from_slice(&[0x5a; 16]);
+    send.write_all(&answer).await.expect("preamble answer");
+    let mut control = tokio::io::join(recv, send);
+    let negotiated = link::handshake(&mut control, Role::Responder { my_addrs: vec![] }, addr)
+        .await
+        .expect("link handshake");
+    control.flush().await.expect("flush the handshake");
+
+    let mut held = Vec::new();
+    loop {
+        let (s, mut r) = conn.accept_bi().await.expect("a lane");
+        let mut header = [0u8; 4];
+        r.read_exact(&mut header).await.expect("lane header");
+        let circ = u32::from_be_bytes(header);
+        if circ == blocked {
+            held.push((s, r));
+            continue;
+        }
+        assert_eq!(circ, open, "a lane for an unexpected circuit");
+        let mut codec = CellCodec::new(negotiated.link_version);
+        let mut buf = BytesMut::new();
+        let mut next = 0u32;
+        while next < n {
+            buf.reserve(32 * 1024);
+            let got = tokio::io::AsyncReadExt::read_buf(&mut r, &mut buf)
+                .await
+                .expect("lane read");
+            assert!(got > 0, "lane {open} ended after {next} of {n} cells");
+            while let Some(cell) = codec.decode(&mut buf).expect("a valid cell") {
+                assert_eq!(cell.circid().map(u32::from), Some(open), "cell {next}");
+                let (_, msg) = cell.into_circid_and_msg();
+                let AnyChanMsg::Relay(relay) = msg else {
+                    panic!("cell {next} is {msg:?}");
+                };
+                assert!(
+                    *relay.into_relay_body() == numbered_body(next),
+                    "cell {next} of circuit {open} is corrupt or out of order"
+                );
+                next += 1;
+            }
+        }
+        assert!(buf.is_empty(), "more than {n} cells on lane {open}");
+        return RawPeerState {
+            _conn: conn,
+            _control: control.into_inner(),
+            held,
+        };
+    }
+}
+
+/// Head-of-line blocking, checked without timing: the peer never reads
+/// circuit X's stream, so QUIC flow control lets at most STREAM_WINDOW
+/// bytes of X leave the sender, and everything else queued on X stays in
+/// X's lane buffer for good; circuit Y on the same connection must still
+/// deliver all its cells (more than one stream window, so the peer has to
+/// grant Y credit as it reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_lane_does_not_hold_up_another_circuit() {
+    use onionlab_transport::quic::{LANE_HIGH_WATER, STREAM_WINDOW};
+
+    const X: u32 = 0x8000_0011;
+    const Y: u32 = 0x8000_0022;
+    const CELL: usize = 514;
+    const X_BYTES: usize = 2 << 20;
+    const Y_CELLS: u32 = 3000;
+    let limit = Duration::from_secs(30);
+    assert!(X_BYTES > STREAM_WINDOW as usize + LANE_HIGH_WATER + CELL);
+    assert!(Y_CELLS as usize * CELL > STREAM_WINDOW as usize);
+
+    let peer_keys = keys(20);
+    let endpoint = raw_peer_endpoint(&peer_keys);
+    let addr = endpoint.local_addr().expect("raw peer address");
+    let peer = tokio::spawn(raw_peer(endpoint.clone(), X, Y, Y_CELLS));
+
+    let (_k, t) = relay(21, Mode::StreamPerCircuit);
+    let mut link = tokio::time::timeout(limit, t.connect(addr, peer_keys.public().ed_identity))
+        .await
+        .expect("connect timed out")
+        .expect("connect to the raw peer");
+    let x = CircId::new(X).expect("nonzero");
+    let y = CircId::new(Y).expect("nonzero");
+
+    // Far more on X than its stream window and lane buffer can take.
+    // Whatever the lane task has managed to write, at least
+    // X_BYTES - STREAM_WINDOW stay in X's lane, above its high-water mark.
+    let x_cells = X_BYTES / CELL;
+    for i in 0..x_cells {
+        link.writer
+            .queue(numbered_cell(X, i as u32))
+            .expect("queue on X");
+    }
+    assert!(!link.writer.has_room_for(x), "X has room after 2 MiB");
+
+    // Y, respecting back-pressure on its own lane only.
+    for i in 0..Y_CELLS {
+        while !link.writer.has_room_for(y) {
+            tokio::time::timeout(limit, link.writer.writable())
+                .await
+                .expect("Y's lane never drained: blocked behind X");
+        }
+        link.writer.queue(numbered_cell(Y, i)).expect("queue on Y");
+        assert!(
+            !link.writer.has_room_for(x),
+            "X got room while the peer reads nothing of it"
+        );
+    }
+    let state = tokio::time::timeout(limit, peer)
+        .await
+        .expect("the peer did not get Y's cells: blocked behind X")
+        .expect("raw peer");
+
+    // X is still blocked, with its backlog still in its lane.
+    assert_eq!(state.held.len(), 1, "X's lane reached the peer");
+    assert!(!link.writer.has_room_for(x));
+    let backlog = x_cells * CELL - STREAM_WINDOW as usize;
+    assert!(
+        link.writer.buffered_bytes() >= backlog,
+        "X's lane holds {} bytes, expected at least {backlog}",
+        link.writer.buffered_bytes()
+    );
+    drop(link);
+    drop(state);
+    endpoint.close(0u32.into(), b"done");
+}
