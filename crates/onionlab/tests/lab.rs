@@ -8,33 +8,50 @@ use std::process::Command;
 
 use onionlab_lab::agent::TransferRecord;
 
-#[test]
-fn the_quick_scenario_runs_end_to_end() {
-    if let Err(e) = onionlab_netem::check_privileges() {
-        if std::env::var("ONIONLAB_REQUIRE_NETNS").as_deref() == Ok("1") {
-            panic!("ONIONLAB_REQUIRE_NETNS=1 but namespaces are unavailable: {e}");
+/// Whether namespaces are available; without them the test is skipped,
+/// unless ONIONLAB_REQUIRE_NETNS=1, where that is a failure.
+fn netns_available() -> bool {
+    match onionlab_netem::check_privileges() {
+        Ok(()) => true,
+        Err(e) if std::env::var("ONIONLAB_REQUIRE_NETNS").as_deref() == Ok("1") => {
+            panic!("ONIONLAB_REQUIRE_NETNS=1 but namespaces are unavailable: {e}")
         }
-        eprintln!("SKIPPED: needs root, TUN and network namespaces: {e}");
-        return;
+        Err(e) => {
+            eprintln!("SKIPPED: needs root, TUN and network namespaces: {e}");
+            false
+        }
     }
+}
+
+/// `onionlab lab run scenarios/NAME.toml --reps 1` into a fresh directory;
+/// returns the directory and the transfer records.
+fn run_scenario(name: &str) -> (PathBuf, Vec<TransferRecord>, String) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out: PathBuf =
-        std::env::temp_dir().join(format!("onionlab-lab-test-{}", std::process::id()));
+        std::env::temp_dir().join(format!("onionlab-lab-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
         .args(["--log", "warn", "lab", "run"])
-        .arg(root.join("scenarios/quick.toml"))
+        .arg(root.join(format!("scenarios/{name}.toml")))
         .args(["--reps", "1", "--out"])
         .arg(&out)
         .status()
         .expect("run onionlab lab run");
-    assert!(status.success(), "lab run failed");
-
+    assert!(status.success(), "lab run {name} failed");
     let text = std::fs::read_to_string(out.join("records.jsonl")).expect("records.jsonl");
-    let records: Vec<TransferRecord> = text
+    let records = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("a record"))
         .collect();
+    (out, records, text)
+}
+
+#[test]
+fn the_quick_scenario_runs_end_to_end() {
+    if !netns_available() {
+        return;
+    }
+    let (out, records, text) = run_scenario("quick");
     // Two variants (schedulers) x 3 downloads.
     assert_eq!(records.len(), 6, "{text}");
     for r in &records {
@@ -95,31 +112,10 @@ fn the_quick_scenario_runs_end_to_end() {
 /// transfer completes, and the guard says it fell back to TLS.
 #[test]
 fn quic_falls_back_to_tls_when_udp_is_blocked() {
-    if let Err(e) = onionlab_netem::check_privileges() {
-        if std::env::var("ONIONLAB_REQUIRE_NETNS").as_deref() == Ok("1") {
-            panic!("ONIONLAB_REQUIRE_NETNS=1 but namespaces are unavailable: {e}");
-        }
-        eprintln!("SKIPPED: needs root, TUN and network namespaces: {e}");
+    if !netns_available() {
         return;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out: PathBuf =
-        std::env::temp_dir().join(format!("onionlab-lab-fallback-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
-        .args(["--log", "warn", "lab", "run"])
-        .arg(root.join("scenarios/quic-fallback.toml"))
-        .args(["--reps", "1", "--out"])
-        .arg(&out)
-        .status()
-        .expect("run onionlab lab run");
-    assert!(status.success(), "lab run failed");
-
-    let text = std::fs::read_to_string(out.join("records.jsonl")).expect("records.jsonl");
-    let records: Vec<TransferRecord> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a record"))
-        .collect();
+    let (out, records, text) = run_scenario("quic-fallback");
     // One variant (auto, UDP blocked guard-middle) x 3 downloads.
     assert_eq!(records.len(), 3, "{text}");
     for r in &records {
