@@ -1,5 +1,7 @@
 //! The seam between onionlab's circuit layer and the transports that carry
-//! cells between two nodes, and the vanilla Tor transport ([`tls`]).
+//! cells between two nodes, and the transports: vanilla Tor's TLS over TCP
+//! ([`tls`]), QUIC with a stream or a connection per circuit ([`quic`]),
+//! and the per-link choice between them with fallback ([`any`]).
 //!
 //! # The contract
 //!

@@ -88,7 +88,15 @@ async fn exchange(from: &mut QuicLink, to: &mut QuicLink, circs: &[u32], per_cir
     }
 }
 
-async fn pair(mode: Mode) -> (QuicLink, QuicLink, RelaySecretKeys, RelaySecretKeys) {
+async fn pair(
+    mode: Mode,
+) -> (
+    QuicLink,
+    QuicLink,
+    RelaySecretKeys,
+    RelaySecretKeys,
+    QuicTransport,
+) {
     let (a, ta) = relay(1, mode);
     let (b, tb) = relay(2, mode);
     let mut listener = tb.bind(loopback()).await.expect("bind");
@@ -97,17 +105,24 @@ async fn pair(mode: Mode) -> (QuicLink, QuicLink, RelaySecretKeys, RelaySecretKe
         listener.accept().await?.handshake().await
     });
     // The transports' endpoints live on in the links.
-    (client.expect("connect"), server.expect("accept"), a, b)
+    (client.expect("connect"), server.expect("accept"), a, b, ta)
 }
 
 async fn relays_exchange_cells_on_lanes(mode: Mode) {
-    let (mut ab, mut ba, a, b) = pair(mode).await;
+    let (mut ab, mut ba, a, b, ta) = pair(mode).await;
     assert_eq!(ab.peer.identity, Some(b.public().ed_identity));
     assert_eq!(ba.peer.identity, Some(a.public().ed_identity));
     assert_eq!(ab.link_version, 5);
     assert_eq!(ab.writer.ordering(), Ordering::PerCircuit);
     let circs = [0x8000_0001, 0x8000_0002, 0x8000_0003, 7];
     exchange(&mut ab, &mut ba, &circs, 500).await;
+    // One connection for the link, plus one per circuit in conn-per-circuit
+    // mode (the endpoint counts the connections it opened and accepted).
+    let expected = match mode {
+        Mode::StreamPerCircuit => 1,
+        Mode::ConnPerCircuit => 1 + circs.len(),
+    };
+    assert_eq!(ta.open_connections(), expected);
     // Replies travel on the lanes the other side opened, and the
     // responder can open a lane too (circuit 9).
     exchange(&mut ba, &mut ab, &[0x8000_0001, 7, 9], 300).await;
@@ -416,4 +431,28 @@ async fn a_blocked_lane_does_not_hold_up_another_circuit() {
     drop(link);
     drop(state);
     endpoint.close(0u32.into(), b"done");
+}
+
+#[tokio::test]
+async fn every_congestion_controller_carries_a_circuit() {
+    use onionlab_transport::quic::Congestion;
+    for (i, congestion) in [Congestion::Cubic, Congestion::NewReno, Congestion::Bbr]
+        .into_iter()
+        .enumerate()
+    {
+        let quic = QuicSettings {
+            congestion,
+            ..QuicSettings::default()
+        };
+        let (b, tb) = (keys(20 + i as u64), QuicTransport::client(quic));
+        let tr = QuicTransport::relay(&b, vec![], loopback(), quic).expect("relay");
+        let mut listener = tr.bind(loopback()).await.expect("bind");
+        let addr = listener.local_addr();
+        let (c, s) = tokio::join!(tb.connect(addr, b.public().ed_identity), async {
+            listener.accept().await?.handshake().await
+        });
+        let (mut c, mut s) = (c.expect("connect"), s.expect("accept"));
+        exchange(&mut c, &mut s, &[0x8000_0010, 0x8000_0011], 400).await;
+        exchange(&mut s, &mut c, &[0x8000_0010], 400).await;
+    }
 }

@@ -333,6 +333,21 @@ impl QuicTransport {
             .and_then(|e| e.local_addr().ok())
     }
 
+    /// QUIC connections open on this node's endpoint(s) (links and, in
+    /// conn-per-circuit mode, lanes).
+    pub fn open_connections(&self) -> usize {
+        let endpoints = [
+            self.inner.relay_endpoint.as_ref(),
+            self.inner.client_v4.get(),
+            self.inner.client_v6.get(),
+        ];
+        endpoints
+            .into_iter()
+            .flatten()
+            .map(|e| e.open_connections())
+            .sum()
+    }
+
     fn endpoint_for(&self, peer: SocketAddr) -> Result<Endpoint, Error> {
         if let Some(e) = &self.inner.relay_endpoint {
             return Ok(e.clone());
