@@ -291,11 +291,19 @@ async fn control_reader(link: Arc<LinkShared>, mut reader: StreamCellReader<Recv
         // The peer finished its control stream: the link is closing, and
         // the connection's end tells the reader.
         Err(Error::Closed) => {}
+        // The connection's end: `watch_closed` reports it, clean or not.
+        // Otherwise the stream reader's I/O errors (labelled TLS) are
+        // QUIC's.
+        Err(Error::Tls { .. }) if link.conn.close_reason().is_some() => {}
+        Err(Error::Tls { peer, source }) => link.fail(quic_err(peer, source)),
         Err(e) => link.fail(e),
     }
 }
 
-/// Accept the streams the peer opens on the link's connection.
+/// Accept the streams the peer opens on the link's connection. Headers
+/// are read in the order the streams were opened, so that the receive
+/// order of reused circuit IDs is the opening order; a lane whose first
+/// packet is late delays only the acceptance of lanes opened after it.
 async fn accept_streams(link: Arc<LinkShared>) {
     loop {
         let Ok((send, mut recv)) = link.conn.accept_bi().await else {
