@@ -10,7 +10,8 @@
 //!   access links per payload byte) and stall rate (fraction of the
 //!   repetition's transfers that stalled).
 //!
-//! Notes (near the top of the report): the stall rate of every variant over
+//! Findings (near the top of the report, apart from warnings): the stall
+//! rate of every variant over
 //! all its transfers, and, where a variant has a `transport=tls`
 //! counterpart that differs from it only in the transport, its wire
 //! overhead relative to TLS (ratio of the medians of the per-repetition
@@ -281,8 +282,8 @@ pub fn report_input(
         }
         counts.push(c);
     }
-    notes.extend(stall_rate_notes(&counts));
-    notes.extend(overhead_vs_tls_notes(variants, reps));
+    let mut findings = stall_rate_notes(&counts);
+    findings.extend(overhead_vs_tls_notes(variants, reps));
     // CPU saturation is flagged per variant by the report from `counts`.
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for r in records.iter().filter(|r| r.error.is_some()) {
@@ -301,6 +302,7 @@ pub fn report_input(
         metrics,
         counts,
         notes,
+        findings,
     }
 }
 

@@ -88,6 +88,14 @@ pub(crate) fn render(a: &Analysis) -> String {
         out.push_str("</tbody>\n</table>\n");
     }
 
+    if !input.findings.is_empty() {
+        out.push_str("<h2>Findings</h2>\n<ul>\n");
+        for f in &input.findings {
+            let _ = writeln!(out, "<li>{}</li>", html(f));
+        }
+        out.push_str("</ul>\n");
+    }
+
     if !a.warnings.is_empty() {
         out.push_str("<div class=\"warn\" role=\"alert\">\n<h2 style=\"margin-top:0;border:0\">⚠ Warnings</h2>\n");
         for w in &a.warnings {

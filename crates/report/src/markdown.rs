@@ -63,6 +63,14 @@ pub(crate) fn render(a: &Analysis) -> String {
         );
     }
 
+    if !input.findings.is_empty() {
+        out.push_str("## Findings\n\n");
+        for f in &input.findings {
+            let _ = writeln!(out, "- {}", md(f));
+        }
+        out.push('\n');
+    }
+
     if !a.warnings.is_empty() {
         out.push_str("## Warnings\n\n");
         for w in &a.warnings {

@@ -23,6 +23,10 @@ pub struct ReportInput {
     pub counts: Vec<VariantCounts>,
     /// Warnings printed prominently near the top of the report.
     pub notes: Vec<String>,
+    /// Summary facts listed near the top (not warnings): stall rates,
+    /// overheads relative to a baseline...
+    #[serde(default)]
+    pub findings: Vec<String>,
 }
 
 /// One measured quantity, with its values per variant.

@@ -71,6 +71,7 @@ fn synthetic() -> ReportInput {
             },
         ],
         notes: vec!["3 repetitions ran on a saturated CPU".to_string()],
+        findings: vec!["stall rate: tls 0.0%".to_string()],
     }
 }
 
@@ -165,6 +166,11 @@ fn markdown_has_the_tables_and_hand_computed_numbers() {
     );
     // Warnings: the input's note and the derived CPU-saturation warning.
     assert!(md.contains("> **⚠ Warning:** 3 repetitions ran on a saturated CPU"));
+    assert!(md.contains("## Findings\n\n- stall rate: tls 0.0%\n"));
+    assert!(
+        !md.contains("Warning:** stall rate"),
+        "findings are not warnings"
+    );
     assert!(md.contains("Variant tls: 3 of 10 repetition(s) ran on a saturated CPU"));
     // Counts: the row, with a variant that has no count row shown as zeros.
     assert!(
