@@ -79,6 +79,9 @@ pub struct ChainArgs {
     /// directory under the system's temp dir).
     #[arg(long)]
     workdir: Option<PathBuf>,
+    /// Transport of every link: tls, quic, quic-conn-per-circuit or auto.
+    #[arg(long, default_value = "tls", value_parser = ["tls", "quic", "quic-conn-per-circuit", "auto"])]
+    transport: String,
 }
 
 /// Arguments of `onionlab bench socks`.
@@ -394,7 +397,7 @@ fn chain(args: ChainArgs) -> Result<ExitCode> {
         // processes (LocalNetwork's Drop).
         let r = rt.block_on(async {
             tokio::select! {
-                r = one_chain_run(&bin, &dir, size, w.small_downloads) => r,
+                r = one_chain_run(&bin, &dir, &args.transport, size, w.small_downloads) => r,
                 () = runtime::shutdown_signal() => {
                     Err(Error::Usage("bench: interrupted".into()))
                 }
@@ -410,13 +413,21 @@ fn chain(args: ChainArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn one_chain_run(bin: &Path, dir: &Path, size: u64, small: usize) -> Result<RunResult> {
+async fn one_chain_run(
+    bin: &Path,
+    dir: &Path,
+    transport: &str,
+    size: u64,
+    small: usize,
+) -> Result<RunResult> {
     let fail = |e: String| Error::Usage(format!("bench: {e}"));
     if dir.exists() {
         std::fs::remove_dir_all(dir)
             .map_err(|e| fail(format!("clearing {}: {e}", dir.display())))?;
     }
     let mut net = LocalNetwork::init(bin, dir, 3, 1).map_err(|e| fail(e.to_string()))?;
+    net.set_transport(transport)
+        .map_err(|e| fail(e.to_string()))?;
     net.set_log_filter("warn");
     net.start_relays().map_err(|e| fail(e.to_string()))?;
     net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
