@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub repetitions: Option<u32>,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Set (by a signal handler) to stop after the repetition under way;
+    /// what ran is written out as usual.
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Why a run failed as a whole (individual transfer failures are records).
@@ -212,12 +215,23 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
     let mut reps_file = fs::File::create(opts.out.join("repetitions.jsonl"))
         .map_err(io_err("creating repetitions.jsonl"))?;
     let mut done = 0;
-    for rep in 0..reps {
+    let stopping = || {
+        opts.stop
+            .as_ref()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    'reps: for rep in 0..reps {
         let seed = scenario
             .seed
             .wrapping_mul(1_000_003)
             .wrapping_add(u64::from(rep));
         for k in 0..variants.len() {
+            if stopping() {
+                if opts.progress {
+                    eprintln!("\nstopped: {done} of {total} runs done");
+                }
+                break 'reps;
+            }
             let vi = (k + rep as usize) % variants.len();
             let variant = &variants[vi];
             if opts.progress {

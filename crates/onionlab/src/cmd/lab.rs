@@ -3,6 +3,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use clap::Subcommand;
 use onionlab_lab::run::{run, RunOptions};
@@ -142,11 +144,21 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", s.name)));
             let bin = std::env::current_exe()
                 .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
+            // SIGINT/SIGTERM: finish the repetition under way (its
+            // processes and namespaces are cleaned up), write what ran and
+            // the report. A second signal ends the process at once.
+            let stop = Arc::new(AtomicBool::new(false));
+            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+                signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+                    .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
+                    .map_err(|e| Error::Usage(format!("installing a signal handler: {e}")))?;
+            }
             let opts = RunOptions {
                 out: out.clone(),
                 bin,
                 repetitions: reps,
                 progress: true,
+                stop: Some(stop),
             };
             let outcome = run(&s, &opts).map_err(|e| Error::Usage(format!("lab run: {e}")))?;
             let failed = outcome.records.iter().filter(|r| r.error.is_some()).count();
