@@ -256,6 +256,18 @@ struct LinkEnd {
 
 impl Drop for LinkEnd {
     fn drop(&mut self) {
+        // What the connection's congestion controller saw, for experiments.
+        let path = self.shared.conn.stats().path;
+        tracing::info!(
+            peer = %self.shared.addr(),
+            rtt_ms = path.rtt.as_secs_f64() * 1e3,
+            cwnd = path.cwnd,
+            sent_packets = path.sent_packets,
+            lost_packets = path.lost_packets,
+            congestion_events = path.congestion_events,
+            mtu = path.current_mtu,
+            "QUIC link done"
+        );
         self.shared.close_all(CODE_DONE, b"link closed");
         self.shared.transport.forget_token(&self.shared.our_token);
     }
