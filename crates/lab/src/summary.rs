@@ -283,6 +283,7 @@ pub fn report_input(
         counts.push(c);
     }
     let mut findings = stall_rate_notes(&counts);
+    findings.extend(times_vs_tls_notes(variants, records));
     findings.extend(overhead_vs_tls_notes(variants, reps));
     // CPU saturation is flagged per variant by the report from `counts`.
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
@@ -357,6 +358,60 @@ fn median(mut v: Vec<f64>) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// Notes comparing each non-TLS variant with its TLS counterpart
+/// ([`tls_counterpart`]), per workload, on time to first and last byte:
+/// both medians, their ratio with a 95% bootstrap interval, and the
+/// Mann-Whitney p-value. Transfers that failed have no times and are left
+/// out (the counts table shows them).
+pub fn times_vs_tls_notes(variants: &[String], records: &[TransferRecord]) -> Vec<String> {
+    type Pick = fn(&TransferRecord) -> Option<f64>;
+    let metrics: [(&str, Pick); 2] = [("TTFB", |r| r.ttfb_ms), ("TTLB", |r| r.ttlb_ms)];
+    let mut workloads: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
+    workloads.sort_unstable();
+    workloads.dedup();
+    let mut notes = Vec::new();
+    for v in variants {
+        let Some(tls) = tls_counterpart(v).filter(|t| variants.contains(t)) else {
+            continue;
+        };
+        for w in &workloads {
+            for (name, pick) in metrics {
+                let values = |variant: &str| -> Vec<f64> {
+                    records
+                        .iter()
+                        .filter(|r| r.variant == variant && r.workload == *w)
+                        .filter_map(pick)
+                        .filter(|x| x.is_finite() && *x >= 0.0)
+                        .collect()
+                };
+                let (a, b) = (values(v), values(&tls));
+                let (Ok(r), Ok(mw)) = (
+                    onionlab_stats::ratio_of_medians(&a, &b, 0x7115),
+                    onionlab_stats::mann_whitney_u(&a, &b),
+                ) else {
+                    continue;
+                };
+                notes.push(format!(
+                    "{name} vs TLS, workload {w}: {v}: median {:.1} ms vs {:.1} ms, ratio {:.3} [95% CI {:.3}, {:.3}], Mann-Whitney p {} (n = {} vs {})",
+                    median(a.clone()),
+                    median(b.clone()),
+                    r.ratio,
+                    r.ci95.0,
+                    r.ci95.1,
+                    if mw.p_two_sided < 1e-4 {
+                        "< 0.0001".to_string()
+                    } else {
+                        format!("= {:.4}", mw.p_two_sided)
+                    },
+                    a.len(),
+                    b.len(),
+                ));
+            }
+        }
+    }
+    notes
 }
 
 /// Notes giving each non-TLS variant's wire overhead relative to its TLS

@@ -1,8 +1,11 @@
-//! Report notes: QUIC's wire overhead relative to its TLS counterpart, and
+//! Report findings: times and wire overhead relative to the TLS counterpart, and
 //! the stall rate per variant.
 
+use onionlab_lab::agent::TransferRecord;
 use onionlab_lab::run::RepetitionRecord;
-use onionlab_lab::summary::{overhead_vs_tls_notes, stall_rate_notes, tls_counterpart};
+use onionlab_lab::summary::{
+    overhead_vs_tls_notes, stall_rate_notes, times_vs_tls_notes, tls_counterpart,
+};
 use onionlab_report::VariantCounts;
 
 fn rep(variant: &str, repetition: u32, wire_overhead: Option<f64>) -> RepetitionRecord {
@@ -86,4 +89,51 @@ fn stall_rates() {
         ["stall rate (transfers with a stall, of all transfers): transport=tls: 0.0% (0/200); transport=quic: 25.0% (50/200)"]
     );
     assert!(stall_rate_notes(&[c("x", 0, 0)]).is_empty());
+}
+
+#[test]
+fn times_relative_to_tls_per_workload() {
+    let variants: Vec<String> = ["transport=tls", "transport=quic", "transport=auto"]
+        .map(String::from)
+        .to_vec();
+    let record = |variant: &str, workload: &str, ttfb: f64, ttlb: Option<f64>| TransferRecord {
+        variant: variant.into(),
+        workload: workload.into(),
+        ttfb_ms: Some(ttfb),
+        ttlb_ms: ttlb,
+        ..TransferRecord::default()
+    };
+    let mut records = Vec::new();
+    for i in 0..10 {
+        let x = f64::from(i);
+        records.push(record("transport=tls", "light", 100.0 + x, Some(200.0 + x)));
+        records.push(record("transport=quic", "light", 50.0 + x, Some(400.0 + x)));
+        records.push(record(
+            "transport=tls",
+            "bulk",
+            1000.0 + x,
+            Some(5000.0 + x),
+        ));
+        // A failed transfer has no last byte: left out, not counted as 0.
+        let ttlb = (i != 0).then_some(5000.0 + x);
+        records.push(record("transport=quic", "bulk", 1000.0 + x, ttlb));
+    }
+    let notes = times_vs_tls_notes(&variants, &records);
+    // quic x {bulk, light} x {TTFB, TTLB}; auto has no records.
+    assert_eq!(notes.len(), 4, "{notes:#?}");
+    let light_ttfb = notes
+        .iter()
+        .find(|n| n.starts_with("TTFB vs TLS, workload light: transport=quic:"))
+        .expect("light TTFB");
+    assert!(
+        light_ttfb.contains("median 54.5 ms vs 104.5 ms"),
+        "{light_ttfb}"
+    );
+    assert!(light_ttfb.contains("ratio 0.522"), "{light_ttfb}");
+    assert!(light_ttfb.contains("p < 0.0001"), "{light_ttfb}");
+    let bulk_ttlb = notes
+        .iter()
+        .find(|n| n.starts_with("TTLB vs TLS, workload bulk: transport=quic:"))
+        .expect("bulk TTLB");
+    assert!(bulk_ttlb.contains("(n = 9 vs 10)"), "{bulk_ttlb}");
 }
