@@ -349,15 +349,9 @@ pub fn tls_counterpart(label: &str) -> Option<String> {
     found.then(|| parts.join(" "))
 }
 
-/// The median of `v` (which must not be empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// The median of `v`: NaN if it is empty (callers pass non-empty samples).
+fn median(v: &[f64]) -> f64 {
+    onionlab_stats::median(v).unwrap_or(f64::NAN)
 }
 
 /// Notes comparing each non-TLS variant with its TLS counterpart
@@ -395,8 +389,8 @@ pub fn times_vs_tls_notes(variants: &[String], records: &[TransferRecord]) -> Ve
                 };
                 notes.push(format!(
                     "{name} vs TLS, workload {w}: {v}: median {:.1} ms vs {:.1} ms, ratio {:.3} [95% CI {:.3}, {:.3}], Mann-Whitney p {} (n = {} vs {})",
-                    median(a.clone()),
-                    median(b.clone()),
+                    median(&a),
+                    median(&b),
                     r.ratio,
                     r.ci95.0,
                     r.ci95.1,
@@ -438,7 +432,7 @@ pub fn overhead_vs_tls_notes(variants: &[String], reps: &[RepetitionRecord]) -> 
         if a.is_empty() || b.is_empty() {
             continue;
         }
-        let (ma, mb) = (median(a.clone()), median(b.clone()));
+        let (ma, mb) = (median(&a), median(&b));
         let ratio = ma / mb;
         notes.push(format!(
             "wire overhead relative to TLS: {v}: {:+.1}% (median {ma:.4} wire bytes per payload byte over {} repetitions, against {mb:.4} for {tls} over {}; ratio {ratio:.4})",
