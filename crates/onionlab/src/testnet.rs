@@ -67,6 +67,15 @@ impl NodeProcess {
         self.child.as_mut()?.try_wait().ok().flatten()
     }
 
+    /// SIGKILL, as a crash would end it, and reap it. The OS closes its
+    /// sockets (TCP peers see FIN or RST; QUIC peers see nothing).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// SIGTERM, then SIGKILL after 5 s.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {
@@ -110,6 +119,8 @@ pub struct LocalNetwork {
     relay_addrs: Vec<SocketAddr>,
     socks: SocketAddr,
     log_filter: String,
+    /// RLIMIT_NOFILE per node name, applied when the node is spawned.
+    nofile: std::collections::HashMap<String, u64>,
 }
 
 /// Find `n` consecutive free TCP ports on 127.0.0.1.
@@ -163,6 +174,7 @@ impl LocalNetwork {
             relay_addrs,
             socks: SocketAddr::from(([127, 0, 0, 1], socks_port)),
             log_filter: "info".into(),
+            nofile: Default::default(),
         })
     }
 
@@ -218,18 +230,45 @@ impl LocalNetwork {
         self.dir.join(format!("relays/relay{i}/relay.toml"))
     }
 
-    /// Start a node process with `args`, logging to `DIR/NAME.log`.
+    /// Run node `name` (`relay0`..., `client`) with at most `limit` open
+    /// descriptors (RLIMIT_NOFILE, soft and hard) from its next start.
+    pub fn set_nofile_limit(&mut self, name: &str, limit: u64) {
+        self.nofile.insert(name.into(), limit);
+    }
+
+    /// Start a node process with `args`, logging to `DIR/NAME.log`
+    /// (appended to, so a restarted node keeps its earlier log).
     pub fn spawn(&self, name: &str, args: &[&str], addr: SocketAddr) -> Result<NodeProcess, Error> {
         let log = self.dir.join(format!("{name}.log"));
-        let file = fs::File::create(&log).map_err(io_err(format!("creating {}", log.display())))?;
-        let child = Command::new(&self.bin)
-            .args(["--log", &self.log_filter])
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(io_err(format!("creating {}", log.display())))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(["--log", &self.log_filter])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .map_err(io_err(format!("starting {name}")))?;
+            .stderr(file);
+        if let Some(&limit) = self.nofile.get(name) {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit(2) is async-signal-safe and touches only
+            // the child's own limits; nothing is allocated after fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: limit as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().map_err(io_err(format!("starting {name}")))?;
         Ok(NodeProcess {
             name: name.into(),
             addr,
@@ -241,18 +280,33 @@ impl LocalNetwork {
     /// Start every relay and wait until each accepts connections.
     pub fn start_relays(&mut self) -> Result<(), Error> {
         for i in 0..self.relay_addrs.len() {
-            let config = self.relay_config(i);
-            let config = config.to_string_lossy().into_owned();
-            let p = self.spawn(
-                &format!("relay{i}"),
-                &["relay", "--config", &config],
-                self.relay_addrs[i],
-            )?;
+            let p = self.spawn_relay(i)?;
             self.relays.push(p);
         }
         for i in 0..self.relays.len() {
             wait_listening(&mut self.relays[i])?;
         }
+        Ok(())
+    }
+
+    fn spawn_relay(&self, i: usize) -> Result<NodeProcess, Error> {
+        let config = self.relay_config(i);
+        let config = config.to_string_lossy().into_owned();
+        self.spawn(
+            &format!("relay{i}"),
+            &["relay", "--config", &config],
+            self.relay_addrs[i],
+        )
+    }
+
+    /// Start relay `i` again (after [`NodeProcess::kill`] or
+    /// [`NodeProcess::stop`]) with the same keys and addresses, and wait
+    /// until it accepts connections.
+    pub fn restart_relay(&mut self, i: usize) -> Result<(), Error> {
+        self.relays[i].stop();
+        let mut p = self.spawn_relay(i)?;
+        wait_listening(&mut p)?;
+        self.relays[i] = p;
         Ok(())
     }
 
