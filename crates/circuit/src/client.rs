@@ -60,13 +60,18 @@ pub enum ClientEvent {
         /// Number of hops now.
         hops: usize,
     },
-    /// The last extend failed (the relay answered TRUNCATED or the
-    /// handshake failed); the circuit still has `hops` hops and can be
-    /// extended again.
-    ExtendFailed {
-        /// Number of hops still usable.
-        hops: usize,
-        /// Why.
+    /// The relay at index `hop` of the path (0: the guard) failed: the hop
+    /// before it said so with TRUNCATED, its handshake failed, or it did
+    /// not answer in time. [`ClientEvent::Closed`] follows at once: a
+    /// client never re-extends or keeps using a truncated circuit (a hop
+    /// that sends TRUNCATED would otherwise become the circuit's last hop
+    /// and see where its streams go). The relay named may be innocent (a
+    /// hostile hop can lie about its successor); callers use this only to
+    /// avoid the relay for a while.
+    HopFailed {
+        /// Index of the failed relay in the circuit's path.
+        hop: usize,
+        /// What happened, for logs.
         detail: String,
     },
     /// A stream event.
@@ -89,9 +94,6 @@ enum Build {
         handshake: NtorClient,
         deadline: Option<Instant>,
     },
-    /// The last hop's handshake failed and we sent TRUNCATE: waiting for
-    /// TRUNCATED before the circuit may be extended again.
-    Truncating,
     /// Not extending.
     Idle,
 }
@@ -197,11 +199,6 @@ impl ClientCircuit {
         self.check_open()?;
         match self.build {
             Build::Awaiting { .. } => return Err(Error::BadState("already extending")),
-            Build::Truncating => {
-                return Err(Error::BadState(
-                    "waiting for TRUNCATED after a failed extend",
-                ))
-            }
             Build::Idle => {}
         }
         if self.stream_hop.is_some() {
@@ -410,24 +407,12 @@ impl ClientCircuit {
                     hops: self.hops.len(),
                 });
             }
-            Err(e) if self.hops.is_empty() => {
-                self.violation(format!("first hop handshake failed: {e}"));
-            }
             Err(e) => {
-                // The new hop is unusable, but the circuit up to the previous
-                // hop is fine; ask that hop to drop it.
-                let last = self.hops.len() - 1;
-                let _ = self.queue(PendingMsg {
-                    hop: last,
-                    stream: None,
-                    msg: onionlab_cell::msg::Truncate::default().into(),
-                    early: false,
-                });
-                self.build = Build::Truncating;
-                self.events.push_back(ClientEvent::ExtendFailed {
-                    hops: self.hops.len(),
-                    detail: format!("handshake with new hop failed: {e}"),
-                });
+                // A wrong key or a forged reply: the whole circuit goes (we
+                // never truncate and re-extend).
+                let detail = format!("handshake with hop {} failed: {e}", self.hops.len() + 1);
+                self.hop_failed(self.hops.len(), detail.clone());
+                self.violation(detail);
             }
         }
     }
@@ -525,41 +510,33 @@ impl ClientCircuit {
                 self.finish_hop(&e.into_body());
             }
             (None, AnyRelayMsg::Truncated(t)) => {
-                // Everything beyond `hop` is gone, including what we had
-                // queued for those hops.
-                self.hops.truncate(hop + 1);
-                self.crypto.truncate(hop + 1);
-                self.control.retain(|m| m.hop <= hop);
-                if self.stream_hop.is_some_and(|s| s > hop) {
-                    for id in self.streams.ids() {
-                        self.streams.on_end(id);
-                        self.events
-                            .push_back(ClientEvent::Stream(StreamEvent::Ended {
-                                stream: id,
-                                reason: EndReason::DESTROY,
-                            }));
-                    }
-                    self.stream_hop = None;
-                    self.streams = StreamMap::new(self.config.streams.clone());
-                    for stream in std::mem::take(&mut self.resolves) {
-                        self.events.push_back(ClientEvent::Resolved {
-                            stream,
-                            answers: Vec::new(),
-                        });
-                    }
-                }
-                let was_extending = self.is_extending();
-                self.build = Build::Idle;
-                if was_extending {
-                    self.events.push_back(ClientEvent::ExtendFailed {
-                        hops: self.hops.len(),
-                        detail: format!("TRUNCATED: {}", t.reason().human_str()),
-                    });
-                }
+                let reason = t.reason();
+                // Hop `hop` says everything beyond it is gone. Circuit
+                // failure is circuit death: we tear the rest down too, so
+                // no stream can ever end at a hop that is not the exit we
+                // chose (tor's clients do the same).
+                let detail = format!(
+                    "hop {} sent TRUNCATED ({}): hop {} is gone",
+                    hop + 1,
+                    reason.human_str(),
+                    hop + 2
+                );
+                self.hop_failed(hop + 1, detail.clone());
+                self.close(CloseReason {
+                    reason,
+                    detail,
+                    by_peer: false,
+                    kind: crate::err::CloseKind::Truncated,
+                });
             }
             (_, AnyRelayMsg::Drop(_)) => {}
             (_, other) => self.violation(format!("unexpected {} message", other.cmd())),
         }
+    }
+
+    fn hop_failed(&mut self, hop: usize, detail: String) {
+        self.events
+            .push_back(ClientEvent::HopFailed { hop, detail });
     }
 
     fn is_stream_hop(&self, hop: usize) -> bool {
@@ -717,10 +694,9 @@ impl ClientCircuit {
     /// Let time pass: a hop that took too long to answer closes the circuit.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.poll_timeout().is_some_and(|d| now >= d) {
-            self.close(CloseReason::local(
-                DestroyReason::TIMEOUT,
-                format!("hop {} did not answer in time", self.hops.len() + 1),
-            ));
+            let detail = format!("hop {} did not answer in time", self.hops.len() + 1);
+            self.hop_failed(self.hops.len(), detail.clone());
+            self.close(CloseReason::local(DestroyReason::TIMEOUT, detail));
         }
     }
 

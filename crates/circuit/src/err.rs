@@ -60,6 +60,9 @@ pub enum CloseKind {
     Local,
     /// The peer sent DESTROY.
     Remote,
+    /// A hop of a client's circuit sent TRUNCATED: the client closed the
+    /// circuit (DESTROY toward the guard).
+    Truncated,
     /// The relay's out-of-memory handler killed it to bring the memory held
     /// by cell queues and stream buffers back under the configured limit
     /// (see `NodeConfig::max_mem_in_queues`). Sent as DESTROY with reason

@@ -450,14 +450,6 @@ impl StreamMap {
                 .flat_map(|q| q.iter().map(Bytes::len))
                 .sum::<usize>()
     }
-
-    /// IDs of all open streams.
-    pub(crate) fn ids(&self) -> Vec<StreamId> {
-        self.streams
-            .keys()
-            .filter_map(|id| StreamId::new(*id))
-            .collect()
-    }
 }
 
 /// Something a stream wants sent.

@@ -654,7 +654,7 @@ fn pending_resolves_count_against_the_stream_limit() {
 }
 
 #[test]
-fn client_waits_for_truncated_after_a_failed_handshake() {
+fn a_failed_handshake_with_a_new_hop_kills_the_circuit() {
     // Hop 1 is real; the answer to the extend is a forged EXTENDED2.
     let mut x = RawExit::new();
     let second = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(77)).public();
@@ -666,19 +666,64 @@ fn client_waits_for_truncated_after_a_failed_handshake() {
     );
     let ev: Vec<_> = std::iter::from_fn(|| x.client.poll_event()).collect();
     assert!(
-        ev.iter()
-            .any(|e| matches!(e, ClientEvent::ExtendFailed { hops: 1, .. })),
+        matches!(
+            ev.as_slice(),
+            [
+                ClientEvent::HopFailed { hop: 1, .. },
+                ClientEvent::Closed(_)
+            ]
+        ),
         "{ev:?}"
     );
-    // Until TRUNCATED arrives, extending again is refused (the relay would
-    // otherwise take our TRUNCATE after the new EXTEND2).
+    // No TRUNCATE and re-extend: the circuit is gone, DESTROY goes out.
+    assert!(x.client.is_closed());
     assert!(x.client.extend(&second, Vec::new()).is_err());
     let out: Vec<_> = std::iter::from_fn(|| x.client.poll_transmit(x.now)).collect();
-    assert_eq!(out.len(), 1, "the TRUNCATE");
+    assert!(
+        matches!(out.as_slice(), [AnyChanMsg::Destroy(_)]),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_hop_that_never_answers_is_named_when_the_build_times_out() {
+    let mut x = RawExit::new();
+    let second = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(78)).public();
+    x.client.extend(&second, Vec::new()).expect("extend");
+    let _ = std::iter::from_fn(|| x.client.poll_transmit(x.now)).count();
+    let deadline = x.client.poll_timeout().expect("a deadline while extending");
+    x.client.handle_timeout(deadline - Duration::from_millis(1));
+    assert!(!x.client.is_closed());
+    x.client.handle_timeout(deadline);
+    let ev: Vec<_> = std::iter::from_fn(|| x.client.poll_event()).collect();
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [
+                ClientEvent::HopFailed { hop: 1, .. },
+                ClientEvent::Closed(_)
+            ]
+        ),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn truncated_from_the_last_hop_with_streams_closes_the_circuit() {
+    // A one-hop "circuit" whose only hop claims its (non-existent) next
+    // hop failed: the client must not keep a circuit a hop has cut.
+    let mut x = RawExit::new();
+    let s = x.client.begin("example.com", 80).expect("begin");
+    let _ = std::iter::from_fn(|| x.client.poll_transmit(x.now)).count();
     x.send(
         None,
-        onionlab_cell::msg::Truncated::new(DestroyReason::REQUESTED).into(),
+        onionlab_cell::msg::Truncated::new(DestroyReason::CHANNEL_CLOSED).into(),
     );
-    assert!(!x.client.is_closed());
-    x.client.extend(&second, Vec::new()).expect("extend again");
+    assert!(x.client.is_closed());
+    assert!(x.client.write(s, b"x").is_err());
+    let out: Vec<_> = std::iter::from_fn(|| x.client.poll_transmit(x.now)).collect();
+    assert!(
+        matches!(out.as_slice(), [AnyChanMsg::Destroy(_)]),
+        "{out:?}"
+    );
 }

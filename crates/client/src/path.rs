@@ -153,10 +153,27 @@ pub fn select_path<R: Rng + ?Sized>(
     target: &Target,
     rng: &mut R,
 ) -> Result<[usize; PATH_LEN], PathError> {
+    select_path_avoiding(relays, target, &[], rng)
+}
+
+/// [`select_path`] without the relays (indexes into `relays`) in `avoid`,
+/// such as relays that failed a moment ago. The caller decides whether to
+/// fall back to [`select_path`] when this finds no path.
+///
+/// # Errors
+///
+/// [`PathError`] says which position could not be filled.
+pub fn select_path_avoiding<R: Rng + ?Sized>(
+    relays: &[RelayEntry],
+    target: &Target,
+    avoid: &[usize],
+    rng: &mut R,
+) -> Result<[usize; PATH_LEN], PathError> {
+    let reachable = |r: &RelayEntry, i: usize| reachable(r) && !avoid.contains(&i);
     let exits: Vec<usize> = (0..relays.len())
         .filter(|&i| {
             let r = &relays[i];
-            r.flags.exit && reachable(r) && target.allowed_by(&r.exit_policy)
+            r.flags.exit && reachable(r, i) && target.allowed_by(&r.exit_policy)
         })
         .collect();
     let exit =
@@ -164,7 +181,7 @@ pub fn select_path<R: Rng + ?Sized>(
             target: target.to_string(),
         })?;
     let guards: Vec<usize> = (0..relays.len())
-        .filter(|&i| i != exit && relays[i].flags.guard && reachable(&relays[i]))
+        .filter(|&i| i != exit && relays[i].flags.guard && reachable(&relays[i], i))
         .collect();
     let guard = weighted_choice(&guards, |i| relays[i].bandwidth, rng).ok_or_else(|| {
         PathError::NoGuard {
@@ -172,7 +189,7 @@ pub fn select_path<R: Rng + ?Sized>(
         }
     })?;
     let middles: Vec<usize> = (0..relays.len())
-        .filter(|&i| i != exit && i != guard && reachable(&relays[i]))
+        .filter(|&i| i != exit && i != guard && reachable(&relays[i], i))
         .collect();
     let middle = weighted_choice(&middles, |i| relays[i].bandwidth, rng).ok_or_else(|| {
         PathError::NoMiddle {
@@ -311,6 +328,23 @@ mod tests {
             assert!(relays[g].flags.guard);
             assert!(relays[e].flags.exit);
         }
+    }
+
+    #[test]
+    fn avoided_relays_are_never_chosen_and_an_impossible_avoidance_is_an_error() {
+        let relays: Vec<RelayEntry> = (0..6)
+            .map(|i| relay(i, i % 2 == 0, i >= 3, 100, "accept *:*"))
+            .collect();
+        let mut rng = StdRng::seed_from_u64(2);
+        for _ in 0..500 {
+            let p = select_path_avoiding(&relays, &web(), &[1, 4], &mut rng).expect("path");
+            assert!(!p.contains(&1) && !p.contains(&4), "{p:?}");
+        }
+        // Avoiding every exit leaves no path: the caller must decide.
+        assert!(matches!(
+            select_path_avoiding(&relays, &web(), &[3, 4, 5], &mut rng),
+            Err(PathError::NoExit { .. })
+        ));
     }
 
     #[test]

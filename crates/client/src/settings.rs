@@ -17,6 +17,11 @@ pub const DEFAULT_STREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_SOCKS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`ClientSettings::max_socks_connections`].
 pub const DEFAULT_MAX_SOCKS_CONNECTIONS: usize = 4096;
+/// Default [`ClientSettings::stream_retries`] (tor retries a stream whose
+/// circuit failed before CONNECTED on a new circuit, too).
+pub const DEFAULT_STREAM_RETRIES: u32 = 1;
+/// Default [`ClientSettings::relay_failure_avoidance`].
+pub const DEFAULT_RELAY_FAILURE_AVOIDANCE: Duration = Duration::from_secs(30);
 
 /// Everything the client needs to run.
 #[derive(Debug, Clone)]
@@ -47,6 +52,16 @@ pub struct ClientSettings {
     pub socks_handshake_timeout: Duration,
     /// Most SOCKS connections open at once; more are closed on accept.
     pub max_socks_connections: usize,
+    /// How many times a stream whose circuit failed before the exit
+    /// answered CONNECTED is retried on a fresh circuit. A stream that
+    /// had connected is never retried: it fails (the application's socket
+    /// is reset).
+    pub stream_retries: u32,
+    /// Random paths avoid a relay for this long after it failed (its
+    /// channel closed, a hop reported it gone with TRUNCATED, its
+    /// handshake failed or timed out), unless no path exists without it.
+    /// Pinned paths are used as they are.
+    pub relay_failure_avoidance: Duration,
     /// Circuit scheduler of each guard channel: which circuit's cell the
     /// client sends next when several have cells. Default EWMA with tor's
     /// 30 s half-life, as tor clients do.
@@ -76,6 +91,8 @@ impl ClientSettings {
             stream_connect_timeout: DEFAULT_STREAM_CONNECT_TIMEOUT,
             socks_handshake_timeout: DEFAULT_SOCKS_HANDSHAKE_TIMEOUT,
             max_socks_connections: DEFAULT_MAX_SOCKS_CONNECTIONS,
+            stream_retries: DEFAULT_STREAM_RETRIES,
+            relay_failure_avoidance: DEFAULT_RELAY_FAILURE_AVOIDANCE,
             scheduler: SchedulerKind::default(),
             transport: onionlab_transport::any::Choice::Tls,
             quic: onionlab_transport::quic::QuicSettings::default(),
@@ -90,6 +107,12 @@ impl ClientSettings {
         s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
         s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
         s.build_retries = config.build_retries;
+        s.stream_connect_timeout = Duration::from_millis(config.stream_connect_timeout_ms);
+        s.socks_handshake_timeout = Duration::from_millis(config.socks_handshake_timeout_ms);
+        s.max_socks_connections =
+            usize::try_from(config.max_socks_connections).unwrap_or(usize::MAX);
+        s.stream_retries = config.stream_retries;
+        s.relay_failure_avoidance = Duration::from_secs(config.relay_failure_avoidance_s);
         // The configuration's names are the transport crate's.
         s.transport = onionlab_transport::any::Choice::from_name(config.transport.as_str())
             .unwrap_or_default();

@@ -30,7 +30,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::path::{path_names, select_path, PathError, Target};
+use crate::path::{path_names, select_path, select_path_avoiding, PathError, Target};
 use crate::settings::ClientSettings;
 use crate::socks::{IsolationKey, StreamFailure};
 
@@ -205,6 +205,12 @@ pub(crate) struct State {
     shutting_down: bool,
     /// Writer tasks, awaited at shutdown so DESTROYs go out.
     writers: Vec<JoinHandle<()>>,
+    /// Relays (by index) that failed recently, and when: random paths
+    /// avoid them for `relay_failure_avoidance` unless no path exists
+    /// without them.
+    failed_relays: HashMap<usize, Instant>,
+    /// Stream failures are logged at INFO, at most one line per interval.
+    stream_failures: onionlab_ops::LogLimiter,
 }
 
 /// Whether a stream to `target` with isolation `iso` may use a circuit
@@ -259,7 +265,29 @@ impl State {
             next_token: 1,
             shutting_down: false,
             writers: Vec::new(),
+            failed_relays: HashMap::new(),
+            stream_failures: onionlab_ops::LogLimiter::default(),
         }
+    }
+
+    /// Log a stream failure at INFO, rate-limited (with the count of the
+    /// failures held back since the last line).
+    pub(crate) fn log_stream_failure(&mut self, what: &str) {
+        if let Some(held_back) = self.stream_failures.check(Instant::now()) {
+            if held_back > 0 {
+                tracing::info!("{what} (and {held_back} more stream failures since the last line)");
+            } else {
+                tracing::info!("{what}");
+            }
+        }
+    }
+
+    /// Relays that failed within the avoidance period before `now`.
+    fn recently_failed(&mut self, now: Instant) -> Vec<usize> {
+        let period = self.cfg.settings.relay_failure_avoidance;
+        self.failed_relays
+            .retain(|_, at| now.saturating_duration_since(*at) < period);
+        self.failed_relays.keys().copied().collect()
     }
 
     /// How a stream to `target` with isolation `iso` gets a circuit: an
@@ -310,11 +338,25 @@ impl State {
                     Err(StreamFailure::NotAllowed)
                 }
             }
-            None => match select_path(relays, target, &mut self.rng) {
-                Ok(p) => Ok(Pick::Launch(p.to_vec())),
-                Err(PathError::NoExit { .. }) => Err(StreamFailure::NotAllowed),
-                Err(e) => Err(StreamFailure::NoPath(e.to_string())),
-            },
+            None => {
+                let avoid = self.recently_failed(now);
+                let path =
+                    select_path_avoiding(relays, target, &avoid, &mut self.rng).or_else(|e| {
+                        if avoid.is_empty() {
+                            return Err(e);
+                        }
+                        tracing::debug!(
+                            avoided = %path_names(relays, &avoid),
+                            "no path without recently failed relays ({e}): using them"
+                        );
+                        select_path(relays, target, &mut self.rng)
+                    });
+                match path {
+                    Ok(p) => Ok(Pick::Launch(p.to_vec())),
+                    Err(PathError::NoExit { .. }) => Err(StreamFailure::NotAllowed),
+                    Err(e) => Err(StreamFailure::NoPath(e.to_string())),
+                }
+            }
         }
     }
 
@@ -473,7 +515,9 @@ impl State {
             return;
         };
         while let Some(ev) = c.circ.poll_event() {
-            on_event(key, c, ev, &cfg, now);
+            if let Some(failed) = on_event(key, c, ev, &cfg, now) {
+                self.failed_relays.insert(failed, now);
+            }
         }
         let wants = c.circ.wants_transmit();
         let ch = self.channels.get_mut(&c.chan);
@@ -668,6 +712,8 @@ impl State {
         if self.shutting_down {
             tracing::debug!(guard = %nick, "channel closed: {why}");
         } else {
+            // The guard is unreachable or dropped us: avoid it for a while.
+            self.failed_relays.insert(ch.guard, Instant::now());
             tracing::info!(guard = %nick, circuits = ch.circuits.len(), "channel closed: {why}");
         }
         if let Some(r) = &ch.reader {
@@ -834,8 +880,15 @@ impl State {
     }
 }
 
-/// Handle one event of circuit `c`.
-fn on_event(key: CircKey, c: &mut Circ, ev: ClientEvent, cfg: &Config, now: Instant) {
+/// Handle one event of circuit `c`; returns the index of a relay the
+/// circuit found failed, if the event names one.
+fn on_event(
+    key: CircKey,
+    c: &mut Circ,
+    ev: ClientEvent,
+    cfg: &Config,
+    now: Instant,
+) -> Option<usize> {
     let relays = cfg.relays();
     match ev {
         ClientEvent::HopAdded { hops } => {
@@ -856,14 +909,13 @@ fn on_event(key: CircKey, c: &mut Circ, ev: ClientEvent, cfg: &Config, now: Inst
                 );
             }
         }
-        ClientEvent::ExtendFailed { hops, detail } => {
-            let nick = c
-                .path
-                .get(hops)
-                .map_or("?", |&i| relays[i].nickname.as_str());
+        ClientEvent::HopFailed { hop, detail } => {
+            // The circuit closes right after (Closed follows).
+            let failed = c.path.get(hop).copied();
+            let nick = failed.map_or("?", |i| relays[i].nickname.as_str());
             c.failure
-                .get_or_insert_with(|| format!("extending to {nick} failed: {detail}"));
-            c.circ.destroy();
+                .get_or_insert_with(|| format!("relay {nick} failed: {detail}"));
+            return failed;
         }
         ClientEvent::Stream(ev) => {
             let (id, connected, ended) = match ev {
@@ -905,14 +957,25 @@ fn on_event(key: CircKey, c: &mut Circ, ev: ClientEvent, cfg: &Config, now: Inst
                     }
                 }
                 c.phase.send_replace(Phase::Failed(failure));
-            } else {
+            } else if reason.kind == onionlab_circuit::CloseKind::Local
+                && reason.reason == onionlab_cell::chan::DestroyReason::NONE
+            {
                 tracing::debug!(circ = key.0, %path, "circuit closed: {reason}");
+            } else {
+                let why = c.failure.take().unwrap_or_else(|| reason.to_string());
+                tracing::info!(
+                    circ = key.0,
+                    %path,
+                    streams = c.streams.len(),
+                    "circuit failed: {why}"
+                );
             }
             for slot in c.streams.values() {
                 slot.notify.notify_one();
             }
         }
     }
+    None
 }
 
 #[cfg(test)]

@@ -18,9 +18,15 @@
 //! * Application EOF: the stream is closed (END after the queued bytes).
 //!   As in tor, END closes both directions: the task hands the
 //!   application what it has already read, then closes the connection.
-//! * END from the exit: the task delivers the remaining bytes, then shuts
-//!   down the application socket's write side and closes.
-//! * Circuit closed: the connection is closed at once.
+//! * END from the exit with reason DONE (the exit saw its target close
+//!   cleanly): the task delivers the remaining bytes, then closes the
+//!   application socket with a FIN.
+//! * Anything else (END with another reason, such as CONNRESET or
+//!   TIMEOUT; the circuit closed under the stream; the stream lost): the
+//!   application socket is reset (RST, by closing it with `SO_LINGER` 0),
+//!   so that an application reading to EOF (an HTTP response without
+//!   Content-Length, say) sees an error and never a truncated transfer
+//!   that looks complete.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -31,6 +37,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tor_socksproto::SocksAddr;
+
+use onionlab_cell::msg::EndReason;
 
 use crate::path::{Target, TargetHost};
 use crate::socks::{self, reply, IsolationKey, StreamFailure};
@@ -67,6 +75,12 @@ pub(crate) async fn serve(shared: Shared, mut sock: TcpStream, peer: SocketAddr)
         Ok(s) => s,
         Err(failure) => {
             tracing::debug!(%peer, %target, code = failure.reply_code(), "stream failed: {failure}");
+            if failure != StreamFailure::ShuttingDown {
+                shared.borrow_mut().log_stream_failure(&format!(
+                    "stream to {target} failed (SOCKS reply {:#04x}): {failure}",
+                    failure.reply_code()
+                ));
+            }
             let _ = sock
                 .write_all(&socks::reply_bytes(&request, failure.reply_code()))
                 .await;
@@ -79,10 +93,40 @@ pub(crate) async fn serve(shared: Shared, mut sock: TcpStream, peer: SocketAddr)
         .await
         .is_ok()
     {
-        relay(&shared, sock, &sref, &notify, accepted.early_data).await;
+        let end = relay(&shared, sock, &sref, &notify, accepted.early_data).await;
+        if let StreamEnd::Broken(why) = &end {
+            shared.borrow_mut().log_stream_failure(&format!(
+                "stream to {target} broke: {why} (application reset)"
+            ));
+        }
     }
     shared.borrow_mut().detach(&sref);
     tracing::debug!(%peer, %target, "stream done");
+}
+
+/// How a stream that had connected ended, as the application is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StreamEnd {
+    /// A clean end (the application closed first, or the exit sent END
+    /// DONE): the application socket was closed with a FIN.
+    Clean,
+    /// The stream failed: the application socket was reset.
+    Broken(String),
+}
+
+/// Close the application's socket abortively: with `SO_LINGER` 0 the
+/// kernel sends RST instead of FIN and drops unsent bytes, so the
+/// application reads an error (ECONNRESET), never a clean EOF.
+fn reset(app_rd: tokio::net::tcp::OwnedReadHalf, app_wr: tokio::net::tcp::OwnedWriteHalf) {
+    match app_rd.reunite(app_wr) {
+        Ok(sock) => {
+            if let Err(e) = sock.set_zero_linger() {
+                tracing::debug!("setting SO_LINGER 0 on the application socket: {e}");
+            }
+            drop(sock);
+        }
+        Err(e) => tracing::debug!("cannot reset the application socket: {e}"),
+    }
 }
 
 /// Whether a BEGIN cell can carry `target`'s host (as the circuit checks
@@ -113,16 +157,17 @@ async fn open_stream(
     if !begin_target_ok(target) {
         return Err(StreamFailure::BadTarget);
     }
-    let retries = shared.borrow().cfg.settings.build_retries;
+    let retries = shared.borrow().cfg.settings.stream_retries;
     let mut attempt = 0;
     loop {
         let key = circuit_for(shared, target, iso).await?;
         match begin(shared, key, target, notify, connect_timeout).await {
             // The circuit died under the stream before the exit answered:
-            // try another, as tor does.
+            // try a fresh one, as tor does (the dead circuit is never
+            // picked again).
             Err(StreamFailure::CircuitClosed) if attempt < retries => {
                 attempt += 1;
-                tracing::debug!(%target, "circuit closed before CONNECTED: retrying");
+                tracing::debug!(%target, "circuit closed before CONNECTED: retrying on a fresh circuit");
             }
             r => return r,
         }
@@ -205,14 +250,16 @@ async fn circuit_for(
     }
 }
 
-/// Move bytes between the application and the stream until both are done.
+/// Move bytes between the application and the stream until both are
+/// done; close the application socket cleanly or reset it (see the
+/// module docs) and say which.
 async fn relay(
     shared: &Shared,
     sock: TcpStream,
     sref: &StreamRef,
     notify: &Notify,
     early_data: Vec<u8>,
-) {
+) -> StreamEnd {
     let (mut app_rd, mut app_wr) = sock.into_split();
     // Bytes read from the application that the stream has not taken yet.
     let mut up = early_data;
@@ -250,19 +297,34 @@ async fn relay(
             (st.stream_view(sref), gone)
         };
         let drained = down_start == down_end;
-        let peer_done = matches!(view, StreamView::Live { ended: Some(_), .. });
+        let peer_end = match view {
+            StreamView::Live { ended, .. } => ended,
+            StreamView::Lost => None,
+        };
+        let peer_done = peer_end.is_some();
         if closed_by_app && drained {
             // END sent (or queued); what the exit sends now is dropped.
             let _ = app_wr.shutdown().await;
-            return;
+            return StreamEnd::Clean;
         }
         if !closed_by_app && view == StreamView::Lost {
-            tracing::debug!(circ = sref.circ.0, stream = %sref.id, "circuit closed under the stream");
-            return;
+            reset(app_rd, app_wr);
+            return StreamEnd::Broken("the circuit closed".into());
+        }
+        // A failure END need not wait for the bytes before it: the
+        // transfer is broken either way.
+        let failed_end = peer_end.filter(|r| *r != EndReason::DONE);
+        if let Some(reason) = failed_end {
+            reset(app_rd, app_wr);
+            return StreamEnd::Broken(format!("the exit ended it with reason {reason}"));
         }
         if drained && (gone || peer_done) {
-            let _ = app_wr.shutdown().await;
-            return;
+            if peer_done {
+                let _ = app_wr.shutdown().await;
+                return StreamEnd::Clean;
+            }
+            reset(app_rd, app_wr);
+            return StreamEnd::Broken("the stream was lost".into());
         }
         let want_read = !app_eof && up.is_empty() && !peer_done && !gone;
         tokio::select! {
@@ -270,16 +332,17 @@ async fn relay(
                 Ok(0) => app_eof = true,
                 Ok(n) => up.extend_from_slice(&read_buf[..n]),
                 Err(e) => {
+                    // The application is gone; it sees nothing more.
                     tracing::debug!(stream = %sref.id, "application read failed: {e}");
-                    return;
+                    return StreamEnd::Clean;
                 }
             },
             r = app_wr.write(&down[down_start..down_end]), if !drained => match r {
                 Ok(n) if n > 0 => down_start += n,
-                Ok(_) => return,
+                Ok(_) => return StreamEnd::Clean,
                 Err(e) => {
                     tracing::debug!(stream = %sref.id, "application write failed: {e}");
-                    return;
+                    return StreamEnd::Clean;
                 }
             },
             _ = notify.notified() => {}

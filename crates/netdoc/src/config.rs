@@ -34,7 +34,16 @@
 //! build_retries = 3                     # default 3
 //! transport = "auto"                    # as for a relay; default "auto"
 //! quic_congestion = "cubic"             # as for a relay; default "cubic"
+//! stream_connect_timeout_ms = 60000     # default 60000
+//! socks_handshake_timeout_ms = 30000    # default 30000
+//! max_socks_connections = 4096          # default 4096
+//! stream_retries = 1                    # default 1
+//! relay_failure_avoidance_s = 30        # default 30
+//! log = "info"                          # optional tracing filter
 //! ```
+//!
+//! Every setting, its default and its C tor counterpart are listed in
+//! `docs/settings.md`.
 //!
 //! `transport` chooses the transport of the connections a node opens (see
 //! [`TransportChoice`]): `"auto"` uses QUIC with one stream per circuit when
@@ -431,6 +440,65 @@ pub struct ClientConfig {
     /// QUIC congestion control; default [`Congestion::Cubic`].
     #[serde(default)]
     pub quic_congestion: Congestion,
+    /// Fail a stream whose exit has not answered BEGIN after this many
+    /// milliseconds (SOCKS reply 0x06; default 60000); must be positive.
+    #[serde(
+        default = "default_stream_connect_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub stream_connect_timeout_ms: u64,
+    /// Drop a SOCKS connection that has not finished its handshake after
+    /// this many milliseconds (default 30000); must be positive.
+    #[serde(
+        default = "default_socks_handshake_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub socks_handshake_timeout_ms: u64,
+    /// Most SOCKS connections open at once (default 4096); must be
+    /// positive.
+    #[serde(
+        default = "default_max_socks_connections",
+        deserialize_with = "de_positive"
+    )]
+    pub max_socks_connections: u64,
+    /// Retries, on a fresh circuit, of a stream whose circuit failed
+    /// before the exit answered (default 1).
+    #[serde(default = "default_stream_retries")]
+    pub stream_retries: u32,
+    /// Seconds a failed relay is left out of new random paths (default
+    /// 30; 0: never avoided).
+    #[serde(default = "default_relay_failure_avoidance_s")]
+    pub relay_failure_avoidance_s: u64,
+    /// Log filter, as for a relay; none means the program's default.
+    #[serde(default)]
+    pub log: Option<String>,
+}
+
+/// Default [`ClientConfig::stream_connect_timeout_ms`].
+pub const DEFAULT_STREAM_CONNECT_TIMEOUT_MS: u64 = 60_000;
+/// Default [`ClientConfig::socks_handshake_timeout_ms`].
+pub const DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS: u64 = 30_000;
+/// Default [`ClientConfig::max_socks_connections`].
+pub const DEFAULT_MAX_SOCKS_CONNECTIONS: u64 = 4096;
+/// Default [`ClientConfig::stream_retries`].
+pub const DEFAULT_STREAM_RETRIES: u32 = 1;
+/// Default [`ClientConfig::relay_failure_avoidance_s`].
+pub const DEFAULT_RELAY_FAILURE_AVOIDANCE_S: u64 = 30;
+
+fn default_stream_connect_timeout_ms() -> u64 {
+    DEFAULT_STREAM_CONNECT_TIMEOUT_MS
+}
+fn default_socks_handshake_timeout_ms() -> u64 {
+    DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS
+}
+fn default_max_socks_connections() -> u64 {
+    DEFAULT_MAX_SOCKS_CONNECTIONS
+}
+fn default_stream_retries() -> u32 {
+    DEFAULT_STREAM_RETRIES
+}
+fn default_relay_failure_avoidance_s() -> u64 {
+    DEFAULT_RELAY_FAILURE_AVOIDANCE_S
 }
 
 /// See [`DEFAULT_EWMA_HALF_LIFE_MS`].

@@ -381,7 +381,7 @@ async fn extends_only_to_relays_in_the_document() {
         assert!(Instant::now() < deadline, "no answer to a bad extend");
         client.step(Duration::from_millis(50)).await;
         match client.circ.poll_event() {
-            Some(ClientEvent::ExtendFailed { .. }) => break,
+            Some(ClientEvent::HopFailed { .. }) => break,
             Some(ClientEvent::Closed(_)) => break,
             Some(other) => panic!("unexpected {other:?}"),
             None => {}

@@ -12,9 +12,11 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "onionlab", version, about)]
 struct Cli {
-    /// Log filter (tracing-subscriber EnvFilter syntax), e.g. `info` or `onionlab_netem=debug`.
-    #[arg(long, global = true, env = "ONIONLAB_LOG", default_value = "info")]
-    log: String,
+    /// Log filter (tracing-subscriber EnvFilter syntax), e.g. `info` or
+    /// `onionlab_netem=debug`. Default: the `log` setting of the relay or
+    /// client config file, else `info`.
+    #[arg(long, global = true, env = "ONIONLAB_LOG")]
+    log: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,13 +48,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    cmd::logging::init(cli.log.as_deref());
     let result = match cli.command {
         Command::Net(c) => cmd::net::run(*c),
         Command::Demo(a) => cmd::demo::run(a),

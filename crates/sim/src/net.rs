@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId};
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::node::{ChannelId, NodeConfig, NodeEvent, RelayNode};
@@ -64,6 +64,8 @@ pub struct Net {
     /// Whether the harness answers every exit BEGIN with a connection
     /// (true) or leaves that to the test.
     pub auto_connect: bool,
+    /// Relays killed by [`Net::kill_relay`]: they neither send nor receive.
+    dead: std::collections::BTreeSet<usize>,
 }
 
 pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
@@ -112,6 +114,49 @@ impl Net {
             max_delay_us: 3000,
             tamper: None,
             auto_connect: true,
+            dead: Default::default(),
+        }
+    }
+
+    /// Relay `at` loses its channel to `peer` (the link broke on its side,
+    /// or a hostile relay pretends it did): it tears the channel's circuits
+    /// down as a relay does (TRUNCATED toward the client, DESTROY onward),
+    /// while `peer` is not told. Cells in flight between them are dropped.
+    pub fn drop_channel(&mut self, at: usize, peer: End) {
+        let me = End::Relay(at);
+        let Some(chan) = self.chan_ids.remove(&(me, peer)) else {
+            return;
+        };
+        self.chan_ids.remove(&(peer, me));
+        self.chan_peer.remove(&(at, chan));
+        self.links.remove(&(me, peer));
+        self.links.remove(&(peer, me));
+        let now = self.instant();
+        self.relays[at].remove_channel(now, chan);
+    }
+
+    /// Relay `i` dies (a crash): every relay with a channel to it loses
+    /// that channel, and every client circuit through it (if it is the
+    /// guard) gets DESTROY, as the client's channel layer reports a closed
+    /// channel. The dead relay sends and receives nothing from now on.
+    pub fn kill_relay(&mut self, i: usize) {
+        self.dead.insert(i);
+        for j in 0..self.relays.len() {
+            if j != i {
+                self.drop_channel(j, End::Relay(i));
+            }
+        }
+        if i == 0 {
+            self.links.remove(&(End::Client, End::Relay(0)));
+            self.links.remove(&(End::Relay(0), End::Client));
+            let now = self.instant();
+            let destroy: AnyChanMsg = onionlab_cell::chan::Destroy::new(
+                onionlab_cell::chan::DestroyReason::CHANNEL_CLOSED,
+            )
+            .into();
+            for c in self.circuits.values_mut() {
+                c.handle_cell(now, destroy.clone());
+            }
         }
     }
 
@@ -251,6 +296,7 @@ impl Net {
                     }
                 }
             }
+            End::Relay(i) if self.dead.contains(&i) => {}
             End::Relay(i) => {
                 let chans: Vec<ChannelId> = self.relays[i].channels_with_work().collect();
                 for chan in chans {
@@ -300,6 +346,7 @@ impl Net {
                             c.handle_cell(now, msg);
                         }
                     }
+                    End::Relay(i) if self.dead.contains(&i) => {}
                     End::Relay(i) => {
                         if let Some(&chan) = self.chan_ids.get(&(from, to)) {
                             self.relays[i].handle_cell(now, chan, cell);

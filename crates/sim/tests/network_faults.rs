@@ -1,5 +1,7 @@
 //! Faults on the in-memory network: a corrupted cell kills its circuit and
-//! no other; a failed extend leaves a usable shorter circuit.
+//! no other; a failed extend, a TRUNCATED from any hop (a relay's next hop
+//! died, or a hostile relay claims it did) and a dead relay each kill the
+//! whole circuit, name the failed relay, and leave no hop holding it.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -10,6 +12,7 @@ use onionlab_circuit::client::ClientEvent;
 use onionlab_circuit::node::NodeEvent;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
+use onionlab_circuit::CloseKind;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_sim::{linkspecs, End, Net};
 use rand::rngs::StdRng;
@@ -106,15 +109,16 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
         *i == 2 && matches!(e, NodeEvent::CircuitClosed { reason, .. } if reason.reason == DestroyReason::PROTOCOL)
     });
     assert!(exit_closed, "{:?}", net.node_events);
-    // Guard and middle keep circuit a; the client now has 2 hops.
-    assert_eq!(net.circuits[&a].n_hops(), 2);
-    assert_eq!(net.relays[0].n_circuits(), 2);
-    assert_eq!(net.relays[1].n_circuits(), 2);
+    // The client closed circuit a on that TRUNCATED (blaming the exit),
+    // and its DESTROY cleared the guard and the middle.
+    assert!(net.circuits[&a].is_closed());
+    assert_eq!(net.relays[0].n_circuits(), 1);
+    assert_eq!(net.relays[1].n_circuits(), 1);
     assert_eq!(net.relays[2].n_circuits(), 1);
     let ev = net.take_client_events(a);
     assert!(
         ev.iter()
-            .any(|e| matches!(e, ClientEvent::Stream(StreamEvent::Ended { .. }))),
+            .any(|e| matches!(e, ClientEvent::HopFailed { hop: 2, .. })),
         "{ev:?}"
     );
     // Circuit b, on the very same channels, is unaffected.
@@ -132,7 +136,7 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
 }
 
 #[test]
-fn failed_extend_leaves_a_usable_circuit() {
+fn failed_extend_kills_the_circuit() {
     let mut net = Net::new(12, 3, SchedulerKind::RoundRobin);
     let id = net.new_circuit();
     net.run_until(Duration::from_secs(5), |n| n.circuits[&id].n_hops() == 1)
@@ -144,34 +148,124 @@ fn failed_extend_leaves_a_usable_circuit() {
         .expect("c")
         .extend(&ghost, linkspecs(&ghost, 1))
         .expect("extend");
-    net.run_until(Duration::from_secs(5), |n| !n.circuits[&id].is_extending())
-        .expect("run");
+    net.run_until(Duration::from_secs(5), |n| n.circuits[&id].is_closed())
+        .expect("the circuit closes");
     let ev = net.take_client_events(id);
     assert!(
-        ev.iter()
-            .any(|e| matches!(e, ClientEvent::ExtendFailed { hops: 1, .. })),
+        matches!(
+            ev.as_slice(),
+            [
+                ClientEvent::HopAdded { hops: 1 },
+                ClientEvent::HopFailed { hop: 1, .. },
+                ClientEvent::Closed(_)
+            ]
+        ),
         "{ev:?}"
     );
-    // The one-hop circuit extends fine to real relays afterwards.
-    for hop in 1..3 {
-        let target = net.public(hop);
-        net.circuits
-            .get_mut(&id)
-            .expect("c")
-            .extend(&target, linkspecs(&target, 1))
-            .expect("extend");
-        net.run_until(Duration::from_secs(5), |n| {
-            n.circuits[&id].n_hops() == hop + 1
+    // Never re-extended: the circuit is gone at the guard too.
+    let target = net.public(1);
+    assert!(net
+        .circuits
+        .get_mut(&id)
+        .expect("c")
+        .extend(&target, linkspecs(&target, 1))
+        .is_err());
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.relays[0].n_circuits(), 0);
+}
+
+/// Build a 3-hop circuit and start a stream on it whose exit side is
+/// connected; returns the circuit ID.
+fn built_with_stream(net: &mut Net) -> u32 {
+    let id = net.new_circuit();
+    net.build(id).expect("build");
+    let s = net
+        .circuits
+        .get_mut(&id)
+        .expect("c")
+        .begin("x.example", 80)
+        .expect("begin");
+    net.run_until(Duration::from_secs(5), |n| {
+        n.client_events.iter().any(|(c, e)| {
+            *c == id && *e == ClientEvent::Stream(StreamEvent::Connected { stream: s })
         })
-        .expect("run");
+    })
+    .expect("connected");
+    id
+}
+
+#[test]
+fn a_middle_that_sends_truncated_loses_the_circuit_and_never_sees_a_begin() {
+    // The middle drops its channel to the exit, which stays up: to the
+    // client this is exactly a hostile middle sending TRUNCATED to become
+    // the circuit's last hop.
+    let mut net = Net::new(21, 3, SchedulerKind::default());
+    let id = built_with_stream(&mut net);
+    net.take_client_events(id);
+    net.drop_channel(1, End::Relay(2));
+    net.run_until(Duration::from_secs(1), |n| n.circuits[&id].is_closed())
+        .expect("the client closes the circuit at once");
+    let ev = net.take_client_events(id);
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [ClientEvent::HopFailed { hop: 2, .. }, ClientEvent::Closed(r)]
+                if r.kind == CloseKind::Truncated
+        ),
+        "{ev:?}"
+    );
+    // No stream can attach to what is left, and the client's DESTROY
+    // clears the guard and the middle.
+    let circ = net.circuits.get_mut(&id).expect("c");
+    assert!(circ.begin("y.example", 80).is_err());
+    assert!(circ.resolve("y.example").is_err());
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.relays[0].n_circuits(), 0);
+    assert_eq!(net.relays[1].n_circuits(), 0);
+    let begins_at_middle = net
+        .node_events
+        .iter()
+        .filter(|(i, e)| *i == 1 && matches!(e, NodeEvent::ExitConnect { .. }))
+        .count();
+    assert_eq!(begins_at_middle, 0);
+}
+
+#[test]
+fn a_killed_exit_or_middle_closes_the_circuit_naming_the_dead_relay() {
+    for dead in [2usize, 1] {
+        let mut net = Net::new(30 + dead as u64, 3, SchedulerKind::default());
+        let id = built_with_stream(&mut net);
+        net.take_client_events(id);
+        net.kill_relay(dead);
+        net.run_until(Duration::from_secs(1), |n| n.circuits[&id].is_closed())
+            .expect("the client learns at once");
+        let ev = net.take_client_events(id);
+        let failed: Vec<usize> = ev
+            .iter()
+            .filter_map(|e| match e {
+                ClientEvent::HopFailed { hop, .. } => Some(*hop),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(failed, [dead], "{ev:?}");
+        assert!(matches!(ev.last(), Some(ClientEvent::Closed(_))), "{ev:?}");
+        net.run_for(Duration::from_millis(100));
+        for alive in (0..3).filter(|i| *i != dead) {
+            assert_eq!(net.relays[alive].n_circuits(), 0, "relay {alive}");
+        }
     }
-    assert!(push_bytes(
-        &mut net,
-        id,
-        3,
-        200_000,
-        Duration::from_secs(30)
-    ));
+}
+
+#[test]
+fn a_killed_guard_closes_the_circuit() {
+    let mut net = Net::new(40, 3, SchedulerKind::default());
+    let id = built_with_stream(&mut net);
+    net.kill_relay(0);
+    net.run_for(Duration::from_millis(10));
+    assert!(net.circuits[&id].is_closed());
+    net.run_for(Duration::from_millis(100));
+    assert_eq!(net.relays[1].n_circuits(), 0);
+    assert_eq!(net.relays[2].n_circuits(), 0);
 }
 
 #[test]

@@ -5,6 +5,7 @@ pub mod client;
 pub mod demo;
 pub mod directory;
 pub mod lab;
+pub mod logging;
 pub mod net;
 pub mod network;
 pub mod relay;

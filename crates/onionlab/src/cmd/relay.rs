@@ -41,6 +41,7 @@ pub fn node_config(cfg: &RelayConfig) -> NodeConfig {
 /// Run a relay until SIGINT/SIGTERM.
 pub fn run(args: RelayArgs) -> Result<ExitCode> {
     let cfg = RelayConfig::load(&args.config)?;
+    super::logging::apply_config_filter(&args.config, cfg.log.as_deref())?;
     let keys = onionlab_netdoc::keys::load_relay_keys(&cfg.keys)?;
     let network_key = cfg.network_public_key()?;
     runtime::current_thread()?.block_on(async {
