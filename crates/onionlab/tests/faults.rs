@@ -1,0 +1,210 @@
+//! Relay crashes with real processes on 127.0.0.1, over tls and quic: a
+//! relay on the path is killed (SIGKILL) in the middle of a download whose
+//! length the application does not know (as an HTTP response without
+//! Content-Length), then started again on the same address.
+//!
+//! - The application must see an error (a reset), never a clean EOF that
+//!   would make the partial download look complete, and soon.
+//! - Once the relay is back, a new request must succeed soon.
+//!
+//! Each test runs the fault once. With `ONIONLAB_FAULT_RUNS=N` it runs it
+//! N times and prints one JSON line per run and the medians (this is how
+//! the numbers in `docs/faults.md` were measured):
+//!
+//!     ONIONLAB_FAULT_RUNS=10 cargo nextest run -p onionlab --test faults \
+//!         --test-threads 1 --no-capture
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use onionlab::testnet::{self, LocalNetwork, OP_DOWNLOAD};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const KIB: u64 = 1 << 10;
+/// Bound on kill-to-error in these tests: generous for a loaded CI machine
+/// (the goal, checked by the measurement, is 10 s); with QUIC's former
+/// 60 s idle timeout the stream stalled for 78 s.
+const KILL_TO_ERROR_LIMIT: Duration = Duration::from_secs(20);
+/// Bound on restart-to-success (goal 5 s).
+const RESTART_TO_SUCCESS_LIMIT: Duration = Duration::from_secs(15);
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_onionlab"))
+}
+
+/// Relay indexes in a 3-relay network with one exit: relay2 is the exit.
+const MIDDLE: usize = 1;
+const EXIT: usize = 2;
+
+/// A 3-relay network over `transport`, and a client pinned to
+/// relay0,relay1,relay2.
+fn network(name: &str, transport: &str) -> LocalNetwork {
+    let dir = std::env::temp_dir().join(format!(
+        "onionlab-faults-{}-{name}-{transport}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.set_transport(transport).expect("transport");
+    net.set_log_filter("info,onionlab_client=debug");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    net
+}
+
+/// Open a download of (practically) unbounded length through SOCKS and
+/// read `first` bytes of it.
+async fn open_endless_download(net: &LocalNetwork, server: std::net::SocketAddr) -> TcpStream {
+    let mut s = testnet::socks_connect(net.socks_addr(), "127.0.0.1", server.port(), None)
+        .await
+        .expect("SOCKS connect");
+    let mut req = [0u8; 9];
+    req[0] = OP_DOWNLOAD;
+    req[1..].copy_from_slice(&(1u64 << 40).to_be_bytes());
+    s.write_all(&req).await.expect("request");
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    while got < 512 * KIB {
+        match s.read(&mut buf).await {
+            Ok(0) => panic!("EOF before the fault"),
+            Ok(n) => got += n as u64,
+            Err(e) => panic!("error before the fault: {e}"),
+        }
+    }
+    s
+}
+
+/// How reading `s` to its end went.
+#[derive(Debug)]
+enum Ending {
+    /// A clean EOF: what a truncated download must never look like.
+    Eof,
+    /// A read error (a reset), after this long.
+    Error(std::io::ErrorKind),
+    /// Nothing within the limit.
+    Hang,
+}
+
+/// Read `s` until EOF, an error, or `limit`; how it ended and when.
+async fn read_to_end(mut s: TcpStream, limit: Duration) -> (Ending, Duration) {
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 64 * 1024];
+    let ending = tokio::time::timeout(limit, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return Ending::Eof,
+                Ok(_) => {}
+                Err(e) => return Ending::Error(e.kind()),
+            }
+        }
+    })
+    .await
+    .unwrap_or(Ending::Hang);
+    (ending, t0.elapsed())
+}
+
+/// Try small downloads until one succeeds; the time from the first try.
+async fn time_to_success(net: &LocalNetwork, server: std::net::SocketAddr) -> Duration {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    while t0.elapsed() < RESTART_TO_SUCCESS_LIMIT {
+        let attempt = tokio::time::timeout(
+            Duration::from_secs(5),
+            testnet::download(net.socks_addr(), server, 64 * KIB, None),
+        )
+        .await;
+        match attempt {
+            Ok(Ok(_)) => return t0.elapsed(),
+            Ok(Err(e)) => last = e,
+            Err(_) => last = "attempt timed out".into(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no request succeeded within {RESTART_TO_SUCCESS_LIMIT:?}: last error: {last}");
+}
+
+/// One fault: kill `victim` mid-download; check the application sees an
+/// error; restart it; time the first success. Returns (kill to error,
+/// restart to success).
+async fn kill_and_restart(
+    net: &mut LocalNetwork,
+    server: std::net::SocketAddr,
+    victim: usize,
+) -> (Duration, Duration) {
+    let s = open_endless_download(net, server).await;
+    net.relays[victim].kill();
+    let (ending, kill_to_error) = read_to_end(s, KILL_TO_ERROR_LIMIT).await;
+    let client_log =
+        std::fs::read_to_string(&net.client.as_ref().expect("client").log).unwrap_or_default();
+    match ending {
+        Ending::Error(kind) => assert_eq!(
+            kind,
+            std::io::ErrorKind::ConnectionReset,
+            "the application must see a reset"
+        ),
+        Ending::Eof => panic!(
+            "relay{victim} killed: the application saw a clean EOF (a truncated download that looks complete)\n{client_log}"
+        ),
+        Ending::Hang => panic!(
+            "relay{victim} killed: the application saw nothing for {KILL_TO_ERROR_LIMIT:?}\n{client_log}"
+        ),
+    }
+    net.restart_relay(victim).expect("restart");
+    let restart_to_success = time_to_success(net, server).await;
+    (kill_to_error, restart_to_success)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+async fn relay_killed_mid_download(victim: usize, transport: &str) {
+    let runs: usize = std::env::var("ONIONLAB_FAULT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let role = if victim == EXIT { "exit" } else { "middle" };
+    let mut net = network(role, transport);
+    let server = testnet::workload_server().await.expect("server");
+    let (mut to_error, mut to_success) = (Vec::new(), Vec::new());
+    for run in 0..runs {
+        let (e, s) = kill_and_restart(&mut net, server, victim).await;
+        eprintln!(
+            "{{\"transport\":\"{transport}\",\"killed\":\"{role}\",\"run\":{run},\"kill_to_error_ms\":{},\"restart_to_success_ms\":{}}}",
+            e.as_millis(),
+            s.as_millis()
+        );
+        to_error.push(e);
+        to_success.push(s);
+    }
+    eprintln!(
+        "{transport}, {role} killed, {runs} runs: median kill to error {:?}, restart to success {:?}",
+        median(to_error),
+        median(to_success)
+    );
+    net.stop();
+}
+
+macro_rules! fault_tests {
+    ($($name:ident: $victim:expr),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn tls() {
+                super::relay_killed_mid_download($victim, "tls").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn quic() {
+                super::relay_killed_mid_download($victim, "quic").await
+            }
+        }
+    )*};
+}
+
+fault_tests!(
+    killed_middle: super::MIDDLE,
+    killed_exit: super::EXIT,
+);
