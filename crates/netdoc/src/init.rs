@@ -411,8 +411,23 @@ build_retries = {retries}
 # \"quic-conn-per-circuit\"; QUIC congestion control: \"cubic\", \"newreno\", \"bbr\".
 transport = \"auto\"
 quic_congestion = \"cubic\"
+
+# Timeouts and limits, with their defaults (docs/settings.md explains each
+# and names its C tor counterpart):
+# stream_connect_timeout_ms = {stream_timeout}
+# socks_handshake_timeout_ms = {socks_timeout}
+# max_socks_connections = {max_socks}
+# stream_retries = {stream_retries}
+# relay_failure_avoidance_s = {avoidance}
+# Log filter (tracing EnvFilter syntax; `--log` overrides it):
+# log = \"info\"
 ",
         example = example.join(", "),
+        stream_timeout = crate::config::DEFAULT_STREAM_CONNECT_TIMEOUT_MS,
+        socks_timeout = crate::config::DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS,
+        max_socks = crate::config::DEFAULT_MAX_SOCKS_CONNECTIONS,
+        stream_retries = crate::config::DEFAULT_STREAM_RETRIES,
+        avoidance = crate::config::DEFAULT_RELAY_FAILURE_AVOIDANCE_S,
         timeout = crate::config::DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
         dirtiness = crate::config::DEFAULT_MAX_CIRCUIT_DIRTINESS_S,
         retries = crate::config::DEFAULT_BUILD_RETRIES,

@@ -273,3 +273,52 @@ fn non_empty_output_directory_is_refused() {
     let err = init_network(&opts(&file, 2, 1), &mut rng).unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
 }
+
+/// `text` with every commented-out `key = value` line (except `path` and
+/// `log`, which have no default) uncommented, and how many there were.
+fn uncomment_defaults(text: &str) -> (String, usize) {
+    let mut n = 0;
+    let out = text
+        .lines()
+        .map(|l| match l.strip_prefix("# ") {
+            Some(rest)
+                if rest.split_once(" = ").is_some_and(|(k, _)| {
+                    k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                        && k != "path"
+                        && k != "log"
+                }) =>
+            {
+                n += 1;
+                rest.to_string()
+            }
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    (out, n)
+}
+
+#[test]
+fn the_commented_defaults_init_writes_are_the_real_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("net");
+    init_network(&opts(&out, 3, 1), &mut StdRng::seed_from_u64(4)).unwrap();
+    for file in ["client.toml"] {
+        let path = out.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (uncommented, n) = uncomment_defaults(&text);
+        assert!(n >= 5, "{file} lists only {n} commented defaults");
+        let copy = path.with_extension("uncommented.toml");
+        std::fs::write(&copy, &uncommented).unwrap();
+        if file == "client.toml" {
+            let as_written = ClientConfig::load(&path).unwrap();
+            let explicit = ClientConfig::load(&copy).unwrap();
+            assert_eq!(as_written, explicit, "{file}:\n{uncommented}");
+        } else {
+            let as_written = RelayConfig::load(&path).unwrap();
+            let explicit = RelayConfig::load(&copy).unwrap();
+            // Relative paths resolve against the same directory.
+            assert_eq!(as_written, explicit, "{file}:\n{uncommented}");
+        }
+    }
+}
