@@ -290,6 +290,11 @@ impl RelayNode {
         self.circuits.len()
     }
 
+    /// Number of circuits on channel `chan` (0 for an unknown channel).
+    pub fn channel_circuits(&self, chan: ChannelId) -> usize {
+        self.channels.get(&chan).map_or(0, |c| c.circuits.len())
+    }
+
     /// Handle a cell read from `chan`.
     pub fn handle_cell(&mut self, now: Instant, chan: ChannelId, cell: AnyChanCell) {
         let (circid, msg) = cell.into_circid_and_msg();

@@ -110,7 +110,10 @@ struct Chan {
     wake: Rc<Notify>,
     reader: Option<JoinHandle<()>>,
     peer_identity: Option<Ed25519Identity>,
-    peer_addr: SocketAddr,
+    /// Who the peer is and over what, for logs: `relay1 at 127.0.0.1:9002
+    /// over quic`, or `a client over tls` (client addresses are not
+    /// logged at INFO, as tor's SafeLogging).
+    label: String,
 }
 
 pub(crate) struct State {
@@ -302,13 +305,29 @@ fn add_link(shared: &Shared, st: &mut State, link: AnyLink, initiated_by_us: boo
     if let Some(id) = link.peer.identity {
         st.by_identity.entry(id).or_insert(chan);
     }
+    let transport = link.writer.kind().name();
+    let label = match link.peer.identity {
+        Some(id) => {
+            let nick = st
+                .doc
+                .relay_by_identity(&id_bytes(&id))
+                .map_or_else(|| hex_id(&id), |r| r.nickname.clone());
+            format!("{nick} at {} over {transport}", link.peer.addr)
+        }
+        None => format!("a client over {transport}"),
+    };
     debug!(
         chan,
         peer = %link.peer.addr,
         relay = link.peer.identity.is_some(),
-        transport = link.writer.kind().name(),
+        transport,
         link_version = link.link_version,
         "channel open"
+    );
+    info!(
+        chan,
+        outgoing = initiated_by_us,
+        "channel open with {label}"
     );
     let wake = Rc::new(Notify::new());
     spawn_local(write_loop(shared.clone(), chan, link.writer, wake.clone()));
@@ -319,7 +338,7 @@ fn add_link(shared: &Shared, st: &mut State, link: AnyLink, initiated_by_us: boo
             wake,
             reader: Some(reader),
             peer_identity: link.peer.identity,
-            peer_addr: link.peer.addr,
+            label,
         },
     );
     chan
@@ -331,12 +350,14 @@ fn close_channel(st: &mut State, chan: ChannelId, why: &str, lost: bool) {
     let Some(mut c) = st.channels.remove(&chan) else {
         return;
     };
-    if lost {
-        st.stats.channels_lost += 1;
-        info!(chan, peer = %c.peer_addr, "channel closed: {why}");
-    } else {
-        debug!(chan, peer = %c.peer_addr, "channel closed: {why}");
-    }
+    st.stats.channels_lost += u64::from(lost);
+    info!(
+        chan,
+        lost,
+        circuits = st.node.channel_circuits(chan),
+        "channel with {} closed: {why}",
+        c.label
+    );
     if let Some(r) = c.reader.take() {
         r.abort();
     }
