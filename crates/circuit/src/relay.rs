@@ -42,6 +42,12 @@ pub struct RelayConfig {
     /// below about 1000 DATA cells plus a few control cells per circuit, so
     /// more means the peer ignores the windows and the circuit is closed.
     pub max_queue_cells: usize,
+    /// Fault injection, compiled into test builds only: after sending
+    /// EXTENDED2 toward the client, also send TRUNCATED while keeping the
+    /// next hop, as a hostile relay would to become the last hop of the
+    /// client's circuit and see where its streams go.
+    #[cfg(feature = "fault-injection")]
+    pub hostile_truncate: bool,
 }
 
 impl Default for RelayConfig {
@@ -50,6 +56,8 @@ impl Default for RelayConfig {
             exit: false,
             streams: StreamConfig::default(),
             max_queue_cells: 2500,
+            #[cfg(feature = "fault-injection")]
+            hostile_truncate: false,
         }
     }
 }
@@ -418,6 +426,7 @@ impl RelayCircuit {
 
     fn on_begin(&mut self, now: Instant, id: StreamId, b: onionlab_cell::msg::Begin) {
         if !self.config.exit || self.next != Next::None {
+            tracing::debug!("BEGIN refused: this relay is not the exit of this circuit");
             return self.originate(
                 Some(id),
                 End::new_with_reason(EndReason::EXITPOLICY).into(),
@@ -476,6 +485,14 @@ impl RelayCircuit {
             AnyChanMsg::Created2(c) if self.next == Next::Extending => {
                 self.next = Next::Open;
                 self.originate(None, Extended2::new(c.into_body()).into(), now);
+                #[cfg(feature = "fault-injection")]
+                if self.config.hostile_truncate {
+                    self.originate(
+                        None,
+                        Truncated::new(DestroyReason::CHANNEL_CLOSED).into(),
+                        now,
+                    );
+                }
             }
             AnyChanMsg::Relay(r) if self.next == Next::Open => {
                 let mut body = r.into_relay_body();

@@ -228,6 +228,14 @@ impl Relay {
         } = self;
         let mut config = settings.node.clone();
         config.circuit.exit = settings.exit_policy.is_some();
+        #[cfg(feature = "fault-injection")]
+        {
+            config.circuit.hostile_truncate =
+                std::env::var_os("ONIONLAB_FAULT_HOSTILE_TRUNCATE").is_some();
+            if config.circuit.hostile_truncate {
+                warn!("fault injection: this relay sends TRUNCATED after every EXTENDED2");
+            }
+        }
         let our_identity = settings.keys.public().ed_identity;
         info!(
             nickname = %settings.nickname,

@@ -121,6 +121,8 @@ pub struct LocalNetwork {
     log_filter: String,
     /// RLIMIT_NOFILE per node name, applied when the node is spawned.
     nofile: std::collections::HashMap<String, u64>,
+    /// Extra environment variables per node name.
+    env: std::collections::HashMap<String, Vec<(String, String)>>,
 }
 
 /// Find `n` consecutive free TCP ports on 127.0.0.1.
@@ -175,6 +177,7 @@ impl LocalNetwork {
             socks: SocketAddr::from(([127, 0, 0, 1], socks_port)),
             log_filter: "info".into(),
             nofile: Default::default(),
+            env: Default::default(),
         })
     }
 
@@ -236,6 +239,15 @@ impl LocalNetwork {
         self.nofile.insert(name.into(), limit);
     }
 
+    /// Start node `name` with `key=value` in its environment (from its
+    /// next start).
+    pub fn set_node_env(&mut self, name: &str, key: &str, value: &str) {
+        self.env
+            .entry(name.into())
+            .or_default()
+            .push((key.into(), value.into()));
+    }
+
     /// Start a node process with `args`, logging to `DIR/NAME.log`
     /// (appended to, so a restarted node keeps its earlier log).
     pub fn spawn(&self, name: &str, args: &[&str], addr: SocketAddr) -> Result<NodeProcess, Error> {
@@ -251,6 +263,9 @@ impl LocalNetwork {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file);
+        for (k, v) in self.env.get(name).into_iter().flatten() {
+            cmd.env(k, v);
+        }
         if let Some(&limit) = self.nofile.get(name) {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit(2) is async-signal-safe and touches only

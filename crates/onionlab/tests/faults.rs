@@ -208,3 +208,58 @@ fault_tests!(
     killed_middle: super::MIDDLE,
     killed_exit: super::EXIT,
 );
+
+/// A middle that answers every EXTENDED2 with a TRUNCATED as well, keeping
+/// its link to the exit (built into test binaries only, see the node
+/// crate's `fault-injection` feature): the client must close the circuit
+/// instead of treating the middle as its last hop, so no stream ever ends
+/// at the middle (before the fix, BEGIN went to it and it refused it).
+async fn hostile_middle_never_sees_a_stream(transport: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "onionlab-faults-{}-hostile-{transport}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.set_transport(transport).expect("transport");
+    net.set_log_filter("info,onionlab_circuit=debug,onionlab_client=debug");
+    net.set_node_env("relay1", "ONIONLAB_FAULT_HOSTILE_TRUNCATE", "1");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    for _ in 0..3 {
+        let r = testnet::download(net.socks_addr(), server, 64 * KIB, None).await;
+        assert!(
+            r.is_err(),
+            "a download through a truncating middle succeeded"
+        );
+    }
+    net.stop();
+    let read = |p: &testnet::NodeProcess| std::fs::read_to_string(&p.log).unwrap_or_default();
+    let middle = read(&net.relays[MIDDLE]);
+    let client = read(net.client.as_ref().expect("client"));
+    assert!(
+        middle.contains("fault injection"),
+        "the middle did not play its part:\n{middle}"
+    );
+    assert!(
+        !middle.contains("BEGIN refused"),
+        "a stream was sent to the middle:\n{middle}\n{client}"
+    );
+    assert!(
+        client.contains("sent TRUNCATED"),
+        "the client did not close on TRUNCATED:\n{client}"
+    );
+}
+
+mod hostile_middle {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tls() {
+        super::hostile_middle_never_sees_a_stream("tls").await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn quic() {
+        super::hostile_middle_never_sees_a_stream("quic").await
+    }
+}
