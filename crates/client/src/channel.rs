@@ -40,19 +40,24 @@ pub(crate) async fn connect(
                 // Closed meanwhile (shutdown): drop the link.
                 return;
             };
+            let transport = link.writer.kind().name();
             tracing::debug!(
                 addr = %link.peer.addr,
-                transport = link.writer.kind().name(),
+                transport,
                 link_version = link.link_version,
                 "link handshake done"
             );
+            let addr = link.peer.addr;
             let reader = tokio::task::spawn_local(read_loop(shared.clone(), chan, link.reader));
             let writer =
                 tokio::task::spawn_local(write_loop(shared.clone(), chan, link.writer, wake));
 
-            shared
-                .borrow_mut()
-                .channel_opened(chan, reader.abort_handle(), writer);
+            shared.borrow_mut().channel_opened(
+                chan,
+                reader.abort_handle(),
+                writer,
+                &format!("{addr} over {transport}"),
+            );
         }
         Err(e) => {
             let mut st = shared.borrow_mut();

@@ -669,6 +669,7 @@ impl State {
         chan: ChanKey,
         reader: AbortHandle,
         writer: JoinHandle<()>,
+        how: &str,
     ) -> bool {
         let Some(ch) = self.channels.get_mut(&chan) else {
             reader.abort();
@@ -682,7 +683,7 @@ impl State {
         self.writers.retain(|w| !w.is_finished());
         self.writers.push(writer);
         let nick = &self.cfg.relays()[ch.guard].nickname;
-        tracing::info!(guard = %nick, "channel open");
+        tracing::info!(guard = %nick, "channel open to {nick} at {how}");
         true
     }
 
