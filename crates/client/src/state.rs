@@ -1014,6 +1014,71 @@ mod tests {
         assert!(too_dirty(Some(t0), t0, Duration::ZERO));
     }
 
+    /// A state over `n` relays (even ones are guards, the last two exits)
+    /// with random paths.
+    fn state_with_relays(n: usize) -> State {
+        use onionlab_crypto::identity::RelaySecretKeys;
+        use onionlab_netdoc::doc::TransportAddress;
+        let relays = (0..n)
+            .map(|i| {
+                let keys = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(i as u64));
+                let mut r = RelayEntry::new(format!("relay{i}"), &keys.public());
+                r.addresses.push(TransportAddress {
+                    transport: TRANSPORT_TLS.into(),
+                    addr: format!("127.0.0.1:{}", 9000 + i).parse().expect("addr"),
+                });
+                r.flags.guard = i % 2 == 0;
+                r.flags.exit = i + 2 >= n;
+                r.exit_policy = ExitPolicy::parse("accept *:*").expect("policy");
+                r
+            })
+            .collect();
+        let doc = onionlab_netdoc::NetworkDocument {
+            network_name: "test".into(),
+            created_unix: 0,
+            relays,
+        };
+        let settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
+        State::new(Config {
+            settings,
+            pinned: None,
+        })
+    }
+
+    fn launched(st: &mut State) -> Vec<usize> {
+        let target = Target::ip("192.0.2.1".parse().expect("ip"), 80);
+        match st.pick(&target, &IsolationKey::None) {
+            Ok(Pick::Launch(p)) => p,
+            other => panic!("expected a new path, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn failed_relays_are_avoided_for_a_while_unless_no_path_is_left() {
+        let mut st = state_with_relays(6);
+        let now = Instant::now();
+        // relay5 (an exit) and relay1 failed a moment ago.
+        st.failed_relays.insert(5, now);
+        st.failed_relays.insert(1, now);
+        for _ in 0..200 {
+            let p = launched(&mut st);
+            assert!(!p.contains(&5) && !p.contains(&1), "{p:?}");
+        }
+        // Both exits failed: no path without them, so they are used.
+        st.failed_relays.insert(4, now);
+        let p = launched(&mut st);
+        assert!(p[2] == 4 || p[2] == 5, "{p:?}");
+        // After the avoidance period, nothing is avoided any more.
+        let long_ago = now - st.cfg.settings.relay_failure_avoidance - Duration::from_secs(1);
+        for at in st.failed_relays.values_mut() {
+            *at = long_ago;
+        }
+        let seen: std::collections::HashSet<usize> =
+            (0..300).flat_map(|_| launched(&mut st)).collect();
+        assert!(seen.contains(&1) && seen.contains(&5), "{seen:?}");
+        assert!(st.failed_relays.is_empty());
+    }
+
     #[test]
     fn linkspecs_name_address_and_identity() {
         use onionlab_crypto::identity::RelaySecretKeys;
