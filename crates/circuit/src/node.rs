@@ -684,14 +684,27 @@ impl RelayNode {
             .map_or(0, |e| e.circ.exit_readable_bytes(stream))
     }
 
-    /// Exit: the target closed; END after queued bytes.
+    /// Exit: the target closed; END (DONE) after queued bytes.
     pub fn exit_close(
         &mut self,
         now: Instant,
         circ: CircKey,
         stream: StreamId,
     ) -> Result<(), Error> {
-        let r = self.circuit_mut(circ)?.exit_close(stream);
+        self.exit_end(now, circ, stream, EndReason::DONE)
+    }
+
+    /// Exit: the connection to the target ended, cleanly (`DONE`) or not
+    /// (e.g. `CONNRESET` when the target reset it): END with `reason` after
+    /// the bytes already queued for the client.
+    pub fn exit_end(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        reason: EndReason,
+    ) -> Result<(), Error> {
+        let r = self.circuit_mut(circ)?.exit_end(stream, reason);
         self.refresh(now, circ);
         r
     }

@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 
 use crate::err::{CloseReason, Error};
 use crate::flow::{CircReceiver, CircSender};
-use crate::stream::{Outgoing, StreamConfig, StreamEvent, StreamMap, StreamState};
+use crate::stream::{Packaged, StreamConfig, StreamEvent, StreamMap, StreamState};
 
 /// Settings of relay circuits.
 #[derive(Debug, Clone)]
@@ -627,10 +627,18 @@ impl RelayCircuit {
             .map_or(0, |e| e.streams.readable_bytes(stream))
     }
 
-    /// Exit: the target closed its side; END after the queued bytes.
+    /// Exit: the target closed its side; END (DONE) after the queued bytes.
     pub fn exit_close(&mut self, stream: StreamId) -> Result<(), Error> {
+        self.exit_end(stream, EndReason::DONE)
+    }
+
+    /// Exit: the connection to the target ended (cleanly: DONE; or with an
+    /// error, e.g. CONNRESET): END with `reason` after the bytes already
+    /// queued for the client. Unlike [`exit_refused`](Self::exit_refused),
+    /// what the target sent before it failed still reaches the client.
+    pub fn exit_end(&mut self, stream: StreamId, reason: EndReason) -> Result<(), Error> {
         let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        if exit.streams.request_close(stream) {
+        if exit.streams.request_close_with(stream, reason) {
             Ok(())
         } else {
             Err(Error::NoStream(stream.into()))
@@ -666,21 +674,21 @@ impl RelayCircuit {
                     return Some(c);
                 }
                 let exit = self.exit.as_mut()?;
-                let out = exit.streams.next_outgoing(exit.sender.can_send())?;
+                let out = exit.streams.next_packaged(exit.sender.can_send())?;
                 for stream in exit.streams.take_writable() {
                     self.events
                         .push_back(RelayCircEvent::Stream(StreamEvent::Writable { stream }));
                 }
                 match out {
-                    Outgoing::Data(id, bytes) => match Data::new(&bytes) {
+                    Packaged::Data(id, bytes) => match Data::new(&bytes) {
                         Ok(d) => self.originate(Some(id), d.into(), now),
                         Err(e) => self.close(
                             CloseReason::local(DestroyReason::INTERNAL, format!("{e}")),
                             true,
                         ),
                     },
-                    Outgoing::End(id) => {
-                        self.originate(Some(id), End::new_with_reason(EndReason::DONE).into(), now)
+                    Packaged::End(id, reason) => {
+                        self.originate(Some(id), End::new_with_reason(reason).into(), now)
                     }
                 }
                 self.to_client.pop_front()

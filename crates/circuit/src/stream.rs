@@ -54,6 +54,9 @@ pub(crate) struct Stream {
     recv_bytes: usize,
     /// The application asked to close once the send buffer is flushed.
     pub(crate) close_requested: bool,
+    /// The reason of that deferred END (DONE unless the application said
+    /// otherwise, e.g. an exit whose target reset the connection).
+    close_reason: EndReason,
     /// Is the stream in the packaging round robin?
     in_rr: bool,
 }
@@ -67,6 +70,7 @@ impl Stream {
             recv: VecDeque::new(),
             recv_bytes: 0,
             close_requested: false,
+            close_reason: EndReason::DONE,
             in_rr: false,
         }
     }
@@ -225,12 +229,21 @@ impl StreamMap {
         Some(n)
     }
 
-    /// The application will write no more: END after the buffer drains.
+    /// The application will write no more: END (reason DONE) after the
+    /// buffer drains.
     pub(crate) fn request_close(&mut self, id: StreamId) -> bool {
+        self.request_close_with(id, EndReason::DONE)
+    }
+
+    /// The application will write no more: END with `reason` after the
+    /// buffer drains. A later call before the END is sent replaces the
+    /// reason.
+    pub(crate) fn request_close_with(&mut self, id: StreamId, reason: EndReason) -> bool {
         let raw = u16::from(id);
         match self.streams.get_mut(&raw) {
             Some(s) => {
                 s.close_requested = true;
+                s.close_reason = reason;
                 if !s.in_rr {
                     s.in_rr = true;
                     self.rr.push_back(raw);
@@ -255,8 +268,15 @@ impl StreamMap {
 
     /// Next thing to package, round robin over streams: a DATA chunk (when
     /// `circ_window_open`) or an END for a stream whose close was requested
-    /// and whose buffer is empty.
+    /// and whose buffer is empty. The END's reason is dropped: see
+    /// [`next_packaged`](Self::next_packaged) to keep it.
     pub(crate) fn next_outgoing(&mut self, circ_window_open: bool) -> Option<Outgoing> {
+        self.next_packaged(circ_window_open).map(Outgoing::from)
+    }
+
+    /// [`next_outgoing`](Self::next_outgoing), with the reason given to
+    /// [`request_close_with`](Self::request_close_with) on an END.
+    pub(crate) fn next_packaged(&mut self, circ_window_open: bool) -> Option<Packaged> {
         for _ in 0..self.rr.len() {
             let id = self.rr.pop_front()?;
             let Some(s) = self.streams.get_mut(&id) else {
@@ -278,15 +298,16 @@ impl StreamMap {
                     } else {
                         s.in_rr = false;
                     }
-                    return StreamId::new(id).map(|sid| Outgoing::Data(sid, chunk));
+                    return StreamId::new(id).map(|sid| Packaged::Data(sid, chunk));
                 }
                 self.rr.push_back(id);
                 continue;
             }
             if s.close_requested {
+                let reason = s.close_reason;
                 self.remove_stream(id);
                 self.remember_half_closed(id);
-                return StreamId::new(id).map(Outgoing::End);
+                return StreamId::new(id).map(|sid| Packaged::End(sid, reason));
             }
             // Nothing to send: leave the rotation until the next write.
             s.in_rr = false;
@@ -461,6 +482,25 @@ pub(crate) enum Outgoing {
     End(StreamId),
 }
 
+/// Something a stream wants sent, with the reason of an END. (The client
+/// circuit packages [`Outgoing`], whose END is always DONE.)
+#[derive(Debug)]
+pub(crate) enum Packaged {
+    /// A DATA message.
+    Data(StreamId, Bytes),
+    /// An END message with its reason.
+    End(StreamId, EndReason),
+}
+
+impl From<Packaged> for Outgoing {
+    fn from(p: Packaged) -> Outgoing {
+        match p {
+            Packaged::Data(id, bytes) => Outgoing::Data(id, bytes),
+            Packaged::End(id, _) => Outgoing::End(id),
+        }
+    }
+}
+
 fn drain_into(q: &mut VecDeque<Bytes>, buf: &mut [u8]) -> usize {
     let mut n = 0;
     while n < buf.len() {
@@ -540,6 +580,44 @@ mod tests {
         // The peer's END frees the ID for good.
         map.on_end(id);
         assert!(!map.is_half_closed(id));
+    }
+
+    #[test]
+    fn a_close_with_a_reason_ends_with_it_after_the_last_data() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let a = open(&mut map);
+        let b = open(&mut map);
+        map.write(a, &[1; 100]);
+        assert!(map.request_close_with(a, EndReason::CONNRESET));
+        assert!(map.request_close(b));
+        // No more bytes once the close is requested.
+        assert_eq!(map.write(a, &[1; 10]), Some(0));
+        let got: Vec<String> = std::iter::from_fn(|| map.next_packaged(true))
+            .map(|p| match p {
+                Packaged::Data(id, d) => format!("data {} {}", u16::from(id), d.len()),
+                Packaged::End(id, r) => format!("end {} {r}", u16::from(id)),
+            })
+            .collect();
+        let want = [
+            "data 1 100".to_string(),
+            format!("end 2 {}", EndReason::DONE),
+            format!("end 1 {}", EndReason::CONNRESET),
+        ];
+        assert_eq!(got, want);
+        assert!(map.is_half_closed(a) && map.is_half_closed(b));
+        assert!(!map.request_close_with(a, EndReason::MISC), "already ended");
+    }
+
+    #[test]
+    fn the_last_requested_reason_wins() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let a = open(&mut map);
+        map.request_close(a);
+        map.request_close_with(a, EndReason::TIMEOUT);
+        assert!(matches!(
+            map.next_packaged(true),
+            Some(Packaged::End(id, r)) if id == a && r == EndReason::TIMEOUT
+        ));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_netdoc::policy::ExitPolicy;
+use onionlab_ops::LogLimiter;
 use onionlab_transport::any::{
     AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
 };
@@ -94,6 +95,9 @@ pub struct RelayStats {
     pub channels_lost: u64,
     /// Circuits destroyed by the memory cap.
     pub oom_circuits_killed: u64,
+    /// Exit streams refused (END RESOURCELIMIT) because a connection to
+    /// the target could not be opened for lack of descriptors or memory.
+    pub exit_resource_limit: u64,
 }
 
 /// A relay bound to its listening address.
@@ -118,7 +122,7 @@ struct Chan {
 
 pub(crate) struct State {
     pub(crate) node: RelayNode,
-    nickname: String,
+    pub(crate) nickname: String,
     our_identity: Ed25519Identity,
     channels: HashMap<ChannelId, Chan>,
     /// A channel to each relay we have one with, for EXTEND2.
@@ -130,7 +134,9 @@ pub(crate) struct State {
     doc: Rc<NetworkDocument>,
     pub(crate) exit_policy: Option<Rc<ExitPolicy>>,
     connector: Connector,
-    stats: RelayStats,
+    pub(crate) stats: RelayStats,
+    /// Rate limit of the exit's "out of descriptors" warning.
+    pub(crate) exhaustion_log: LogLimiter,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -257,6 +263,7 @@ impl Relay {
             exit_policy: settings.exit_policy.clone().map(Rc::new),
             connector,
             stats: RelayStats::default(),
+            exhaustion_log: LogLimiter::default(),
         }));
 
         tokio::pin!(shutdown);
@@ -555,7 +562,9 @@ fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {
                 ?reason,
                 "client ended stream"
             );
-            if let Some(s) = st.streams.remove(&(circ, stream.into())) {
+            // The stream's writer drains what the client sent, closes the
+            // connection and forgets the stream.
+            if let Some(s) = st.streams.get(&(circ, stream.into())) {
                 s.client_ended();
             }
         }
