@@ -68,8 +68,12 @@ pub struct ClientSettings {
     pub scheduler: SchedulerKind,
     /// Which transport guard channels use (default: TLS).
     pub transport: onionlab_transport::any::Choice,
-    /// QUIC settings (the mode follows `transport`).
+    /// QUIC settings (the mode follows `transport`; keep-alive and idle
+    /// timeout). Its `handshake_timeout` is replaced by
+    /// `link_handshake_timeout`.
     pub quic: onionlab_transport::quic::QuicSettings,
+    /// Bound on a link handshake with a guard, TLS or QUIC.
+    pub link_handshake_timeout: Duration,
 }
 
 impl ClientSettings {
@@ -96,6 +100,7 @@ impl ClientSettings {
             scheduler: SchedulerKind::default(),
             transport: onionlab_transport::any::Choice::Tls,
             quic: onionlab_transport::quic::QuicSettings::default(),
+            link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
         }
     }
 
@@ -119,6 +124,9 @@ impl ClientSettings {
         s.quic.congestion =
             onionlab_transport::quic::Congestion::from_name(config.quic_congestion.as_str())
                 .unwrap_or_default();
+        s.quic.keep_alive = Duration::from_millis(config.quic_keep_alive_ms);
+        s.quic.idle_timeout = Duration::from_millis(config.quic_idle_timeout_ms);
+        s.link_handshake_timeout = Duration::from_millis(config.link_handshake_timeout_ms);
         s
     }
 

@@ -246,9 +246,11 @@ fn connector(settings: &crate::ClientSettings) -> Connector {
     let quic = settings.transport.may_use_quic().then(|| {
         let mut quic = settings.quic;
         quic.mode = settings.transport.quic_mode();
+        quic.handshake_timeout = settings.link_handshake_timeout;
         QuicTransport::client(quic)
     });
-    Connector::new(TlsTransport::client(), quic, settings.transport)
+    let tls = TlsTransport::client().with_handshake_timeout(settings.link_handshake_timeout);
+    Connector::new(tls, quic, settings.transport)
 }
 
 impl State {

@@ -19,6 +19,10 @@
 //! scheduler = "ewma"              # or "round-robin"; default "ewma"
 //! ewma_half_life_ms = 30000       # default 30000
 //! max_mem_in_queues = 268435456   # bytes, default 256 MiB
+//! link_handshake_timeout_ms = 10000 # default 10000
+//! quic_keep_alive_ms = 2000       # default 2000; below quic_idle_timeout_ms
+//! quic_idle_timeout_ms = 8000     # default 8000
+//! exit_connect_timeout_ms = 10000 # exits: default 10000
 //! log = "info"                    # optional tracing filter
 //! ```
 //!
@@ -39,6 +43,9 @@
 //! max_socks_connections = 4096          # default 4096
 //! stream_retries = 1                    # default 1
 //! relay_failure_avoidance_s = 30        # default 30
+//! link_handshake_timeout_ms = 10000     # as for a relay
+//! quic_keep_alive_ms = 2000             # as for a relay
+//! quic_idle_timeout_ms = 8000           # as for a relay
 //! log = "info"                          # optional tracing filter
 //! ```
 //!
@@ -396,6 +403,34 @@ pub struct RelayConfig {
         deserialize_with = "de_positive"
     )]
     pub max_mem_in_queues: u64,
+    /// Bound on a link's handshake (TLS or QUIC, then VERSIONS/NETINFO),
+    /// either direction, in milliseconds (default 10000); must be positive.
+    #[serde(
+        default = "default_link_handshake_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub link_handshake_timeout_ms: u64,
+    /// QUIC keep-alive: a PING after this many quiet milliseconds (default
+    /// 2000); must be positive and below `quic_idle_timeout_ms`.
+    #[serde(
+        default = "default_quic_keep_alive_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub quic_keep_alive_ms: u64,
+    /// A QUIC connection that received nothing for this many milliseconds
+    /// is closed and its peer taken for dead (default 8000).
+    #[serde(
+        default = "default_quic_idle_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub quic_idle_timeout_ms: u64,
+    /// Exit: bound on resolving a target's name and on each connection
+    /// attempt to it, in milliseconds (default 10000); must be positive.
+    #[serde(
+        default = "default_exit_connect_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub exit_connect_timeout_ms: u64,
     /// Log filter in `tracing_subscriber::EnvFilter` syntax (for example
     /// `"info"` or `"info,onionlab_node=debug"`); none means the program's
     /// default.
@@ -469,6 +504,25 @@ pub struct ClientConfig {
     /// 30; 0: never avoided).
     #[serde(default = "default_relay_failure_avoidance_s")]
     pub relay_failure_avoidance_s: u64,
+    /// As for a relay: bound on a link handshake with a guard (default
+    /// 10000 ms).
+    #[serde(
+        default = "default_link_handshake_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub link_handshake_timeout_ms: u64,
+    /// As for a relay (default 2000 ms).
+    #[serde(
+        default = "default_quic_keep_alive_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub quic_keep_alive_ms: u64,
+    /// As for a relay (default 8000 ms).
+    #[serde(
+        default = "default_quic_idle_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub quic_idle_timeout_ms: u64,
     /// Log filter, as for a relay; none means the program's default.
     #[serde(default)]
     pub log: Option<String>,
@@ -484,6 +538,53 @@ pub const DEFAULT_MAX_SOCKS_CONNECTIONS: u64 = 4096;
 pub const DEFAULT_STREAM_RETRIES: u32 = 1;
 /// Default [`ClientConfig::relay_failure_avoidance_s`].
 pub const DEFAULT_RELAY_FAILURE_AVOIDANCE_S: u64 = 30;
+
+/// Default `link_handshake_timeout_ms` (relays and clients).
+pub const DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
+/// Default `quic_keep_alive_ms` (relays and clients).
+pub const DEFAULT_QUIC_KEEP_ALIVE_MS: u64 = 2_000;
+/// Default `quic_idle_timeout_ms` (relays and clients).
+pub const DEFAULT_QUIC_IDLE_TIMEOUT_MS: u64 = 8_000;
+/// Default [`RelayConfig::exit_connect_timeout_ms`].
+pub const DEFAULT_EXIT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+/// Largest `quic_idle_timeout_ms` accepted (one day).
+pub const MAX_QUIC_IDLE_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
+fn default_link_handshake_timeout_ms() -> u64 {
+    DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS
+}
+fn default_quic_keep_alive_ms() -> u64 {
+    DEFAULT_QUIC_KEEP_ALIVE_MS
+}
+fn default_quic_idle_timeout_ms() -> u64 {
+    DEFAULT_QUIC_IDLE_TIMEOUT_MS
+}
+fn default_exit_connect_timeout_ms() -> u64 {
+    DEFAULT_EXIT_CONNECT_TIMEOUT_MS
+}
+
+/// The QUIC timers of a config: the keep-alive must be shorter than the
+/// idle timeout (or every quiet connection would die), which must be at
+/// most [`MAX_QUIC_IDLE_TIMEOUT_MS`].
+fn check_quic_timers(origin: &str, keep_alive_ms: u64, idle_timeout_ms: u64) -> Result<()> {
+    let message = if keep_alive_ms >= idle_timeout_ms {
+        format!(
+            "quic_keep_alive_ms ({keep_alive_ms}) must be less than quic_idle_timeout_ms \
+             ({idle_timeout_ms})"
+        )
+    } else if idle_timeout_ms > MAX_QUIC_IDLE_TIMEOUT_MS {
+        format!(
+            "quic_idle_timeout_ms ({idle_timeout_ms}) is above the limit of \
+             {MAX_QUIC_IDLE_TIMEOUT_MS}"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Error::Invalid {
+        origin: origin.to_string(),
+        message,
+    })
+}
 
 fn default_stream_connect_timeout_ms() -> u64 {
     DEFAULT_STREAM_CONNECT_TIMEOUT_MS
@@ -604,6 +705,7 @@ impl RelayConfig {
     /// missing fields and bad values.
     pub fn load(path: &Path) -> Result<Self> {
         let mut cfg: Self = load_toml(path)?;
+        cfg.check(&path.display().to_string())?;
         cfg.resolve_paths(&base_dir(path));
         Ok(cfg)
     }
@@ -616,8 +718,14 @@ impl RelayConfig {
     /// [`Error::Parse`], as for [`load`](Self::load).
     pub fn from_toml_str(text: &str, origin: &str, base_dir: &Path) -> Result<Self> {
         let mut cfg: Self = parse_toml(text, origin)?;
+        cfg.check(origin)?;
         cfg.resolve_paths(base_dir);
         Ok(cfg)
+    }
+
+    /// Checks across settings.
+    fn check(&self, origin: &str) -> Result<()> {
+        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)
     }
 
     /// Resolve relative paths against `base`.
@@ -646,6 +754,7 @@ impl ClientConfig {
     /// As [`RelayConfig::load`].
     pub fn load(path: &Path) -> Result<Self> {
         let mut cfg: Self = load_toml(path)?;
+        cfg.check(&path.display().to_string())?;
         cfg.network.resolve_against(&base_dir(path));
         Ok(cfg)
     }
@@ -658,8 +767,14 @@ impl ClientConfig {
     /// [`Error::Parse`], as for [`load`](Self::load).
     pub fn from_toml_str(text: &str, origin: &str, base_dir: &Path) -> Result<Self> {
         let mut cfg: Self = parse_toml(text, origin)?;
+        cfg.check(origin)?;
         cfg.network.resolve_against(base_dir);
         Ok(cfg)
+    }
+
+    /// Checks across settings.
+    fn check(&self, origin: &str) -> Result<()> {
+        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)
     }
 
     /// The network public key.
@@ -716,6 +831,34 @@ mod test {
         assert_eq!(cfg.scheduler, Scheduler::RoundRobin);
         assert_eq!(cfg.keys, PathBuf::from("/abs/k"));
         assert_eq!(cfg.log.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn quic_timers_must_fit_together() {
+        let base = Path::new("/lab/r0");
+        let ok = RelayConfig::from_toml_str(
+            &relay_text("quic_keep_alive_ms = 500\nquic_idle_timeout_ms = 3000\n"),
+            "r.toml",
+            base,
+        )
+        .unwrap();
+        assert_eq!(
+            (ok.quic_keep_alive_ms, ok.quic_idle_timeout_ms),
+            (500, 3000)
+        );
+        for (extra, want) in [
+            (
+                "quic_keep_alive_ms = 9000\n",
+                "must be less than quic_idle_timeout_ms",
+            ),
+            ("quic_idle_timeout_ms = 100000000\n", "above the limit"),
+            ("quic_idle_timeout_ms = 0\n", "greater than 0"),
+            ("exit_connect_timeout_ms = 0\n", "greater than 0"),
+        ] {
+            let e = RelayConfig::from_toml_str(&relay_text(extra), "r.toml", base).unwrap_err();
+            let e = e.to_string();
+            assert!(e.contains("r.toml") && e.contains(want), "{extra}: {e}");
+        }
     }
 
     #[test]

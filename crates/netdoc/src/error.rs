@@ -45,11 +45,12 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// A network document breaks a rule that has no single position (for
-    /// example, it lists no relays), or a document built in code is invalid.
+    /// A network document or configuration breaks a rule that has no
+    /// single position (for example, it lists no relays, or two settings
+    /// contradict each other), or a document built in code is invalid.
     #[error("{origin}: {message}")]
     Invalid {
-        /// Where the document came from.
+        /// Where the document or file came from.
         origin: String,
         /// What is wrong.
         message: String,

@@ -366,9 +366,20 @@ scheduler = \"ewma\"
 ewma_half_life_ms = {half_life}
 # Most bytes of cells queued in this relay.
 max_mem_in_queues = {max_mem}
+
+# Timeouts, with their defaults (docs/settings.md explains each and names
+# its C tor counterpart):
+# link_handshake_timeout_ms = {link_hs}
+# quic_keep_alive_ms = {keep_alive}
+# quic_idle_timeout_ms = {idle}
+# exit_connect_timeout_ms = {exit_connect}
 # Log filter (tracing EnvFilter syntax), for example:
 # log = \"info\"
 ",
+        link_hs = crate::config::DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS,
+        keep_alive = crate::config::DEFAULT_QUIC_KEEP_ALIVE_MS,
+        idle = crate::config::DEFAULT_QUIC_IDLE_TIMEOUT_MS,
+        exit_connect = crate::config::DEFAULT_EXIT_CONNECT_TIMEOUT_MS,
         nick = toml_string(nick),
         half_life = crate::config::DEFAULT_EWMA_HALF_LIFE_MS,
         max_mem = crate::config::DEFAULT_MAX_MEM_IN_QUEUES,
@@ -419,6 +430,9 @@ quic_congestion = \"cubic\"
 # max_socks_connections = {max_socks}
 # stream_retries = {stream_retries}
 # relay_failure_avoidance_s = {avoidance}
+# link_handshake_timeout_ms = {link_hs}
+# quic_keep_alive_ms = {keep_alive}
+# quic_idle_timeout_ms = {idle}
 # Log filter (tracing EnvFilter syntax; `--log` overrides it):
 # log = \"info\"
 ",
@@ -428,6 +442,9 @@ quic_congestion = \"cubic\"
         max_socks = crate::config::DEFAULT_MAX_SOCKS_CONNECTIONS,
         stream_retries = crate::config::DEFAULT_STREAM_RETRIES,
         avoidance = crate::config::DEFAULT_RELAY_FAILURE_AVOIDANCE_S,
+        link_hs = crate::config::DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS,
+        keep_alive = crate::config::DEFAULT_QUIC_KEEP_ALIVE_MS,
+        idle = crate::config::DEFAULT_QUIC_IDLE_TIMEOUT_MS,
         timeout = crate::config::DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
         dirtiness = crate::config::DEFAULT_MAX_CIRCUIT_DIRTINESS_S,
         retries = crate::config::DEFAULT_BUILD_RETRIES,

@@ -17,8 +17,9 @@ use tracing::{debug, warn};
 
 use crate::relay::{process, Shared, State};
 
-/// Bound on resolving a name and on each connection attempt.
-const TARGET_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default bound on resolving a name and on each connection attempt
+/// ([`RelaySettings::exit_connect_timeout`](crate::RelaySettings)).
+pub const DEFAULT_EXIT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Once a stream has ended, how long the bytes the client had sent may
 /// take to reach a target that does not read them before the connection
 /// is closed anyway (so a stalled target cannot pin a descriptor).
@@ -108,11 +109,11 @@ pub fn end_reason_for_io(e: &std::io::Error) -> EndReason {
     }
 }
 
-async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, EndReason> {
+async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<Vec<SocketAddr>, EndReason> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    match tokio::time::timeout(TARGET_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+    match tokio::time::timeout(timeout, tokio::net::lookup_host((host, port))).await {
         Ok(Ok(addrs)) => Ok(addrs.collect()),
         Ok(Err(_)) => Err(EndReason::RESOLVEFAILED),
         Err(_) => Err(EndReason::TIMEOUT),
@@ -140,8 +141,9 @@ async fn connect_target(
     host: &str,
     port: u16,
     policy: &ExitPolicy,
+    timeout: Duration,
 ) -> Result<TcpStream, ConnectFailed> {
-    let addrs = resolve(host, port).await?;
+    let addrs = resolve(host, port, timeout).await?;
     if addrs.is_empty() {
         return Err(EndReason::RESOLVEFAILED.into());
     }
@@ -152,7 +154,7 @@ async fn connect_target(
         .collect();
     let mut last = ConnectFailed::from(EndReason::EXITPOLICY);
     for addr in allowed {
-        match tokio::time::timeout(TARGET_TIMEOUT, TcpStream::connect(addr)).await {
+        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
             Ok(Ok(tcp)) => {
                 let _ = tcp.set_nodelay(true);
                 return Ok(tcp);
@@ -193,8 +195,9 @@ pub(crate) fn start_connect(
         return;
     };
     let shared = shared.clone();
+    let timeout = st.exit_connect_timeout;
     spawn_local(async move {
-        let result = connect_target(&host, port, &policy).await;
+        let result = connect_target(&host, port, &policy, timeout).await;
         let mut st = shared.borrow_mut();
         let now = Instant::now();
         match result {
@@ -272,8 +275,9 @@ pub(crate) fn start_resolve(
         return;
     }
     let shared = shared.clone();
+    let timeout = st.exit_connect_timeout;
     spawn_local(async move {
-        let answers = match resolve(&host, 0).await {
+        let answers = match resolve(&host, 0, timeout).await {
             Ok(addrs) if !addrs.is_empty() => addrs
                 .iter()
                 .map(|a| (ResolvedVal::Ip(a.ip()), RESOLVED_TTL))

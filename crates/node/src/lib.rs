@@ -27,5 +27,5 @@ mod exit;
 mod relay;
 
 pub use err::Error;
-pub use exit::end_reason_for_io;
+pub use exit::{end_reason_for_io, DEFAULT_EXIT_CONNECT_TIMEOUT};
 pub use relay::{Relay, RelaySettings, RelayStats};

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::DestroyReason;
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
@@ -43,8 +43,15 @@ pub struct RelaySettings {
     pub quic_listen: Option<SocketAddr>,
     /// Which transport the relay uses for the links it opens.
     pub transport: Choice,
-    /// QUIC settings (mode follows `transport`; congestion control).
+    /// QUIC settings (mode follows `transport`; congestion control,
+    /// keep-alive and idle timeout). Its `handshake_timeout` is replaced by
+    /// `link_handshake_timeout`.
     pub quic: QuicSettings,
+    /// Bound on a link handshake, TLS or QUIC, either direction.
+    pub link_handshake_timeout: Duration,
+    /// Exit: bound on resolving a target's name and on each connection
+    /// attempt.
+    pub exit_connect_timeout: Duration,
     /// The network: relays we may extend to, and our own entry.
     pub doc: NetworkDocument,
     /// Circuit-layer settings (scheduler, memory cap...). `circuit.exit`
@@ -75,6 +82,8 @@ impl RelaySettings {
             quic_listen: None,
             transport: Choice::Tls,
             quic: QuicSettings::default(),
+            link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
+            exit_connect_timeout: crate::exit::DEFAULT_EXIT_CONNECT_TIMEOUT,
             node,
             exit_policy,
             doc,
@@ -133,6 +142,8 @@ pub(crate) struct State {
     next_chan: ChannelId,
     doc: Rc<NetworkDocument>,
     pub(crate) exit_policy: Option<Rc<ExitPolicy>>,
+    /// See [`RelaySettings::exit_connect_timeout`].
+    pub(crate) exit_connect_timeout: Duration,
     connector: Connector,
     pub(crate) stats: RelayStats,
     /// Rate limit of the exit's "out of descriptors" warning.
@@ -153,8 +164,9 @@ impl Relay {
     /// Bind the relay's listener.
     pub async fn bind(settings: RelaySettings) -> Result<Relay, Error> {
         let my_addrs: Vec<IpAddr> = vec![settings.listen.ip()];
-        let tls =
-            TlsTransport::relay(&settings.keys, my_addrs.clone()).map_err(Error::Transport)?;
+        let tls = TlsTransport::relay(&settings.keys, my_addrs.clone())
+            .map_err(Error::Transport)?
+            .with_handshake_timeout(settings.link_handshake_timeout);
         let tls_listener = tls
             .bind(settings.listen)
             .await
@@ -167,6 +179,7 @@ impl Relay {
             Some(addr) => {
                 let mut quic_settings = settings.quic;
                 quic_settings.mode = settings.transport.quic_mode();
+                quic_settings.handshake_timeout = settings.link_handshake_timeout;
                 let quic = QuicTransport::relay(&settings.keys, my_addrs, addr, quic_settings)
                     .map_err(|source| Error::Listen { addr, source })?;
                 let listener = quic
@@ -261,6 +274,7 @@ impl Relay {
             next_chan: 1,
             doc: Rc::new(settings.doc.clone()),
             exit_policy: settings.exit_policy.clone().map(Rc::new),
+            exit_connect_timeout: settings.exit_connect_timeout,
             connector,
             stats: RelayStats::default(),
             exhaustion_log: LogLimiter::default(),

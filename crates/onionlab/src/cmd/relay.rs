@@ -52,6 +52,10 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.transport = Choice::from_name(cfg.transport.as_str()).unwrap_or_default();
         settings.quic.congestion =
             Congestion::from_name(cfg.quic_congestion.as_str()).unwrap_or_default();
+        settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);
+        settings.quic.idle_timeout = Duration::from_millis(cfg.quic_idle_timeout_ms);
+        settings.link_handshake_timeout = Duration::from_millis(cfg.link_handshake_timeout_ms);
+        settings.exit_connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)

@@ -61,8 +61,28 @@
 //! | send window | [`SEND_WINDOW`] | bounds unacknowledged data quinn buffers per connection |
 //! | send fairness | on | streams of equal priority take turns per packet, so one bulk circuit cannot starve light ones |
 //! | lane buffer | [`LANE_HIGH_WATER`] | cells wait in the circuit queues, where the scheduler and the memory cap see them |
-//! | keep-alive / idle timeout | 15 s / 60 s | idle channels stay open like tor's |
+//! | keep-alive / idle timeout | [`DEFAULT_KEEP_ALIVE`] / [`DEFAULT_IDLE_TIMEOUT`] ([`QuicSettings`]) | idle channels stay open like tor's; a peer that vanished is noticed within the idle timeout |
+//! | stateless reset key | derived from the relay's identity key | a relay that restarts resets its peers' old connections at their next packet |
 //! | congestion control | [`Congestion`], Cubic by default | quinn's implementations |
+//!
+//! # Dead peers
+//!
+//! TCP learns of a dead peer from the kernel (a reset, at once, when the
+//! process died but its host lives); QUIC over UDP learns nothing of the
+//! kind, so two mechanisms stand in for it:
+//!
+//! - **Keep-alive and idle timeout.** Each side sends a PING after
+//!   [`QuicSettings::keep_alive`] without traffic, and a connection that has
+//!   received nothing for [`QuicSettings::idle_timeout`] (the smaller of the
+//!   two sides', at least three probe timeouts) is closed: a peer that
+//!   vanished is noticed within that time, and its circuits are destroyed.
+//! - **Stateless resets (RFC 9000 section 10.3).** A relay's reset key is
+//!   derived from its identity secret key (`relay_endpoint_config`), so the
+//!   same relay restarted on the same address answers a packet of a
+//!   connection it has forgotten with a reset its peer recognises: the old
+//!   connection closes at once and the next circuit opens a new one. A
+//!   client's key is random (clients have no lasting identity and nobody
+//!   keeps connections to them).
 //!
 //! # Back-pressure
 //!
@@ -123,6 +143,18 @@ pub const SEND_WINDOW: u64 = 8 * 1024 * 1024;
 pub const LANE_HIGH_WATER: usize = 16 * 1024;
 /// Default bound on the QUIC and link handshakes.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default interval of keep-alive PINGs on a connection without traffic.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// Default idle timeout: a connection that received nothing for this long
+/// is closed (its peer is taken for dead).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(8);
+/// Largest idle timeout QUIC can carry (milliseconds in a variable-length
+/// integer); also a sane upper bound for a setting.
+const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// Context of the stateless reset key derivation.
+const RESET_KEY_CONTEXT: &[u8] = b"onionlab quic stateless reset key v1";
+/// Context of the connection ID check key derivation.
+const CID_KEY_CONTEXT: &[u8] = b"onionlab quic connection id key v1";
 
 /// Preamble magic of a link's control stream.
 const LINK_MAGIC: &[u8; 4] = b"OLQ1";
@@ -196,6 +228,11 @@ pub struct QuicSettings {
     pub congestion: Congestion,
     /// Bound on the QUIC plus link handshake.
     pub handshake_timeout: Duration,
+    /// A PING is sent after this long without sending anything.
+    pub keep_alive: Duration,
+    /// A connection that received nothing for this long is closed (the
+    /// effective value is the smaller of both sides').
+    pub idle_timeout: Duration,
 }
 
 impl Default for QuicSettings {
@@ -204,11 +241,71 @@ impl Default for QuicSettings {
             mode: Mode::StreamPerCircuit,
             congestion: Congestion::Cubic,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
 
-fn transport_config(congestion: Congestion) -> Arc<TransportConfig> {
+impl QuicSettings {
+    /// Check the timers: all positive, the keep-alive shorter than the
+    /// idle timeout (or every quiet connection would die), the idle timeout
+    /// at most a day.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the offending setting.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.handshake_timeout.is_zero() {
+            return Err(Error::Config(
+                "QUIC handshake timeout must be positive".into(),
+            ));
+        }
+        if self.keep_alive.is_zero() || self.idle_timeout.is_zero() {
+            return Err(Error::Config(
+                "QUIC keep-alive and idle timeout must be positive".into(),
+            ));
+        }
+        if self.keep_alive >= self.idle_timeout {
+            return Err(Error::Config(format!(
+                "QUIC keep-alive ({:?}) must be shorter than the idle timeout ({:?})",
+                self.keep_alive, self.idle_timeout
+            )));
+        }
+        if self.idle_timeout > MAX_IDLE_TIMEOUT {
+            return Err(Error::Config(format!(
+                "QUIC idle timeout ({:?}) above the limit of {MAX_IDLE_TIMEOUT:?}",
+                self.idle_timeout
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The endpoint configuration of a relay: its stateless reset key is
+/// HMAC-SHA256 keyed with HMAC-SHA256(identity seed, [`RESET_KEY_CONTEXT`]),
+/// and its connection IDs carry a check value keyed from the same
+/// derivation, so the same relay restarted recognises its former
+/// connection IDs (quinn drops packets whose IDs fail the check before it
+/// considers a reset) and sends the reset tokens its peers already hold.
+/// The key is secret, stable across restarts, and the tokens a peer
+/// learns reveal nothing about the identity key.
+fn relay_endpoint_config(keys: &RelaySecretKeys) -> quinn::EndpointConfig {
+    let seed = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, keys.ed25519_keypair().as_bytes());
+    let derived = ring::hmac::sign(&seed, RESET_KEY_CONTEXT);
+    let reset_key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref());
+    let cid_tag = ring::hmac::sign(&reset_key, CID_KEY_CONTEXT);
+    let mut cid_key = [0u8; 8];
+    cid_key.copy_from_slice(&cid_tag.as_ref()[..8]);
+    let cid_key = u64::from_le_bytes(cid_key);
+    let mut config = quinn::EndpointConfig::new(Arc::new(reset_key));
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    config
+}
+
+fn transport_config(settings: &QuicSettings) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     t.max_concurrent_bidi_streams(VarInt::from_u32(MAX_LANES))
         .max_concurrent_uni_streams(VarInt::from_u32(0))
@@ -216,9 +313,9 @@ fn transport_config(congestion: Congestion) -> Arc<TransportConfig> {
         .receive_window(VarInt::from_u32(CONNECTION_WINDOW))
         .send_window(SEND_WINDOW)
         .send_fairness(true)
-        .keep_alive_interval(Some(Duration::from_secs(15)))
-        .max_idle_timeout(Some(VarInt::from_u32(60_000).into()));
-    match congestion {
+        .keep_alive_interval(Some(settings.keep_alive))
+        .max_idle_timeout(Some(idle_timeout(settings.idle_timeout)));
+    match settings.congestion {
         Congestion::Cubic => {
             t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
         }
@@ -230,6 +327,13 @@ fn transport_config(congestion: Congestion) -> Arc<TransportConfig> {
         }
     };
     Arc::new(t)
+}
+
+/// `timeout` as quinn's idle timeout (clamped to what QUIC can carry;
+/// [`QuicSettings::validate`] refuses more).
+fn idle_timeout(timeout: Duration) -> quinn::IdleTimeout {
+    let ms = u32::try_from(timeout.min(MAX_IDLE_TIMEOUT).as_millis()).unwrap_or(u32::MAX);
+    VarInt::from_u32(ms).into()
 }
 
 /// Links of one endpoint by the token a peer names in lane connections.
@@ -266,6 +370,7 @@ impl QuicTransport {
         listen: SocketAddr,
         settings: QuicSettings,
     ) -> Result<Self, Error> {
+        settings.validate()?;
         let provider = crate::tls::provider();
         let our_key = identity::certified_key(&provider, keys.ed25519_keypair())?;
         let mut tls = crate::tls::server_config(&provider, &our_key)?;
@@ -273,12 +378,19 @@ impl QuicTransport {
         tls.max_early_data_size = 0;
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
         let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        server.transport_config(transport_config(settings.congestion));
+        server.transport_config(transport_config(&settings));
         server.migration(false);
-        let endpoint = Endpoint::server(server, listen).map_err(|source| Error::Io {
-            what: "binding the QUIC endpoint",
-            source,
-        })?;
+        let endpoint_config = relay_endpoint_config(keys);
+        let endpoint = std::net::UdpSocket::bind(listen)
+            .and_then(|socket| {
+                let runtime = quinn::default_runtime()
+                    .ok_or_else(|| std::io::Error::other("no async runtime"))?;
+                Endpoint::new(endpoint_config, Some(server), socket, runtime)
+            })
+            .map_err(|source| Error::Io {
+                what: "binding the QUIC endpoint",
+                source,
+            })?;
         let tokens: Arc<TokenMap> = Arc::default();
         let (tx, rx) = mpsc::channel(MAX_PENDING_LINKS);
         tokio::spawn(acceptor(
@@ -378,7 +490,7 @@ impl QuicTransport {
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = QuicClientConfig::try_from(tls).map_err(|e| Error::Config(e.to_string()))?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(transport_config(self.inner.settings.congestion));
+        config.transport_config(transport_config(&self.inner.settings));
         Ok(config)
     }
 
