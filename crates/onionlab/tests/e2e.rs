@@ -360,22 +360,25 @@ async fn curl_fetches_a_file_through_the_socks_proxy(transport: &str) {
     );
 }
 
-/// `(transport, peer, relay)` of every "channel open" line of a relay log.
+/// `(transport, peer address, is a relay)` of every "channel open with"
+/// line of a relay log: `channel open with relay1 at ADDR over quic ...` or
+/// `channel open with a client over tls ...` (no address: client addresses
+/// stay out of INFO logs).
 fn channels_opened(p: &testnet::NodeProcess) -> Vec<(String, String, bool)> {
-    let field = |line: &str, key: &str| -> Option<String> {
-        let start = line.find(&format!(" {key}="))? + key.len() + 2;
-        let rest = &line[start..];
-        let end = rest.find(' ').unwrap_or(rest.len());
-        Some(rest[..end].trim_matches('"').to_string())
-    };
     log_of(p)
         .lines()
-        .filter(|l| l.contains("channel open"))
-        .map(|l| {
-            let transport = field(l, "transport").unwrap_or_else(|| panic!("no transport: {l}"));
-            let peer = field(l, "peer").unwrap_or_else(|| panic!("no peer: {l}"));
-            let relay = field(l, "relay").unwrap_or_else(|| panic!("no relay flag: {l}"));
-            (transport, peer, relay == "true")
+        .filter_map(|l| l.split_once("channel open with ").map(|(_, rest)| rest))
+        .map(|rest| {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            match words.as_slice() {
+                ["a", "client", "over", transport, ..] => {
+                    (transport.to_string(), String::new(), false)
+                }
+                [_nick, "at", addr, "over", transport, ..] => {
+                    (transport.to_string(), addr.to_string(), true)
+                }
+                _ => panic!("unexpected channel line: {rest}"),
+            }
         })
         .collect()
 }
