@@ -79,9 +79,6 @@ const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
 /// How often unused circuits past their dirtiness limit are looked for.
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(5);
 
-/// Pause after a failed `accept` (for example, out of file descriptors).
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
-
 /// The onion proxy: a bound SOCKS listener and the client's state.
 ///
 /// Not `Send`: run it on a current-thread runtime (as [`run_blocking`]
@@ -187,14 +184,20 @@ impl Client {
         };
         let max_conns = state.borrow().cfg.settings.max_socks_connections;
         let active = Rc::new(Cell::new(0usize));
+        let mut backoff = onionlab_ops::AcceptBackoff::new("SOCKS port");
+        let mut over_limit_log = onionlab_ops::LogLimiter::default();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
                     Ok((sock, peer)) => {
+                        backoff.on_success();
                         if active.get() >= max_conns {
-                            tracing::warn!(%peer, "too many SOCKS connections ({max_conns}): closing");
+                            if let Some(held_back) = over_limit_log.check(std::time::Instant::now()) {
+                                // held_back: connections closed since the last line.
+                                tracing::warn!(%peer, held_back, "too many SOCKS connections ({max_conns}): closing");
+                            }
                             continue;
                         }
                         let _ = sock.set_nodelay(true);
@@ -206,8 +209,13 @@ impl Client {
                         });
                     }
                     Err(e) => {
-                        tracing::warn!("accepting a SOCKS connection: {e}");
-                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        // Out of descriptors, say: growing delays instead of
+                        // a spin; the log line is rate-limited.
+                        let delay = backoff.on_error(std::time::Instant::now(), &e);
+                        tokio::select! {
+                            _ = &mut shutdown => break,
+                            () = tokio::time::sleep(delay) => {}
+                        }
                     }
                 },
             }

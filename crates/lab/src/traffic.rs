@@ -111,12 +111,24 @@ pub fn pattern_sha256(len: u64) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Serve workload requests on `listener` until the runtime ends.
+/// Serve workload requests on `listener` until the runtime ends. A failed
+/// accept (out of descriptors, say) is retried after a growing delay, so
+/// the server neither stops nor spins.
 pub async fn serve(listener: TcpListener) {
-    while let Ok((s, _)) = listener.accept().await {
-        tokio::spawn(async move {
-            let _ = serve_one(s).await;
-        });
+    let mut backoff = onionlab_ops::AcceptBackoff::new("workload server");
+    loop {
+        match listener.accept().await {
+            Ok((s, _)) => {
+                backoff.on_success();
+                tokio::spawn(async move {
+                    let _ = serve_one(s).await;
+                });
+            }
+            Err(e) => {
+                let delay = backoff.on_error(std::time::Instant::now(), &e);
+                tokio::time::sleep(delay).await;
+            }
+        }
     }
 }
 

@@ -70,6 +70,7 @@ pub async fn serve(listener: TcpListener, doc_text: Arc<str>, shutdown: impl Fut
     let body = Bytes::from_owner(SharedText(doc_text));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut conns = tokio::task::JoinSet::new();
+    let mut backoff = onionlab_ops::AcceptBackoff::new("directory");
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -77,6 +78,7 @@ pub async fn serve(listener: TcpListener, doc_text: Arc<str>, shutdown: impl Fut
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    backoff.on_success();
                     if conns.len() >= MAX_CONNECTIONS {
                         tracing::debug!(%peer, "directory: too many connections, closing");
                         continue;
@@ -84,10 +86,13 @@ pub async fn serve(listener: TcpListener, doc_text: Arc<str>, shutdown: impl Fut
                     conns.spawn(serve_connection(stream, peer, body.clone(), stop_rx.clone()));
                 }
                 Err(e) => {
-                    // Out of file descriptors and the like: wait a little
-                    // rather than spin.
-                    tracing::warn!("directory: accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    // Out of file descriptors and the like: wait (growing
+                    // delays) rather than spin; the log is rate-limited.
+                    let delay = backoff.on_error(std::time::Instant::now(), &e);
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(delay) => {}
+                    }
                 }
             },
         }

@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -14,9 +15,9 @@ use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_netdoc::policy::ExitPolicy;
-use onionlab_ops::LogLimiter;
+use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{
-    AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
+    AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
 };
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
@@ -148,6 +149,8 @@ pub(crate) struct State {
     pub(crate) stats: RelayStats,
     /// Rate limit of the exit's "out of descriptors" warning.
     pub(crate) exhaustion_log: LogLimiter,
+    /// Rate limit of the INFO line on failed incoming handshakes.
+    handshake_log: LogLimiter,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -278,30 +281,32 @@ impl Relay {
             connector,
             stats: RelayStats::default(),
             exhaustion_log: LogLimiter::default(),
+            handshake_log: LogLimiter::default(),
         }));
 
         tokio::pin!(shutdown);
+        let mut backoff = AcceptBackoff::new("OR port");
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 incoming = listener.accept() => match incoming {
                     Ok(incoming) => {
-                        let shared = shared.clone();
-                        spawn_local(async move {
-                            let addr = incoming.peer_addr();
-                            match incoming.handshake().await {
-                                Ok(link) => {
-                                    let mut st = shared.borrow_mut();
-                                    add_link(&shared, &mut st, link, false);
-                                }
-                                Err(e) => {
-                                    shared.borrow_mut().stats.failed_handshakes += 1;
-                                    info!(peer = %addr, "link handshake failed: {e}");
-                                }
-                            }
-                        });
+                        backoff.on_success();
+                        spawn_local(accept_link(shared.clone(), incoming));
                     }
-                    Err(e) => warn!("accept failed: {e}"),
+                    Err(e) => {
+                        // Out of descriptors, say: wait (growing delays)
+                        // instead of spinning on a listener that stays
+                        // readable; the log says so once per interval.
+                        let io = e
+                            .io_error()
+                            .map_or_else(|| io::Error::other(e.to_string()), clone_io_error);
+                        let delay = backoff.on_error(Instant::now(), &io);
+                        tokio::select! {
+                            () = &mut shutdown => break,
+                            () = tokio::time::sleep(delay) => {}
+                        }
+                    }
                 },
             }
         }
@@ -314,6 +319,37 @@ impl Relay {
         let stats = snapshot(&st);
         info!(nickname = %st.nickname, ?stats, "relay stopped");
         Ok(stats)
+    }
+}
+
+/// Complete an accepted link's handshake and register it; a failed
+/// handshake is counted and logged at INFO at most once per interval
+/// (a scan or a flood must not flood the log).
+async fn accept_link(shared: Shared, incoming: AnyIncoming) {
+    let addr = incoming.peer_addr();
+    match incoming.handshake().await {
+        Ok(link) => {
+            let mut st = shared.borrow_mut();
+            add_link(&shared, &mut st, link, false);
+        }
+        Err(e) => {
+            let mut st = shared.borrow_mut();
+            st.stats.failed_handshakes += 1;
+            let total = st.stats.failed_handshakes;
+            match st.handshake_log.check(Instant::now()) {
+                // held_back: failures since the last line, not logged.
+                Some(held_back) => info!(held_back, total, "link handshake failed: {e}"),
+                None => debug!(peer = %addr, "link handshake failed: {e}"),
+            }
+        }
+    }
+}
+
+/// A copy of `e` (kind and OS error code are what the back-off looks at).
+fn clone_io_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
     }
 }
 

@@ -401,6 +401,27 @@ pub use onionlab_lab::traffic::{
     fill_pattern, pattern_sha256, socks_connect, workload_server, Transfer, OP_DOWNLOAD, OP_UPLOAD,
 };
 
+/// Ask the workload server, through SOCKS, for a download of practically
+/// unbounded length (2^40 bytes), as an HTTP response without
+/// Content-Length: only a reset tells a broken one from a finished one.
+/// Returns the connection, to read from.
+pub async fn endless_download(
+    socks: SocketAddr,
+    server: SocketAddr,
+) -> Result<tokio::net::TcpStream, String> {
+    use tokio::io::AsyncWriteExt;
+    let mut s = socks_connect(socks, "127.0.0.1", server.port(), None)
+        .await
+        .map_err(|e| format!("SOCKS connect: {e}"))?;
+    let mut req = [0u8; 9];
+    req[0] = OP_DOWNLOAD;
+    req[1..].copy_from_slice(&(1u64 << 40).to_be_bytes());
+    s.write_all(&req)
+        .await
+        .map_err(|e| format!("sending the request: {e}"))?;
+    Ok(s)
+}
+
 /// Download `len` pattern bytes from the workload server through SOCKS,
 /// checking every byte.
 pub async fn download(

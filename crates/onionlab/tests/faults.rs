@@ -17,8 +17,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork, OP_DOWNLOAD};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use onionlab::testnet::{self, LocalNetwork};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 const KIB: u64 = 1 << 10;
@@ -57,13 +57,9 @@ fn network(name: &str, transport: &str) -> LocalNetwork {
 /// Open a download of (practically) unbounded length through SOCKS and
 /// read `first` bytes of it.
 async fn open_endless_download(net: &LocalNetwork, server: std::net::SocketAddr) -> TcpStream {
-    let mut s = testnet::socks_connect(net.socks_addr(), "127.0.0.1", server.port(), None)
+    let mut s = testnet::endless_download(net.socks_addr(), server)
         .await
-        .expect("SOCKS connect");
-    let mut req = [0u8; 9];
-    req[0] = OP_DOWNLOAD;
-    req[1..].copy_from_slice(&(1u64 << 40).to_be_bytes());
-    s.write_all(&req).await.expect("request");
+        .expect("download request");
     let mut buf = vec![0u8; 64 * 1024];
     let mut got = 0u64;
     while got < 512 * KIB {

@@ -73,3 +73,14 @@ pub enum Error {
     #[error("transport configuration: {0}")]
     Config(String),
 }
+
+impl Error {
+    /// The operating system's error underneath, if there is one (to tell
+    /// resource exhaustion, such as `EMFILE` on accept, from the rest).
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        match self {
+            Error::Io { source, .. } | Error::Tls { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
