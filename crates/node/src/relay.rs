@@ -12,6 +12,7 @@ use onionlab_cell::chan::DestroyReason;
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::stream::StreamEvent;
+use onionlab_circuit::{CloseKind, CloseReason};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_netdoc::policy::ExitPolicy;
@@ -105,6 +106,9 @@ pub struct RelayStats {
     pub channels_lost: u64,
     /// Circuits destroyed by the memory cap.
     pub oom_circuits_killed: u64,
+    /// Circuits that closed abnormally (see the relay's INFO log): a
+    /// protocol violation, the memory cap, a lost channel, a timeout...
+    pub circuits_failed: u64,
     /// Exit streams refused (END RESOURCELIMIT) because a connection to
     /// the target could not be opened for lack of descriptors or memory.
     pub exit_resource_limit: u64,
@@ -151,6 +155,8 @@ pub(crate) struct State {
     pub(crate) exhaustion_log: LogLimiter,
     /// Rate limit of the INFO line on failed incoming handshakes.
     handshake_log: LogLimiter,
+    /// Rate limit of the INFO line on circuits that closed abnormally.
+    circuit_failure_log: LogLimiter,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -282,6 +288,7 @@ impl Relay {
             stats: RelayStats::default(),
             exhaustion_log: LogLimiter::default(),
             handshake_log: LogLimiter::default(),
+            circuit_failure_log: LogLimiter::default(),
         }));
 
         tokio::pin!(shutdown);
@@ -342,6 +349,29 @@ async fn accept_link(shared: Shared, incoming: AnyIncoming) {
                 None => debug!(peer = %addr, "link handshake failed: {e}"),
             }
         }
+    }
+}
+
+/// A circuit closed: DEBUG always; INFO (at most once per interval, with
+/// the number held back) when it ended abnormally: a violation, the memory
+/// cap, a lost channel, a timeout, a failed extend. A DESTROY with NONE,
+/// REQUESTED or FINISHED is a client's normal teardown.
+fn log_circuit_closed(st: &mut State, circ: CircKey, why: &CloseReason) {
+    debug!(?circ, %why, "circuit closed");
+    let normal = matches!(
+        why.reason,
+        DestroyReason::NONE | DestroyReason::REQUESTED | DestroyReason::FINISHED
+    ) && why.kind != CloseKind::Violation;
+    if normal {
+        return;
+    }
+    st.stats.circuits_failed += 1;
+    if let Some(held_back) = st.circuit_failure_log.check(Instant::now()) {
+        info!(
+            held_back,
+            total = st.stats.circuits_failed,
+            "circuit closed abnormally: {why}"
+        );
     }
 }
 
@@ -570,7 +600,7 @@ pub(crate) fn process(shared: &Shared, st: &mut State) {
             }
             NodeEvent::ExitStream { circ, event } => on_stream_event(st, circ, event),
             NodeEvent::CircuitClosed { circ, reason } => {
-                debug!(?circ, %reason, "circuit closed");
+                log_circuit_closed(st, circ, &reason);
                 st.streams.retain(|(c, _), s| {
                     if *c == circ {
                         s.abort();

@@ -147,6 +147,19 @@ async fn kill_and_restart(
             "relay{victim} killed: the application saw nothing for {KILL_TO_ERROR_LIMIT:?}\n{client_log}"
         ),
     }
+    // The relay before the victim tells its operator which channel it
+    // lost and how many circuits were on it.
+    let before = &net.relays[victim - 1];
+    let before_log = std::fs::read_to_string(&before.log).unwrap_or_default();
+    assert!(
+        before_log
+            .lines()
+            .any(|l| l.contains(&format!("channel with relay{victim} "))
+                && l.contains("closed")
+                && l.contains("circuits=")),
+        "relay{} did not log the loss of its channel to relay{victim}:\n{before_log}",
+        victim - 1
+    );
     net.restart_relay(victim).expect("restart");
     let restart_to_success = time_to_success(net, server).await;
     (kill_to_error, restart_to_success)
@@ -195,6 +208,10 @@ macro_rules! fault_tests {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn quic() {
                 super::relay_killed_mid_download($victim, "quic").await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn quic_conn_per_circuit() {
+                super::relay_killed_mid_download($victim, "quic-conn-per-circuit").await
             }
         }
     )*};
