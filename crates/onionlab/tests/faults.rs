@@ -6,6 +6,9 @@
 //! - The application must see an error (a reset), never a clean EOF that
 //!   would make the partial download look complete, and soon.
 //! - Once the relay is back, a new request must succeed soon.
+//! - A relay restarted at once, before its QUIC peers' idle timeout, is
+//!   recognised by its stateless reset: the error comes within seconds,
+//!   not at the idle timeout (`restarted_*`).
 //!
 //! Each test runs the fault once. With `ONIONLAB_FAULT_RUNS=N` it runs it
 //! N times and prints one JSON line per run and the medians (this is how
@@ -26,6 +29,10 @@ const KIB: u64 = 1 << 10;
 /// (the goal, checked by the measurement, is 10 s); with QUIC's former
 /// 60 s idle timeout the stream stalled for 78 s.
 const KILL_TO_ERROR_LIMIT: Duration = Duration::from_secs(20);
+/// Bound on kill-to-error when the relay is restarted at once: QUIC peers
+/// learn of it from its stateless reset at their next packet (a keep-alive
+/// after 2 s at the latest), well before the 8 s idle timeout.
+const AT_ONCE_KILL_TO_ERROR_LIMIT: Duration = Duration::from_secs(5);
 /// Bound on restart-to-success (goal 5 s).
 const RESTART_TO_SUCCESS_LIMIT: Duration = Duration::from_secs(15);
 
@@ -83,9 +90,9 @@ enum Ending {
     Hang,
 }
 
-/// Read `s` until EOF, an error, or `limit`; how it ended and when.
-async fn read_to_end(mut s: TcpStream, limit: Duration) -> (Ending, Duration) {
-    let t0 = Instant::now();
+/// Read `s` until EOF, an error, or `limit` after `t0`; how it ended and
+/// when, counted from `t0`.
+async fn read_to_end(mut s: TcpStream, t0: Instant, limit: Duration) -> (Ending, Duration) {
     let mut buf = vec![0u8; 64 * 1024];
     let ending = tokio::time::timeout(limit, async {
         loop {
@@ -121,17 +128,37 @@ async fn time_to_success(net: &LocalNetwork, server: std::net::SocketAddr) -> Du
     panic!("no request succeeded within {RESTART_TO_SUCCESS_LIMIT:?}: last error: {last}");
 }
 
+/// When the killed relay comes back.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Restart {
+    /// Once the application has seen its error.
+    AfterTheError,
+    /// At once (before any peer's idle timeout): over QUIC its peers
+    /// learn from its stateless reset at their next packet.
+    AtOnce,
+}
+
 /// One fault: kill `victim` mid-download; check the application sees an
-/// error; restart it; time the first success. Returns (kill to error,
-/// restart to success).
+/// error; restart it (`when`); time the first success. Returns (kill to
+/// error, restart to success).
 async fn kill_and_restart(
     net: &mut LocalNetwork,
     server: std::net::SocketAddr,
     victim: usize,
+    when: Restart,
 ) -> (Duration, Duration) {
     let s = open_endless_download(net, server).await;
+    let killed = Instant::now();
     net.relays[victim].kill();
-    let (ending, kill_to_error) = read_to_end(s, KILL_TO_ERROR_LIMIT).await;
+    if when == Restart::AtOnce {
+        net.restart_relay(victim).expect("restart");
+    }
+    let limit = match when {
+        Restart::AfterTheError => KILL_TO_ERROR_LIMIT,
+        // Well below the 8 s idle timeout: the reset must be what ends it.
+        Restart::AtOnce => AT_ONCE_KILL_TO_ERROR_LIMIT,
+    };
+    let (ending, kill_to_error) = read_to_end(s, killed, limit).await;
     let client_log =
         std::fs::read_to_string(&net.client.as_ref().expect("client").log).unwrap_or_default();
     match ending {
@@ -144,7 +171,7 @@ async fn kill_and_restart(
             "relay{victim} killed: the application saw a clean EOF (a truncated download that looks complete)\n{client_log}"
         ),
         Ending::Hang => panic!(
-            "relay{victim} killed: the application saw nothing for {KILL_TO_ERROR_LIMIT:?}\n{client_log}"
+            "relay{victim} killed ({when:?}): the application saw nothing for {limit:?}\n{client_log}"
         ),
     }
     // The relay before the victim tells its operator which channel it
@@ -160,7 +187,9 @@ async fn kill_and_restart(
         "relay{} did not log the loss of its channel to relay{victim}:\n{before_log}",
         victim - 1
     );
-    net.restart_relay(victim).expect("restart");
+    if when == Restart::AfterTheError {
+        net.restart_relay(victim).expect("restart");
+    }
     let restart_to_success = time_to_success(net, server).await;
     (kill_to_error, restart_to_success)
 }
@@ -170,7 +199,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-async fn relay_killed_mid_download(victim: usize, transport: &str) {
+async fn relay_killed_mid_download(victim: usize, transport: &str, when: Restart) {
     let runs: usize = std::env::var("ONIONLAB_FAULT_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -181,9 +210,9 @@ async fn relay_killed_mid_download(victim: usize, transport: &str) {
     let server = testnet::workload_server().await.expect("server");
     let (mut to_error, mut to_success) = (Vec::new(), Vec::new());
     for run in 0..runs {
-        let (e, s) = kill_and_restart(&mut net, server, victim).await;
+        let (e, s) = kill_and_restart(&mut net, server, victim, when).await;
         eprintln!(
-            "{{\"transport\":\"{transport}\",\"killed\":\"{role}\",\"run\":{run},\"kill_to_error_ms\":{},\"restart_to_success_ms\":{}}}",
+            "{{\"transport\":\"{transport}\",\"killed\":\"{role}\",\"restart\":\"{when:?}\",\"run\":{run},\"kill_to_error_ms\":{},\"restart_to_success_ms\":{}}}",
             e.as_millis(),
             s.as_millis()
         );
@@ -191,7 +220,7 @@ async fn relay_killed_mid_download(victim: usize, transport: &str) {
         to_success.push(s);
     }
     eprintln!(
-        "{transport}, {role} killed, {runs} runs: median kill to error {:?}, restart to success {:?}",
+        "{transport}, {role} killed, restart {when:?}, {runs} runs: median kill to error {:?}, restart to success {:?}",
         median(to_error),
         median(to_success)
     );
@@ -199,27 +228,30 @@ async fn relay_killed_mid_download(victim: usize, transport: &str) {
 }
 
 macro_rules! fault_tests {
-    ($($name:ident: $victim:expr),* $(,)?) => {$(
+    ($($name:ident: $victim:expr, $when:expr),* $(,)?) => {$(
         mod $name {
+            use super::Restart;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn tls() {
-                super::relay_killed_mid_download($victim, "tls").await
+                super::relay_killed_mid_download($victim, "tls", $when).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn quic() {
-                super::relay_killed_mid_download($victim, "quic").await
+                super::relay_killed_mid_download($victim, "quic", $when).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn quic_conn_per_circuit() {
-                super::relay_killed_mid_download($victim, "quic-conn-per-circuit").await
+                super::relay_killed_mid_download($victim, "quic-conn-per-circuit", $when).await
             }
         }
     )*};
 }
 
 fault_tests!(
-    killed_middle: super::MIDDLE,
-    killed_exit: super::EXIT,
+    killed_middle: super::MIDDLE, Restart::AfterTheError,
+    killed_exit: super::EXIT, Restart::AfterTheError,
+    restarted_middle: super::MIDDLE, Restart::AtOnce,
+    restarted_exit: super::EXIT, Restart::AtOnce,
 );
 
 /// A middle that answers every EXTENDED2 with a TRUNCATED as well, keeping

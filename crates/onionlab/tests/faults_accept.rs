@@ -78,6 +78,10 @@ async fn watch(p: &NodeProcess) -> (f64, usize) {
 /// Check the exhausted node's behaviour: CPU well below one core, a
 /// handful of log lines, and a line that says why.
 fn check_backed_off(p: &NodeProcess, cpu: f64, lines: usize) {
+    eprintln!(
+        "{} out of descriptors: {cpu:.3} CPU s and {lines} log lines in {WATCH:?}",
+        p.name
+    );
     let log = log_of(p);
     let tail: String = log.lines().rev().take(20).collect::<Vec<_>>().join("\n");
     assert!(
