@@ -17,6 +17,10 @@
 //! address and port that no rule matches is rejected (an implicit final
 //! `reject *:*`). Port 0 is never allowed.
 //!
+//! An IPv6 address that carries an IPv4 address (IPv4-mapped
+//! `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`) is judged as that IPv4
+//! address ([`canonical_ip`]): `[::ffff:127.0.0.1]` is `127.0.0.1`.
+//!
 //! Not supported from tor's syntax: `accept6`/`reject6`, dotted-quad masks
 //! (`/255.0.0.0`), the `private` keyword and comments.
 //!
@@ -44,6 +48,30 @@ use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::error::{Error, Result};
+
+/// The address a connection to `ip` actually reaches, for policy checks:
+/// an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, RFC 4291 section
+/// 2.5.5.2) and a deprecated IPv4-compatible one (`::a.b.c.d`, section
+/// 2.5.5.1) become the IPv4 address they carry; everything else is
+/// unchanged. `::` and `::1` stay IPv6 (they are the unspecified and
+/// loopback addresses, not IPv4-compatible ones). A connection to
+/// `::ffff:127.0.0.1` reaches 127.0.0.1 on a dual-stack host, so a
+/// policy that judged it as IPv6 could be bypassed.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return IpAddr::V4(v4);
+            }
+            let bits = u128::from(v6);
+            if bits >> 32 == 0 && bits > 1 {
+                return IpAddr::V4(Ipv4Addr::from(bits as u32));
+            }
+            ip
+        }
+        IpAddr::V4(_) => ip,
+    }
+}
 
 /// What a rule does with the connections it matches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -100,10 +128,12 @@ impl AddrPattern {
         })
     }
 
-    /// Whether `ip` is in this pattern. An IPv4-mapped IPv6 address
-    /// (`::ffff:a.b.c.d`) is an IPv6 address here.
+    /// Whether `ip` is in this pattern. An IPv6 address that carries an
+    /// IPv4 address is matched as that IPv4 address (see
+    /// [`canonical_ip`]), so `reject 127.0.0.0/8:*` also stops
+    /// `[::ffff:127.0.0.1]` and `[::127.0.0.1]`.
     pub fn matches(&self, ip: IpAddr) -> bool {
-        match (self, ip) {
+        match (self, canonical_ip(ip)) {
             (AddrPattern::Any, _) => true,
             (AddrPattern::AnyV4, IpAddr::V4(_)) | (AddrPattern::AnyV6, IpAddr::V6(_)) => true,
             (AddrPattern::V4 { addr, bits }, IpAddr::V4(ip)) => {
@@ -423,6 +453,9 @@ impl ExitPolicy {
     /// address is one of them, so `true` means "may work". A rule that
     /// accepts only addresses already rejected by earlier rules does not
     /// count: `reject *4:80, accept 10.0.0.0/8:80` allows nothing on port 80.
+    /// One imprecision remains: an IPv6 pattern inside `::ffff:0:0/96` or
+    /// `::/96` matches no address (those are judged as IPv4, see
+    /// [`canonical_ip`]) but still counts here.
     pub fn allows_port_somewhere(&self, port: u16) -> bool {
         // Prefixes rejected on `port` by the rules seen so far.
         let mut rejected: Vec<Prefix> = Vec::new();

@@ -2,7 +2,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use onionlab_netdoc::policy::{Action, AddrPattern, ExitPolicy, PolicyRule, PortRange};
+use onionlab_netdoc::policy::{
+    canonical_ip, Action, AddrPattern, ExitPolicy, PolicyRule, PortRange,
+};
 use onionlab_netdoc::Error;
 use proptest::prelude::*;
 
@@ -45,7 +47,9 @@ fn evaluation_table() {
         ("accept 10.1.2.3/8:*", "10.9.9.9", 1, true),
         // Families.
         ("accept *4:*", "1.2.3.4", 1, true),
-        ("accept *4:*", "::ffff:1.2.3.4", 1, false),
+        // An IPv4-mapped address is the IPv4 address it carries.
+        ("accept *4:*", "::ffff:1.2.3.4", 1, true),
+        ("accept *6:*", "::ffff:1.2.3.4", 1, false),
         ("accept *6:*", "1.2.3.4", 1, false),
         ("accept *6:*", "2001:db8::1", 1, true),
         ("accept [::1]:22", "::1", 22, true),
@@ -329,4 +333,74 @@ proptest! {
             prop_assert_eq!(ExitPolicy::parse(&p.to_string()).unwrap(), p);
         }
     }
+}
+
+/// Every way to write an IPv4 address as an address the exit would
+/// connect to: itself, IPv4-mapped and IPv4-compatible IPv6, each parsed
+/// from text as a BEGIN or a resolver could give it.
+fn forms_of(v4: Ipv4Addr) -> Vec<IpAddr> {
+    let [a, b, c, d] = v4.octets();
+    let hi = u16::from_be_bytes([a, b]);
+    let lo = u16::from_be_bytes([c, d]);
+    let texts = [
+        v4.to_string(),
+        format!("::ffff:{v4}"),
+        format!("::ffff:{hi:x}:{lo:x}"),
+        format!("0:0:0:0:0:ffff:{hi:x}:{lo:x}"),
+        format!("::{v4}"),
+        format!("::{hi:x}:{lo:x}"),
+    ];
+    texts
+        .iter()
+        .map(|t| t.parse::<IpAddr>().unwrap_or_else(|e| panic!("{t}: {e}")))
+        // `::` and `::1` are not IPv4-compatible addresses.
+        .filter(|ip| !matches!(ip, IpAddr::V6(v6) if u128::from(*v6) <= 1))
+        .collect()
+}
+
+proptest! {
+    /// No address in a rejected IPv4 range gets through in any of its
+    /// forms, and one outside it is treated alike in every form.
+    #[test]
+    fn mapped_and_compatible_forms_are_judged_as_ipv4(
+        net in any::<u32>(),
+        bits in 1u8..=32,
+        host in any::<u32>(),
+        port in 1u16..=65535,
+    ) {
+        let rejected = AddrPattern::v4(Ipv4Addr::from(net), bits).unwrap();
+        let rule = |action, addr| PolicyRule { action, addr, ports: PortRange::ALL };
+        let policy = ExitPolicy::new(vec![
+            rule(Action::Reject, rejected),
+            rule(Action::Accept, AddrPattern::Any),
+        ]);
+        let mask = if bits == 32 { u32::MAX } else { !(u32::MAX >> bits) };
+        let inside = Ipv4Addr::from((net & mask) | (host & !mask));
+        for form in forms_of(inside) {
+            prop_assert!(!policy.allows(form, port), "{form} passed {policy}");
+        }
+        let outside = Ipv4Addr::from(u32::from(inside) ^ (1u32 << (32 - bits)));
+        let verdicts: Vec<bool> = forms_of(outside).iter().map(|f| policy.allows(*f, port)).collect();
+        prop_assert!(verdicts.iter().all(|v| *v), "{outside}: {verdicts:?}");
+    }
+}
+
+#[test]
+fn loopback_in_every_form_is_refused_by_a_loopback_reject() {
+    let policy = ExitPolicy::parse("reject 127.0.0.0/8:*, reject [::1]:*, accept *:*").unwrap();
+    for text in [
+        "127.0.0.1",
+        "::ffff:127.0.0.1",
+        "::ffff:7f00:1",
+        "::127.0.0.1",
+        "::7f00:1",
+        "::1",
+    ] {
+        assert!(!policy.allows(ip(text), 80), "{text}");
+    }
+    // The unspecified and loopback IPv6 addresses stay IPv6.
+    assert_eq!(canonical_ip(ip("::1")), ip("::1"));
+    assert_eq!(canonical_ip(ip("::")), ip("::"));
+    assert_eq!(canonical_ip(ip("::ffff:10.1.2.3")), ip("10.1.2.3"));
+    assert!(policy.allows(ip("1.2.3.4"), 80));
 }
