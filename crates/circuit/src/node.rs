@@ -151,9 +151,21 @@ pub enum NodeEvent {
 /// (a circuit could in principle have both sides on one channel).
 type SchedKey = (CircKey, Side);
 
+/// Who is at the other end of a channel, as its link handshake proved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelPeer {
+    /// A peer that did not authenticate: a client (or a relay acting as
+    /// one). Circuits it creates have us as their first hop.
+    Client,
+    /// A peer that authenticated with a relay identity.
+    Relay,
+}
+
 struct Channel {
     /// Did we open the connection? (Decides the circuit-ID high bit.)
     initiated_by_us: bool,
+    /// Who is at the other end.
+    peer: ChannelPeer,
     circuits: HashMap<CircId, SchedKey>,
     scheduler: Box<dyn CircuitScheduler<SchedKey>>,
     /// Link-level cells waiting (DESTROYs for circuits already gone).
@@ -224,12 +236,13 @@ impl RelayNode {
         &self.keys
     }
 
-    /// A channel finished its link handshake.
-    pub fn add_channel(&mut self, chan: ChannelId, initiated_by_us: bool) {
+    /// A channel finished its link handshake with `peer`.
+    pub fn add_channel(&mut self, chan: ChannelId, initiated_by_us: bool, peer: ChannelPeer) {
         self.channels.insert(
             chan,
             Channel {
                 initiated_by_us,
+                peer,
                 circuits: HashMap::new(),
                 scheduler: self.config.scheduler.build(),
                 control: VecDeque::new(),
@@ -353,7 +366,8 @@ impl RelayNode {
                 }
                 let rng = StdRng::from_rng(&mut self.rng);
                 match RelayCircuit::accept(self.config.circuit.clone(), &self.keys, &create, rng) {
-                    Ok(circ) => {
+                    Ok(mut circ) => {
+                        circ.set_first_hop(ch.peer == ChannelPeer::Client);
                         let key = CircKey(self.next_key);
                         self.next_key += 1;
                         ch.circuits.insert(circid, (key, Side::Inbound));

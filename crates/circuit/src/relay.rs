@@ -42,6 +42,13 @@ pub struct RelayConfig {
     /// below about 1000 DATA cells plus a few control cells per circuit, so
     /// more means the peer ignores the windows and the circuit is closed.
     pub max_queue_cells: usize,
+    /// Serve BEGIN on circuits whose previous hop is a client (one-hop
+    /// circuits). C tor refuses them (END TORPROTOCOL, "Attempt to open a
+    /// stream on first hop of circuit"): a relay used as a one-hop proxy
+    /// attracts abuse and gives its users no anonymity. Default false;
+    /// only test harnesses that exercise a client over a single relay
+    /// turn it on.
+    pub allow_one_hop_streams: bool,
     /// Fault injection, compiled into test builds only: after sending
     /// EXTENDED2 toward the client, also send TRUNCATED while keeping the
     /// next hop, as a hostile relay would to become the last hop of the
@@ -56,6 +63,7 @@ impl Default for RelayConfig {
             exit: false,
             streams: StreamConfig::default(),
             max_queue_cells: 2500,
+            allow_one_hop_streams: false,
             #[cfg(feature = "fault-injection")]
             hostile_truncate: false,
         }
@@ -153,6 +161,8 @@ pub struct RelayCircuit {
     events: VecDeque<RelayCircEvent>,
     closed: bool,
     rng: StdRng,
+    /// The previous hop is a client, not a relay: we are the first hop.
+    first_hop: bool,
 }
 
 impl std::fmt::Debug for RelayCircuit {
@@ -199,7 +209,15 @@ impl RelayCircuit {
             events: VecDeque::new(),
             closed: false,
             rng,
+            first_hop: false,
         })
+    }
+
+    /// The previous hop is a client (it did not authenticate as a relay),
+    /// so this circuit has us as its first hop: BEGIN is refused unless
+    /// [`RelayConfig::allow_one_hop_streams`].
+    pub fn set_first_hop(&mut self, first_hop: bool) {
+        self.first_hop = first_hop;
     }
 
     /// Is the circuit closed?
@@ -430,6 +448,14 @@ impl RelayCircuit {
             return self.originate(
                 Some(id),
                 End::new_with_reason(EndReason::EXITPOLICY).into(),
+                now,
+            );
+        }
+        if self.first_hop && !self.config.allow_one_hop_streams {
+            tracing::debug!("BEGIN refused: a stream on the first hop of a circuit");
+            return self.originate(
+                Some(id),
+                End::new_with_reason(EndReason::TORPROTOCOL).into(),
                 now,
             );
         }

@@ -18,6 +18,8 @@ fn exit_relay() -> TestRelay {
     let config = NodeConfig {
         circuit: RelayConfig {
             exit: true,
+            // The test drives one-hop circuits.
+            allow_one_hop_streams: true,
             ..RelayConfig::default()
         },
         ..NodeConfig::default()

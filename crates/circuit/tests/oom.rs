@@ -34,6 +34,8 @@ fn config(limit: usize) -> NodeConfig {
         scheduler: SchedulerKind::RoundRobin,
         circuit: RelayConfig {
             exit: true,
+            // The test drives one-hop circuits.
+            allow_one_hop_streams: true,
             ..RelayConfig::default()
         },
         max_mem_in_queues: limit,

@@ -24,6 +24,8 @@ fn relay(scheduler: SchedulerKind) -> TestRelay {
         scheduler,
         circuit: RelayConfig {
             exit: true,
+            // The test drives one-hop circuits.
+            allow_one_hop_streams: true,
             ..RelayConfig::default()
         },
         ..NodeConfig::default()

@@ -12,7 +12,7 @@ use onionlab_cell::msg::{
 };
 use onionlab_cell::relay;
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
-use onionlab_circuit::node::{NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelPeer, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
@@ -46,13 +46,15 @@ impl Bench {
         let config = NodeConfig {
             circuit: RelayConfig {
                 exit,
+                // The tests drive one-hop circuits.
+                allow_one_hop_streams: true,
                 ..RelayConfig::default()
             },
             scheduler: SchedulerKind::RoundRobin,
             ..NodeConfig::default()
         };
         let mut node = RelayNode::new(copy, config, StdRng::seed_from_u64(1));
-        node.add_channel(CHAN, false);
+        node.add_channel(CHAN, false, ChannelPeer::Client);
         Bench {
             node,
             keys,

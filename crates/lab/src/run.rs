@@ -347,11 +347,14 @@ pub fn transport_config_lines(variant: &Variant) -> String {
 
 /// A relay's `relay.toml` for a variant; with a QUIC transport its QUIC
 /// endpoint listens on the TLS address's port over UDP (`quic_listen`).
+/// Exits refuse private addresses except `servers`, the workload servers
+/// the lab starts (`exit_allow_private`).
 pub fn relay_config_text(
     nickname: &str,
     addr: SocketAddr,
     network_key_hex: &str,
     variant: &Variant,
+    servers: &[SocketAddr],
 ) -> String {
     let mut config = format!(
         "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\n",
@@ -361,6 +364,8 @@ pub fn relay_config_text(
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));
     }
     config.push_str(&transport_config_lines(variant));
+    let allowed: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
+    config.push_str(&format!("exit_allow_private = [{}]\n", allowed.join(", ")));
     config
 }
 
@@ -382,6 +387,16 @@ fn write_network(
     let network_key_hex = onionlab_netdoc::keys::public_key_hex(&network_key.verifying_key());
     let mut entries = Vec::new();
     let mut relay_configs = Vec::new();
+    let servers = scenario
+        .servers
+        .iter()
+        .map(|s| {
+            Ok(SocketAddr::new(
+                IpAddr::V4(net.address(&s.host)?),
+                SERVER_PORT,
+            ))
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
     for r in &scenario.relays {
         let keys = RelaySecretKeys::generate(&mut rng);
         let ip = IpAddr::V4(net.address(&r.host)?);
@@ -400,7 +415,7 @@ fn write_network(
         let rdir = dir.join(&r.host);
         fs::create_dir_all(&rdir).map_err(io_err("creating a relay directory"))?;
         onionlab_netdoc::keys::save_relay_keys(&rdir.join("keys.secret"), &keys)?;
-        let config = relay_config_text(&r.host, addr, &network_key_hex, variant);
+        let config = relay_config_text(&r.host, addr, &network_key_hex, variant, &servers);
         let path = rdir.join("relay.toml");
         fs::write(&path, config).map_err(io_err("writing a relay config"))?;
         relay_configs.push((r.host.clone(), path, addr));

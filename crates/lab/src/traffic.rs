@@ -22,7 +22,7 @@
 //!   last byte arrives).
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -134,7 +134,12 @@ pub async fn serve(listener: TcpListener) {
 
 /// Start a workload server on 127.0.0.1 (an ephemeral port).
 pub async fn workload_server() -> io::Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").await?;
+    workload_server_at(IpAddr::V4(Ipv4Addr::LOCALHOST)).await
+}
+
+/// [`workload_server`] on `ip` (a free port).
+pub async fn workload_server_at(ip: IpAddr) -> io::Result<SocketAddr> {
+    let l = TcpListener::bind((ip, 0)).await?;
     let addr = l.local_addr()?;
     tokio::spawn(serve(l));
     Ok(addr)

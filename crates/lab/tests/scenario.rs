@@ -413,12 +413,19 @@ fn configs_follow_the_transport() {
                 a.transport
             })
             .collect();
+        let server: std::net::SocketAddr = "10.77.0.9:8000".parse().expect("addr");
         let cfg = RelayConfig::from_toml_str(
-            &relay_config_text("guard", addr, &key, &v),
+            &relay_config_text("guard", addr, &key, &v, &[server]),
             "r",
             Path::new("."),
         )
         .unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        // Exits reach the lab's servers and no other private address.
+        assert!(cfg.exit_reject_private);
+        assert!(cfg.exit_allow_private.contains(server));
+        assert!(!cfg
+            .exit_allow_private
+            .contains("10.77.0.9:8001".parse().expect("addr")));
         assert_eq!(cfg.transport.to_string(), v.transport);
         assert_eq!(cfg.listen, addr);
         if v.transport == "tls" {

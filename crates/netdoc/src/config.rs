@@ -23,6 +23,10 @@
 //! quic_keep_alive_ms = 2000       # default 2000; below quic_idle_timeout_ms
 //! quic_idle_timeout_ms = 8000     # default 8000
 //! exit_connect_timeout_ms = 10000 # exits: default 10000
+//! exit_reject_private = true      # exits: default true (see crate::exit_targets)
+//! exit_allow_private = ["127.0.0.1:8000"] # exits: private targets allowed anyway; default []
+//! exit_max_concurrent_lookups = 64   # exits: default 64
+//! exit_max_pending_connects = 1024   # exits: default 1024
 //! log = "info"                    # optional tracing filter
 //! ```
 //!
@@ -72,11 +76,16 @@ use tor_llcrypto::pk::ed25519::PublicKey;
 use crate::directory::HttpUrl;
 use crate::doc::{valid_nickname, NetworkDocument, MAX_DOCUMENT_LEN};
 use crate::error::{toml_error, Error, Result};
+use crate::exit_targets::PrivateTargets;
 use crate::keys::{parse_public_key, read_file_limited};
 
 /// Largest configuration file read.
 const MAX_CONFIG_LEN: u64 = 1024 * 1024;
 
+/// Default [`RelayConfig::exit_max_concurrent_lookups`].
+pub const DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS: u64 = 64;
+/// Default [`RelayConfig::exit_max_pending_connects`].
+pub const DEFAULT_EXIT_MAX_PENDING_CONNECTS: u64 = 1024;
 /// Default [`RelayConfig::ewma_half_life_ms`].
 pub const DEFAULT_EWMA_HALF_LIFE_MS: u64 = 30_000;
 /// Default [`RelayConfig::max_mem_in_queues`]: 256 MiB.
@@ -431,6 +440,33 @@ pub struct RelayConfig {
         deserialize_with = "de_positive"
     )]
     pub exit_connect_timeout_ms: u64,
+    /// Exit: refuse private, loopback, link-local and other local
+    /// addresses and the exit's own addresses, whatever the exit policy
+    /// says (default true; C tor's `ExitPolicyRejectPrivate`). The
+    /// relays' OR ports are refused either way. See
+    /// [`crate::exit_targets`].
+    #[serde(default = "default_true")]
+    pub exit_reject_private: bool,
+    /// Exit: private or local targets allowed despite
+    /// `exit_reject_private`, as `ADDR[/BITS]:PORT[-PORT]` (for example
+    /// `["127.0.0.1:8000"]`: a server run for a local network); default
+    /// none.
+    #[serde(default)]
+    pub exit_allow_private: PrivateTargets,
+    /// Exit: most name lookups running at once (default 64); must be
+    /// positive.
+    #[serde(
+        default = "default_exit_max_concurrent_lookups",
+        deserialize_with = "de_positive"
+    )]
+    pub exit_max_concurrent_lookups: u64,
+    /// Exit: most streams resolving or connecting at once (default 1024);
+    /// must be positive.
+    #[serde(
+        default = "default_exit_max_pending_connects",
+        deserialize_with = "de_positive"
+    )]
+    pub exit_max_pending_connects: u64,
     /// Log filter in `tracing_subscriber::EnvFilter` syntax (for example
     /// `"info"` or `"info,onionlab_node=debug"`); none means the program's
     /// default.
@@ -559,6 +595,18 @@ fn default_quic_keep_alive_ms() -> u64 {
 fn default_quic_idle_timeout_ms() -> u64 {
     DEFAULT_QUIC_IDLE_TIMEOUT_MS
 }
+fn default_exit_max_concurrent_lookups() -> u64 {
+    DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS
+}
+
+fn default_exit_max_pending_connects() -> u64 {
+    DEFAULT_EXIT_MAX_PENDING_CONNECTS
+}
+
+fn default_true() -> bool {
+    true
+}
+
 fn default_exit_connect_timeout_ms() -> u64 {
     DEFAULT_EXIT_CONNECT_TIMEOUT_MS
 }

@@ -21,9 +21,9 @@
 //! the others `reject *:*`. The non-exit relays get the Guard flag (all
 //! relays do if every relay is an exit).
 //!
-//! Exits accept every address, private ones included, because a lab
-//! network runs its targets on loopback and private addresses (see
-//! [`crate::policy`] for the rules to use on the Internet).
+//! Exits refuse private and local targets (see [`crate::exit_targets`])
+//! except those in [`InitOptions::exit_allow_private`], written into their
+//! configuration.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -37,6 +37,7 @@ use crate::doc::{
     TRANSPORT_QUIC, TRANSPORT_TLS,
 };
 use crate::error::{Error, Result};
+use crate::exit_targets::PrivateTargets;
 use crate::keys;
 use crate::policy::ExitPolicy;
 
@@ -61,6 +62,10 @@ pub struct InitOptions {
     pub bandwidth: u64,
     /// Creation time written in the document; `None` means now.
     pub created_unix: Option<u64>,
+    /// Private or local targets the exits may reach despite rejecting
+    /// private addresses (`exit_allow_private` in their `relay.toml`),
+    /// such as `127.0.0.1:8000`; default none.
+    pub exit_allow_private: PrivateTargets,
 }
 
 impl Default for InitOptions {
@@ -77,6 +82,7 @@ impl Default for InitOptions {
             network_name: "onionlab".into(),
             bandwidth: 1000,
             created_unix: None,
+            exit_allow_private: PrivateTargets::none(),
         }
     }
 }
@@ -282,7 +288,8 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         let keys_path = dir.join("keys.secret");
         keys::save_relay_keys(&keys_path, &secret)?;
         let config = dir.join("relay.toml");
-        write_text(&config, &relay_toml(&nick, addr, &key_hex))?;
+        let allow = exit.then_some(&opts.exit_allow_private);
+        write_text(&config, &relay_toml(&nick, addr, &key_hex, allow))?;
 
         let mut entry = RelayEntry::new(nick.clone(), &secret.public());
         entry.addresses.push(TransportAddress {
@@ -336,8 +343,38 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
     })
 }
 
-/// The `relay.toml` of one relay.
-fn relay_toml(nick: &str, listen: SocketAddr, key_hex: &str) -> String {
+/// The `relay.toml` of one relay; `exit_allow_private` for an exit.
+fn relay_toml(
+    nick: &str,
+    listen: SocketAddr,
+    key_hex: &str,
+    exit_allow_private: Option<&PrivateTargets>,
+) -> String {
+    let exit_lines = match exit_allow_private {
+        Some(allow) => {
+            let line = if allow.is_empty() {
+                "# exit_allow_private = []".to_string()
+            } else {
+                format!("exit_allow_private = {allow}")
+            };
+            format!(
+                "\
+# As an exit, refuse private, loopback and link-local addresses and this
+# host's own addresses whatever the exit policy says (the relays' OR ports
+# are refused either way):
+# exit_reject_private = true
+# Private targets allowed anyway (servers run for this network), as
+# ADDR:PORT, for example [\"127.0.0.1:8000\"]:
+{line}
+# exit_max_concurrent_lookups = {lookups}
+# exit_max_pending_connects = {connects}
+",
+                lookups = crate::config::DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS,
+                connects = crate::config::DEFAULT_EXIT_MAX_PENDING_CONNECTS,
+            )
+        }
+        None => String::new(),
+    };
     format!(
         "\
 # onionlab relay configuration, written by `onionlab network init`.
@@ -373,7 +410,7 @@ max_mem_in_queues = {max_mem}
 # quic_keep_alive_ms = {keep_alive}
 # quic_idle_timeout_ms = {idle}
 # exit_connect_timeout_ms = {exit_connect}
-# Log filter (tracing EnvFilter syntax), for example:
+{exit_lines}# Log filter (tracing EnvFilter syntax), for example:
 # log = \"info\"
 ",
         link_hs = crate::config::DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS,
@@ -487,9 +524,10 @@ TLS on the TCP port and QUIC on the same UDP port; the document advertises
 both.
 Guards: {guards}
 Exits:  {exits}
-Exits accept every address and port (`accept *:*`), private and loopback
-addresses included, because the lab runs everything locally. Real tor exits
-reject private addresses.
+Exits have the policy `accept *:*` but, like tor's exits, refuse private,
+loopback and link-local addresses, their own addresses and the relays' OR
+ports; targets listed in `exit_allow_private` of their relay.toml (see
+`onionlab network init --allow-private-target`) are allowed anyway.
 
 Nodes may read network.doc directly, or fetch it from a directory serving it
 over HTTP: point `network` at http://HOST:PORT/network.doc.

@@ -3,6 +3,8 @@
 //! * [`doc`]: the network document, the list of relays signed by the
 //!   network key (onionlab's small counterpart of tor's consensus);
 //! * [`policy`]: exit policies in a subset of tor's syntax;
+//! * [`exit_targets`]: what an exit refuses before its policy (private and
+//!   local addresses, relays' OR ports);
 //! * [`keys`]: relay and network key files;
 //! * [`config`]: relay and client configuration files, and loading the
 //!   network document from a file or a directory URL;
@@ -19,6 +21,7 @@ pub mod config;
 pub mod directory;
 pub mod doc;
 mod error;
+pub mod exit_targets;
 pub mod init;
 pub mod keys;
 pub mod policy;

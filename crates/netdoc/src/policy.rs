@@ -31,13 +31,10 @@
 //!
 //! # Private addresses
 //!
-//! Real tor relays reject private and local addresses (`ExitPolicyRejectPrivate`)
-//! before their configured policy. onionlab does not add such rules
-//! implicitly: the lab runs every node and target on loopback or private
-//! addresses, so `onionlab network init` gives exits plain `accept *:*`. An
-//! exit facing the Internet should start its policy with rejects of
-//! `127.0.0.0/8`, `10.0.0.0/8`, `172.16.0.0/12`, `192.168.0.0/16`,
-//! `169.254.0.0/16`, `0.0.0.0/8`, `[::1]`, `[fc00::]/7` and `[fe80::]/10`.
+//! A policy is the relay's published rule set; private and local
+//! addresses, the exit's own addresses and the relays' OR ports are
+//! refused before it by default (as C tor's `ExitPolicyRejectPrivate`),
+//! see [`crate::exit_targets`].
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

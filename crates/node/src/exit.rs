@@ -2,24 +2,149 @@
 //! between a TCP target and its circuit stream.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io::{self, ErrorKind};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onionlab_cell::msg::{EndReason, ResolvedVal, StreamId};
 use onionlab_circuit::node::CircKey;
+use onionlab_netdoc::exit_targets::{ExitTargets, PrivateTargets, TargetRefusal};
 use onionlab_netdoc::policy::ExitPolicy;
+use onionlab_ops::LogLimiter;
 use tokio::net::TcpStream;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::{spawn_local, JoinHandle};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::relay::{process, Shared, State};
 
 /// Default bound on resolving a name and on each connection attempt
-/// ([`RelaySettings::exit_connect_timeout`](crate::RelaySettings)).
+/// ([`ExitSettings::connect_timeout`]).
 pub const DEFAULT_EXIT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default [`ExitSettings::max_concurrent_lookups`].
+pub const DEFAULT_MAX_CONCURRENT_LOOKUPS: usize = 64;
+/// Default [`ExitSettings::max_pending_connects`].
+pub const DEFAULT_MAX_PENDING_CONNECTS: usize = 1024;
+
+/// How a relay serves as an exit.
+#[derive(Clone, Debug)]
+pub struct ExitSettings {
+    /// The exit policy; `None`: not an exit.
+    pub policy: Option<ExitPolicy>,
+    /// Refuse private and local addresses and our own addresses whatever
+    /// the policy says (C tor's `ExitPolicyRejectPrivate`; default true).
+    /// The relays' OR ports are refused either way.
+    pub reject_private: bool,
+    /// Private targets allowed despite `reject_private`.
+    pub allow_private: PrivateTargets,
+    /// Bound on resolving a target's name and on each connection attempt.
+    pub connect_timeout: Duration,
+    /// Most name lookups running at once (each holds a thread of tokio's
+    /// blocking pool until the system resolver answers); more wait for a
+    /// slot within `connect_timeout`.
+    pub max_concurrent_lookups: usize,
+    /// Most streams resolving or connecting at once; more are refused with
+    /// END RESOURCELIMIT.
+    pub max_pending_connects: usize,
+}
+
+impl ExitSettings {
+    /// Not an exit.
+    pub fn none() -> Self {
+        ExitSettings {
+            policy: None,
+            reject_private: true,
+            allow_private: PrivateTargets::none(),
+            connect_timeout: DEFAULT_EXIT_CONNECT_TIMEOUT,
+            max_concurrent_lookups: DEFAULT_MAX_CONCURRENT_LOOKUPS,
+            max_pending_connects: DEFAULT_MAX_PENDING_CONNECTS,
+        }
+    }
+
+    /// An exit with `policy` and the default limits (private targets
+    /// refused).
+    pub fn with_policy(policy: ExitPolicy) -> Self {
+        ExitSettings {
+            policy: Some(policy),
+            ..Self::none()
+        }
+    }
+}
+
+/// The exit's state in a running relay.
+pub(crate) struct Exit {
+    targets: Rc<ExitTargets>,
+    connect_timeout: Duration,
+    /// Slots for name lookups (see [`ExitSettings::max_concurrent_lookups`]).
+    lookups: Arc<Semaphore>,
+    max_pending_connects: usize,
+    /// Connect and resolve tasks in progress, by circuit and stream ID:
+    /// aborted when their stream or circuit ends, so a late answer never
+    /// lands on a stream that reused the ID.
+    pending: HashMap<(CircKey, u16), JoinHandle<()>>,
+    /// Rate limit of the INFO line on refused targets.
+    refusal_log: LogLimiter,
+}
+
+impl Exit {
+    /// The exit of a relay with `settings`, listening on `own_ips`, in
+    /// `doc`; `None` if it is not an exit.
+    pub(crate) fn new(
+        settings: &ExitSettings,
+        doc: &onionlab_netdoc::NetworkDocument,
+        own_ips: Vec<IpAddr>,
+    ) -> Option<Exit> {
+        let policy = settings.policy.clone()?;
+        let targets = ExitTargets::new(
+            policy,
+            settings.reject_private,
+            settings.allow_private.clone(),
+            doc,
+            own_ips,
+        );
+        Some(Exit {
+            targets: Rc::new(targets),
+            connect_timeout: settings.connect_timeout,
+            lookups: Arc::new(Semaphore::new(settings.max_concurrent_lookups.max(1))),
+            max_pending_connects: settings.max_pending_connects.max(1),
+            pending: HashMap::new(),
+            refusal_log: LogLimiter::default(),
+        })
+    }
+
+    /// Stop the connect or resolve task of `(circ, stream)`, if any.
+    pub(crate) fn cancel(&mut self, circ: CircKey, stream: StreamId) {
+        if let Some(task) = self.pending.remove(&(circ, stream.into())) {
+            task.abort();
+        }
+    }
+
+    /// Stop every connect and resolve task of `circ`.
+    pub(crate) fn cancel_circuit(&mut self, circ: CircKey) {
+        self.pending.retain(|(c, _), task| {
+            if *c == circ {
+                task.abort();
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+/// Our own addresses, as an exit refuses them: the listening addresses and
+/// those of the host's interfaces.
+pub(crate) fn own_addresses(listening: impl IntoIterator<Item = IpAddr>) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = listening.into_iter().collect();
+    match if_addrs::get_if_addrs() {
+        Ok(ifs) => ips.extend(ifs.into_iter().map(|i| i.ip())),
+        Err(e) => warn!("cannot list the host's interface addresses (an exit refuses them): {e}"),
+    }
+    ips
+}
 /// Once a stream has ended, how long the bytes the client had sent may
 /// take to reach a target that does not read them before the connection
 /// is closed anyway (so a stalled target cannot pin a descriptor).
@@ -109,15 +234,40 @@ pub fn end_reason_for_io(e: &std::io::Error) -> EndReason {
     }
 }
 
-async fn resolve(host: &str, port: u16, timeout: Duration) -> Result<Vec<SocketAddr>, EndReason> {
+/// Resolve `host` (an address literal is its own answer) within
+/// `timeout`, waiting for one of the `lookups` slots first. The slot is
+/// held by the lookup thread until the system resolver answers, even if
+/// the stream ends (and this future is dropped) before: threads stuck in
+/// lookups stay bounded.
+async fn resolve(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    lookups: &Arc<Semaphore>,
+) -> Result<Vec<SocketAddr>, EndReason> {
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
     }
-    match tokio::time::timeout(timeout, tokio::net::lookup_host((host, port))).await {
-        Ok(Ok(addrs)) => Ok(addrs.collect()),
-        Ok(Err(_)) => Err(EndReason::RESOLVEFAILED),
-        Err(_) => Err(EndReason::TIMEOUT),
-    }
+    let lookup = async {
+        let permit = lookups
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| EndReason::RESOURCELIMIT)?;
+        let name = (host.to_owned(), port);
+        let answer = tokio::task::spawn_blocking(move || {
+            let _slot = permit;
+            name.to_socket_addrs().map(Iterator::collect::<Vec<_>>)
+        })
+        .await;
+        match answer {
+            Ok(Ok(addrs)) => Ok(addrs),
+            Ok(Err(_)) | Err(_) => Err(EndReason::RESOLVEFAILED),
+        }
+    };
+    tokio::time::timeout(timeout, lookup)
+        .await
+        .unwrap_or(Err(EndReason::TIMEOUT))
 }
 
 /// Why the exit could not connect to a target.
@@ -126,6 +276,8 @@ struct ConnectFailed {
     reason: EndReason,
     /// The last connection error, if it came to connecting.
     error: Option<io::Error>,
+    /// Why the target's addresses were refused, if they all were.
+    refused: Option<TargetRefusal>,
 }
 
 impl From<EndReason> for ConnectFailed {
@@ -133,28 +285,46 @@ impl From<EndReason> for ConnectFailed {
         ConnectFailed {
             reason,
             error: None,
+            refused: None,
         }
     }
+}
+
+/// What a connect task needs, cloned out of [`Exit`].
+struct ConnectJob {
+    targets: Rc<ExitTargets>,
+    timeout: Duration,
+    lookups: Arc<Semaphore>,
 }
 
 async fn connect_target(
     host: &str,
     port: u16,
-    policy: &ExitPolicy,
-    timeout: Duration,
+    job: &ConnectJob,
 ) -> Result<TcpStream, ConnectFailed> {
-    let addrs = resolve(host, port, timeout).await?;
+    let addrs = resolve(host, port, job.timeout, &job.lookups).await?;
     if addrs.is_empty() {
         return Err(EndReason::RESOLVEFAILED.into());
     }
+    let mut refused = None;
     let allowed: Vec<SocketAddr> = addrs
         .into_iter()
-        .filter(|a| policy.allows(a.ip(), port))
+        .filter(|a| match job.targets.check(*a) {
+            Ok(()) => true,
+            Err(why) => {
+                refused = Some(why);
+                false
+            }
+        })
         .take(MAX_ATTEMPTS)
         .collect();
-    let mut last = ConnectFailed::from(EndReason::EXITPOLICY);
+    let mut last = ConnectFailed {
+        reason: EndReason::EXITPOLICY,
+        error: None,
+        refused,
+    };
     for addr in allowed {
-        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+        match tokio::time::timeout(job.timeout, TcpStream::connect(addr)).await {
             Ok(Ok(tcp)) => {
                 let _ = tcp.set_nodelay(true);
                 return Ok(tcp);
@@ -165,12 +335,14 @@ async fn connect_target(
                 return Err(ConnectFailed {
                     reason: EndReason::RESOURCELIMIT,
                     error: Some(e),
+                    refused: None,
                 });
             }
             Ok(Err(e)) => {
                 last = ConnectFailed {
                     reason: end_reason_for_io(&e),
                     error: Some(e),
+                    refused: None,
                 }
             }
             Err(_) => last = EndReason::TIMEOUT.into(),
@@ -188,44 +360,100 @@ pub(crate) fn start_connect(
     host: String,
     port: u16,
 ) {
-    let Some(policy) = st.exit_policy.clone() else {
+    let now = Instant::now();
+    let Some(exit) = st.exit.as_mut() else {
         let _ = st
             .node
-            .exit_refused(Instant::now(), circ, stream, EndReason::EXITPOLICY);
+            .exit_refused(now, circ, stream, EndReason::EXITPOLICY);
         return;
     };
-    let shared = shared.clone();
-    let timeout = st.exit_connect_timeout;
-    spawn_local(async move {
-        let result = connect_target(&host, port, &policy, timeout).await;
+    // The circuit layer refuses a BEGIN on an ID in use, so a task still
+    // here belongs to an earlier stream with this ID, which has ended.
+    exit.cancel(circ, stream);
+    if exit.pending.len() >= exit.max_pending_connects {
+        st.stats.exit_connects_refused += 1;
+        note_refusal(st, now, "too many streams resolving or connecting at once");
+        let _ = st
+            .node
+            .exit_refused(now, circ, stream, EndReason::RESOURCELIMIT);
+        return;
+    }
+    let job = ConnectJob {
+        targets: exit.targets.clone(),
+        timeout: exit.connect_timeout,
+        lookups: exit.lookups.clone(),
+    };
+    let task_shared = shared.clone();
+    let task = spawn_local(async move {
+        let result = connect_target(&host, port, &job).await;
+        let shared = task_shared;
         let mut st = shared.borrow_mut();
-        let now = Instant::now();
-        match result {
-            Ok(tcp) => {
-                let ip = tcp.peer_addr().ok().map(|a| a.ip());
-                if st.node.exit_connected(now, circ, stream, ip).is_ok() {
-                    debug!(?circ, stream = u16::from(stream), %host, port, "exit stream connected");
-                    open_stream(&shared, &mut st, circ, stream, tcp);
-                }
-            }
-            Err(failed) => {
-                debug!(
-                    ?circ,
-                    stream = u16::from(stream),
-                    %host,
-                    port,
-                    reason = ?failed.reason,
-                    error = ?failed.error,
-                    "exit connect failed"
-                );
-                if failed.reason == EndReason::RESOURCELIMIT {
-                    note_exhaustion(&mut st, now, failed.error.as_ref());
-                }
-                let _ = st.node.exit_refused(now, circ, stream, failed.reason);
-            }
+        if let Some(exit) = st.exit.as_mut() {
+            exit.pending.remove(&(circ, stream.into()));
         }
+        connect_done(&shared, &mut st, circ, stream, (&host, port), result);
         process(&shared, &mut st);
     });
+    if let Some(exit) = st.exit.as_mut() {
+        exit.pending.insert((circ, stream.into()), task);
+    }
+}
+
+/// A connect task's result: open the stream, or END it with the reason.
+fn connect_done(
+    shared: &Shared,
+    st: &mut State,
+    circ: CircKey,
+    stream: StreamId,
+    (host, port): (&str, u16),
+    result: Result<TcpStream, ConnectFailed>,
+) {
+    let now = Instant::now();
+    match result {
+        Ok(tcp) => {
+            let ip = tcp.peer_addr().ok().map(|a| a.ip());
+            if st.node.exit_connected(now, circ, stream, ip).is_ok() {
+                debug!(?circ, stream = u16::from(stream), %host, port, "exit stream connected");
+                open_stream(shared, st, circ, stream, tcp);
+            }
+        }
+        Err(failed) => {
+            debug!(
+                ?circ,
+                stream = u16::from(stream),
+                %host,
+                port,
+                reason = ?failed.reason,
+                error = ?failed.error,
+                refused = ?failed.refused,
+                "exit connect failed"
+            );
+            if failed.reason == EndReason::RESOURCELIMIT {
+                note_exhaustion(st, now, failed.error.as_ref());
+            }
+            if let Some(why) = failed.refused {
+                st.stats.exit_targets_refused += 1;
+                note_refusal(st, now, &format!("target refused: {why}"));
+            }
+            let _ = st.node.exit_refused(now, circ, stream, failed.reason);
+        }
+    }
+}
+
+/// A stream refused by a limit or the target rules: one INFO line per
+/// interval, with how many happened since the last (targets are not
+/// logged, as tor's SafeLogging).
+fn note_refusal(st: &mut State, now: Instant, what: &str) {
+    let Some(exit) = st.exit.as_mut() else { return };
+    if let Some(held_back) = exit.refusal_log.check(now) {
+        info!(
+            nickname = %st.nickname,
+            held_back,
+            refused_targets = st.stats.exit_targets_refused,
+            refused_connects = st.stats.exit_connects_refused,
+            "exit stream refused: {what}"
+        );
+    }
 }
 
 /// A connect failed for lack of descriptors or memory: count it, and warn
@@ -265,7 +493,7 @@ pub(crate) fn start_resolve(
     stream: StreamId,
     host: String,
 ) {
-    if st.exit_policy.is_none() {
+    let Some(exit) = st.exit.as_mut() else {
         let _ = st.node.exit_resolved(
             Instant::now(),
             circ,
@@ -273,11 +501,13 @@ pub(crate) fn start_resolve(
             vec![(ResolvedVal::NontransientError, 0)],
         );
         return;
-    }
-    let shared = shared.clone();
-    let timeout = st.exit_connect_timeout;
-    spawn_local(async move {
-        let answers = match resolve(&host, 0, timeout).await {
+    };
+    exit.cancel(circ, stream);
+    let timeout = exit.connect_timeout;
+    let lookups = exit.lookups.clone();
+    let task_shared = shared.clone();
+    let task = spawn_local(async move {
+        let answers = match resolve(&host, 0, timeout, &lookups).await {
             Ok(addrs) if !addrs.is_empty() => addrs
                 .iter()
                 .map(|a| (ResolvedVal::Ip(a.ip()), RESOLVED_TTL))
@@ -285,10 +515,17 @@ pub(crate) fn start_resolve(
             Ok(_) | Err(EndReason::RESOLVEFAILED) => vec![(ResolvedVal::NontransientError, 0)],
             Err(_) => vec![(ResolvedVal::TransientError, 0)],
         };
+        let shared = task_shared;
         let mut st = shared.borrow_mut();
+        if let Some(exit) = st.exit.as_mut() {
+            exit.pending.remove(&(circ, stream.into()));
+        }
         let _ = st.node.exit_resolved(Instant::now(), circ, stream, answers);
         process(&shared, &mut st);
     });
+    if let Some(exit) = st.exit.as_mut() {
+        exit.pending.insert((circ, stream.into()), task);
+    }
 }
 
 /// Read some bytes from the target (0: it closed its side).

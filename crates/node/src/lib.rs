@@ -27,5 +27,8 @@ mod exit;
 mod relay;
 
 pub use err::Error;
-pub use exit::{end_reason_for_io, DEFAULT_EXIT_CONNECT_TIMEOUT};
+pub use exit::{
+    end_reason_for_io, ExitSettings, DEFAULT_EXIT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_LOOKUPS,
+    DEFAULT_MAX_PENDING_CONNECTS,
+};
 pub use relay::{Relay, RelaySettings, RelayStats};

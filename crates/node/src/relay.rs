@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::DestroyReason;
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
-use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_circuit::{CloseKind, CloseReason};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
-use onionlab_netdoc::policy::ExitPolicy;
 use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{
     AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
@@ -30,7 +29,7 @@ use tokio::task::{spawn_local, JoinHandle};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::{debug, info, warn};
 
-use crate::exit::{self, ExitStream};
+use crate::exit::{self, Exit, ExitSettings, ExitStream};
 use crate::Error;
 
 /// Everything a relay needs to run.
@@ -51,16 +50,14 @@ pub struct RelaySettings {
     pub quic: QuicSettings,
     /// Bound on a link handshake, TLS or QUIC, either direction.
     pub link_handshake_timeout: Duration,
-    /// Exit: bound on resolving a target's name and on each connection
-    /// attempt.
-    pub exit_connect_timeout: Duration,
     /// The network: relays we may extend to, and our own entry.
     pub doc: NetworkDocument,
     /// Circuit-layer settings (scheduler, memory cap...). `circuit.exit`
-    /// is set from `exit_policy`.
+    /// is set from `exit.policy`.
     pub node: NodeConfig,
-    /// Exit policy; `None` if this relay is not an exit.
-    pub exit_policy: Option<ExitPolicy>,
+    /// Exit policy (`None` if this relay is not an exit) and the exit's
+    /// target rules and limits.
+    pub exit: ExitSettings,
 }
 
 impl RelaySettings {
@@ -76,7 +73,10 @@ impl RelaySettings {
         let entry = doc
             .relay_by_identity(&id_bytes(&id))
             .ok_or_else(|| Error::NotInDocument(hex_id(&id)))?;
-        let exit_policy = entry.flags.exit.then(|| entry.exit_policy.clone());
+        let exit = ExitSettings {
+            policy: entry.flags.exit.then(|| entry.exit_policy.clone()),
+            ..ExitSettings::none()
+        };
         Ok(RelaySettings {
             nickname: entry.nickname.clone(),
             keys,
@@ -85,9 +85,8 @@ impl RelaySettings {
             transport: Choice::Tls,
             quic: QuicSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
-            exit_connect_timeout: crate::exit::DEFAULT_EXIT_CONNECT_TIMEOUT,
             node,
-            exit_policy,
+            exit,
             doc,
         })
     }
@@ -112,6 +111,13 @@ pub struct RelayStats {
     /// Exit streams refused (END RESOURCELIMIT) because a connection to
     /// the target could not be opened for lack of descriptors or memory.
     pub exit_resource_limit: u64,
+    /// Exit streams refused because every address of their target is
+    /// refused (private or local, a relay's OR port, our own address, or
+    /// the exit policy).
+    pub exit_targets_refused: u64,
+    /// Exit streams refused (END RESOURCELIMIT) because too many were
+    /// resolving or connecting already.
+    pub exit_connects_refused: u64,
 }
 
 /// A relay bound to its listening address.
@@ -146,9 +152,8 @@ pub(crate) struct State {
     pub(crate) streams: HashMap<(CircKey, u16), Rc<ExitStream>>,
     next_chan: ChannelId,
     doc: Rc<NetworkDocument>,
-    pub(crate) exit_policy: Option<Rc<ExitPolicy>>,
-    /// See [`RelaySettings::exit_connect_timeout`].
-    pub(crate) exit_connect_timeout: Duration,
+    /// The exit's rules, limits and tasks; `None` if not an exit.
+    pub(crate) exit: Option<Exit>,
     connector: Connector,
     pub(crate) stats: RelayStats,
     /// Rate limit of the exit's "out of descriptors" warning.
@@ -255,7 +260,7 @@ impl Relay {
             mut listener,
         } = self;
         let mut config = settings.node.clone();
-        config.circuit.exit = settings.exit_policy.is_some();
+        config.circuit.exit = settings.exit.policy.is_some();
         #[cfg(feature = "fault-injection")]
         {
             config.circuit.hostile_truncate =
@@ -282,8 +287,18 @@ impl Relay {
             streams: HashMap::new(),
             next_chan: 1,
             doc: Rc::new(settings.doc.clone()),
-            exit_policy: settings.exit_policy.clone().map(Rc::new),
-            exit_connect_timeout: settings.exit_connect_timeout,
+            exit: Exit::new(
+                &settings.exit,
+                &settings.doc,
+                exit::own_addresses(
+                    [
+                        Some(settings.listen.ip()),
+                        settings.quic_listen.map(|a| a.ip()),
+                    ]
+                    .into_iter()
+                    .flatten(),
+                ),
+            ),
             connector,
             stats: RelayStats::default(),
             exhaustion_log: LogLimiter::default(),
@@ -396,7 +411,12 @@ fn snapshot(st: &State) -> RelayStats {
 fn add_link(shared: &Shared, st: &mut State, link: AnyLink, initiated_by_us: bool) -> ChannelId {
     let chan = st.next_chan;
     st.next_chan += 1;
-    st.node.add_channel(chan, initiated_by_us);
+    let peer = if link.peer.identity.is_some() {
+        ChannelPeer::Relay
+    } else {
+        ChannelPeer::Client
+    };
+    st.node.add_channel(chan, initiated_by_us, peer);
     if let Some(id) = link.peer.identity {
         st.by_identity.entry(id).or_insert(chan);
     }
@@ -601,6 +621,9 @@ pub(crate) fn process(shared: &Shared, st: &mut State) {
             NodeEvent::ExitStream { circ, event } => on_stream_event(st, circ, event),
             NodeEvent::CircuitClosed { circ, reason } => {
                 log_circuit_closed(st, circ, &reason);
+                if let Some(exit) = st.exit.as_mut() {
+                    exit.cancel_circuit(circ);
+                }
                 st.streams.retain(|(c, _), s| {
                     if *c == circ {
                         s.abort();
@@ -643,9 +666,13 @@ fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {
                 "client ended stream"
             );
             // The stream's writer drains what the client sent, closes the
-            // connection and forgets the stream.
+            // connection and forgets the stream. A connect still in
+            // progress is abandoned.
             if let Some(s) = st.streams.get(&(circ, stream.into())) {
                 s.client_ended();
+            }
+            if let Some(exit) = st.exit.as_mut() {
+                exit.cancel(circ, stream);
             }
         }
         StreamEvent::Connected { .. } => {}

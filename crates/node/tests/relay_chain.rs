@@ -13,6 +13,7 @@ use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
+use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_node::{Relay, RelaySettings, RelayStats};
 use onionlab_transport::tls::{TlsLink, TlsTransport};
@@ -87,8 +88,12 @@ fn start_network(n: usize, seed: u64) -> (Vec<TestRelay>, NetworkDocument) {
     for (k, entry) in keys.into_iter().zip(&doc.relays) {
         let addr = entry.addresses[0].addr;
         let public = k.public();
-        let settings = RelaySettings::from_document(k, addr, doc.clone(), NodeConfig::default())
-            .expect("in document");
+        let mut settings =
+            RelaySettings::from_document(k, addr, doc.clone(), NodeConfig::default())
+                .expect("in document");
+        // The targets are test servers on loopback (the relays' own ports
+        // stay refused).
+        settings.exit.allow_private = PrivateTargets::parse(&["127.0.0.1:*"]).expect("targets");
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {

@@ -8,7 +8,7 @@
 
 use std::fs;
 use std::io;
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -157,6 +157,7 @@ impl LocalNetwork {
             .arg(dir)
             .args(["--base-port", &base.to_string()])
             .args(["--socks-port", &socks_port.to_string()])
+            .args(["--allow-private-target", &format!("{TARGET_IP}:*")])
             .output()
             .map_err(io_err("running onionlab network init"))?;
         if !out.status.success() {
@@ -398,8 +399,19 @@ fn wait_listening(p: &mut NodeProcess) -> Result<(), Error> {
 }
 
 pub use onionlab_lab::traffic::{
-    fill_pattern, pattern_sha256, socks_connect, workload_server, Transfer, OP_DOWNLOAD, OP_UPLOAD,
+    fill_pattern, pattern_sha256, socks_connect, Transfer, OP_DOWNLOAD, OP_UPLOAD,
 };
+
+/// The loopback address test targets listen on: the exits of a
+/// [`LocalNetwork`] refuse private addresses except this one (any port),
+/// so they reach the servers a test starts but not the relays' or the
+/// client's ports on 127.0.0.1.
+pub const TARGET_IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
+/// Start a workload server on [`TARGET_IP`].
+pub async fn workload_server() -> std::io::Result<SocketAddr> {
+    onionlab_lab::traffic::workload_server_at(TARGET_IP).await
+}
 
 /// Ask the workload server, through SOCKS, for a download of practically
 /// unbounded length (2^40 bytes), as an HTTP response without
@@ -410,7 +422,7 @@ pub async fn endless_download(
     server: SocketAddr,
 ) -> Result<tokio::net::TcpStream, String> {
     use tokio::io::AsyncWriteExt;
-    let mut s = socks_connect(socks, "127.0.0.1", server.port(), None)
+    let mut s = socks_connect(socks, &server.ip().to_string(), server.port(), None)
         .await
         .map_err(|e| format!("SOCKS connect: {e}"))?;
     let mut req = [0u8; 9];

@@ -291,7 +291,7 @@ async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer(transp
 
 /// A one-file HTTP/1.0 server for curl.
 async fn http_file_server(body: Vec<u8>) -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let l = tokio::net::TcpListener::bind((testnet::TARGET_IP, 0))
         .await
         .expect("bind");
     let addr = l.local_addr().expect("addr");
@@ -332,7 +332,7 @@ async fn curl_fetches_a_file_through_the_socks_proxy(transport: &str) {
     testnet::fill_pattern(0, &mut body);
     let http = http_file_server(body.clone()).await;
     let out_file = net.dir.join("fetched.bin");
-    let url = format!("http://localhost:{}/file.bin", http.port());
+    let url = format!("http://{http}/file.bin");
     let socks = net.socks_addr();
     let out = tokio::task::spawn_blocking(move || {
         Command::new("curl")

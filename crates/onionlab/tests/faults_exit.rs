@@ -158,7 +158,9 @@ async fn a_thousand_sequential_streams_on_one_circuit_under_64_descriptors() {
 /// A server that accepts connections and holds them (reading and dropping
 /// what comes) until the test ends.
 async fn holding_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = TcpListener::bind((testnet::TARGET_IP, 0))
+        .await
+        .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
@@ -179,7 +181,7 @@ async fn more_streams_than_exit_descriptors_fail_cleanly_and_the_exit_recovers()
     let mut attempts = tokio::task::JoinSet::new();
     for _ in 0..100 {
         attempts.spawn(async move {
-            testnet::socks_connect(socks, "127.0.0.1", server.port(), None)
+            testnet::socks_connect(socks, &server.ip().to_string(), server.port(), None)
                 .await
                 .map_err(|e| e.to_string())
         });
@@ -235,7 +237,9 @@ async fn more_streams_than_exit_descriptors_fail_cleanly_and_the_exit_recovers()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_target_that_resets_ends_the_stream_with_connreset() {
     let net = network("reset", None, None);
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = TcpListener::bind((testnet::TARGET_IP, 0))
+        .await
+        .expect("bind");
     let server = listener.local_addr().expect("addr");
     let (reset_tx, reset_rx) = tokio::sync::oneshot::channel::<()>();
     let target = tokio::spawn(async move {
@@ -248,9 +252,14 @@ async fn a_target_that_resets_ends_the_stream_with_connreset() {
         s.set_zero_linger().expect("SO_LINGER 0");
         drop(s);
     });
-    let mut s = testnet::socks_connect(net.socks_addr(), "127.0.0.1", server.port(), None)
-        .await
-        .expect("SOCKS connect");
+    let mut s = testnet::socks_connect(
+        net.socks_addr(),
+        &server.ip().to_string(),
+        server.port(),
+        None,
+    )
+    .await
+    .expect("SOCKS connect");
     s.write_all(b"GET\n").await.expect("request");
     let mut part = [0u8; 1000];
     s.read_exact(&mut part).await.expect("the part sent");
@@ -278,11 +287,18 @@ async fn a_circuit_that_dies_resets_the_target_connection() {
     // Over TLS the guard sees the dead client's connection close at once
     // (a QUIC peer would only notice at its idle timeout).
     let mut net = network("dead-circuit", None, Some("tls"));
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let server = listener.local_addr().expect("addr");
-    let _client_side = testnet::socks_connect(net.socks_addr(), "127.0.0.1", server.port(), None)
+    let listener = TcpListener::bind((testnet::TARGET_IP, 0))
         .await
-        .expect("SOCKS connect");
+        .expect("bind");
+    let server = listener.local_addr().expect("addr");
+    let _client_side = testnet::socks_connect(
+        net.socks_addr(),
+        &server.ip().to_string(),
+        server.port(),
+        None,
+    )
+    .await
+    .expect("SOCKS connect");
     let (mut s, _) = tokio::time::timeout(Duration::from_secs(5), listener.accept())
         .await
         .expect("the exit connects")

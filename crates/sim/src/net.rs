@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
-use onionlab_circuit::node::{ChannelId, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelId, ChannelPeer, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
@@ -180,7 +180,11 @@ impl Net {
         self.chan_ids.insert((b, a), id);
         for (me, peer, initiated) in [(a, b, true), (b, a, false)] {
             if let End::Relay(i) = me {
-                self.relays[i].add_channel(id, initiated);
+                let kind = match peer {
+                    End::Client => ChannelPeer::Client,
+                    End::Relay(_) => ChannelPeer::Relay,
+                };
+                self.relays[i].add_channel(id, initiated, kind);
                 self.chan_peer.insert((i, id), peer);
             }
         }

@@ -12,7 +12,7 @@ use onionlab_cell::chan::{
 };
 use onionlab_cell::msg::{AnyRelayMsg, Begin, BeginFlags, Data, Extend2, StreamId};
 use onionlab_cell::relay::{self, BoxedCellBody, CELL_DATA_LEN};
-use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::CloseReason;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_crypto::ntor::NtorClient;
@@ -72,12 +72,19 @@ impl TestRelay {
     /// A channel a client opened to the relay (clients' circuit IDs have
     /// the high bit set).
     pub fn add_client_channel(&mut self, chan: ChannelId) {
-        self.node.add_channel(chan, false);
+        self.node.add_channel(chan, false, ChannelPeer::Client);
+    }
+
+    /// A channel another relay opened to this one (circuits it creates
+    /// have a previous hop that is a relay).
+    #[allow(dead_code)]
+    pub fn add_relay_channel(&mut self, chan: ChannelId) {
+        self.node.add_channel(chan, false, ChannelPeer::Relay);
     }
 
     /// A channel the relay opened to a next hop.
     pub fn add_next_hop_channel(&mut self, chan: ChannelId) {
-        self.node.add_channel(chan, true);
+        self.node.add_channel(chan, true, ChannelPeer::Relay);
     }
 
     /// Hand the node a cell read from `chan`.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::DestroyReason;
 use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
-use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
@@ -124,6 +124,9 @@ impl Network {
                     let config = NodeConfig {
                         circuit: RelayConfig {
                             exit: exits[i],
+                            // These relays test the client, which some
+                            // tests pin to a one-hop path.
+                            allow_one_hop_streams: true,
                             ..RelayConfig::default()
                         },
                         ..NodeConfig::default()
@@ -242,7 +245,12 @@ fn add_link(relay: &Shared, link: TlsLink, initiated: bool) -> ChannelId {
         let mut me = relay.borrow_mut();
         let chan = me.next_chan;
         me.next_chan += 1;
-        me.node.add_channel(chan, initiated);
+        let peer = if link.peer.identity.is_some() {
+            ChannelPeer::Relay
+        } else {
+            ChannelPeer::Client
+        };
+        me.node.add_channel(chan, initiated, peer);
         me.chans.insert(chan, wake.clone());
         chan
     };

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{init_network, InitOptions};
 
 use crate::error::Result;
@@ -33,6 +34,12 @@ pub enum NetworkCommand {
         /// Port of the client's SOCKS listener.
         #[arg(long, default_value_t = 9050)]
         socks_port: u16,
+        /// A private or local target the exits may reach although they
+        /// refuse private addresses, as ADDR[/BITS]:PORT[-PORT] (for
+        /// example 127.0.0.1:8000 for a server run for this network);
+        /// repeatable.
+        #[arg(long = "allow-private-target", value_name = "ADDR:PORT")]
+        allow_private_targets: Vec<String>,
     },
 }
 
@@ -46,7 +53,9 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
             host,
             base_port,
             socks_port,
+            allow_private_targets,
         } => {
+            let exit_allow_private = PrivateTargets::parse(&allow_private_targets)?;
             let opts = InitOptions {
                 relays,
                 exits,
@@ -54,6 +63,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
                 host,
                 base_port,
                 socks_port,
+                exit_allow_private,
                 ..InitOptions::default()
             };
             let summary = init_network(&opts, &mut rand::rng())?;

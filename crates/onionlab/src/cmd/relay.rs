@@ -55,9 +55,47 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);
         settings.quic.idle_timeout = Duration::from_millis(cfg.quic_idle_timeout_ms);
         settings.link_handshake_timeout = Duration::from_millis(cfg.link_handshake_timeout_ms);
-        settings.exit_connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);
+        settings.exit.connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);
+        settings.exit.reject_private = cfg.exit_reject_private;
+        settings.exit.allow_private = cfg.exit_allow_private.clone();
+        settings.exit.max_concurrent_lookups =
+            usize::try_from(cfg.exit_max_concurrent_lookups).unwrap_or(usize::MAX);
+        settings.exit.max_pending_connects =
+            usize::try_from(cfg.exit_max_pending_connects).unwrap_or(usize::MAX);
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use onionlab_netdoc::config;
+
+    /// The file's defaults and the node crate's are the same numbers.
+    #[test]
+    fn config_defaults_match_the_node_defaults() {
+        assert_eq!(
+            config::DEFAULT_EXIT_CONNECT_TIMEOUT_MS,
+            onionlab_node::DEFAULT_EXIT_CONNECT_TIMEOUT.as_millis() as u64
+        );
+        assert_eq!(
+            config::DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS,
+            onionlab_node::DEFAULT_MAX_CONCURRENT_LOOKUPS as u64
+        );
+        assert_eq!(
+            config::DEFAULT_EXIT_MAX_PENDING_CONNECTS,
+            onionlab_node::DEFAULT_MAX_PENDING_CONNECTS as u64
+        );
+        let key = onionlab_netdoc::keys::generate_network_key(&mut rand::rng());
+        let text = format!(
+            "nickname = \"r\"\nkeys = \"k\"\nlisten = \"127.0.0.1:1\"\nnetwork = \"n\"\nnetwork_key = \"{}\"\n",
+            onionlab_netdoc::keys::public_key_hex(&key.verifying_key())
+        );
+        let cfg = config::RelayConfig::from_toml_str(&text, "r", Path::new(".")).expect("valid");
+        assert!(cfg.exit_reject_private);
+        assert!(cfg.exit_allow_private.is_empty());
+    }
 }
