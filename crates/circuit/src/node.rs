@@ -399,6 +399,32 @@ impl RelayNode {
         }
     }
 
+    /// Answer a CREATE2 on `chan` for `circid` with DESTROY `reason`
+    /// without creating the circuit (the driver's denial-of-service limits
+    /// refused it). A peer that does not read its DESTROYs is a violation,
+    /// as for every refusal.
+    pub fn refuse_create(
+        &mut self,
+        now: Instant,
+        chan: ChannelId,
+        circid: CircId,
+        reason: DestroyReason,
+    ) {
+        let Some(ch) = self.channels.get_mut(&chan) else {
+            return;
+        };
+        if ch.circuits.contains_key(&circid) {
+            return self.events.push_back(NodeEvent::ChannelViolation {
+                chan,
+                detail: format!("CREATE2 for existing circuit {circid}"),
+            });
+        }
+        let refusal = queue_destroy(ch, &mut self.control_cells, circid, reason);
+        self.events
+            .extend(refusal.map(|detail| NodeEvent::ChannelViolation { chan, detail }));
+        self.enforce_mem_limit(now);
+    }
+
     /// The next cell to write on `chan`, chosen by its circuit scheduler.
     pub fn poll_transmit(&mut self, now: Instant, chan: ChannelId) -> Option<AnyChanCell> {
         let ch = self.channels.get_mut(&chan)?;

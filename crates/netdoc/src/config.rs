@@ -27,6 +27,12 @@
 //! exit_allow_private = ["127.0.0.1:8000"] # exits: private targets allowed anyway; default []
 //! exit_max_concurrent_lookups = 64   # exits: default 64
 //! exit_max_pending_connects = 1024   # exits: default 1024
+//! dos_max_conns_per_address = 50     # denial-of-service limits (docs/settings.md)
+//! dos_conn_rate = 20                 # per second, burst dos_conn_burst = 40
+//! dos_max_conns_total = 8192
+//! dos_max_handshakes = 256
+//! dos_create_rate = 3                # CREATE2 per second, burst dos_create_burst = 90,
+//! dos_create_min_conns = 3           # for addresses with at least 3 connections
 //! log = "info"                    # optional tracing filter
 //! ```
 //!
@@ -86,6 +92,22 @@ const MAX_CONFIG_LEN: u64 = 1024 * 1024;
 pub const DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS: u64 = 64;
 /// Default [`RelayConfig::exit_max_pending_connects`].
 pub const DEFAULT_EXIT_MAX_PENDING_CONNECTS: u64 = 1024;
+/// Default [`RelayConfig::dos_max_conns_per_address`].
+pub const DEFAULT_DOS_MAX_CONNS_PER_ADDRESS: u64 = 50;
+/// Default [`RelayConfig::dos_conn_rate`].
+pub const DEFAULT_DOS_CONN_RATE: u64 = 20;
+/// Default [`RelayConfig::dos_conn_burst`].
+pub const DEFAULT_DOS_CONN_BURST: u64 = 40;
+/// Default [`RelayConfig::dos_max_conns_total`].
+pub const DEFAULT_DOS_MAX_CONNS_TOTAL: u64 = 8192;
+/// Default [`RelayConfig::dos_max_handshakes`].
+pub const DEFAULT_DOS_MAX_HANDSHAKES: u64 = 256;
+/// Default [`RelayConfig::dos_create_rate`].
+pub const DEFAULT_DOS_CREATE_RATE: u64 = 3;
+/// Default [`RelayConfig::dos_create_burst`].
+pub const DEFAULT_DOS_CREATE_BURST: u64 = 90;
+/// Default [`RelayConfig::dos_create_min_conns`].
+pub const DEFAULT_DOS_CREATE_MIN_CONNS: u64 = 3;
 /// Default [`RelayConfig::ewma_half_life_ms`].
 pub const DEFAULT_EWMA_HALF_LIFE_MS: u64 = 30_000;
 /// Default [`RelayConfig::max_mem_in_queues`]: 256 MiB.
@@ -467,6 +489,42 @@ pub struct RelayConfig {
         deserialize_with = "de_positive"
     )]
     pub exit_max_pending_connects: u64,
+    /// Most connections from one address at once, relays of the network not counted (default 50; C tor's `DoSConnectionMaxConcurrentCount`). Must be positive.
+    #[serde(
+        default = "default_dos_max_conns_per_address",
+        deserialize_with = "de_positive"
+    )]
+    pub dos_max_conns_per_address: u64,
+    /// New connections per second from one address (default 20; `DoSConnectionConnectRate`). Must be positive.
+    #[serde(default = "default_dos_conn_rate", deserialize_with = "de_positive")]
+    pub dos_conn_rate: u64,
+    /// Burst of new connections from one address (default 40; `DoSConnectionConnectBurst`). Must be positive.
+    #[serde(default = "default_dos_conn_burst", deserialize_with = "de_positive")]
+    pub dos_conn_burst: u64,
+    /// Most incoming connections at once (default 8192). Must be positive.
+    #[serde(
+        default = "default_dos_max_conns_total",
+        deserialize_with = "de_positive"
+    )]
+    pub dos_max_conns_total: u64,
+    /// Most incoming link handshakes in progress at once (default 256). Must be positive.
+    #[serde(
+        default = "default_dos_max_handshakes",
+        deserialize_with = "de_positive"
+    )]
+    pub dos_max_handshakes: u64,
+    /// CREATE2 cells per second from one client address (default 3; `DoSCircuitCreationRate`). Must be positive.
+    #[serde(default = "default_dos_create_rate", deserialize_with = "de_positive")]
+    pub dos_create_rate: u64,
+    /// Burst of CREATE2 cells from one client address (default 90; `DoSCircuitCreationBurst`). Must be positive.
+    #[serde(default = "default_dos_create_burst", deserialize_with = "de_positive")]
+    pub dos_create_burst: u64,
+    /// The CREATE2 limit applies to addresses with at least this many connections (default 3; `DoSCircuitCreationMinConnections`). Must be positive.
+    #[serde(
+        default = "default_dos_create_min_conns",
+        deserialize_with = "de_positive"
+    )]
+    pub dos_create_min_conns: u64,
     /// Log filter in `tracing_subscriber::EnvFilter` syntax (for example
     /// `"info"` or `"info,onionlab_node=debug"`); none means the program's
     /// default.
@@ -601,6 +659,38 @@ fn default_exit_max_concurrent_lookups() -> u64 {
 
 fn default_exit_max_pending_connects() -> u64 {
     DEFAULT_EXIT_MAX_PENDING_CONNECTS
+}
+
+fn default_dos_max_conns_per_address() -> u64 {
+    DEFAULT_DOS_MAX_CONNS_PER_ADDRESS
+}
+
+fn default_dos_conn_rate() -> u64 {
+    DEFAULT_DOS_CONN_RATE
+}
+
+fn default_dos_conn_burst() -> u64 {
+    DEFAULT_DOS_CONN_BURST
+}
+
+fn default_dos_max_conns_total() -> u64 {
+    DEFAULT_DOS_MAX_CONNS_TOTAL
+}
+
+fn default_dos_max_handshakes() -> u64 {
+    DEFAULT_DOS_MAX_HANDSHAKES
+}
+
+fn default_dos_create_rate() -> u64 {
+    DEFAULT_DOS_CREATE_RATE
+}
+
+fn default_dos_create_burst() -> u64 {
+    DEFAULT_DOS_CREATE_BURST
+}
+
+fn default_dos_create_min_conns() -> u64 {
+    DEFAULT_DOS_CREATE_MIN_CONNS
 }
 
 fn default_true() -> bool {

@@ -410,6 +410,15 @@ max_mem_in_queues = {max_mem}
 # quic_keep_alive_ms = {keep_alive}
 # quic_idle_timeout_ms = {idle}
 # exit_connect_timeout_ms = {exit_connect}
+# Denial-of-service limits (C tor's DoS* options; docs/settings.md):
+# dos_max_conns_per_address = {dos_max_conns_per_address}
+# dos_conn_rate = {dos_conn_rate}
+# dos_conn_burst = {dos_conn_burst}
+# dos_max_conns_total = {dos_max_conns_total}
+# dos_max_handshakes = {dos_max_handshakes}
+# dos_create_rate = {dos_create_rate}
+# dos_create_burst = {dos_create_burst}
+# dos_create_min_conns = {dos_create_min_conns}
 {exit_lines}# Log filter (tracing EnvFilter syntax), for example:
 # log = \"info\"
 ",
@@ -417,6 +426,14 @@ max_mem_in_queues = {max_mem}
         keep_alive = crate::config::DEFAULT_QUIC_KEEP_ALIVE_MS,
         idle = crate::config::DEFAULT_QUIC_IDLE_TIMEOUT_MS,
         exit_connect = crate::config::DEFAULT_EXIT_CONNECT_TIMEOUT_MS,
+        dos_max_conns_per_address = crate::config::DEFAULT_DOS_MAX_CONNS_PER_ADDRESS,
+        dos_conn_rate = crate::config::DEFAULT_DOS_CONN_RATE,
+        dos_conn_burst = crate::config::DEFAULT_DOS_CONN_BURST,
+        dos_max_conns_total = crate::config::DEFAULT_DOS_MAX_CONNS_TOTAL,
+        dos_max_handshakes = crate::config::DEFAULT_DOS_MAX_HANDSHAKES,
+        dos_create_rate = crate::config::DEFAULT_DOS_CREATE_RATE,
+        dos_create_burst = crate::config::DEFAULT_DOS_CREATE_BURST,
+        dos_create_min_conns = crate::config::DEFAULT_DOS_CREATE_MIN_CONNS,
         nick = toml_string(nick),
         half_life = crate::config::DEFAULT_EWMA_HALF_LIFE_MS,
         max_mem = crate::config::DEFAULT_MAX_MEM_IN_QUEUES,

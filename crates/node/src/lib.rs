@@ -22,10 +22,12 @@
 
 #![warn(missing_docs)]
 
+pub mod dos;
 mod err;
 mod exit;
 mod relay;
 
+pub use dos::DosLimits;
 pub use err::Error;
 pub use exit::{
     end_reason_for_io, ExitSettings, DEFAULT_EXIT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_LOOKUPS,

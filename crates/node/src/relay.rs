@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use onionlab_cell::chan::DestroyReason;
+use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::stream::StreamEvent;
@@ -29,6 +29,7 @@ use tokio::task::{spawn_local, JoinHandle};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::{debug, info, warn};
 
+use crate::dos::{DosGuard, DosLimits};
 use crate::exit::{self, Exit, ExitSettings, ExitStream};
 use crate::Error;
 
@@ -58,6 +59,9 @@ pub struct RelaySettings {
     /// Exit policy (`None` if this relay is not an exit) and the exit's
     /// target rules and limits.
     pub exit: ExitSettings,
+    /// Denial-of-service limits on incoming connections and circuit
+    /// creation.
+    pub dos: DosLimits,
 }
 
 impl RelaySettings {
@@ -87,6 +91,7 @@ impl RelaySettings {
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             node,
             exit,
+            dos: DosLimits::default(),
             doc,
         })
     }
@@ -118,6 +123,11 @@ pub struct RelayStats {
     /// Exit streams refused (END RESOURCELIMIT) because too many were
     /// resolving or connecting already.
     pub exit_connects_refused: u64,
+    /// Incoming connections refused by the denial-of-service limits.
+    pub dos_conns_refused: u64,
+    /// CREATE2 cells refused by the circuit-creation limit (DESTROY
+    /// RESOURCELIMIT).
+    pub dos_creates_refused: u64,
 }
 
 /// A relay bound to its listening address.
@@ -138,6 +148,9 @@ struct Chan {
     /// over quic`, or `a client over tls` (client addresses are not
     /// logged at INFO, as tor's SafeLogging).
     label: String,
+    /// An incoming channel: the peer's address, counted by the
+    /// denial-of-service limits, and whether it is exempt (a relay).
+    admitted: Option<(IpAddr, bool)>,
 }
 
 pub(crate) struct State {
@@ -162,6 +175,10 @@ pub(crate) struct State {
     handshake_log: LogLimiter,
     /// Rate limit of the INFO line on circuits that closed abnormally.
     circuit_failure_log: LogLimiter,
+    /// Connection and circuit-creation limits.
+    dos: DosGuard,
+    /// Rate limit of the INFO line on denial-of-service refusals.
+    dos_log: LogLimiter,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -304,6 +321,8 @@ impl Relay {
             exhaustion_log: LogLimiter::default(),
             handshake_log: LogLimiter::default(),
             circuit_failure_log: LogLimiter::default(),
+            dos: DosGuard::new(settings.dos.clone()),
+            dos_log: LogLimiter::default(),
         }));
 
         tokio::pin!(shutdown);
@@ -314,7 +333,10 @@ impl Relay {
                 incoming = listener.accept() => match incoming {
                     Ok(incoming) => {
                         backoff.on_success();
-                        spawn_local(accept_link(shared.clone(), incoming));
+                        let ip = incoming.peer_addr().ip();
+                        if admit(&mut shared.borrow_mut(), ip) {
+                            spawn_local(accept_link(shared.clone(), incoming));
+                        }
                     }
                     Err(e) => {
                         // Out of descriptors, say: wait (growing delays)
@@ -344,18 +366,72 @@ impl Relay {
     }
 }
 
+/// Ask the denial-of-service limits to admit a connection from `ip`; a
+/// refusal is counted and logged at INFO at most once per interval.
+fn admit(st: &mut State, ip: IpAddr) -> bool {
+    let now = Instant::now();
+    match st.dos.admit(ip, now) {
+        Ok(()) => true,
+        Err(why) => {
+            log_dos(st, now, &format!("connection refused: {why}"));
+            false
+        }
+    }
+}
+
+/// May a client channel from `ip` create another circuit? A refusal is
+/// counted and logged like [`admit`]'s.
+fn allow_create(st: &mut State, ip: IpAddr, now: Instant) -> bool {
+    let allowed = st.dos.allow_create(ip, now);
+    if !allowed {
+        log_dos(
+            st,
+            now,
+            "CREATE2 refused: one address creates circuits too fast",
+        );
+    }
+    allowed
+}
+
+fn log_dos(st: &mut State, now: Instant, what: &str) {
+    if let Some(held_back) = st.dos_log.check(now) {
+        let c = st.dos.counters();
+        let (conns, handshakes) = st.dos.load();
+        info!(
+            held_back,
+            conns_refused = c.conns_refused,
+            creates_refused = c.creates_refused,
+            conns,
+            handshakes,
+            "denial-of-service limit: {what}"
+        );
+    }
+}
+
 /// Complete an accepted link's handshake and register it; a failed
 /// handshake is counted and logged at INFO at most once per interval
 /// (a scan or a flood must not flood the log).
 async fn accept_link(shared: Shared, incoming: AnyIncoming) {
     let addr = incoming.peer_addr();
-    match incoming.handshake().await {
+    let result = incoming.handshake().await;
+    let mut st = shared.borrow_mut();
+    st.dos.handshake_done();
+    match result {
         Ok(link) => {
-            let mut st = shared.borrow_mut();
-            add_link(&shared, &mut st, link, false);
+            let relay = link
+                .peer
+                .identity
+                .is_some_and(|id| st.doc.relay_by_identity(&id_bytes(&id)).is_some());
+            if relay {
+                st.dos.exempt(addr.ip());
+            }
+            let chan = add_link(&shared, &mut st, link, false);
+            if let Some(c) = st.channels.get_mut(&chan) {
+                c.admitted = Some((addr.ip(), relay));
+            }
         }
         Err(e) => {
-            let mut st = shared.borrow_mut();
+            st.dos.closed(addr.ip(), false);
             st.stats.failed_handshakes += 1;
             let total = st.stats.failed_handshakes;
             match st.handshake_log.check(Instant::now()) {
@@ -403,6 +479,8 @@ fn snapshot(st: &State) -> RelayStats {
         channels: st.channels.len(),
         circuits: st.node.n_circuits(),
         oom_circuits_killed: st.node.oom_circuits_killed(),
+        dos_conns_refused: st.dos.counters().conns_refused,
+        dos_creates_refused: st.dos.counters().creates_refused,
         ..st.stats
     }
 }
@@ -454,6 +532,7 @@ fn add_link(shared: &Shared, st: &mut State, link: AnyLink, initiated_by_us: boo
             reader: Some(reader),
             peer_identity: link.peer.identity,
             label,
+            admitted: None,
         },
     );
     chan
@@ -475,6 +554,9 @@ fn close_channel(st: &mut State, chan: ChannelId, why: &str, lost: bool) {
     );
     if let Some(r) = c.reader.take() {
         r.abort();
+    }
+    if let Some((ip, exempt)) = c.admitted {
+        st.dos.closed(ip, exempt);
     }
     c.wake.notify_one();
     if let Some(id) = c.peer_identity {
@@ -503,7 +585,20 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
             Ok(()) => {
                 let now = Instant::now();
                 let unknown_before = st.node.unknown_circuit_cells(chan);
+                let client = st
+                    .channels
+                    .get(&chan)
+                    .and_then(|c| c.admitted.filter(|(_, relay)| !relay));
                 for cell in cells.drain(..) {
+                    if let (Some((ip, _)), Some(circid), AnyChanMsg::Create2(_)) =
+                        (client, cell.circid(), cell.msg())
+                    {
+                        if !allow_create(&mut st, ip, now) {
+                            st.node
+                                .refuse_create(now, chan, circid, DestroyReason::RESOURCELIMIT);
+                            continue;
+                        }
+                    }
                     st.node.handle_cell(now, chan, cell);
                 }
                 let unknown = st.node.unknown_circuit_cells(chan);

@@ -8,7 +8,7 @@ use clap::Args;
 use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
-use onionlab_node::{Relay, RelaySettings};
+use onionlab_node::{DosLimits, Relay, RelaySettings};
 use onionlab_transport::any::Choice;
 use onionlab_transport::quic::Congestion;
 
@@ -38,6 +38,21 @@ pub fn node_config(cfg: &RelayConfig) -> NodeConfig {
     }
 }
 
+/// The denial-of-service limits a relay config asks for.
+pub fn dos_limits(cfg: &RelayConfig) -> DosLimits {
+    let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    DosLimits {
+        max_conns_per_address: count(cfg.dos_max_conns_per_address),
+        conn_rate: cfg.dos_conn_rate as f64,
+        conn_burst: cfg.dos_conn_burst as f64,
+        max_conns_total: count(cfg.dos_max_conns_total),
+        max_handshakes: count(cfg.dos_max_handshakes),
+        create_rate: cfg.dos_create_rate as f64,
+        create_burst: cfg.dos_create_burst as f64,
+        create_min_conns: count(cfg.dos_create_min_conns),
+    }
+}
+
 /// Run a relay until SIGINT/SIGTERM.
 pub fn run(args: RelayArgs) -> Result<ExitCode> {
     let cfg = RelayConfig::load(&args.config)?;
@@ -62,6 +77,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
             usize::try_from(cfg.exit_max_concurrent_lookups).unwrap_or(usize::MAX);
         settings.exit.max_pending_connects =
             usize::try_from(cfg.exit_max_pending_connects).unwrap_or(usize::MAX);
+        settings.dos = dos_limits(&cfg);
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
@@ -95,6 +111,7 @@ mod tests {
             onionlab_netdoc::keys::public_key_hex(&key.verifying_key())
         );
         let cfg = config::RelayConfig::from_toml_str(&text, "r", Path::new(".")).expect("valid");
+        assert_eq!(super::dos_limits(&cfg), onionlab_node::DosLimits::default());
         assert!(cfg.exit_reject_private);
         assert!(cfg.exit_allow_private.is_empty());
     }

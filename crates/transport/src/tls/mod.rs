@@ -46,6 +46,7 @@ pub struct TlsTransport {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     provider: Arc<CryptoProvider>,
     /// Our identity, for relays.
@@ -53,6 +54,9 @@ struct Inner {
     server_config: Option<Arc<ServerConfig>>,
     my_addrs: Vec<IpAddr>,
     handshake_timeout: Duration,
+    /// Source address of the connections we open; `None`: the kernel's
+    /// choice.
+    bind: Option<IpAddr>,
 }
 
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -73,6 +77,7 @@ impl TlsTransport {
                 server_config: Some(Arc::new(server)),
                 my_addrs,
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+                bind: None,
             }),
         })
     }
@@ -87,24 +92,21 @@ impl TlsTransport {
                 server_config: None,
                 my_addrs: Vec::new(),
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+                bind: None,
             }),
         }
     }
 
     /// Change the bound on a whole handshake.
     pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.handshake_timeout = timeout;
-        } else {
-            let i = &self.inner;
-            self.inner = Arc::new(Inner {
-                provider: i.provider.clone(),
-                our_key: i.our_key.clone(),
-                server_config: i.server_config.clone(),
-                my_addrs: i.my_addrs.clone(),
-                handshake_timeout: timeout,
-            });
-        }
+        Arc::make_mut(&mut self.inner).handshake_timeout = timeout;
+        self
+    }
+
+    /// Open connections from source address `ip` (a host with several
+    /// addresses; tests that play another host on loopback).
+    pub fn with_bind_address(mut self, ip: IpAddr) -> Self {
+        Arc::make_mut(&mut self.inner).bind = Some(ip);
         self
     }
 
@@ -113,7 +115,11 @@ impl TlsTransport {
         addr: SocketAddr,
         expected: Ed25519Identity,
     ) -> Result<TlsLink, Error> {
-        let tcp = TcpStream::connect(addr).await.map_err(|source| Error::Io {
+        let tcp = match self.inner.bind {
+            None => TcpStream::connect(addr).await,
+            Some(ip) => connect_from(ip, addr).await,
+        }
+        .map_err(|source| Error::Io {
             what: "TCP connect",
             source,
         })?;
@@ -162,6 +168,16 @@ impl TlsTransport {
             },
         ))
     }
+}
+
+/// A TCP connection to `addr` from source address `ip`.
+async fn connect_from(ip: IpAddr, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = match ip {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(ip, 0))?;
+    socket.connect(addr).await
 }
 
 /// The TLS 1.3 client configuration shared by the TLS and QUIC transports:
