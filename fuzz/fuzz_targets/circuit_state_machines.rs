@@ -48,11 +48,16 @@ fuzz_target!(|input: &[u8]| {
     let keys = RelaySecretKeys::generate(&mut rng);
     let public = keys.public();
     let config = NodeConfig {
-        circuit: RelayConfig { exit: true, ..RelayConfig::default() },
+        circuit: RelayConfig {
+            exit: true,
+            // The fuzzed client is one hop away: keep its streams served.
+            allow_one_hop_streams: true,
+            ..RelayConfig::default()
+        },
         ..NodeConfig::default()
     };
     let mut node = RelayNode::new(keys, config, StdRng::seed_from_u64(1));
-    node.add_channel(1, false);
+    node.add_channel(1, false, onionlab_circuit::node::ChannelPeer::Client);
     let mut now = Instant::now();
 
     // An honest one-hop circuit, so fuzzed relay messages get recognized.
@@ -156,7 +161,7 @@ fuzz_target!(|input: &[u8]| {
             }
             _ => {
                 node.remove_channel(now, 1);
-                node.add_channel(1, false);
+                node.add_channel(1, false, onionlab_circuit::node::ChannelPeer::Client);
             }
         }
         let held: usize = node.queued_bytes().map(|(_, b)| b).sum();

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::time::Instant;
+use subtle::ConstantTimeEq;
 
 use onionlab_crypto::SendmeTag;
 
@@ -116,7 +117,11 @@ impl CircSender {
             .ok_or("circuit SENDME acknowledges cells that were never sent")?;
         match tag {
             None => return Err("unauthenticated (v0) circuit SENDME"),
-            Some(t) if t != expected.as_slice() => return Err("circuit SENDME tag mismatch"),
+            // Constant time, as tor compares SENDME digests: how long the
+            // comparison takes must not tell a forger how much was right.
+            Some(t) if !bool::from(t.ct_eq(expected.as_slice())) => {
+                return Err("circuit SENDME tag mismatch")
+            }
             Some(_) => {}
         }
         self.cc.on_sendme(now);
