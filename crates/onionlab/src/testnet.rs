@@ -214,6 +214,16 @@ impl LocalNetwork {
         fs::write(&file, out).map_err(io_err(format!("writing {}", file.display())))
     }
 
+    /// Append `text` (TOML lines) to relay `i`'s configuration. Call
+    /// before starting it.
+    pub fn append_relay_config(&mut self, i: usize, text: &str) -> Result<(), Error> {
+        let file = self.relay_config(i);
+        let mut config =
+            fs::read_to_string(&file).map_err(io_err(format!("reading {}", file.display())))?;
+        config.push_str(text);
+        fs::write(&file, config).map_err(io_err(format!("writing {}", file.display())))
+    }
+
     /// Log filter passed to the nodes (default `info`).
     pub fn set_log_filter(&mut self, filter: &str) {
         self.log_filter = filter.into();
