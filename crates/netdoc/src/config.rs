@@ -33,6 +33,8 @@
 //! dos_max_handshakes = 256
 //! dos_create_rate = 3                # CREATE2 per second, burst dos_create_burst = 90,
 //! dos_create_min_conns = 3           # for addresses with at least 3 connections
+//! dos_quic_retry_rate = 100          # QUIC handshakes per second before Retry
+//! channel_idle_timeout_ms = 180000   # channels without circuits closed after this
 //! log = "info"                    # optional tracing filter
 //! ```
 //!
@@ -108,6 +110,10 @@ pub const DEFAULT_DOS_CREATE_RATE: u64 = 3;
 pub const DEFAULT_DOS_CREATE_BURST: u64 = 90;
 /// Default [`RelayConfig::dos_create_min_conns`].
 pub const DEFAULT_DOS_CREATE_MIN_CONNS: u64 = 3;
+/// Default [`RelayConfig::dos_quic_retry_rate`].
+pub const DEFAULT_DOS_QUIC_RETRY_RATE: u64 = 100;
+/// Default [`RelayConfig::channel_idle_timeout_ms`]: 3 minutes.
+pub const DEFAULT_CHANNEL_IDLE_TIMEOUT_MS: u64 = 180_000;
 /// Default [`RelayConfig::ewma_half_life_ms`].
 pub const DEFAULT_EWMA_HALF_LIFE_MS: u64 = 30_000;
 /// Default [`RelayConfig::max_mem_in_queues`]: 256 MiB.
@@ -525,6 +531,18 @@ pub struct RelayConfig {
         deserialize_with = "de_positive"
     )]
     pub dos_create_min_conns: u64,
+    /// QUIC handshakes per second, from everyone, above which peers that have not proved their address get a QUIC Retry first (default 100). Must be positive.
+    #[serde(
+        default = "default_dos_quic_retry_rate",
+        deserialize_with = "de_positive"
+    )]
+    pub dos_quic_retry_rate: u64,
+    /// A channel (TLS or QUIC, either direction) that has had no circuit for this long is closed (default 180000). Must be positive.
+    #[serde(
+        default = "default_channel_idle_timeout_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub channel_idle_timeout_ms: u64,
     /// Log filter in `tracing_subscriber::EnvFilter` syntax (for example
     /// `"info"` or `"info,onionlab_node=debug"`); none means the program's
     /// default.
@@ -691,6 +709,14 @@ fn default_dos_create_burst() -> u64 {
 
 fn default_dos_create_min_conns() -> u64 {
     DEFAULT_DOS_CREATE_MIN_CONNS
+}
+
+fn default_dos_quic_retry_rate() -> u64 {
+    DEFAULT_DOS_QUIC_RETRY_RATE
+}
+
+fn default_channel_idle_timeout_ms() -> u64 {
+    DEFAULT_CHANNEL_IDLE_TIMEOUT_MS
 }
 
 fn default_true() -> bool {

@@ -419,6 +419,8 @@ max_mem_in_queues = {max_mem}
 # dos_create_rate = {dos_create_rate}
 # dos_create_burst = {dos_create_burst}
 # dos_create_min_conns = {dos_create_min_conns}
+# dos_quic_retry_rate = {dos_quic_retry_rate}
+# channel_idle_timeout_ms = {channel_idle}
 {exit_lines}# Log filter (tracing EnvFilter syntax), for example:
 # log = \"info\"
 ",
@@ -434,6 +436,8 @@ max_mem_in_queues = {max_mem}
         dos_create_rate = crate::config::DEFAULT_DOS_CREATE_RATE,
         dos_create_burst = crate::config::DEFAULT_DOS_CREATE_BURST,
         dos_create_min_conns = crate::config::DEFAULT_DOS_CREATE_MIN_CONNS,
+        dos_quic_retry_rate = crate::config::DEFAULT_DOS_QUIC_RETRY_RATE,
+        channel_idle = crate::config::DEFAULT_CHANNEL_IDLE_TIMEOUT_MS,
         nick = toml_string(nick),
         half_life = crate::config::DEFAULT_EWMA_HALF_LIFE_MS,
         max_mem = crate::config::DEFAULT_MAX_MEM_IN_QUEUES,

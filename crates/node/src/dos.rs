@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use onionlab_ops::TokenBucket;
+
 /// The limits (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DosLimits {
@@ -80,48 +82,13 @@ impl std::fmt::Display for ConnRefusal {
     }
 }
 
-/// A token bucket: `rate` tokens per second up to `burst`.
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    tokens: f64,
-    last: Instant,
-}
-
-impl Bucket {
-    fn full(burst: f64, now: Instant) -> Self {
-        Bucket {
-            tokens: burst,
-            last: now,
-        }
-    }
-
-    /// Take one token if there is one.
-    fn take(&mut self, rate: f64, burst: f64, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * rate).min(burst);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Would the bucket be full by `now` (so forgetting it changes nothing)?
-    fn refilled(&self, rate: f64, burst: f64, now: Instant) -> bool {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens + elapsed * rate >= burst
-    }
-}
-
 /// What is known of one source address.
 #[derive(Debug)]
 struct AddressState {
     /// Client (non-exempt) connections open.
     conns: usize,
-    connects: Bucket,
-    creates: Bucket,
+    connects: TokenBucket,
+    creates: TokenBucket,
 }
 
 /// Counters of refusals, for stats and logs.
@@ -174,8 +141,8 @@ impl DosGuard {
         let limits = &self.limits;
         self.addresses.entry(ip).or_insert_with(|| AddressState {
             conns: 0,
-            connects: Bucket::full(limits.conn_burst, now),
-            creates: Bucket::full(limits.create_burst, now),
+            connects: TokenBucket::full(limits.conn_burst, now),
+            creates: TokenBucket::full(limits.create_burst, now),
         })
     }
 

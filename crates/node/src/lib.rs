@@ -33,4 +33,4 @@ pub use exit::{
     end_reason_for_io, ExitSettings, DEFAULT_EXIT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_LOOKUPS,
     DEFAULT_MAX_PENDING_CONNECTS,
 };
-pub use relay::{Relay, RelaySettings, RelayStats};
+pub use relay::{Relay, RelaySettings, RelayStats, DEFAULT_CHANNEL_IDLE_TIMEOUT};

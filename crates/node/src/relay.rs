@@ -19,6 +19,7 @@ use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{
     AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
 };
+use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Ordering, Transport, TransportKind};
@@ -62,7 +63,18 @@ pub struct RelaySettings {
     /// Denial-of-service limits on incoming connections and circuit
     /// creation.
     pub dos: DosLimits,
+    /// A channel without circuits for this long is closed.
+    pub channel_idle_timeout: Duration,
 }
+
+/// Default [`RelaySettings::channel_idle_timeout`]: 3 minutes, as C tor
+/// closes client channels without circuits after 3 to 4.5 minutes
+/// (`channelpadding_get_channel_idle_timeout`). Channels that never carry
+/// a circuit (a connection flood) are closed by it too.
+pub const DEFAULT_CHANNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Longest interval between two checks for idle channels.
+const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 impl RelaySettings {
     /// Settings for the relay with `keys` in `doc`: exit policy and
@@ -92,6 +104,7 @@ impl RelaySettings {
             node,
             exit,
             dos: DosLimits::default(),
+            channel_idle_timeout: DEFAULT_CHANNEL_IDLE_TIMEOUT,
             doc,
         })
     }
@@ -128,6 +141,11 @@ pub struct RelayStats {
     /// CREATE2 cells refused by the circuit-creation limit (DESTROY
     /// RESOURCELIMIT).
     pub dos_creates_refused: u64,
+    /// Incoming QUIC handshakes refused before any cryptography (the QUIC
+    /// handshake gate: too many pending, or one address too fast).
+    pub quic_handshakes_refused: u64,
+    /// QUIC Retry packets sent because handshakes arrived above the rate.
+    pub quic_retries: u64,
 }
 
 /// A relay bound to its listening address.
@@ -135,6 +153,7 @@ pub struct Relay {
     settings: RelaySettings,
     connector: Connector,
     listener: AnyListener,
+    quic: Option<QuicTransport>,
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -151,6 +170,8 @@ struct Chan {
     /// An incoming channel: the peer's address, counted by the
     /// denial-of-service limits, and whether it is exempt (a relay).
     admitted: Option<(IpAddr, bool)>,
+    /// Since when the channel has had no circuit (`None`: it has some).
+    idle_since: Option<Instant>,
 }
 
 pub(crate) struct State {
@@ -179,6 +200,8 @@ pub(crate) struct State {
     dos: DosGuard,
     /// Rate limit of the INFO line on denial-of-service refusals.
     dos_log: LogLimiter,
+    /// The QUIC transport, for its handshake gate's counters.
+    quic: Option<QuicTransport>,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -211,8 +234,19 @@ impl Relay {
                 let mut quic_settings = settings.quic;
                 quic_settings.mode = settings.transport.quic_mode();
                 quic_settings.handshake_timeout = settings.link_handshake_timeout;
+                quic_settings.handshakes = quic_handshake_limits(&settings.dos, quic_settings);
                 let quic = QuicTransport::relay(&settings.keys, my_addrs, addr, quic_settings)
                     .map_err(|source| Error::Listen { addr, source })?;
+                // Relays of the network open a connection per circuit in
+                // conn-per-circuit mode: their addresses are exempt from
+                // the per-address handshake rate (as tor exempts relays).
+                quic.set_exempt_addresses(
+                    settings
+                        .doc
+                        .relays
+                        .iter()
+                        .flat_map(|r| r.addresses.iter().map(|a| a.addr.ip())),
+                );
                 let listener = quic
                     .bind(addr)
                     .await
@@ -231,6 +265,7 @@ impl Relay {
             )));
         }
         Ok(Relay {
+            quic: quic.clone(),
             connector: Connector::new(tls, quic, settings.transport),
             listener: AnyListener::new(tls_listener, quic_listener),
             settings,
@@ -275,6 +310,7 @@ impl Relay {
             settings,
             connector,
             mut listener,
+            quic,
         } = self;
         let mut config = settings.node.clone();
         config.circuit.exit = settings.exit.policy.is_some();
@@ -323,13 +359,20 @@ impl Relay {
             circuit_failure_log: LogLimiter::default(),
             dos: DosGuard::new(settings.dos.clone()),
             dos_log: LogLimiter::default(),
+            quic,
         }));
 
         tokio::pin!(shutdown);
         let mut backoff = AcceptBackoff::new("OR port");
+        let idle_timeout = settings.channel_idle_timeout;
+        let mut idle_check = tokio::time::interval((idle_timeout / 4).min(IDLE_CHECK_INTERVAL));
+        idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
+                _ = idle_check.tick() => {
+                    close_idle_channels(&mut shared.borrow_mut(), Instant::now(), idle_timeout);
+                }
                 incoming = listener.accept() => match incoming {
                     Ok(incoming) => {
                         backoff.on_success();
@@ -363,6 +406,18 @@ impl Relay {
         let stats = snapshot(&st);
         info!(nickname = %st.nickname, ?stats, "relay stopped");
         Ok(stats)
+    }
+}
+
+/// The QUIC handshake gate's limits: the connection rate per address and
+/// the handshake cap of the denial-of-service limits, and the transport's
+/// own Retry threshold.
+fn quic_handshake_limits(dos: &DosLimits, quic: QuicSettings) -> HandshakeLimits {
+    HandshakeLimits {
+        max_pending: dos.max_handshakes,
+        per_address_rate: dos.conn_rate,
+        per_address_burst: dos.conn_burst,
+        retry_rate: quic.handshakes.retry_rate,
     }
 }
 
@@ -475,12 +530,19 @@ fn clone_io_error(e: &io::Error) -> io::Error {
 }
 
 fn snapshot(st: &State) -> RelayStats {
+    let gate = st
+        .quic
+        .as_ref()
+        .map(QuicTransport::gate_counters)
+        .unwrap_or_default();
     RelayStats {
         channels: st.channels.len(),
         circuits: st.node.n_circuits(),
         oom_circuits_killed: st.node.oom_circuits_killed(),
         dos_conns_refused: st.dos.counters().conns_refused,
         dos_creates_refused: st.dos.counters().creates_refused,
+        quic_handshakes_refused: gate.refused,
+        quic_retries: gate.retried,
         ..st.stats
     }
 }
@@ -533,9 +595,31 @@ fn add_link(shared: &Shared, st: &mut State, link: AnyLink, initiated_by_us: boo
             peer_identity: link.peer.identity,
             label,
             admitted: None,
+            idle_since: Some(Instant::now()),
         },
     );
     chan
+}
+
+/// Close the channels that have had no circuit for `timeout`: connections
+/// that never build a circuit (a flood, a client that went quiet) stop
+/// holding a descriptor and a slot of the denial-of-service limits.
+fn close_idle_channels(st: &mut State, now: Instant, timeout: Duration) {
+    let mut idle = Vec::new();
+    for (&chan, c) in st.channels.iter_mut() {
+        if st.node.channel_circuits(chan) > 0 {
+            c.idle_since = None;
+            continue;
+        }
+        let since = *c.idle_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= timeout {
+            idle.push(chan);
+        }
+    }
+    for chan in idle {
+        let why = format!("no circuit for {} s", timeout.as_secs_f64());
+        close_channel(st, chan, &why, false);
+    }
 }
 
 /// Forget a channel: its circuits are torn down by the node, its reader

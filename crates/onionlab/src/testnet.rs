@@ -127,7 +127,14 @@ pub struct LocalNetwork {
 
 /// Find `n` consecutive free TCP ports on 127.0.0.1.
 pub fn free_port_range(n: u16) -> Result<u16, Error> {
-    let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
+    // Different for every call, also between networks of one process
+    // (tests that run in threads).
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let seed = (std::process::id() as u64) ^ now ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut x = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);

@@ -9,6 +9,11 @@
 //!   burst (90) the guard answers DESTROY RESOURCELIMIT without doing the
 //!   ntor handshake;
 //!
+//! - a flood of QUIC handshakes from one address: after the burst (40)
+//!   the guard's QUIC handshake gate refuses them before any cryptography;
+//! - connections that never carry a circuit are closed after
+//!   `channel_idle_timeout_ms`;
+//!
 //! and the honest client downloads intact all along.
 
 use std::fs;
@@ -22,6 +27,7 @@ use onionlab_cell::chan::{
 };
 use onionlab_crypto::ntor::NtorClient;
 use onionlab_netdoc::NetworkDocument;
+use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Transport};
 use tokio::io::AsyncReadExt;
@@ -35,12 +41,19 @@ fn bin() -> PathBuf {
 }
 
 fn network(name: &str) -> LocalNetwork {
+    network_with(name, "")
+}
+
+/// A network whose guard's configuration gets `guard_config` appended.
+fn network_with(name: &str, guard_config: &str) -> LocalNetwork {
     let dir = std::env::temp_dir().join(format!(
         "onionlab-abuse-flood-{}-{name}",
         std::process::id()
     ));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.append_relay_config(0, guard_config)
+        .expect("guard config");
     net.start_relays().expect("relays start");
     net.start_client(Some(&PATH), "").expect("client starts");
     net
@@ -97,15 +110,27 @@ async fn a_connection_flood_from_one_address_is_capped_and_the_client_still_down
         "{open} of {} flood connections kept",
         conns.len()
     );
+    finish_and_check_log(
+        transfer,
+        &net,
+        "denial-of-service limit: connection refused",
+    )
+    .await;
+}
+
+/// The honest client's transfer ended intact, and the guard's log says
+/// `logged`.
+async fn finish_and_check_log(
+    transfer: tokio::task::JoinHandle<Result<testnet::Transfer, String>>,
+    net: &LocalNetwork,
+    logged: &str,
+) {
     transfer
         .await
         .expect("task")
         .expect("the honest client downloads during the flood");
     let log = fs::read_to_string(&net.relays[0].log).unwrap_or_default();
-    assert!(
-        log.contains("denial-of-service limit: connection refused"),
-        "{log}"
-    );
+    assert!(log.contains(logged), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,4 +199,81 @@ async fn a_create2_flood_is_rate_limited_and_the_client_still_downloads() {
         .await
         .expect("task")
         .expect("the honest client downloads during the flood");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_handshake_flood_from_one_address_is_refused_and_the_client_still_downloads() {
+    let net = network("quic");
+    let socks = net.socks_addr();
+    let server = testnet::workload_server().await.expect("server");
+    let doc = document(&net);
+    let guard = &doc.relays[0];
+    let quic = guard
+        .addresses
+        .iter()
+        .find(|a| a.transport == "quic")
+        .expect("the guard listens on QUIC")
+        .addr;
+    let identity = guard.public_keys().ed_identity;
+    let transfer = tokio::spawn(testnet::download(socks, server, MIB, None));
+    let flooder = QuicTransport::client_bound(
+        QuicSettings::default(),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 0, 7)),
+    );
+    let started = std::time::Instant::now();
+    let mut attempts = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let flooder = flooder.clone();
+        attempts.spawn(async move {
+            tokio::time::timeout(Duration::from_secs(15), flooder.connect(quic, identity)).await
+        });
+    }
+    let mut links = Vec::new();
+    let mut refused = 0;
+    while let Some(r) = attempts.join_next().await {
+        match r.expect("task").expect("refused fast, not by timeout") {
+            Ok(link) => links.push(link),
+            Err(_) => refused += 1,
+        }
+    }
+    // The burst, and what 20/s refills while the flood lasts.
+    let allowed = 40.0 + 20.0 * started.elapsed().as_secs_f64() + 2.0;
+    assert!(
+        !links.is_empty() && (links.len() as f64) <= allowed,
+        "{} links, {refused} refused, {allowed} allowed",
+        links.len()
+    );
+    finish_and_check_log(
+        transfer,
+        &net,
+        "QUIC handshake refused: one address starts QUIC handshakes too fast",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_without_circuits_are_closed_when_idle() {
+    let net = network_with("idle", "channel_idle_timeout_ms = 1000\n");
+    let doc = document(&net);
+    let guard = doc.relays[0].public_keys();
+    let transport =
+        TlsTransport::client().with_bind_address(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 8)));
+    let mut link = transport
+        .connect(net.relay_addr(0), guard.ed_identity)
+        .await
+        .expect("TLS link");
+    let started = std::time::Instant::now();
+    let mut cells = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(10), link.reader.read_cells(&mut cells))
+        .await
+        .expect("the idle channel is closed within 10 s");
+    assert!(end.is_err(), "{end:?} {cells:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    // The client's own idle channel was closed too; it reconnects.
+    let server = testnet::workload_server().await.expect("server");
+    testnet::download(net.socks_addr(), server, MIB, None)
+        .await
+        .expect("the client downloads after its channel was closed");
+    let log = fs::read_to_string(&net.relays[0].log).unwrap_or_default();
+    assert!(log.contains("closed: no circuit for 1 s"), "{log}");
 }

@@ -8,7 +8,10 @@
 //!   waits a growing, capped delay before accepting again, instead of
 //!   spinning at full CPU on an error that will not go away by itself.
 //!
-//! Both are sans-IO: the caller passes the time in and sleeps itself.
+//! - [`TokenBucket`]: `rate` events per second with a burst, for the
+//!   relay's denial-of-service limits and the QUIC handshake gate.
+//!
+//! All are sans-IO: the caller passes the time in and sleeps itself.
 
 #![warn(missing_docs)]
 
@@ -162,6 +165,54 @@ impl AcceptBackoff {
     /// Failed accepts since this back-off was made.
     pub fn failures(&self) -> u64 {
         self.failures
+    }
+}
+
+/// A token bucket: `rate` tokens per second, holding at most `burst`.
+/// The rate and burst are passed to each call, so one set of limits can
+/// serve many buckets (one per source address) without copies.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use onionlab_ops::TokenBucket;
+/// let t0 = Instant::now();
+/// let mut b = TokenBucket::full(2.0, t0);
+/// assert!(b.take(1.0, 2.0, t0) && b.take(1.0, 2.0, t0));
+/// assert!(!b.take(1.0, 2.0, t0)); // empty
+/// assert!(b.take(1.0, 2.0, t0 + Duration::from_secs(1))); // one refilled
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct TokenBucket {
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A bucket holding `burst` tokens at `now`.
+    pub fn full(burst: f64, now: Instant) -> Self {
+        TokenBucket {
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    /// Take one token if there is one.
+    pub fn take(&mut self, rate: f64, burst: f64, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Would the bucket be full by `now` (so forgetting it changes nothing)?
+    pub fn refilled(&self, rate: f64, burst: f64, now: Instant) -> bool {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens + elapsed * rate >= burst
     }
 }
 

@@ -78,6 +78,8 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.exit.max_pending_connects =
             usize::try_from(cfg.exit_max_pending_connects).unwrap_or(usize::MAX);
         settings.dos = dos_limits(&cfg);
+        settings.quic.handshakes.retry_rate = cfg.dos_quic_retry_rate as f64;
+        settings.channel_idle_timeout = Duration::from_millis(cfg.channel_idle_timeout_ms);
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
@@ -87,6 +89,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::time::Duration;
 
     use onionlab_netdoc::config;
 
@@ -112,6 +115,12 @@ mod tests {
         );
         let cfg = config::RelayConfig::from_toml_str(&text, "r", Path::new(".")).expect("valid");
         assert_eq!(super::dos_limits(&cfg), onionlab_node::DosLimits::default());
+        let quic = onionlab_transport::quic::gate::HandshakeLimits::default();
+        assert_eq!(cfg.dos_quic_retry_rate as f64, quic.retry_rate);
+        assert_eq!(
+            Duration::from_millis(cfg.channel_idle_timeout_ms),
+            onionlab_node::DEFAULT_CHANNEL_IDLE_TIMEOUT
+        );
         assert!(cfg.exit_reject_private);
         assert!(cfg.exit_allow_private.is_empty());
     }

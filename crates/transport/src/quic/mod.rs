@@ -101,12 +101,13 @@
 //! one chunk plus one cell, and decoded batches wait in a bounded queue
 //! for the node.
 
+pub mod gate;
 mod lanes;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use onionlab_crypto::identity::RelaySecretKeys;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
@@ -116,11 +117,13 @@ use rustls::sign::CertifiedKey;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
-use tracing::debug;
+use tracing::{debug, info};
 
 use crate::link::{self, Role};
 use crate::tls::identity;
 use crate::{Error, Link, PeerInfo, TransportKind};
+
+use gate::{GateCounters, HandshakeGate, HandshakeLimits, Verdict};
 
 use lanes::{LinkShared, LinkSpec};
 pub use lanes::{QuicReader, QuicWriter};
@@ -218,7 +221,7 @@ impl Congestion {
 }
 
 /// Settings of a QUIC transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QuicSettings {
     /// How circuits map onto QUIC for the links this node opens (the
     /// accepting side follows the opener).
@@ -233,6 +236,8 @@ pub struct QuicSettings {
     /// A connection that received nothing for this long is closed (the
     /// effective value is the smaller of both sides').
     pub idle_timeout: Duration,
+    /// What a relay accepts before any cryptography ([`gate`]).
+    pub handshakes: HandshakeLimits,
 }
 
 impl Default for QuicSettings {
@@ -243,6 +248,7 @@ impl Default for QuicSettings {
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             keep_alive: DEFAULT_KEEP_ALIVE,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            handshakes: HandshakeLimits::default(),
         }
     }
 }
@@ -278,6 +284,7 @@ impl QuicSettings {
                 self.idle_timeout
             )));
         }
+        self.handshakes.validate().map_err(Error::Config)?;
         Ok(())
     }
 }
@@ -359,6 +366,25 @@ struct Inner {
     tokens: Arc<TokenMap>,
     /// The acceptor's output, taken by [`crate::Transport::bind`].
     incoming: Mutex<Option<mpsc::Receiver<QuicIncoming>>>,
+    /// What a relay's acceptor admits before any cryptography.
+    gate: Arc<Mutex<GateState>>,
+    /// A client's source address (`None`: the system's choice).
+    bind: Option<IpAddr>,
+}
+
+/// The handshake gate and the rate limit of its log line.
+struct GateState {
+    gate: HandshakeGate,
+    log: onionlab_ops::LogLimiter,
+}
+
+impl GateState {
+    fn new(limits: HandshakeLimits) -> Arc<Mutex<Self>> {
+        Arc::new(Mutex::new(GateState {
+            gate: HandshakeGate::new(limits),
+            log: onionlab_ops::LogLimiter::new(onionlab_ops::DEFAULT_LOG_INTERVAL),
+        }))
+    }
 }
 
 impl QuicTransport {
@@ -393,9 +419,11 @@ impl QuicTransport {
             })?;
         let tokens: Arc<TokenMap> = Arc::default();
         let (tx, rx) = mpsc::channel(MAX_PENDING_LINKS);
+        let gate = GateState::new(settings.handshakes);
         tokio::spawn(acceptor(
             endpoint.clone(),
             tokens.clone(),
+            gate.clone(),
             tx,
             settings.handshake_timeout,
         ));
@@ -410,6 +438,8 @@ impl QuicTransport {
                 client_v6: OnceLock::new(),
                 tokens,
                 incoming: Mutex::new(Some(rx)),
+                gate,
+                bind: None,
             }),
         })
     }
@@ -417,6 +447,17 @@ impl QuicTransport {
     /// The transport of a client: authenticates relays, stays anonymous,
     /// accepts nothing.
     pub fn client(settings: QuicSettings) -> Self {
+        Self::client_from(settings, None)
+    }
+
+    /// A client transport whose connections come from source address
+    /// `ip` (a host with several addresses; tests that play another host
+    /// on loopback).
+    pub fn client_bound(settings: QuicSettings, ip: IpAddr) -> Self {
+        Self::client_from(settings, Some(ip))
+    }
+
+    fn client_from(settings: QuicSettings, bind: Option<IpAddr>) -> Self {
         QuicTransport {
             inner: Arc::new(Inner {
                 provider: crate::tls::provider(),
@@ -428,6 +469,8 @@ impl QuicTransport {
                 client_v6: OnceLock::new(),
                 tokens: Arc::default(),
                 incoming: Mutex::new(None),
+                gate: GateState::new(settings.handshakes),
+                bind,
             }),
         }
     }
@@ -435,6 +478,17 @@ impl QuicTransport {
     /// This transport's settings.
     pub fn settings(&self) -> QuicSettings {
         self.inner.settings
+    }
+
+    /// Exempt these addresses (the network's relays) from the per-address
+    /// handshake rate of the [`gate`].
+    pub fn set_exempt_addresses(&self, addrs: impl IntoIterator<Item = IpAddr>) {
+        lock(&self.inner.gate).gate.set_exempt(addrs);
+    }
+
+    /// What the handshake [`gate`] refused and retried so far.
+    pub fn gate_counters(&self) -> GateCounters {
+        lock(&self.inner.gate).gate.counters()
     }
 
     /// The address of a relay's UDP socket.
@@ -464,11 +518,14 @@ impl QuicTransport {
         if let Some(e) = &self.inner.relay_endpoint {
             return Ok(e.clone());
         }
-        let (cell, any) = if peer.is_ipv4() {
+        let (cell, mut any) = if peer.is_ipv4() {
             (&self.inner.client_v4, SocketAddr::from(([0, 0, 0, 0], 0)))
         } else {
             (&self.inner.client_v6, SocketAddr::from(([0u16; 8], 0)))
         };
+        if let Some(ip) = self.inner.bind.filter(|ip| ip.is_ipv4() == peer.is_ipv4()) {
+            any.set_ip(ip);
+        }
         if let Some(e) = cell.get() {
             return Ok(e.clone());
         }
@@ -615,20 +672,59 @@ fn peer_identity(conn: &quinn::Connection) -> Option<Ed25519Identity> {
     certs.first().and_then(|c| identity::identity_from_spki(c))
 }
 
-/// A relay's acceptor: completes QUIC handshakes and preambles, hands new
-/// links to the listener and lane connections to their links.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A relay's acceptor: asks the [`gate`] about each incoming connection,
+/// completes QUIC handshakes and preambles, hands new links to the
+/// listener and lane connections to their links.
 async fn acceptor(
     endpoint: Endpoint,
     tokens: Arc<TokenMap>,
+    gate: Arc<Mutex<GateState>>,
     links: mpsc::Sender<QuicIncoming>,
     timeout: Duration,
 ) {
     while let Some(incoming) = endpoint.accept().await {
+        let addr = incoming.remote_address();
+        let validated = incoming.remote_address_validated();
+        let verdict = lock(&gate)
+            .gate
+            .decide(addr.ip(), validated, Instant::now());
+        match verdict {
+            Verdict::Accept => {}
+            Verdict::Retry => {
+                if incoming.may_retry() {
+                    // Cannot fail after may_retry(); a failure drops it.
+                    let _ = incoming.retry();
+                } else {
+                    incoming.refuse();
+                }
+                continue;
+            }
+            Verdict::Refuse(why) => {
+                incoming.refuse();
+                let mut g = lock(&gate);
+                if let Some(held) = g.log.check(Instant::now()) {
+                    let c = g.gate.counters();
+                    info!(
+                        peer = %addr,
+                        "QUIC handshake refused: {why} ({held} more since the last line; \
+                         {} refused, {} retries in all)",
+                        c.refused, c.retried
+                    );
+                }
+                continue;
+            }
+        }
         let tokens = tokens.clone();
         let links = links.clone();
+        let gate = gate.clone();
         tokio::spawn(async move {
-            let addr = incoming.remote_address();
-            match tokio::time::timeout(timeout, accept_one(incoming, &tokens)).await {
+            let result = tokio::time::timeout(timeout, accept_one(incoming, &tokens)).await;
+            lock(&gate).gate.done();
+            match result {
                 Ok(Ok(Accepted::Link(link))) => {
                     if links.try_send(link).is_err() {
                         debug!(peer = %addr, "QUIC link refused: too many pending links");
@@ -700,11 +796,7 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
         rest[TOKEN_LEN + 2],
         rest[TOKEN_LEN + 3],
     ]);
-    let link = tokens
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&token)
-        .and_then(Weak::upgrade);
+    let link = lock(tokens).get(&token).and_then(Weak::upgrade);
     let Some(link) = link else {
         conn.close(VarInt::from_u32(1), b"unknown link");
         return Err(Error::Protocol {

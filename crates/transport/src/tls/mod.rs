@@ -40,6 +40,30 @@ pub type TlsLink = Link<TlsReader, TlsWriter>;
 /// Default bound on TCP connect + TLS + link handshake.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// TCP keep-alive on every TLS link: the first probe after this long
+/// without traffic, then every [`KEEPALIVE_INTERVAL`], and the connection
+/// fails after [`KEEPALIVE_PROBES`] unanswered probes. A peer whose host
+/// vanished (no RST will ever come) is noticed within about 90 s of
+/// silence, where Linux's defaults take over two hours. (C tor sends
+/// padding cells on idle channels every `KeepalivePeriod`, 5 minutes.)
+pub const KEEPALIVE_TIME: Duration = Duration::from_secs(60);
+/// Interval between TCP keep-alive probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// Unanswered TCP keep-alive probes before the connection fails.
+pub const KEEPALIVE_PROBES: u32 = 3;
+
+/// Turn TCP keep-alive on ([`KEEPALIVE_TIME`]). Best effort: a socket
+/// that refuses it still works, without the check.
+fn set_keepalive(tcp: &TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_TIME)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive) {
+        tracing::debug!("TCP keep-alive not set: {e}");
+    }
+}
+
 /// The TLS transport of one node (a relay, or an anonymous client).
 #[derive(Clone)]
 pub struct TlsTransport {
@@ -127,6 +151,7 @@ impl TlsTransport {
             what: "TCP_NODELAY",
             source,
         })?;
+        set_keepalive(&tcp);
         let verifier = Arc::new(identity::ExpectIdentity::new(
             expected,
             &self.inner.provider,
@@ -300,6 +325,7 @@ impl crate::Listener for TlsListener {
         })?;
         // Best effort: a socket that refuses NODELAY still works.
         let _ = tcp.set_nodelay(true);
+        set_keepalive(&tcp);
         Ok(TlsIncoming {
             tcp,
             addr,
@@ -360,5 +386,39 @@ impl crate::Incoming for TlsIncoming {
         tokio::time::timeout(timeout, self.handshake_inner())
             .await
             .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tls_sockets_get_tcp_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let (client, (server, _)) = (client.expect("connect"), server.expect("accept"));
+        for s in [&client, &server] {
+            let before = socket2::SockRef::from(s);
+            assert!(!before.keepalive().expect("SO_KEEPALIVE"));
+            set_keepalive(s);
+            let r = socket2::SockRef::from(s);
+            assert!(r.keepalive().expect("SO_KEEPALIVE"));
+            assert_eq!(
+                r.tcp_keepalive_time().expect("TCP_KEEPIDLE"),
+                KEEPALIVE_TIME
+            );
+            assert_eq!(
+                r.tcp_keepalive_interval().expect("TCP_KEEPINTVL"),
+                KEEPALIVE_INTERVAL
+            );
+            assert_eq!(
+                r.tcp_keepalive_retries().expect("TCP_KEEPCNT"),
+                KEEPALIVE_PROBES
+            );
+        }
     }
 }
