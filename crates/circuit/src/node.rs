@@ -480,6 +480,16 @@ impl RelayNode {
         ids.into_iter()
     }
 
+    /// The next link-level cell queued on `chan` (a DESTROY for a circuit
+    /// that is gone), for transports with a lane per circuit: they write
+    /// these whatever the lane's room, since a DESTROY held back behind a
+    /// full lane would keep the channel busy for ever.
+    pub fn poll_link_control(&mut self, chan: ChannelId) -> Option<AnyChanCell> {
+        let cell = self.channels.get_mut(&chan)?.control.pop_front()?;
+        self.control_cells -= 1;
+        Some(cell)
+    }
+
     /// The next cell of circuit `circ_id` on `chan`, bypassing the
     /// channel's circuit scheduler: for transports that carry each circuit
     /// on its own lane (a QUIC stream or a TCP connection per circuit),
@@ -715,6 +725,38 @@ impl RelayNode {
         let r = self.circuit_mut(circ)?.exit_read(now, stream, buf);
         self.refresh(now, circ);
         r
+    }
+
+    /// Exit: hand the client's bytes for the target (up to
+    /// [`READ_WITH_CHUNKS`](crate::stream::READ_WITH_CHUNKS) cells, in order)
+    /// to `consume`, which returns how many it took (written to the
+    /// target, say); those are removed. Unlike
+    /// [`exit_read`](Self::exit_read) the driver needs no buffer of its
+    /// own per stream, so every byte a client sends stays in the counted
+    /// queues until the target takes it.
+    pub fn exit_read_with(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+        consume: impl FnOnce(&[&[u8]]) -> usize,
+    ) -> Result<usize, Error> {
+        let r = self.circuit_mut(circ)?.exit_read_with(now, stream, consume);
+        self.refresh(now, circ);
+        r
+    }
+
+    /// Exit: bytes from the target that [`exit_write`](Self::exit_write)
+    /// would accept now (0 for a closing stream). With no room, the
+    /// stream's writer gets [`StreamEvent::Writable`] once there is some,
+    /// so a driver can read from its target only what the circuit takes
+    /// at once, and hold nothing of its own per stream.
+    ///
+    /// # Errors
+    ///
+    /// The circuit or stream is gone.
+    pub fn exit_write_room(&mut self, circ: CircKey, stream: StreamId) -> Result<usize, Error> {
+        self.circuit_mut(circ)?.exit_write_room(stream)
     }
 
     /// Exit: bytes from the client not yet read for the target.

@@ -646,6 +646,34 @@ impl RelayCircuit {
         Ok(n)
     }
 
+    /// Exit: hand the client's bytes for the target to `consume` without
+    /// copying them (see [`RelayNode::exit_read_with`](crate::RelayNode::exit_read_with)).
+    pub fn exit_read_with(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        consume: impl FnOnce(&[&[u8]]) -> usize,
+    ) -> Result<usize, Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        let (n, sendme) = exit
+            .streams
+            .read_with(stream, consume)
+            .ok_or(Error::NoStream(stream.into()))?;
+        if sendme {
+            self.originate(Some(stream), Sendme::new_empty().into(), now);
+        }
+        Ok(n)
+    }
+
+    /// Exit: bytes from the target the stream would take now (see
+    /// [`RelayNode::exit_write_room`](crate::RelayNode::exit_write_room)).
+    pub fn exit_write_room(&mut self, stream: StreamId) -> Result<usize, Error> {
+        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
+        exit.streams
+            .write_room(stream)
+            .ok_or(Error::NoStream(stream.into()))
+    }
+
     /// Exit: bytes from the client not yet read for the target.
     pub fn exit_readable_bytes(&self, stream: StreamId) -> usize {
         self.exit

@@ -389,21 +389,62 @@ impl StreamMap {
     /// Read received bytes into `buf`. Returns bytes read and whether a
     /// stream-level SENDME is now due.
     pub(crate) fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Option<(usize, bool)> {
+        self.read_with(id, |chunks| {
+            let mut n = 0;
+            for c in chunks {
+                let k = c.len().min(buf.len() - n);
+                buf[n..n + k].copy_from_slice(&c[..k]);
+                n += k;
+                if n == buf.len() {
+                    break;
+                }
+            }
+            n
+        })
+    }
+
+    /// Hand the received bytes of `id` (up to [`READ_WITH_CHUNKS`] cells'
+    /// worth, in order) to `consume`, which returns how many it took; those
+    /// are removed. For a driver that writes straight from the stream's
+    /// buffer to its target (no copy held per stream). Returns bytes
+    /// consumed and whether a stream-level SENDME is now due.
+    pub(crate) fn read_with(
+        &mut self,
+        id: StreamId,
+        consume: impl FnOnce(&[&[u8]]) -> usize,
+    ) -> Option<(usize, bool)> {
         let raw = u16::from(id);
         if let Some(s) = self.streams.get_mut(&raw) {
-            let n = drain_into(&mut s.recv, buf);
+            let n = consume_front(&mut s.recv, consume);
             s.recv_bytes -= n;
             self.buffered -= n;
             let sendme = s.state == StreamState::Open && s.windows.take_sendme(s.recv.len());
             return Some((n, sendme));
         }
         let q = self.draining.get_mut(&raw)?;
-        let n = drain_into(q, buf);
+        let n = consume_front(q, consume);
         self.buffered -= n;
         if q.is_empty() {
             self.draining.remove(&raw);
         }
         Some((n, false))
+    }
+
+    /// Bytes [`write`](Self::write) would accept on `id` now; `None` for
+    /// an unknown stream, 0 for a closing one. When a stream with no room
+    /// is asked, its writer is woken ([`take_writable`](Self::take_writable))
+    /// once there is room, as after a refused write.
+    pub(crate) fn write_room(&mut self, id: StreamId) -> Option<usize> {
+        let raw = u16::from(id);
+        let s = self.streams.get(&raw)?;
+        if s.close_requested {
+            return Some(0);
+        }
+        let room = self.config.send_buffer.saturating_sub(s.send_buf.len());
+        if room == 0 && !self.blocked_writers.contains(&raw) {
+            self.blocked_writers.push(raw);
+        }
+        Some(room)
     }
 
     /// Bytes received and not yet read on `id`.
@@ -501,14 +542,20 @@ impl From<Packaged> for Outgoing {
     }
 }
 
-fn drain_into(q: &mut VecDeque<Bytes>, buf: &mut [u8]) -> usize {
-    let mut n = 0;
-    while n < buf.len() {
+/// Most chunks (received cells) [`StreamSet::read_with`] shows at once.
+pub const READ_WITH_CHUNKS: usize = 64;
+
+/// Show the front chunks of `q` to `consume` and remove the bytes it took.
+fn consume_front(q: &mut VecDeque<Bytes>, consume: impl FnOnce(&[&[u8]]) -> usize) -> usize {
+    let chunks: Vec<&[u8]> = q.iter().take(READ_WITH_CHUNKS).map(|b| &b[..]).collect();
+    let offered: usize = chunks.iter().map(|c| c.len()).sum();
+    let n = consume(&chunks).min(offered);
+    let mut left = n;
+    while left > 0 {
         let Some(front) = q.front_mut() else { break };
-        let k = front.len().min(buf.len() - n);
-        buf[n..n + k].copy_from_slice(&front[..k]);
+        let k = front.len().min(left);
         front.advance(k);
-        n += k;
+        left -= k;
         if front.is_empty() {
             q.pop_front();
         }
@@ -524,6 +571,54 @@ mod tests {
         let id = map.open_local().expect("free id");
         map.get_mut(id).expect("stream").state = StreamState::Open;
         id
+    }
+
+    #[test]
+    fn write_room_reports_the_space_and_wakes_the_writer_when_full() {
+        let mut map = StreamMap::new(StreamConfig {
+            send_buffer: 1000,
+            ..StreamConfig::default()
+        });
+        let id = open(&mut map);
+        assert_eq!(map.write_room(id), Some(1000));
+        assert_eq!(map.write(id, &[1; 1000]), Some(1000));
+        assert_eq!(map.write_room(id), Some(0));
+        assert!(map.take_writable().is_empty());
+        let Some(Outgoing::Data(..)) = map.next_outgoing(true) else {
+            panic!("expected DATA")
+        };
+        assert_eq!(map.take_writable(), vec![id]);
+        assert_eq!(map.write_room(id), Some(MAX_DATA_LEN));
+        assert_eq!(map.write_room(StreamId::new(999).expect("id")), None);
+    }
+
+    #[test]
+    fn read_with_removes_exactly_what_was_taken_across_cells() {
+        let mut map = StreamMap::new(StreamConfig::default());
+        let id = open(&mut map);
+        for part in [&b"hello "[..], b"onion ", b"world"] {
+            map.on_data(id, Bytes::copy_from_slice(part), false)
+                .expect("data");
+        }
+        let mut seen = Vec::new();
+        let (n, _) = map
+            .read_with(id, |chunks| {
+                seen = chunks.iter().map(|c| c.to_vec()).collect();
+                8 // "hello on"
+            })
+            .expect("stream");
+        assert_eq!(n, 8);
+        assert_eq!(seen.len(), 3);
+        assert_eq!(map.readable_bytes(id), 9);
+        let (n, _) = map.read_with(id, |_| 1000).expect("stream");
+        assert_eq!(n, 9, "never more than was offered");
+        let mut buf = [0u8; 4];
+        assert_eq!(map.read(id, &mut buf), Some((0, false)));
+        map.on_data(id, Bytes::from_static(b"abcdef"), false)
+            .expect("data");
+        assert_eq!(map.read(id, &mut buf).map(|r| r.0), Some(4));
+        assert_eq!(&buf, b"abcd");
+        assert_eq!(map.readable_bytes(id), 2);
     }
 
     #[test]

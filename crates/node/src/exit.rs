@@ -528,31 +528,6 @@ pub(crate) fn start_resolve(
     }
 }
 
-/// Read some bytes from the target (0: it closed its side).
-async fn read_some(tcp: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    loop {
-        tcp.readable().await?;
-        match tcp.try_read(buf) {
-            Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
-            r => return r,
-        }
-    }
-}
-
-/// Write all of `buf` to the target.
-async fn write_all(tcp: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        tcp.writable().await?;
-        match tcp.try_write(buf) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
 /// We end the stream because the target side ended (`DONE`) or failed:
 /// END with `reason` after the queued bytes, unless the stream has
 /// already ended; the writer then drains and closes.
@@ -578,13 +553,55 @@ fn end_stream(
     process(shared, &mut st);
 }
 
-/// Target bytes into the circuit stream, respecting its send buffer.
+thread_local! {
+    /// The one buffer target bytes pass through on their way into a
+    /// circuit stream: the relay runs on one thread, and a pump reads only
+    /// what the circuit takes at once, so no stream holds a buffer of its
+    /// own (a client that opens many streams and never reads makes only
+    /// the counted circuit queues grow).
+    static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; CHUNK].into_boxed_slice());
+}
+
+/// Target bytes into the circuit stream: wait for room in the stream's
+/// send buffer, then read at most that much from the target.
 async fn target_to_circuit(shared: Shared, circ: CircKey, stream: StreamId, es: Rc<ExitStream>) {
-    let mut buf = vec![0u8; CHUNK];
     let reason = loop {
-        let n = match read_some(&es.tcp, &mut buf).await {
+        let room = shared.borrow_mut().node.exit_write_room(circ, stream);
+        let room = match room {
+            Ok(0) => {
+                es.from_target.notified().await;
+                continue;
+            }
+            Ok(n) => n.min(CHUNK),
+            // The stream is gone (the client ended it): the writer closes
+            // the connection.
+            Err(_) => {
+                es.ended.set(true);
+                es.to_target.notify_one();
+                return;
+            }
+        };
+        if let Err(e) = es.tcp.readable().await {
+            break end_reason_for_io(&e);
+        }
+        let read = SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let n = es.tcp.try_read(&mut scratch[..room])?;
+            if n > 0 {
+                let mut st = shared.borrow_mut();
+                // Within the room just reported: all of it is taken (or
+                // the stream vanished, and the next round sees that).
+                let _ = st
+                    .node
+                    .exit_write(Instant::now(), circ, stream, &scratch[..n]);
+                process(&shared, &mut st);
+            }
+            Ok::<usize, io::Error>(n)
+        });
+        match read {
             Ok(0) => break EndReason::DONE,
-            Ok(n) => n,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => {
                 debug!(
                     ?circ,
@@ -593,79 +610,98 @@ async fn target_to_circuit(shared: Shared, circ: CircKey, stream: StreamId, es: 
                 );
                 break end_reason_for_io(&e);
             }
-        };
-        let mut off = 0;
-        while off < n {
-            let r = {
-                let mut st = shared.borrow_mut();
-                let r = st
-                    .node
-                    .exit_write(Instant::now(), circ, stream, &buf[off..n]);
-                process(&shared, &mut st);
-                r
-            };
-            match r {
-                Ok(k) => {
-                    off += k;
-                    if off < n {
-                        es.from_target.notified().await;
-                    }
-                }
-                // The stream is gone (the client ended it): the writer
-                // closes the connection.
-                Err(_) => {
-                    es.ended.set(true);
-                    es.to_target.notify_one();
-                    return;
-                }
-            }
         }
     };
     end_stream(&shared, circ, stream, &es, reason);
 }
 
-/// Client bytes to the target; once the stream has ended (either side's
-/// END), drain what the client had sent, then close the connection.
+/// Client bytes to the target, written straight from the circuit
+/// stream's buffer when the target's socket takes them; once the stream
+/// has ended (either side's END), drain what the client had sent, then
+/// close the connection.
 async fn circuit_to_target(shared: Shared, circ: CircKey, stream: StreamId, es: Rc<ExitStream>) {
-    let mut buf = vec![0u8; CHUNK];
     let mut drain_deadline = None;
     loop {
-        let r = {
-            let mut st = shared.borrow_mut();
+        let readable = {
+            let st = shared.borrow();
             if !is_registered(&st, circ, stream, &es) {
                 break;
             }
-            let r = st.node.exit_read(Instant::now(), circ, stream, &mut buf);
-            process(&shared, &mut st);
-            r
+            st.node.exit_readable_bytes(circ, stream)
         };
-        match r {
-            Ok(0) if !es.ended.get() => es.to_target.notified().await,
-            Ok(n) if n > 0 => {
-                if es.ended.get() && drain_deadline.is_none() {
-                    drain_deadline = Some(Instant::now() + DRAIN_TIMEOUT);
-                }
-                let written = match drain_deadline {
-                    None => write_all(&es.tcp, &buf[..n]).await,
-                    Some(d) => tokio::time::timeout_at(d.into(), write_all(&es.tcp, &buf[..n]))
-                        .await
-                        .unwrap_or_else(|_| Err(ErrorKind::TimedOut.into())),
-                };
-                if let Err(e) = written {
-                    debug!(
-                        ?circ,
-                        stream = u16::from(stream),
-                        "writing to the target: {e}"
-                    );
-                    end_stream(&shared, circ, stream, &es, end_reason_for_io(&e));
-                    break;
-                }
-            }
+        if readable == 0 {
             // Ended and drained, or the stream is gone.
-            Ok(_) | Err(_) => break,
+            let gone = shared
+                .borrow_mut()
+                .node
+                .exit_read_with(Instant::now(), circ, stream, |_| 0)
+                .is_err();
+            if es.ended.get() || gone {
+                break;
+            }
+            es.to_target.notified().await;
+            continue;
+        }
+        if es.ended.get() && drain_deadline.is_none() {
+            drain_deadline = Some(Instant::now() + DRAIN_TIMEOUT);
+        }
+        let writable = match drain_deadline {
+            None => es.tcp.writable().await,
+            Some(d) => tokio::time::timeout_at(d.into(), es.tcp.writable())
+                .await
+                .unwrap_or_else(|_| Err(ErrorKind::TimedOut.into())),
+        };
+        let written = writable.and_then(|()| write_from_stream(&shared, circ, stream, &es));
+        match written {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => {
+                debug!(
+                    ?circ,
+                    stream = u16::from(stream),
+                    "writing to the target: {e}"
+                );
+                end_stream(&shared, circ, stream, &es, end_reason_for_io(&e));
+                break;
+            }
         }
     }
     finish(&shared, circ, stream, &es);
+}
+
+/// Write what the target's socket takes now straight from the stream's
+/// buffer (one vectored write); the bytes written leave the stream.
+fn write_from_stream(
+    shared: &Shared,
+    circ: CircKey,
+    stream: StreamId,
+    es: &ExitStream,
+) -> io::Result<usize> {
+    let mut failure = None;
+    let mut st = shared.borrow_mut();
+    let r = st
+        .node
+        .exit_read_with(Instant::now(), circ, stream, |chunks| {
+            let slices: Vec<io::IoSlice<'_>> = chunks.iter().map(|c| io::IoSlice::new(c)).collect();
+            match es.tcp.try_write_vectored(&slices) {
+                Ok(0) => {
+                    failure = Some(ErrorKind::WriteZero.into());
+                    0
+                }
+                Ok(n) => n,
+                Err(e) => {
+                    failure = Some(e);
+                    0
+                }
+            }
+        });
+    process(shared, &mut st);
+    match (failure, r) {
+        (Some(e), _) => Err(e),
+        (None, Ok(n)) => Ok(n),
+        // The stream is gone; the loop sees it is no longer registered.
+        (None, Err(_)) => Ok(0),
+    }
 }
 
 /// Is `es` still the stream registered for `(circ, stream)`?

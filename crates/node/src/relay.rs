@@ -720,6 +720,12 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
             }
         }
         Ordering::PerCircuit => {
+            // DESTROYs of circuits that are gone first, whatever their
+            // lane's room: a lane left full by the dead circuit must not
+            // hold them (the channel would stay busy and its writer spin).
+            while let Some(cell) = st.node.poll_link_control(chan) {
+                writer.queue(cell).map_err(|e| e.to_string())?;
+            }
             let circuits: Vec<_> = st.node.circuits_with_work(chan).collect();
             for circ_id in circuits {
                 loop {

@@ -788,14 +788,15 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
     recv.read_exact(&mut rest)
         .await
         .map_err(|e| quic_err(addr, e))?;
-    let mut token = [0u8; TOKEN_LEN];
-    token.copy_from_slice(&rest[..TOKEN_LEN]);
-    let circ_id = u32::from_be_bytes([
-        rest[TOKEN_LEN],
-        rest[TOKEN_LEN + 1],
-        rest[TOKEN_LEN + 2],
-        rest[TOKEN_LEN + 3],
-    ]);
+    let Some((token, circ_id)) = lane_connection_header(&rest) else {
+        // Circuit ID 0 is the link's control stream: a lane for it would
+        // replace or close the control stream.
+        conn.close(VarInt::from_u32(1), b"lane for circuit ID 0");
+        return Err(Error::Protocol {
+            peer: addr,
+            detail: "a lane connection for circuit ID 0".into(),
+        });
+    };
     let link = lock(tokens).get(&token).and_then(Weak::upgrade);
     let Some(link) = link else {
         conn.close(VarInt::from_u32(1), b"unknown link");
@@ -813,6 +814,17 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
     }
     lanes::accept_lane(&link, circ_id, send, recv, Some(conn));
     Ok(Accepted::Lane)
+}
+
+/// The link token and circuit ID of a lane connection's preamble (after
+/// its magic); `None` for circuit ID 0, which no lane may carry.
+fn lane_connection_header(rest: &[u8; TOKEN_LEN + 4]) -> Option<([u8; TOKEN_LEN], u32)> {
+    let mut token = [0u8; TOKEN_LEN];
+    token.copy_from_slice(&rest[..TOKEN_LEN]);
+    let mut id = [0u8; 4];
+    id.copy_from_slice(&rest[TOKEN_LEN..]);
+    let circ_id = u32::from_be_bytes(id);
+    (circ_id != 0).then_some((token, circ_id))
 }
 
 impl crate::Transport for QuicTransport {
@@ -995,4 +1007,21 @@ pub(crate) async fn read_lane_header(
             detail: format!("reading a lane header: {e}"),
         })?;
     Ok(u32::from_be_bytes(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lane_connection_for_circuit_zero_is_refused() {
+        let mut rest = [7u8; TOKEN_LEN + 4];
+        rest[TOKEN_LEN..].copy_from_slice(&0u32.to_be_bytes());
+        assert_eq!(lane_connection_header(&rest), None);
+        rest[TOKEN_LEN..].copy_from_slice(&0x8000_0001u32.to_be_bytes());
+        assert_eq!(
+            lane_connection_header(&rest),
+            Some(([7u8; TOKEN_LEN], 0x8000_0001))
+        );
+    }
 }
