@@ -1,10 +1,14 @@
 //! Benchmark (not run in CI, `#[ignore]`): goodput and time to first byte
 //! of a well-behaved client while "other hosts" on loopback flood its
-//! guard, against the same client without the flood, measured in one run
-//! alternately (no flood, flood, no flood, ...) so that drift of the
-//! shared machine hits both alike.
+//! guard, against the same client without the flood, and with the same
+//! flood aimed at a relay outside its path (the control: what the
+//! flooders' own CPU and the shared host cost the client, with no DoS
+//! handling on the path), measured in one run in turn (quiet, flood at
+//! the guard, flood elsewhere, quiet, ...) so that drift of the shared
+//! machine hits all three alike.
 //!
-//! The flood, all at relay0 (the guard) at once: TCP connections from
+//! The network has 4 relays; the client's path is relay0, relay1, relay3
+//! (the exit); relay2 is the control's target. The flood, all at once: TCP connections from
 //! 127.0.0.5 (re-opened as the guard closes them), CREATE2 cells with
 //! genuine onionskins on 4 TLS links from 127.0.0.6, and QUIC handshakes
 //! from 127.0.0.7. The flooders run in this process, on the same 2 cores
@@ -31,7 +35,9 @@ use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Transport};
 use tokio::net::TcpSocket;
 
-const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];
+const PATH: [&str; 3] = ["relay0", "relay1", "relay3"];
+/// The relay the control flood hits: in the network, not in the path.
+const BYSTANDER: usize = 2;
 const LEN: u64 = 4 << 20;
 const ROUNDS: usize = 6;
 
@@ -140,7 +146,7 @@ fn median(v: Vec<f64>) -> f64 {
 async fn honest_client_goodput_under_a_flood() {
     let dir = std::env::temp_dir().join(format!("onionlab-bench-flood-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
-    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    let mut net = LocalNetwork::init(&bin(), &dir, 4, 1).expect("network init");
     net.start_relays().expect("relays start");
     net.start_client(Some(&PATH), "").expect("client starts");
     let key =
@@ -150,37 +156,41 @@ async fn honest_client_goodput_under_a_flood() {
         &key,
     )
     .expect("doc");
-    let guard = doc.relays[0].clone();
-    let guard_quic = guard
-        .addresses
-        .iter()
-        .find(|a| a.transport == "quic")
-        .expect("QUIC address")
-        .addr;
+    let quic_addr = |r: &RelayEntry| {
+        r.addresses
+            .iter()
+            .find(|a| a.transport == "quic")
+            .expect("QUIC address")
+            .addr
+    };
     let socks = net.socks_addr();
     let server = testnet::workload_server().await.expect("server");
     testnet::download(socks, server, LEN, None)
         .await
         .expect("warm-up");
 
-    let (mut quiet, mut flooded) = (Vec::new(), Vec::new());
+    // Samples (goodput Mbit/s, TTFB ms) per condition: quiet, flood at
+    // the guard, flood at the bystander.
+    let mut samples: [Vec<(f64, f64)>; 3] = Default::default();
     let counts = Arc::new(FloodCounts::default());
-    for round in 0..ROUNDS * 2 {
-        let flood = round % 2 == 1;
+    for round in 0..ROUNDS * 3 {
+        let condition = round % 3;
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
-        if flood {
-            let to = net.relay_addr(0);
+        if condition > 0 {
+            let target = if condition == 1 { 0 } else { BYSTANDER };
+            let entry = doc.relays[target].clone();
+            let to = net.relay_addr(target);
             tasks.push(tokio::spawn(tcp_flood(to, stop.clone(), counts.clone())));
             tasks.push(tokio::spawn(create2_flood(
                 to,
-                guard.clone(),
+                entry.clone(),
                 stop.clone(),
                 counts.clone(),
             )));
             tasks.push(tokio::spawn(quic_flood(
-                guard_quic,
-                guard.clone(),
+                quic_addr(&entry),
+                entry,
                 stop.clone(),
                 counts.clone(),
             )));
@@ -192,20 +202,15 @@ async fn honest_client_goodput_under_a_flood() {
             .await
             .expect("the honest client downloads");
         let secs = started.elapsed().as_secs_f64();
-        let sample = (
+        samples[condition].push((
             LEN as f64 * 8.0 / secs / 1e6,
             t.first_byte.as_secs_f64() * 1e3,
-        );
-        if flood {
-            flooded.push(sample);
-        } else {
-            quiet.push(sample);
-        }
+        ));
         stop.store(true, Ordering::Relaxed);
         for t in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
-        // Let the guard forget the flood (buckets refill) before a quiet round.
+        // Let the relays forget the flood (buckets refill) before the next round.
         tokio::time::sleep(Duration::from_secs(3)).await;
     }
     let goodput = |v: &[(f64, f64)]| median(v.iter().map(|s| s.0).collect());
@@ -216,23 +221,28 @@ async fn honest_client_goodput_under_a_flood() {
         counts.create2.load(Ordering::Relaxed),
         counts.quic.load(Ordering::Relaxed)
     );
+    let names = ["quiet", "flood at the guard", "flood at a bystander"];
+    for (name, v) in names.iter().zip(&samples) {
+        println!(
+            "{name}: goodput {:?} Mbit/s, TTFB {:?} ms",
+            v.iter().map(|s| s.0.round()).collect::<Vec<_>>(),
+            v.iter()
+                .map(|s| (s.1 * 10.0).round() / 10.0)
+                .collect::<Vec<_>>()
+        );
+    }
+    let [quiet, guard_flood, bystander_flood] = &samples;
+    for (name, v) in names.iter().zip(&samples) {
+        println!(
+            "{name}: median goodput {:.1} Mbit/s ({:.2} of quiet), median TTFB {:.1} ms",
+            goodput(v),
+            goodput(v) / goodput(quiet),
+            ttfb(v)
+        );
+    }
     println!(
-        "quiet:   goodput {:?} Mbit/s, TTFB {:?} ms",
-        quiet.iter().map(|s| s.0).collect::<Vec<_>>(),
-        quiet.iter().map(|s| s.1).collect::<Vec<_>>()
-    );
-    println!(
-        "flooded: goodput {:?} Mbit/s, TTFB {:?} ms",
-        flooded.iter().map(|s| s.0).collect::<Vec<_>>(),
-        flooded.iter().map(|s| s.1).collect::<Vec<_>>()
-    );
-    println!(
-        "median goodput quiet {:.1} Mbit/s, flooded {:.1} Mbit/s, ratio {:.2}; median TTFB quiet {:.1} ms, flooded {:.1} ms",
-        goodput(&quiet),
-        goodput(&flooded),
-        goodput(&flooded) / goodput(&quiet),
-        ttfb(&quiet),
-        ttfb(&flooded)
+        "flood at the guard against the same flood at a bystander: goodput ratio {:.2}",
+        goodput(guard_flood) / goodput(bystander_flood)
     );
     let log = fs::read_to_string(&net.relays[0].log).unwrap_or_default();
     let last_stats = log
