@@ -1038,6 +1038,8 @@ mod tests {
         let doc = onionlab_netdoc::NetworkDocument {
             network_name: "test".into(),
             created_unix: 0,
+            valid_after_unix: 0,
+            valid_until_unix: 0 + 86_400,
             relays,
         };
         let settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);

@@ -420,9 +420,12 @@ fn write_network(
         fs::write(&path, config).map_err(io_err("writing a relay config"))?;
         relay_configs.push((r.host.clone(), path, addr));
     }
+    let now = onionlab_netdoc::unix_now();
     let doc = NetworkDocument {
         network_name: "lab".into(),
-        created_unix: 0,
+        created_unix: now,
+        valid_after_unix: now,
+        valid_until_unix: now + onionlab_netdoc::DEFAULT_LIFETIME.as_secs(),
         relays: entries,
     };
     fs::write(dir.join("network.doc"), doc.to_signed_text(&network_key))

@@ -82,7 +82,7 @@ use tokio::io::AsyncReadExt;
 use tor_llcrypto::pk::ed25519::PublicKey;
 
 use crate::directory::HttpUrl;
-use crate::doc::{valid_nickname, NetworkDocument, MAX_DOCUMENT_LEN};
+use crate::doc::{valid_nickname, NetworkDocument, CLOCK_SKEW_ALLOWANCE, MAX_DOCUMENT_LEN};
 use crate::error::{toml_error, Error, Result};
 use crate::exit_targets::PrivateTargets;
 use crate::keys::{parse_public_key, read_file_limited};
@@ -203,14 +203,16 @@ impl<'de> Deserialize<'de> for NetworkSource {
 }
 
 /// Read (file) or fetch (URL, see [`crate::directory::fetch`]) the signed
-/// network document, verify it with `network_key` and parse it. Errors name
-/// the file or URL.
+/// network document, verify it with `network_key`, parse it, and check that
+/// it is valid now ([`NetworkDocument::check_time`] with
+/// [`CLOCK_SKEW_ALLOWANCE`]). Errors name the file or URL.
 ///
 /// # Errors
 ///
 /// [`Error::Io`] or [`Error::TooLarge`] for a file, the errors of
 /// [`crate::directory::fetch`] for a URL, then those of
-/// [`NetworkDocument::from_signed_text`].
+/// [`NetworkDocument::from_signed_text`], then [`Error::NotYetValid`] or
+/// [`Error::Expired`].
 pub async fn load_network(
     source: &NetworkSource,
     network_key: &PublicKey,
@@ -222,7 +224,16 @@ pub async fn load_network(
             (crate::directory::fetch(&url).await?, url)
         }
     };
-    NetworkDocument::from_signed_text_at(&text, network_key, &origin)
+    let doc = NetworkDocument::from_signed_text_at(&text, network_key, &origin)?;
+    doc.check_time(unix_now(), CLOCK_SKEW_ALLOWANCE, &origin)?;
+    Ok(doc)
+}
+
+/// Seconds since the Unix epoch now (0 if the clock is before it).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Read a document file of at most [`MAX_DOCUMENT_LEN`] bytes.

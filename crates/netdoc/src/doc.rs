@@ -10,6 +10,8 @@
 //! # onionlab network document v1
 //! network_name = "lab"
 //! created_unix = 1700000000
+//! valid_after_unix = 1700000000
+//! valid_until_unix = 1702592000
 //!
 //! [[relays]]
 //! nickname = "relay0"
@@ -38,6 +40,12 @@
 //! `bandwidth` (weight for path selection in KB/s, default 0) and
 //! `exit_policy` (rule strings, see [`crate::policy`]; default
 //! `reject *:*`).
+//!
+//! The document is valid from `valid_after_unix` to `valid_until_unix`
+//! (seconds since the Unix epoch, signed with the rest): nodes that load it
+//! refuse it outside that window, with a [`CLOCK_SKEW_ALLOWANCE`] either
+//! side ([`NetworkDocument::check_time`]), so an old signed document cannot
+//! be replayed (it travels over plain HTTP) once it has expired.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -55,6 +63,18 @@ use crate::policy::ExitPolicy;
 /// Domain separator signed before the body, so that a network key's
 /// signature on a document cannot be taken for a signature on anything else.
 pub const SIGNATURE_PREFIX: &[u8] = b"onionlab-network-document-v1\n";
+
+/// How far a node's clock may be off from the document signer's: a
+/// document is accepted from this long before `valid_after_unix` until
+/// this long after `valid_until_unix` (C tor allows a consensus a day of
+/// skew past its valid-until; our networks are small and their clocks
+/// close, so 5 minutes).
+pub const CLOCK_SKEW_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Default lifetime of a document made by `network init` or the lab: 30
+/// days (a lab network has one authority and no refresh; re-run
+/// `onionlab network init` or re-sign after that).
+pub const DEFAULT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// Largest signed document accepted, in bytes (16 MiB).
 pub const MAX_DOCUMENT_LEN: usize = 16 * 1024 * 1024;
@@ -79,6 +99,10 @@ pub struct NetworkDocument {
     pub network_name: String,
     /// When the document was made, in seconds since the Unix epoch.
     pub created_unix: u64,
+    /// Start of the validity period (seconds since the Unix epoch).
+    pub valid_after_unix: u64,
+    /// End of the validity period (seconds since the Unix epoch).
+    pub valid_until_unix: u64,
     /// The relays.
     pub relays: Vec<RelayEntry>,
 }
@@ -184,6 +208,10 @@ struct RawDocument {
     network_name: Spanned<String>,
     /// See [`NetworkDocument::created_unix`].
     created_unix: u64,
+    /// See [`NetworkDocument::valid_after_unix`].
+    valid_after_unix: u64,
+    /// See [`NetworkDocument::valid_until_unix`].
+    valid_until_unix: u64,
     /// See [`NetworkDocument::relays`].
     relays: Vec<Spanned<RelayEntry>>,
 }
@@ -199,6 +227,42 @@ struct Violation {
 }
 
 impl NetworkDocument {
+    /// The validity window for a document made at `now_unix` that lives
+    /// `lifetime`: `(created, valid_after, valid_until)`, all `now_unix`
+    /// but the last.
+    pub fn window(now_unix: u64, lifetime: std::time::Duration) -> (u64, u64, u64) {
+        (
+            now_unix,
+            now_unix,
+            now_unix.saturating_add(lifetime.as_secs()),
+        )
+    }
+
+    /// Is the document valid at `now_unix`, allowing `skew` either side?
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotYetValid`] or [`Error::Expired`], naming `origin` and
+    /// the times.
+    pub fn check_time(&self, now_unix: u64, skew: std::time::Duration, origin: &str) -> Result<()> {
+        let skew = skew.as_secs();
+        if now_unix.saturating_add(skew) < self.valid_after_unix {
+            return Err(Error::NotYetValid {
+                origin: origin.into(),
+                valid_after: self.valid_after_unix,
+                now: now_unix,
+            });
+        }
+        if now_unix > self.valid_until_unix.saturating_add(skew) {
+            return Err(Error::Expired {
+                origin: origin.into(),
+                valid_until: self.valid_until_unix,
+                now: now_unix,
+            });
+        }
+        Ok(())
+    }
+
     /// Check the rules of the [format](self): valid name, at least one
     /// relay, valid and unique nicknames and identities, at least one
     /// address per relay with a valid transport name and a usable address,
@@ -233,8 +297,20 @@ impl NetworkDocument {
                 message: "network_name must be 1-64 characters of [A-Za-z0-9._-]".into(),
             });
         }
-        if i64::try_from(self.created_unix).is_err() {
-            return Err(fail(None, "created_unix is above i64::MAX".into()));
+        for (what, t) in [
+            ("created_unix", self.created_unix),
+            ("valid_after_unix", self.valid_after_unix),
+            ("valid_until_unix", self.valid_until_unix),
+        ] {
+            if i64::try_from(t).is_err() {
+                return Err(fail(None, format!("{what} is above i64::MAX")));
+            }
+        }
+        if self.valid_after_unix > self.valid_until_unix {
+            return Err(fail(
+                None,
+                "valid_after_unix is after valid_until_unix".into(),
+            ));
         }
         if self.relays.is_empty() {
             return Err(fail(None, "the document lists no relays".into()));
@@ -317,6 +393,8 @@ impl NetworkDocument {
         let _ = writeln!(out, "# onionlab network document v1");
         let _ = writeln!(out, "network_name = {}", toml_string(&self.network_name));
         let _ = writeln!(out, "created_unix = {}", self.created_unix);
+        let _ = writeln!(out, "valid_after_unix = {}", self.valid_after_unix);
+        let _ = writeln!(out, "valid_until_unix = {}", self.valid_until_unix);
         if self.relays.is_empty() {
             let _ = writeln!(out, "relays = []");
         }
@@ -406,6 +484,8 @@ impl NetworkDocument {
         let doc = NetworkDocument {
             network_name: raw.network_name.into_inner(),
             created_unix: raw.created_unix,
+            valid_after_unix: raw.valid_after_unix,
+            valid_until_unix: raw.valid_until_unix,
             relays: raw.relays.into_iter().map(Spanned::into_inner).collect(),
         };
         doc.check().map_err(|v| {

@@ -126,6 +126,30 @@ pub enum Error {
         /// The time limit.
         after: Duration,
     },
+    /// The document's validity period has not started (beyond the clock
+    /// skew allowance): a clock is wrong, or the document is from the
+    /// future.
+    #[error("{origin}: not valid yet: valid from {valid_after} (Unix time), now is {now}; check this host's clock")]
+    NotYetValid {
+        /// File or URL.
+        origin: String,
+        /// The document's `valid_after_unix`.
+        valid_after: u64,
+        /// This host's time.
+        now: u64,
+    },
+    /// The document's validity period is over (beyond the clock skew
+    /// allowance): an old document replayed, or one that needs signing
+    /// again.
+    #[error("{origin}: expired: valid until {valid_until} (Unix time), now is {now}; make a new document (onionlab network init) or check this host's clock")]
+    Expired {
+        /// File or URL.
+        origin: String,
+        /// The document's `valid_until_unix`.
+        valid_until: u64,
+        /// This host's time.
+        now: u64,
+    },
     /// The options given to [`init_network`](crate::init::init_network) are
     /// inconsistent.
     #[error("invalid network set-up options: {0}")]

@@ -28,7 +28,6 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use onionlab_crypto::identity::RelaySecretKeys;
 
@@ -60,8 +59,12 @@ pub struct InitOptions {
     pub network_name: String,
     /// Bandwidth weight of every relay, KB/s (default 1000).
     pub bandwidth: u64,
-    /// Creation time written in the document; `None` means now.
+    /// Creation time written in the document; `None` means now. The
+    /// document is valid from then for `lifetime`.
     pub created_unix: Option<u64>,
+    /// How long the document is valid (default
+    /// [`DEFAULT_LIFETIME`](crate::doc::DEFAULT_LIFETIME), 30 days).
+    pub lifetime: std::time::Duration,
     /// Private or local targets the exits may reach despite rejecting
     /// private addresses (`exit_allow_private` in their `relay.toml`),
     /// such as `127.0.0.1:8000`; default none.
@@ -82,6 +85,7 @@ impl Default for InitOptions {
             network_name: "onionlab".into(),
             bandwidth: 1000,
             created_unix: None,
+            lifetime: crate::doc::DEFAULT_LIFETIME,
             exit_allow_private: PrivateTargets::none(),
         }
     }
@@ -269,11 +273,7 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
     keys::save_network_key(&network_key_secret, &network_key)?;
     keys::save_network_public_key(&network_key_public, &public)?;
 
-    let created_unix = opts.created_unix.unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-    });
+    let created_unix = opts.created_unix.unwrap_or_else(crate::config::unix_now);
     let first_exit = opts.relays - opts.exits;
     let mut entries = Vec::with_capacity(opts.relays);
     let mut relays = Vec::with_capacity(opts.relays);
@@ -318,9 +318,13 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         });
     }
 
+    let (created_unix, valid_after_unix, valid_until_unix) =
+        NetworkDocument::window(created_unix, opts.lifetime);
     let doc = NetworkDocument {
         network_name: opts.network_name.clone(),
         created_unix,
+        valid_after_unix,
+        valid_until_unix,
         relays: entries,
     };
     doc.validate()?;

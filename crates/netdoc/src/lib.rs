@@ -27,9 +27,12 @@ pub mod keys;
 pub mod policy;
 
 pub use config::{
-    load_network, ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
+    load_network, unix_now, ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler,
+    TransportChoice,
 };
-pub use doc::{Flags, NetworkDocument, RelayEntry, TransportAddress};
+pub use doc::{
+    Flags, NetworkDocument, RelayEntry, TransportAddress, CLOCK_SKEW_ALLOWANCE, DEFAULT_LIFETIME,
+};
 pub use error::{Error, Result};
 pub use init::{init_network, InitOptions, InitSummary};
 pub use policy::ExitPolicy;

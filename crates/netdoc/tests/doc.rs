@@ -6,6 +6,7 @@ use onionlab_netdoc::policy::ExitPolicy;
 use onionlab_netdoc::{Error, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use std::time::Duration;
 use tor_llcrypto::pk::ed25519::Keypair;
 
 fn network_key(seed: u8) -> Keypair {
@@ -37,6 +38,8 @@ fn sample_doc(n: usize) -> NetworkDocument {
     NetworkDocument {
         network_name: "test-net".into(),
         created_unix: 1_700_000_000,
+        valid_after_unix: 1_700_000_000,
+        valid_until_unix: 1_700_000_000 + 86_400,
         relays,
     }
 }
@@ -375,7 +378,7 @@ fn hand_written_body_with_defaults() {
     let id = hex::encode([1u8; 32]);
     let onion = hex::encode([2u8; 32]);
     let body = format!(
-        "network_name = \"hand\"\ncreated_unix = 0\n\n\
+        "network_name = \"hand\"\ncreated_unix = 0\nvalid_after_unix = 0\nvalid_until_unix = 10\n\n\
          [[relays]]\nnickname = \"a\"\ned_identity = \"{id}\"\nntor_onion_key = \"{onion}\"\n\
          addresses = [{{ transport = \"tls\", addr = \"[::1]:9001\" }}]\n"
     );
@@ -388,12 +391,48 @@ fn hand_written_body_with_defaults() {
 
     // A bad hex key and a bad policy rule are reported on their line.
     let err = parse_signed_body(&body.replace(&id, "xyz")).unwrap_err();
-    assert!(matches!(err, Error::Parse { line: 6, .. }), "{err}");
+    assert!(matches!(err, Error::Parse { line: 8, .. }), "{err}");
     assert!(err.to_string().contains("64 hex digits"), "{err}");
     let err = parse_signed_body(&format!(
         "{body}exit_policy = [\"accept *:*\", \"allow *:*\"]\n"
     ))
     .unwrap_err();
-    assert!(matches!(err, Error::Parse { line: 9, .. }), "{err}");
+    assert!(matches!(err, Error::Parse { line: 11, .. }), "{err}");
     assert!(err.to_string().contains("allow *:*"), "{err}");
+}
+
+#[test]
+fn the_validity_window_is_signed_checked_and_required() {
+    let doc = sample_doc(2);
+    let (after, until) = (doc.valid_after_unix, doc.valid_until_unix);
+    let skew = Duration::from_secs(300);
+    assert!(doc.check_time(after, skew, "d").is_ok());
+    assert!(doc.check_time(until, skew, "d").is_ok());
+    assert!(doc.check_time(after - 300, skew, "d").is_ok());
+    assert!(doc.check_time(until + 300, skew, "d").is_ok());
+    let early = doc.check_time(after - 301, skew, "d").unwrap_err();
+    assert!(matches!(early, Error::NotYetValid { .. }), "{early}");
+    assert!(early.to_string().contains("not valid yet"), "{early}");
+    let late = doc.check_time(until + 301, skew, "doc.txt").unwrap_err();
+    assert!(matches!(late, Error::Expired { .. }), "{late}");
+    assert!(late.to_string().starts_with("doc.txt: expired"), "{late}");
+
+    // The window is under the signature: moving it breaks the signature.
+    let key = network_key(3);
+    let text = doc.to_signed_text(&key);
+    let extended = text.replace(
+        &format!("valid_until_unix = {until}"),
+        &format!("valid_until_unix = {}", until + 365 * 86_400),
+    );
+    assert_ne!(extended, text);
+    let err = NetworkDocument::from_signed_text(&extended, &key.verifying_key()).unwrap_err();
+    assert!(matches!(err, Error::BadSignature { .. }), "{err}");
+
+    // An inverted window is invalid; a body without one is refused.
+    let mut inverted = doc.clone();
+    inverted.valid_after_unix = until + 1;
+    assert!(inverted.validate().is_err());
+    let without = body_of(&text).replace(&format!("valid_until_unix = {until}\n"), "");
+    let err = parse_signed_body(&without).unwrap_err();
+    assert!(err.to_string().contains("valid_until_unix"), "{err}");
 }

@@ -30,6 +30,8 @@ fn doc() -> NetworkDocument {
     NetworkDocument {
         network_name: "t".into(),
         created_unix: 0,
+        valid_after_unix: 0,
+        valid_until_unix: 0 + 86_400,
         relays: vec![r],
     }
 }

@@ -79,9 +79,12 @@ fn start_network(n: usize, seed: u64) -> (Vec<TestRelay>, NetworkDocument) {
         relays.push(e);
         keys.push(k);
     }
+    let now = onionlab_netdoc::unix_now();
     let doc = NetworkDocument {
         network_name: "test".into(),
-        created_unix: 0,
+        created_unix: now,
+        valid_after_unix: now,
+        valid_until_unix: now + onionlab_netdoc::DEFAULT_LIFETIME.as_secs(),
         relays,
     };
     let mut out = Vec::new();

@@ -284,6 +284,25 @@ impl LocalNetwork {
         for (k, v) in self.env.get(name).into_iter().flatten() {
             cmd.env(k, v);
         }
+        {
+            use std::os::unix::process::CommandExt;
+            // The node dies with the test process, even when that is
+            // killed (a test harness's timeout) and no Drop runs: no
+            // orphaned relay goes on using CPU and ports. (The signal
+            // comes when the *thread* that started the node ends: start
+            // nodes from the test's thread or a runtime worker, never from
+            // a short-lived `spawn_blocking` thread.)
+            // SAFETY: prctl(2) is async-signal-safe and changes only the
+            // child; nothing is allocated after fork.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         if let Some(&limit) = self.nofile.get(name) {
             use std::os::unix::process::CommandExt;
             // SAFETY: setrlimit(2) is async-signal-safe and touches only

@@ -165,6 +165,8 @@ impl Network {
         let doc = NetworkDocument {
             network_name: "test".into(),
             created_unix: 1_700_000_000,
+            valid_after_unix: 1_700_000_000,
+            valid_until_unix: 1_700_000_000 + 86_400,
             relays,
         };
         doc.validate().expect("valid document");

@@ -33,6 +33,12 @@ pub fn run(args: DirectoryArgs) -> Result<ExitCode> {
     let text = read_signed_file(&args.doc)?;
     let origin = args.doc.display().to_string();
     let doc = NetworkDocument::from_signed_text_at(&text, &key, &origin)?;
+    // Serving an expired document would only make every node refuse it.
+    doc.check_time(
+        onionlab_netdoc::unix_now(),
+        onionlab_netdoc::CLOCK_SKEW_ALLOWANCE,
+        &origin,
+    )?;
     runtime::current_thread()?.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await

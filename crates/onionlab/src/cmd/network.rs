@@ -40,6 +40,10 @@ pub enum NetworkCommand {
         /// repeatable.
         #[arg(long = "allow-private-target", value_name = "ADDR:PORT")]
         allow_private_targets: Vec<String>,
+        /// Days the signed network document is valid from now; nodes
+        /// refuse it after (plus 5 minutes of clock skew).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        valid_days: u32,
     },
 }
 
@@ -54,6 +58,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
             base_port,
             socks_port,
             allow_private_targets,
+            valid_days,
         } => {
             let exit_allow_private = PrivateTargets::parse(&allow_private_targets)?;
             let opts = InitOptions {
@@ -64,6 +69,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
                 base_port,
                 socks_port,
                 exit_allow_private,
+                lifetime: std::time::Duration::from_secs(u64::from(valid_days) * 24 * 3600),
                 ..InitOptions::default()
             };
             let summary = init_network(&opts, &mut rand::rng())?;
