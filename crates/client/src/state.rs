@@ -1039,7 +1039,7 @@ mod tests {
             network_name: "test".into(),
             created_unix: 0,
             valid_after_unix: 0,
-            valid_until_unix: 0 + 86_400,
+            valid_until_unix: 86_400,
             relays,
         };
         let settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);

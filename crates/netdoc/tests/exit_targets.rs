@@ -31,7 +31,7 @@ fn doc() -> NetworkDocument {
         network_name: "t".into(),
         created_unix: 0,
         valid_after_unix: 0,
-        valid_until_unix: 0 + 86_400,
+        valid_until_unix: 86_400,
         relays: vec![r],
     }
 }

@@ -14,12 +14,16 @@ use onionlab_netdoc::{
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
+const LIFETIME: std::time::Duration = std::time::Duration::from_secs(200 * 365 * 86_400);
+
 fn opts(out: &Path, relays: usize, exits: usize) -> InitOptions {
     InitOptions {
         relays,
         exits,
         out: out.to_path_buf(),
         created_unix: Some(1_234),
+        // Loadable now although made at a fixed time long ago.
+        lifetime: LIFETIME,
         ..InitOptions::default()
     }
 }
@@ -88,6 +92,8 @@ fn init_writes_loadable_files() {
     assert!(err.to_string().contains("network.doc"), "{err}");
     assert_eq!(doc.network_name, "onionlab");
     assert_eq!(doc.created_unix, 1_234);
+    assert_eq!(doc.valid_after_unix, 1_234);
+    assert_eq!(doc.valid_until_unix, 1_234 + LIFETIME.as_secs());
     assert_eq!(doc.relays.len(), 5);
 
     for (i, (relay, entry)) in summary.relays.iter().zip(&doc.relays).enumerate() {
