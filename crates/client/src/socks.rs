@@ -37,7 +37,7 @@ use std::io;
 use std::time::Duration;
 
 use onionlab_cell::msg::EndReason;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tor_socksproto::{Handshake, NextStep, SocksAuth, SocksProxyHandshake, SocksRequest};
 
@@ -194,8 +194,13 @@ pub(crate) fn socks5_failure(code: u8) -> [u8; 10] {
 /// The reply code for a SOCKS5 request (`raw`, as received) that
 /// `tor-socksproto` refused: 0x07 for an unsupported command (including
 /// tor's RESOLVE extensions, which this client does not serve), 0x08 for an
-/// unknown address type, else 0x01.
+/// unknown address type, else 0x01. A request that is not SOCKS5 gets 0x01
+/// whatever follows its version byte: the parser stopped there, and how
+/// much of the rest has arrived depends on how the reads fell.
 pub(crate) fn request_error_reply(raw: &[u8]) -> u8 {
+    if raw.first() != Some(&5) {
+        return reply::GENERAL_FAILURE;
+    }
     match raw.get(1) {
         Some(&cmd) if cmd != 1 => reply::COMMAND_NOT_SUPPORTED,
         _ => match raw.get(3) {
@@ -240,7 +245,23 @@ pub(crate) async fn handshake(
     }
 }
 
-async fn handshake_inner(sock: &mut TcpStream) -> Result<Accepted, HandshakeError> {
+/// The handshake on any byte stream, without a time limit, for the fuzz
+/// targets (`fuzz/fuzz_targets/socks_request.rs`): the accepted request
+/// and the bytes read after it, or why the handshake failed. Replies are
+/// written to `sock` exactly as [`handshake`] writes them.
+#[doc(hidden)]
+pub async fn handshake_for_fuzzing<S: AsyncRead + AsyncWrite + Unpin>(
+    sock: &mut S,
+) -> Result<(SocksRequest, Vec<u8>), String> {
+    handshake_inner(sock)
+        .await
+        .map(|a| (a.request, a.early_data))
+        .map_err(|e| e.to_string())
+}
+
+async fn handshake_inner<S: AsyncRead + AsyncWrite + Unpin>(
+    sock: &mut S,
+) -> Result<Accepted, HandshakeError> {
     let mut hs = SocksProxyHandshake::new();
     let mut buf = tor_socksproto::Buffer::new();
     let mut phase = Phase::Start;
@@ -367,6 +388,21 @@ mod tests {
         // Something else (a port of 0, a bad version byte...).
         assert_eq!(request_error_reply(&[5, 1, 0, 1, 0, 0, 0, 0, 0, 0]), 0x01);
         assert_eq!(request_error_reply(&[5]), 0x01);
+        assert_eq!(request_error_reply(&[]), 0x01);
+    }
+
+    /// Found by the `socks_request` fuzz target: a request with a wrong
+    /// version byte after username/password authentication
+    /// (`05 01 02 | 01 05 alice 00 | 01 26 64 05 01 00 01 7f 00 00 01 1f 90`)
+    /// got reply 0x07 when the bytes after the version had arrived with it
+    /// (byte 1 read as a command), and 0x01 when they had not.
+    #[test]
+    fn bad_version_reply_does_not_depend_on_read_boundaries() {
+        let raw = [1, 0x26, 0x64, 5, 1, 0, 1, 0x7f, 0, 0, 1, 0x1f, 0x90];
+        for n in 1..=raw.len() {
+            assert_eq!(request_error_reply(&raw[..n]), 0x01, "{n} bytes");
+        }
+        assert_eq!(request_error_reply(&[4, 2, 0, 9]), 0x01);
         assert_eq!(socks5_failure(8), [5, 8, 0, 1, 0, 0, 0, 0, 0, 0]);
     }
 

@@ -28,6 +28,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 pub use crate::doc::MAX_DOCUMENT_LEN;
@@ -104,9 +105,23 @@ pub async fn serve(listener: TcpListener, doc_text: Arc<str>, shutdown: impl Fut
     }
 }
 
+/// Serve one request on `stream` exactly as the directory serves a TCP
+/// connection, for the fuzz targets (`fuzz/fuzz_targets/dir_http.rs`).
+#[doc(hidden)]
+pub async fn serve_stream_for_fuzzing<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
+    doc_text: Arc<str>,
+) {
+    let body = Bytes::from_owner(SharedText(doc_text));
+    // Kept alive: a dropped sender would start a graceful shutdown.
+    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let peer = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0));
+    serve_connection(stream, peer, body, stop_rx).await;
+}
+
 /// Serve one connection.
-async fn serve_connection(
-    stream: TcpStream,
+async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: S,
     peer: SocketAddr,
     body: Bytes,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -119,6 +134,11 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .keep_alive(false)
+        // A client may close its sending side right after the request
+        // (`nc -N`, `shutdown(SHUT_WR)`): still answer it. Without this,
+        // hyper drops the connection at the EOF and the answer is lost
+        // whenever the EOF is read before the answer is written.
+        .half_close(true)
         .max_buf_size(16 * 1024)
         .serve_connection(TokioIo::new(stream), svc);
     tokio::pin!(conn);
@@ -385,7 +405,32 @@ async fn fetch_inner(url: &HttpUrl, max_len: usize) -> Result<String> {
     }
     let stream = stream.ok_or_else(|| fail(last_err.unwrap_or_else(|| "no address".into())))?;
     let _ = stream.set_nodelay(true);
+    fetch_over(stream, url, max_len).await
+}
 
+/// [`fetch_over`] for the fuzz targets (`fuzz/fuzz_targets/dir_http.rs`):
+/// the request for `url` written to `stream`, the answer read from it.
+#[doc(hidden)]
+pub async fn fetch_over_stream_for_fuzzing<S>(
+    stream: S,
+    url: &HttpUrl,
+    max_len: usize,
+) -> Result<String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    fetch_over(stream, url, max_len).await
+}
+
+/// The HTTP exchange of [`fetch_inner`] on a connected stream.
+async fn fetch_over<S>(stream: S, url: &HttpUrl, max_len: usize) -> Result<String>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let fail = |reason: String| Error::Http {
+        url: url.to_string(),
+        reason,
+    };
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(64 * 1024)
         .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))

@@ -191,7 +191,12 @@ pub(crate) fn toml_error(origin: &str, text: &str, e: &toml::de::Error) -> Error
         origin: origin.to_string(),
         line,
         column,
-        message: e.message().trim_end().to_string(),
+        // toml leaves the message of some syntax errors (a control
+        // character in a comment, for one) empty.
+        message: match e.message().trim_end() {
+            "" => "invalid TOML syntax".to_string(),
+            m => m.to_string(),
+        },
     }
 }
 

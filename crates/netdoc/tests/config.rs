@@ -134,3 +134,17 @@ fn bad_values_are_clear_errors() {
     let err = "reno".parse::<Congestion>().unwrap_err();
     assert!(err.contains("\"cubic\", \"newreno\", \"bbr\""), "{err}");
 }
+
+/// Found by the `config_parse` fuzz target: a NUL in a comment gave a
+/// parse error with an empty message (`relay.toml:6:4: `).
+#[test]
+fn syntax_errors_say_something() {
+    for extra in ["# a comment with a \0 inside\n", "x = \"\u{1}\"\n"] {
+        let err = relay(extra).unwrap_err();
+        let Error::Parse { line, message, .. } = &err else {
+            panic!("{extra:?}: {err}");
+        };
+        assert_eq!(*line, 6, "{extra:?}: {err}");
+        assert!(!message.is_empty(), "{extra:?}: {err:?}");
+    }
+}

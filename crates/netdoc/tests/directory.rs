@@ -92,6 +92,47 @@ async fn serve_and_fetch() {
     assert!(fetch(&url).await.is_err());
 }
 
+/// Found by the `dir_http` fuzz target: a client that closes its sending
+/// side right after its request got no answer when the server read the
+/// EOF before it wrote (hyper closes at once on EOF unless half-closed
+/// connections are allowed).
+#[tokio::test]
+async fn requests_followed_by_eof_are_answered() {
+    let text = "doc\n";
+    let (addr, stop, task) = start(text).await;
+    for (request, status) in [
+        (&b"GET /network.doc HTTP/1.1\r\nHost: x\r\n\r\n"[..], "200"),
+        (b"HEAD /network.doc HTTP/1.0\r\n\r\n", "200"),
+        (b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n", "404"),
+        (
+            b"POST /network.doc HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
+            "413",
+        ),
+    ] {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(request).await.unwrap();
+        s.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8_lossy(&out);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{request:?}: {answer:?}"
+        );
+        if request.starts_with(b"GET /network.doc") {
+            assert!(answer.ends_with(text), "{answer}");
+        }
+    }
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn oversized_answers_are_refused() {
     // By Content-Length.

@@ -34,3 +34,10 @@ pub use exit::{
     DEFAULT_MAX_PENDING_CONNECTS,
 };
 pub use relay::{Relay, RelaySettings, RelayStats, DEFAULT_CHANNEL_IDLE_TIMEOUT};
+
+/// Private pieces of the relay made reachable for the fuzz targets
+/// (`fuzz/`); not a stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::relay::extend_target;
+}

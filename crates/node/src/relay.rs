@@ -866,7 +866,8 @@ fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {
 
 /// Where EXTEND2 asks us to go, checked against the network document: we
 /// only connect to relays it lists, at the address it lists.
-fn extend_target(
+#[doc(hidden)]
+pub fn extend_target(
     doc: &NetworkDocument,
     linkspecs: &[EncodedLinkSpec],
 ) -> Result<(Ed25519Identity, PeerAddrs), String> {

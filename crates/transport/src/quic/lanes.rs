@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use super::{quic_err, write_lane_header, Mode, QuicLink, QuicTransport, LANE_HIGH_WATER};
+use super::{quic_err, wire, write_lane_header, Mode, QuicLink, QuicTransport, LANE_HIGH_WATER};
 use crate::link::StreamCellReader;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
@@ -322,14 +322,7 @@ async fn accept_streams(link: Arc<LinkShared>) {
             return;
         };
         match super::read_lane_header(&mut recv, link.addr()).await {
-            Ok(circ_id) if circ_id != 0 => accept_lane(&link, circ_id, send, recv, None),
-            Ok(_) => {
-                link.fail(Error::Protocol {
-                    peer: link.addr(),
-                    detail: "a lane for circuit ID 0".into(),
-                });
-                return;
-            }
+            Ok(circ_id) => accept_lane(&link, circ_id, send, recv, None),
             Err(e) => {
                 link.fail(e);
                 return;
@@ -504,48 +497,18 @@ async fn read_lane_cells(
             }
         };
         if n == 0 {
-            return if buf.is_empty() {
-                Ok(())
-            } else {
-                Err(Some(Error::Protocol {
-                    peer,
-                    detail: format!("lane {circ_id} ended inside a cell ({} bytes)", buf.len()),
-                }))
-            };
+            return wire::lane_end(circ_id, buf.len(), peer).map_err(Some);
         }
         tracing::trace!(circ_id, bytes = n, "lane read");
         let mut batch = Vec::new();
         loop {
-            let cell = match codec.decode(&mut buf) {
+            let cell = match wire::next_lane_cell(&mut codec, circ_id, &mut buf, peer) {
                 Ok(Some(cell)) => cell,
                 Ok(None) => break,
-                Err(source) => return Err(Some(Error::Cell { peer, source })),
+                Err(e) => return Err(Some(e)),
             };
-            if cell.circid().map(u32::from) != Some(circ_id) {
-                return Err(Some(Error::Protocol {
-                    peer,
-                    detail: format!(
-                        "{} cell for circuit {:?} on the lane of circuit {circ_id}",
-                        cell.msg().cmd(),
-                        cell.circid().map(u32::from)
-                    ),
-                }));
-            }
-            match cell.msg() {
-                AnyChanMsg::Versions(_)
-                | AnyChanMsg::Netinfo(_)
-                | AnyChanMsg::Certs(_)
-                | AnyChanMsg::AuthChallenge(_)
-                | AnyChanMsg::Authenticate(_)
-                | AnyChanMsg::Padding(_)
-                | AnyChanMsg::Vpadding(_) => {
-                    return Err(Some(Error::Protocol {
-                        peer,
-                        detail: format!("{} cell on a circuit lane", cell.msg().cmd()),
-                    }))
-                }
-                AnyChanMsg::Destroy(_) => link.close_lane(circ_id),
-                _ => {}
+            if matches!(cell.msg(), AnyChanMsg::Destroy(_)) {
+                link.close_lane(circ_id);
             }
             batch.push(cell);
             if batch.len() == MAX_BATCH

@@ -103,6 +103,15 @@
 
 pub mod gate;
 mod lanes;
+mod wire;
+
+/// The pure parsing of the QUIC transport's reads (preambles, lane
+/// headers, lane cells), reachable for the fuzz targets (`fuzz/`); not a
+/// stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::wire::*;
+}
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -127,6 +136,7 @@ use gate::{GateCounters, HandshakeGate, HandshakeLimits, Verdict};
 
 use lanes::{LinkShared, LinkSpec};
 pub use lanes::{QuicReader, QuicWriter};
+use wire::Preamble;
 
 /// An open QUIC link.
 pub type QuicLink = Link<QuicReader, QuicWriter>;
@@ -597,21 +607,15 @@ impl QuicTransport {
         send.write_all(&preamble)
             .await
             .map_err(|e| quic_err(addr, e))?;
-        let mut answer = [0u8; 4 + TOKEN_LEN];
+        let mut answer = [0u8; wire::LINK_ANSWER_LEN];
         recv.read_exact(&mut answer)
             .await
             .map_err(|e| Error::Protocol {
                 peer: addr,
                 detail: format!("reading the QUIC link preamble: {e}"),
             })?;
-        if &answer[..4] != LINK_MAGIC {
-            return Err(Error::Protocol {
-                peer: addr,
-                detail: "bad QUIC link preamble".into(),
-            });
-        }
-        let mut peer_token = [0u8; TOKEN_LEN];
-        peer_token.copy_from_slice(&answer[4..]);
+        let peer_token = wire::parse_link_answer(&answer)
+            .map_err(|detail| Error::Protocol { peer: addr, detail })?;
         let mut control = tokio::io::join(recv, send);
         let role = Role::Initiator {
             my_addrs: self.inner.my_addrs.clone(),
@@ -752,50 +756,32 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
         .map_err(|e| quic_err(addr, e))?;
     let identity = peer_identity(&conn);
     let (send, mut recv) = conn.accept_bi().await.map_err(|e| quic_err(addr, e))?;
-    let mut magic = [0u8; 4];
-    recv.read_exact(&mut magic)
+    let mut preamble = [0u8; 4 + TOKEN_LEN + 4];
+    recv.read_exact(&mut preamble[..4])
         .await
         .map_err(|e| quic_err(addr, e))?;
-    if &magic == LINK_MAGIC {
-        let mut rest = [0u8; 1 + TOKEN_LEN];
-        recv.read_exact(&mut rest)
-            .await
-            .map_err(|e| quic_err(addr, e))?;
-        let mode = Mode::from_byte(rest[0]).ok_or_else(|| Error::Protocol {
-            peer: addr,
-            detail: format!("unknown QUIC link mode {}", rest[0]),
-        })?;
-        let mut peer_token = [0u8; TOKEN_LEN];
-        peer_token.copy_from_slice(&rest[1..]);
-        return Ok(Accepted::Link(QuicIncoming {
-            conn,
-            send,
-            recv,
-            addr,
-            identity,
-            mode,
-            peer_token,
-        }));
-    }
-    if &magic != LANE_MAGIC {
-        conn.close(VarInt::from_u32(1), b"bad preamble");
-        return Err(Error::Protocol {
-            peer: addr,
-            detail: "bad QUIC preamble".into(),
-        });
-    }
-    let mut rest = [0u8; TOKEN_LEN + 4];
-    recv.read_exact(&mut rest)
+    let magic: [u8; 4] = preamble[..4].try_into().expect("4 bytes");
+    let len = wire::preamble_len(&magic).unwrap_or(4);
+    recv.read_exact(&mut preamble[4..len])
         .await
         .map_err(|e| quic_err(addr, e))?;
-    let Some((token, circ_id)) = lane_connection_header(&rest) else {
-        // Circuit ID 0 is the link's control stream: a lane for it would
-        // replace or close the control stream.
-        conn.close(VarInt::from_u32(1), b"lane for circuit ID 0");
-        return Err(Error::Protocol {
-            peer: addr,
-            detail: "a lane connection for circuit ID 0".into(),
-        });
+    let (token, circ_id) = match wire::parse_preamble(&preamble[..len]) {
+        Ok(Preamble::Link { mode, peer_token }) => {
+            return Ok(Accepted::Link(QuicIncoming {
+                conn,
+                send,
+                recv,
+                addr,
+                identity,
+                mode,
+                peer_token,
+            }))
+        }
+        Ok(Preamble::Lane { token, circ_id }) => (token, circ_id),
+        Err(detail) => {
+            conn.close(VarInt::from_u32(1), b"bad preamble");
+            return Err(Error::Protocol { peer: addr, detail });
+        }
     };
     let link = lock(tokens).get(&token).and_then(Weak::upgrade);
     let Some(link) = link else {
@@ -814,17 +800,6 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
     }
     lanes::accept_lane(&link, circ_id, send, recv, Some(conn));
     Ok(Accepted::Lane)
-}
-
-/// The link token and circuit ID of a lane connection's preamble (after
-/// its magic); `None` for circuit ID 0, which no lane may carry.
-fn lane_connection_header(rest: &[u8; TOKEN_LEN + 4]) -> Option<([u8; TOKEN_LEN], u32)> {
-    let mut token = [0u8; TOKEN_LEN];
-    token.copy_from_slice(&rest[..TOKEN_LEN]);
-    let mut id = [0u8; 4];
-    id.copy_from_slice(&rest[TOKEN_LEN..]);
-    let circ_id = u32::from_be_bytes(id);
-    (circ_id != 0).then_some((token, circ_id))
 }
 
 impl crate::Transport for QuicTransport {
@@ -994,7 +969,7 @@ pub(crate) async fn write_lane_header(
     send.write_all(&header).await.map_err(|e| quic_err(peer, e))
 }
 
-/// Read a lane's circuit ID from a stream the peer opened.
+/// Read a lane's circuit ID from a stream the peer opened (never 0).
 pub(crate) async fn read_lane_header(
     recv: &mut quinn::RecvStream,
     peer: SocketAddr,
@@ -1006,22 +981,5 @@ pub(crate) async fn read_lane_header(
             peer,
             detail: format!("reading a lane header: {e}"),
         })?;
-    Ok(u32::from_be_bytes(id))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lane_connection_for_circuit_zero_is_refused() {
-        let mut rest = [7u8; TOKEN_LEN + 4];
-        rest[TOKEN_LEN..].copy_from_slice(&0u32.to_be_bytes());
-        assert_eq!(lane_connection_header(&rest), None);
-        rest[TOKEN_LEN..].copy_from_slice(&0x8000_0001u32.to_be_bytes());
-        assert_eq!(
-            lane_connection_header(&rest),
-            Some(([7u8; TOKEN_LEN], 0x8000_0001))
-        );
-    }
+    wire::lane_circ_id(id).map_err(|detail| Error::Protocol { peer, detail })
 }

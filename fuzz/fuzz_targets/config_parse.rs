@@ -1,0 +1,212 @@
+//! Arbitrary text as a relay configuration (`RelayConfig::from_toml_str`)
+//! and as a client configuration (`ClientConfig::from_toml_str`), both
+//! with relative paths resolved against `/lab/node`.
+//!
+//! Checked besides "no panic":
+//! * an error is `Parse` (with a line and column inside the text) or
+//!   `Invalid`, and names the origin;
+//! * a configuration that parses keeps the rules its fields document: the
+//!   network key parses, every "must be positive" setting is above 0, the
+//!   QUIC keep-alive is below the idle timeout, which is at most a day, and
+//!   the QUIC settings built from them validate as the transport checks
+//!   them (`QuicSettings::validate`); nicknames (the relay's, a pinned
+//!   path's) are valid; a URL source prints to a URL that parses back
+//!   equal; relative paths became absolute; parsing is deterministic;
+//! * a relay's `exit_allow_private` prints (`Display`, a TOML array) to
+//!   entries that parse back to an equal list;
+//! * a client configuration turns into `ClientSettings` (as
+//!   `onionlab client` does) whose QUIC settings validate and whose
+//!   timeouts can be added to `Instant::now()`.
+#![no_main]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use libfuzzer_sys::fuzz_target;
+use onionlab_client::ClientSettings;
+use onionlab_netdoc::config::{NetworkSource, MAX_QUIC_IDLE_TIMEOUT_MS};
+use onionlab_netdoc::directory::HttpUrl;
+use onionlab_netdoc::{
+    ClientConfig, Error, ExitPolicy, NetworkDocument, RelayConfig, RelayEntry, TransportAddress,
+};
+use onionlab_transport::quic::QuicSettings;
+
+const BASE: &str = "/lab/node";
+
+fn valid_nickname(n: &str) -> bool {
+    (1..=19).contains(&n.len()) && n.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+fn check_error(e: &Error, text: &str, origin: &str) {
+    match e {
+        Error::Parse {
+            origin: o,
+            line,
+            column,
+            message,
+        } => {
+            assert_eq!(o, origin);
+            assert!(*line >= 1 && *column >= 1);
+            assert!(
+                *line <= text.split('\n').count(),
+                "line {line} past the end"
+            );
+            assert!(!message.is_empty(), "empty message: {e:?}");
+        }
+        Error::Invalid { origin: o, message } => {
+            assert_eq!(o, origin);
+            assert!(!message.is_empty());
+        }
+        other => panic!("unexpected error kind: {other}"),
+    }
+}
+
+fn check_source(s: &NetworkSource) {
+    match s {
+        NetworkSource::File(p) => assert!(p.is_absolute(), "{p:?} not resolved"),
+        NetworkSource::Url(u) => {
+            let back = HttpUrl::parse(&u.to_string()).expect("a printed URL parses");
+            assert_eq!(&back, u);
+        }
+    }
+}
+
+fn check_quic(keep_alive_ms: u64, idle_ms: u64, handshake_ms: u64) {
+    assert!(keep_alive_ms > 0 && keep_alive_ms < idle_ms && idle_ms <= MAX_QUIC_IDLE_TIMEOUT_MS);
+    let quic = QuicSettings {
+        keep_alive: Duration::from_millis(keep_alive_ms),
+        idle_timeout: Duration::from_millis(idle_ms),
+        handshake_timeout: Duration::from_millis(handshake_ms),
+        ..QuicSettings::default()
+    };
+    quic.validate()
+        .expect("QUIC settings of a valid configuration validate");
+}
+
+fn relay(text: &str) {
+    let base = Path::new(BASE);
+    let cfg = match RelayConfig::from_toml_str(text, "relay.toml", base) {
+        Ok(cfg) => cfg,
+        Err(e) => return check_error(&e, text, "relay.toml"),
+    };
+    let again = RelayConfig::from_toml_str(text, "relay.toml", base).expect("parses twice");
+    assert_eq!(again, cfg);
+    cfg.network_public_key()
+        .expect("a parsed network key is valid");
+    assert!(valid_nickname(&cfg.nickname), "{:?}", cfg.nickname);
+    assert!(cfg.keys.is_absolute());
+    check_source(&cfg.network);
+    for v in [
+        cfg.ewma_half_life_ms,
+        cfg.max_mem_in_queues,
+        cfg.link_handshake_timeout_ms,
+        cfg.exit_connect_timeout_ms,
+        cfg.exit_max_concurrent_lookups,
+        cfg.exit_max_pending_connects,
+        cfg.dos_max_conns_per_address,
+        cfg.dos_conn_rate,
+        cfg.dos_conn_burst,
+        cfg.dos_max_conns_total,
+        cfg.dos_max_handshakes,
+        cfg.dos_create_rate,
+        cfg.dos_create_burst,
+        cfg.dos_create_min_conns,
+    ] {
+        assert!(v > 0, "a setting that must be positive is 0");
+    }
+    check_quic(
+        cfg.quic_keep_alive_ms,
+        cfg.quic_idle_timeout_ms,
+        cfg.link_handshake_timeout_ms,
+    );
+    // exit_allow_private prints as a TOML array that parses back equal.
+    let key = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[3; 32]).verifying_key();
+    let key: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let printed = format!(
+        "nickname = \"r\"\nkeys = \"k\"\nlisten = \"127.0.0.1:1\"\nnetwork = \"n\"\n\
+         network_key = \"{key}\"\nexit_allow_private = {}\n",
+        cfg.exit_allow_private
+    );
+    let back = RelayConfig::from_toml_str(&printed, "printed.toml", base)
+        .unwrap_or_else(|e| panic!("printed exit_allow_private does not parse: {e}\n{printed}"));
+    assert_eq!(back.exit_allow_private, cfg.exit_allow_private);
+}
+
+fn document() -> NetworkDocument {
+    let mut entry = RelayEntry {
+        nickname: "relay1".into(),
+        ed_identity: [1; 32],
+        ntor_onion_key: [2; 32],
+        addresses: vec![TransportAddress {
+            transport: "tls".into(),
+            addr: "10.0.0.1:9001".parse().expect("literal"),
+        }],
+        flags: Default::default(),
+        bandwidth: 1,
+        exit_policy: ExitPolicy::reject_all(),
+    };
+    entry.flags.guard = true;
+    NetworkDocument {
+        network_name: "fuzz".into(),
+        created_unix: 1,
+        valid_after_unix: 1,
+        valid_until_unix: 2,
+        relays: vec![entry],
+    }
+}
+
+fn client(text: &str) {
+    let base = Path::new(BASE);
+    let cfg = match ClientConfig::from_toml_str(text, "client.toml", base) {
+        Ok(cfg) => cfg,
+        Err(e) => return check_error(&e, text, "client.toml"),
+    };
+    let again = ClientConfig::from_toml_str(text, "client.toml", base).expect("parses twice");
+    assert_eq!(again, cfg);
+    cfg.network_public_key()
+        .expect("a parsed network key is valid");
+    check_source(&cfg.network);
+    if let Some(path) = &cfg.path {
+        assert!(!path.is_empty());
+        assert!(path.iter().all(|n| valid_nickname(n)), "{path:?}");
+    }
+    for v in [
+        cfg.circuit_build_timeout_ms,
+        cfg.stream_connect_timeout_ms,
+        cfg.socks_handshake_timeout_ms,
+        cfg.max_socks_connections,
+        cfg.link_handshake_timeout_ms,
+    ] {
+        assert!(v > 0, "a setting that must be positive is 0");
+    }
+    check_quic(
+        cfg.quic_keep_alive_ms,
+        cfg.quic_idle_timeout_ms,
+        cfg.link_handshake_timeout_ms,
+    );
+    let settings = ClientSettings::from_config(&cfg, document());
+    let mut quic = settings.quic;
+    quic.handshake_timeout = settings.link_handshake_timeout;
+    quic.validate()
+        .expect("the client's QUIC settings validate");
+    let now = Instant::now();
+    for d in [
+        settings.circuit_build_timeout,
+        settings.stream_connect_timeout,
+        settings.socks_handshake_timeout,
+        settings.link_handshake_timeout,
+    ] {
+        assert!(
+            now.checked_add(d).is_some(),
+            "timeout {d:?} overflows a deadline"
+        );
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    relay(text);
+    client(text);
+});
