@@ -118,8 +118,9 @@ async fn requests_followed_by_eof_are_answered() {
             .unwrap()
             .unwrap();
         let answer = String::from_utf8_lossy(&out);
+        // hyper answers in the request's HTTP version (1.0 or 1.1).
         assert!(
-            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            answer.starts_with("HTTP/1.") && answer.get(9..12) == Some(status),
             "{request:?}: {answer:?}"
         );
         if request.starts_with(b"GET /network.doc") {
