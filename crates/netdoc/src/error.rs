@@ -141,7 +141,7 @@ pub enum Error {
     /// The document's validity period is over (beyond the clock skew
     /// allowance): an old document replayed, or one that needs signing
     /// again.
-    #[error("{origin}: expired: valid until {valid_until} (Unix time), now is {now}; make a new document (onionlab network init) or check this host's clock")]
+    #[error("{origin}: expired: valid until {valid_until} (Unix time), now is {now}; sign it again (onionlab network resign --dir NETWORK_DIR) or check this host's clock")]
     Expired {
         /// File or URL.
         origin: String,

@@ -45,6 +45,17 @@ pub enum NetworkCommand {
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
         valid_days: u32,
     },
+    /// Sign the network document of a directory made by `init` again,
+    /// valid from now for `--valid-days`, with its network key (same keys,
+    /// same relays): renews a document before or after it expires.
+    Resign {
+        /// The network directory (`network.doc`, `network-key.secret`).
+        #[arg(long)]
+        dir: PathBuf,
+        /// Days the renewed document is valid from now.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        valid_days: u32,
+    },
 }
 
 /// Run a network command.
@@ -76,5 +87,37 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
             println!("{summary}");
             Ok(ExitCode::SUCCESS)
         }
+        NetworkCommand::Resign { dir, valid_days } => resign(&dir, valid_days),
     }
+}
+
+/// Verify `dir/network.doc` with `dir/network-key.secret` (an expired
+/// document is fine: its signature still proves it), give it a window
+/// from now, sign it and replace the file (written aside, then renamed).
+fn resign(dir: &std::path::Path, valid_days: u32) -> Result<ExitCode> {
+    let key = onionlab_netdoc::keys::load_network_key(&dir.join("network-key.secret"))?;
+    let path = dir.join("network.doc");
+    let old = onionlab_netdoc::NetworkDocument::load_file(&path, &key.verifying_key())?;
+    let lifetime = std::time::Duration::from_secs(u64::from(valid_days) * 24 * 3600);
+    let (created_unix, valid_after_unix, valid_until_unix) =
+        onionlab_netdoc::NetworkDocument::window(onionlab_netdoc::unix_now(), lifetime);
+    let doc = onionlab_netdoc::NetworkDocument {
+        created_unix,
+        valid_after_unix,
+        valid_until_unix,
+        ..old
+    };
+    doc.validate()?;
+    let tmp = dir.join("network.doc.new");
+    let write_err = |source| crate::error::Error::Write {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::write(&tmp, doc.to_signed_text(&key)).map_err(write_err)?;
+    std::fs::rename(&tmp, &path).map_err(write_err)?;
+    println!(
+        "{}: signed again, valid from {valid_after_unix} to {valid_until_unix} (Unix time)",
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
