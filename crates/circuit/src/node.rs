@@ -145,6 +145,35 @@ pub enum NodeEvent {
         /// What it did.
         detail: String,
     },
+    /// The out-of-memory handler closed a channel whose transport held
+    /// the most received data; the node has already forgotten it (and
+    /// destroyed its circuits): close the link.
+    ChannelOutOfMemory {
+        /// The channel.
+        chan: ChannelId,
+        /// How much it held, against which limit.
+        detail: String,
+    },
+}
+
+/// Which of a channel's transport buffers a
+/// [`RelayNode::set_transport_buffered`] report is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportBuffer {
+    /// Cells handed to the transport, not yet sent (a QUIC link's lane
+    /// buffers, a TLS link's send buffer).
+    Send,
+    /// Data received by the transport, not yet handed to the node (a QUIC
+    /// link's reader queue and the flow-control windows of its blocked
+    /// lanes, a TLS link's read buffer).
+    Receive,
+}
+
+/// What the out-of-memory handler may free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum OomVictim {
+    Circuit(Reverse<CircKey>),
+    Channel(ChannelId),
 }
 
 /// Key a channel's scheduler orders: a circuit and which of its sides
@@ -173,8 +202,12 @@ struct Channel {
     next_circ_id: u32,
     /// Cells dropped because their circuit was unknown.
     unknown_circuit_cells: u64,
-    /// Bytes the channel's transport buffers (reported by the driver).
-    transport_bytes: usize,
+    /// Bytes the channel's transport holds to send (reported by the
+    /// driver).
+    transport_send: usize,
+    /// Bytes the channel's transport holds received (reported by the
+    /// driver).
+    transport_recv: usize,
 }
 
 struct CircEntry {
@@ -198,10 +231,13 @@ pub struct RelayNode {
     circ_bytes: usize,
     /// Cells in all channels' `control` queues.
     control_cells: usize,
-    /// Sum of every channel's `transport_bytes`.
+    /// Sum of every channel's `transport_send` and `transport_recv`.
     transport_bytes: usize,
+    /// Sum of every channel's `transport_recv`.
+    transport_recv: usize,
     /// Circuits killed by the out-of-memory handler.
     oom_killed: u64,
+    oom_channels_closed: u64,
 }
 
 impl std::fmt::Debug for RelayNode {
@@ -226,8 +262,10 @@ impl RelayNode {
             rng,
             circ_bytes: 0,
             transport_bytes: 0,
+            transport_recv: 0,
             control_cells: 0,
             oom_killed: 0,
+            oom_channels_closed: 0,
         }
     }
 
@@ -250,7 +288,8 @@ impl RelayNode {
                 // the channel has carried.
                 next_circ_id: self.rng.next_u32(),
                 unknown_circuit_cells: 0,
-                transport_bytes: 0,
+                transport_send: 0,
+                transport_recv: 0,
             },
         );
     }
@@ -258,11 +297,18 @@ impl RelayNode {
     /// A channel is gone: every circuit using it closes, DESTROY going out
     /// on their other side.
     pub fn remove_channel(&mut self, now: Instant, chan: ChannelId) {
+        self.detach_channel(now, chan);
+        self.enforce_mem_limit(now);
+    }
+
+    /// [`remove_channel`](Self::remove_channel) without the memory limit.
+    fn detach_channel(&mut self, now: Instant, chan: ChannelId) {
         let Some(ch) = self.channels.remove(&chan) else {
             return;
         };
         self.control_cells -= ch.control.len();
-        self.transport_bytes -= ch.transport_bytes;
+        self.transport_bytes -= ch.transport_send + ch.transport_recv;
+        self.transport_recv -= ch.transport_recv;
         for (_, (key, side)) in ch.circuits {
             let Some(entry) = self.circuits.get_mut(&key) else {
                 continue;
@@ -279,7 +325,7 @@ impl RelayNode {
                         .handle_outbound(now, Destroy::new(DestroyReason::CHANNEL_CLOSED).into());
                 }
             }
-            self.refresh(now, key);
+            self.refresh_circuit(now, key);
         }
     }
 
@@ -618,11 +664,10 @@ impl RelayNode {
     /// * exit stream buffers by their length (bytes from targets not yet
     ///   packaged into DATA, bytes from clients not yet read by the driver);
     /// * link-level DESTROYs waiting on each channel, at
-    ///   `QUEUED_CELL_BYTES` each.
-    ///
-    /// * what each channel's transport buffers, as last reported with
-    ///   [`set_transport_buffered`](Self::set_transport_buffered) (a QUIC
-    ///   link's per-circuit lane buffers, a TLS link's send buffer).
+    ///   `QUEUED_CELL_BYTES` each;
+    /// * what each channel's transport holds, either direction, as last
+    ///   reported with [`set_transport_buffered`](Self::set_transport_buffered)
+    ///   (see [`TransportBuffer`]).
     ///
     /// Not counted: circuit and stream state, crypto, scheduler entries,
     /// the transport library's own buffers. Equals the sum of
@@ -633,14 +678,30 @@ impl RelayNode {
         self.circ_bytes + self.control_cells * crate::QUEUED_CELL_BYTES + self.transport_bytes
     }
 
-    /// The driver reports that `chan`'s transport now buffers `bytes`; they
-    /// count toward [`NodeConfig::max_mem_in_queues`].
-    pub fn set_transport_buffered(&mut self, now: Instant, chan: ChannelId, bytes: usize) {
+    /// The driver reports that `chan`'s transport now holds `bytes` in its
+    /// `which` buffers; they count toward
+    /// [`NodeConfig::max_mem_in_queues`]. Received bytes make the channel
+    /// a candidate for the out-of-memory handler, which closes it if it
+    /// holds more than any circuit.
+    pub fn set_transport_buffered(
+        &mut self,
+        now: Instant,
+        chan: ChannelId,
+        which: TransportBuffer,
+        bytes: usize,
+    ) {
         let Some(ch) = self.channels.get_mut(&chan) else {
             return;
         };
-        self.transport_bytes = self.transport_bytes - ch.transport_bytes + bytes;
-        ch.transport_bytes = bytes;
+        let slot = match which {
+            TransportBuffer::Send => &mut ch.transport_send,
+            TransportBuffer::Receive => {
+                self.transport_recv = self.transport_recv - ch.transport_recv + bytes;
+                &mut ch.transport_recv
+            }
+        };
+        self.transport_bytes = self.transport_bytes - *slot + bytes;
+        *slot = bytes;
         self.enforce_mem_limit(now);
     }
 
@@ -653,6 +714,12 @@ impl RelayNode {
     /// [`NodeConfig::max_mem_in_queues`]).
     pub fn oom_circuits_killed(&self) -> u64 {
         self.oom_killed
+    }
+
+    /// Channels closed so far by the out-of-memory handler because their
+    /// transports held the most received data.
+    pub fn oom_channels_closed(&self) -> u64 {
+        self.oom_channels_closed
     }
 
     fn circuit_mut(&mut self, circ: CircKey) -> Result<&mut RelayCircuit, Error> {
@@ -809,50 +876,80 @@ impl RelayNode {
         }
     }
 
-    /// Kill the circuits holding the most queued bytes until the total is
-    /// below 3/4 of `limit`. Circuits holding nothing are spared: killing
-    /// them frees nothing and queues DESTROYs. (Tor picks victims by the
-    /// age of their oldest queued cell; here the largest go first, which
-    /// frees the limit with the fewest kills.)
+    /// Kill the circuits holding the most queued bytes, and close the
+    /// channels whose transports hold the most received bytes, largest
+    /// first, until the total is below 3/4 of `limit`. Circuits and
+    /// channels holding nothing are spared: killing them frees nothing.
+    /// (Tor picks victims by the age of their oldest queued cell or
+    /// buffered byte, circuits and connections alike; here the largest go
+    /// first, which frees the limit with the fewest kills.)
     #[cold]
     fn handle_oom(&mut self, now: Instant, limit: usize) {
-        if self.circ_bytes == 0 {
-            // Only link-level DESTROYs are queued: nothing to kill (and no
-            // scan of the circuits on every input while it lasts).
+        if self.circ_bytes == 0 && self.transport_recv == 0 {
+            // Only link-level DESTROYs and cells on their way out are
+            // queued: nothing to kill (and no scan of the circuits on
+            // every input while it lasts).
             return;
         }
         let low_water = limit - limit / 4;
         let before = self.total_queued_bytes();
-        // Most bytes first; among equals, the oldest circuit. Building the
-        // heap is O(circuits), each kill O(log circuits).
-        let mut victims: BinaryHeap<(usize, Reverse<CircKey>)> = self
+        // Most bytes first; among equals, channels, then the oldest
+        // circuit. Building the heap is O(circuits + channels), each kill
+        // O(log n).
+        let circuits = self
             .circuits
             .iter()
             .filter(|(_, e)| e.accounted > 0)
-            .map(|(k, e)| (e.accounted, Reverse(*k)))
-            .collect();
-        let mut killed = 0u64;
+            .map(|(k, e)| (e.accounted, OomVictim::Circuit(Reverse(*k))));
+        let channels = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.transport_recv > 0)
+            .map(|(id, c)| (c.transport_recv, OomVictim::Channel(*id)));
+        let mut victims: BinaryHeap<(usize, OomVictim)> = circuits.chain(channels).collect();
+        let (mut circuits_killed, mut channels_closed) = (0u64, 0u64);
         while self.total_queued_bytes() >= low_water {
-            let Some((held, Reverse(key))) = victims.pop() else {
+            let Some((held, victim)) = victims.pop() else {
                 break;
             };
-            let Some(entry) = self.circuits.get_mut(&key) else {
-                continue;
-            };
-            entry.circ.destroy(CloseReason::out_of_memory(format!(
-                "out of memory: queues held {before} bytes, over the limit of {limit}; \
-                 this circuit held {held}"
-            )));
-            self.refresh_circuit(now, key);
-            killed += 1;
+            match victim {
+                OomVictim::Circuit(Reverse(key)) => {
+                    let Some(entry) = self.circuits.get_mut(&key) else {
+                        continue;
+                    };
+                    entry.circ.destroy(CloseReason::out_of_memory(format!(
+                        "out of memory: queues held {before} bytes, over the limit of {limit}; \
+                         this circuit held {held}"
+                    )));
+                    self.refresh_circuit(now, key);
+                    circuits_killed += 1;
+                }
+                OomVictim::Channel(chan) => {
+                    if !self.channels.contains_key(&chan) {
+                        continue;
+                    }
+                    self.detach_channel(now, chan);
+                    self.events.push_back(NodeEvent::ChannelOutOfMemory {
+                        chan,
+                        detail: format!(
+                            "out of memory: queues held {before} bytes, over the limit of \
+                             {limit}; this channel's transport held {held} received bytes"
+                        ),
+                    });
+                    channels_closed += 1;
+                }
+            }
         }
-        self.oom_killed += killed;
+        self.oom_killed += circuits_killed;
+        self.oom_channels_closed += channels_closed;
         tracing::warn!(
             before,
             after = self.total_queued_bytes(),
             limit,
-            killed,
-            "queued cells over the memory limit: killed the circuits holding the most"
+            circuits_killed,
+            channels_closed,
+            "queued data over the memory limit: killed the circuits and closed the channels \
+             holding the most"
         );
     }
 

@@ -14,7 +14,7 @@ use onionlab_cell::chan::{AnyChanMsg, CircId, Create2, Created2, Destroy, Destro
 use onionlab_cell::chan::{HandshakeType, Relay};
 use onionlab_cell::msg::{AnyRelayMsg, EndReason, StreamId};
 use onionlab_cell::relay::{BoxedCellBody, CELL_DATA_LEN};
-use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent};
+use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, TransportBuffer};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
@@ -592,17 +592,84 @@ fn transport_buffers_count_toward_the_limit() {
     let now = s.r.now;
     // A QUIC link's lane buffers on the stuck channel: reported, counted,
     // and re-reporting replaces (not adds to) the channel's figure.
-    s.r.node.set_transport_buffered(now, STUCK_B, 100);
-    s.r.node.set_transport_buffered(now, STUCK_B, 200);
+    s.r.node
+        .set_transport_buffered(now, STUCK_B, TransportBuffer::Send, 100);
+    s.r.node
+        .set_transport_buffered(now, STUCK_B, TransportBuffer::Send, 200);
     assert_eq!(s.r.node.total_queued_bytes(), queues + 200);
     assert_eq!(s.r.node.oom_circuits_killed(), 0);
     // Enough transport bytes push the total over the limit: the circuits
     // holding the most are killed, as for queued cells.
-    s.r.node.set_transport_buffered(now, STUCK_A, 64 * 1024);
+    s.r.node
+        .set_transport_buffered(now, STUCK_A, TransportBuffer::Send, 64 * 1024);
     assert!(s.r.node.oom_circuits_killed() > 0);
+    // Cells on their way out are the circuits' doing: no channel closed.
+    assert_eq!(s.r.node.oom_channels_closed(), 0);
     assert!(s.r.node.total_queued_bytes() <= low_water(MIB));
     // A closed channel's figure leaves the total.
     let before = s.r.node.total_queued_bytes();
     s.r.node.remove_channel(now, STUCK_A);
     assert!(s.r.node.total_queued_bytes() <= before - 64 * 1024);
+}
+
+/// The out-of-memory events among the node's events.
+fn channels_closed_for_oom(events: &[NodeEvent]) -> Vec<ChannelId> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            NodeEvent::ChannelOutOfMemory { chan, .. } => Some(*chan),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_channel_holding_the_most_received_data_is_closed() {
+    let mut s = scene(MIB);
+    let now = s.r.now;
+    // The light client's transport holds a little received data (a QUIC
+    // reader queue): counted, and below every heavy circuit.
+    s.r.node
+        .set_transport_buffered(now, LIGHT, TransportBuffer::Receive, 1000);
+    fill_to_the_limit(&mut s, MIB);
+    assert_eq!(s.r.node.oom_circuits_killed(), 0);
+    // A client's link holds received data nobody consumes (its lanes wait
+    // on a full reader queue, each with a stream window in quinn), more
+    // than any circuit holds: that channel goes first, and with it the
+    // circuits it carries; the light circuit and its channel stay.
+    let before = s.r.node.total_queued_bytes();
+    s.r.node
+        .set_transport_buffered(now, CLIENTS, TransportBuffer::Receive, MIB / 3);
+    s.r.collect_events();
+    assert_eq!(channels_closed_for_oom(&s.r.events), vec![CLIENTS]);
+    assert_eq!(s.r.node.oom_channels_closed(), 1);
+    // The heavy circuits came from CLIENTS: closed with their channel, not
+    // killed one by one.
+    assert_eq!(s.r.node.oom_circuits_killed(), 0);
+    let closed: HashSet<CircKey> = s.r.closed().iter().map(|(k, _)| *k).collect();
+    assert!(s.heavy.iter().all(|c| closed.contains(&c.key)));
+    assert!(!closed.contains(&s.light.key));
+    let after = s.r.node.total_queued_bytes();
+    assert!(after <= low_water(MIB), "{before} -> {after}");
+    assert_eq!(after, s.r.recount(&ALL) + 1000);
+    // A report for the closed channel changes nothing.
+    s.r.node
+        .set_transport_buffered(now, CLIENTS, TransportBuffer::Receive, MIB);
+    assert_eq!(s.r.node.total_queued_bytes(), after);
+}
+
+#[test]
+fn received_data_smaller_than_the_circuits_spares_its_channel() {
+    let mut s = scene(MIB);
+    fill_to_the_limit(&mut s, MIB);
+    let now = s.r.now;
+    // Received data on the light channel pushes the total over the limit,
+    // but every heavy circuit holds more: they go, the channel stays.
+    s.r.node
+        .set_transport_buffered(now, LIGHT, TransportBuffer::Receive, MIB / 10);
+    s.r.collect_events();
+    assert!(channels_closed_for_oom(&s.r.events).is_empty());
+    assert_eq!(s.r.node.oom_channels_closed(), 0);
+    assert!(s.r.node.oom_circuits_killed() > 0);
+    assert!(s.r.node.total_queued_bytes() <= low_water(MIB));
 }

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
-use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{
+    ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode, TransportBuffer,
+};
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_circuit::{CloseKind, CloseReason};
 use onionlab_crypto::identity::RelaySecretKeys;
@@ -123,6 +125,9 @@ pub struct RelayStats {
     pub channels_lost: u64,
     /// Circuits destroyed by the memory cap.
     pub oom_circuits_killed: u64,
+    /// Channels closed by the memory cap because their transports held
+    /// the most received data.
+    pub oom_channels_closed: u64,
     /// Circuits that closed abnormally (see the relay's INFO log): a
     /// protocol violation, the memory cap, a lost channel, a timeout...
     pub circuits_failed: u64,
@@ -539,6 +544,7 @@ fn snapshot(st: &State) -> RelayStats {
         channels: st.channels.len(),
         circuits: st.node.n_circuits(),
         oom_circuits_killed: st.node.oom_circuits_killed(),
+        oom_channels_closed: st.node.oom_channels_closed(),
         dos_conns_refused: st.dos.counters().conns_refused,
         dos_creates_refused: st.dos.counters().creates_refused,
         quic_handshakes_refused: gate.refused,
@@ -665,6 +671,11 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
         cells.clear();
         let r = reader.read_cells(&mut cells).await;
         let mut st = shared.borrow_mut();
+        // What the transport still holds, received (cells queued behind
+        // these, flow-control windows of lanes waiting for room).
+        let held = reader.buffered_bytes();
+        st.node
+            .set_transport_buffered(Instant::now(), chan, TransportBuffer::Receive, held);
         match r {
             Ok(()) => {
                 let now = Instant::now();
@@ -753,8 +764,12 @@ async fn write_loop(shared: Shared, chan: ChannelId, mut writer: AnyWriter, wake
             if open {
                 let filled = fill_writer(&mut st, chan, &mut writer);
                 let buffered = writer.buffered_bytes();
-                st.node
-                    .set_transport_buffered(Instant::now(), chan, buffered);
+                st.node.set_transport_buffered(
+                    Instant::now(),
+                    chan,
+                    TransportBuffer::Send,
+                    buffered,
+                );
                 if let Err(e) = filled {
                     // Our own cell failed to encode: a bug, but only this
                     // channel pays for it.
@@ -820,6 +835,10 @@ pub(crate) fn process(shared: &Shared, st: &mut State) {
             }
             NodeEvent::ChannelViolation { chan, detail } => {
                 warn!(chan, "protocol violation: {detail}");
+                close_channel(st, chan, &detail, true);
+            }
+            NodeEvent::ChannelOutOfMemory { chan, detail } => {
+                warn!(chan, "{detail}");
                 close_channel(st, chan, &detail, true);
             }
         }

@@ -25,7 +25,7 @@ fn bin() -> PathBuf {
 /// The `after=` value of each out-of-memory log line of `log`.
 fn oom_after_values(log: &str) -> Vec<u64> {
     log.lines()
-        .filter(|l| l.contains("queued cells over the memory limit"))
+        .filter(|l| l.contains("queued data over the memory limit"))
         .filter_map(|l| {
             let v = l.split("after=").nth(1)?;
             v.split_whitespace().next()?.parse().ok()

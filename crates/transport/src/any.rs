@@ -141,6 +141,13 @@ impl CellReader for AnyReader {
             AnyReader::Quic(r) => r.read_cells(out).await,
         }
     }
+
+    fn buffered_bytes(&self) -> usize {
+        match self {
+            AnyReader::Tls(r) => r.buffered_bytes(),
+            AnyReader::Quic(r) => r.buffered_bytes(),
+        }
+    }
 }
 
 impl CellWriter for AnyWriter {

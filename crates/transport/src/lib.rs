@@ -141,6 +141,11 @@ pub trait CellReader {
     /// another error when the link is broken; either way the link is done.
     fn read_cells(&mut self, out: &mut Vec<AnyChanCell>)
         -> impl Future<Output = Result<(), Error>>;
+
+    /// Bytes received but not yet returned by
+    /// [`read_cells`](Self::read_cells) that this process holds (the
+    /// kernel's socket buffers not included), for a relay's memory cap.
+    fn buffered_bytes(&self) -> usize;
 }
 
 /// The sending half of a link.

@@ -268,6 +268,10 @@ impl<R: AsyncRead + Unpin> CellReader for StreamCellReader<R> {
             }
         }
     }
+
+    fn buffered_bytes(&self) -> usize {
+        self.buf.len()
+    }
 }
 
 /// Writes cells to an ordered byte stream.

@@ -456,3 +456,63 @@ async fn every_congestion_controller_carries_a_circuit() {
         exchange(&mut s, &mut c, &[0x8000_0010], 400).await;
     }
 }
+
+/// What a link holds received, as the relay counts it toward its memory
+/// cap: while the reader does not read, decoded cells wait in its queue
+/// and the lanes behind them wait too (each counted at its stream window,
+/// which quinn may hold); once everything is read, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unread_link_reports_what_it_holds() {
+    use onionlab_transport::quic::{CONNECTION_WINDOW, STREAM_WINDOW};
+    let (mut ab, mut ba, _, _, _ta) = pair(Mode::StreamPerCircuit).await;
+    assert_eq!(ba.reader.buffered_bytes(), 0);
+    let circs: Vec<u32> = (1..=8).collect();
+    let per_circ = 600u32;
+    for i in 0..per_circ {
+        for &c in &circs {
+            let id = CircId::new(c).expect("nonzero");
+            while !ab.writer.has_room_for(id) {
+                ab.writer.writable().await;
+            }
+            ab.writer.queue(relay_cell(c, i as u8)).expect("queue");
+        }
+    }
+    let sent = circs.len() * per_circ as usize * 514;
+    // The reader's queue fills (about a megabyte) and lanes wait on it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let held = ba.reader.buffered_bytes();
+        if held >= STREAM_WINDOW as usize {
+            break held;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the unread link reports only {held} bytes"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        held <= sent + CONNECTION_WINDOW as usize,
+        "{held} bytes reported, {sent} sent"
+    );
+    // Read everything: the figure returns to nothing (no partial cell, no
+    // read buffer kept by the idle lanes).
+    let mut cells = Vec::new();
+    let mut n = 0;
+    while n < sent / 514 {
+        cells.clear();
+        ba.reader.read_cells(&mut cells).await.expect("read");
+        n += cells.len();
+    }
+    assert_eq!(n, sent / 514);
+    assert_eq!(ba.reader.buffered_bytes(), 0);
+    // The sender's lanes drained into quinn.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ab.writer.buffered_bytes() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "lanes never drained"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

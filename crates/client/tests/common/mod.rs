@@ -392,7 +392,8 @@ fn pump(relay: &Shared) {
                     }
                 }
             }
-            NodeEvent::ChannelViolation { chan, .. } => {
+            NodeEvent::ChannelViolation { chan, .. }
+            | NodeEvent::ChannelOutOfMemory { chan, .. } => {
                 if let Some(w) = me.chans.remove(&chan) {
                     w.notify_one();
                     me.node.remove_channel(now, chan);

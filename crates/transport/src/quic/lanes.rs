@@ -8,25 +8,31 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanMsg};
 use onionlab_cell::codec::CellCodec;
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
-use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use super::{quic_err, wire, write_lane_header, Mode, QuicLink, QuicTransport, LANE_HIGH_WATER};
+use super::{
+    quic_err, wire, write_lane_header, Mode, QuicLink, QuicTransport, CONNECTION_WINDOW,
+    LANE_HIGH_WATER, STREAM_WINDOW,
+};
 use crate::link::StreamCellReader;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
-/// Bytes asked of a stream per read.
-const READ_CHUNK: usize = 32 * 1024;
+/// Chunks (received STREAM frames) taken from a stream per read.
+const READ_CHUNKS: usize = 32;
+/// A lane read buffer left with more capacity than this is replaced by
+/// one holding just its partial cell, so idle lanes hold almost nothing.
+const MAX_IDLE_READ_BUF: usize = 1024;
 /// Most cells per batch handed to the reader.
 const MAX_BATCH: usize = 64;
 /// Batches waiting for the reader, at most (then stream tasks wait).
@@ -92,6 +98,15 @@ impl Lane {
         self.state().closing = true;
         self.data.notify_one();
     }
+
+    /// The stream failed: drop what is queued, and queue nothing more.
+    fn kill(&self, memory: &LinkMemory) {
+        let mut st = self.state();
+        st.dead = true;
+        LinkMemory::sub(&memory.send, st.buf.len() + st.in_flight);
+        st.buf = BytesMut::new();
+        st.in_flight = 0;
+    }
 }
 
 /// Receive order of the streams of one circuit ID: a new stream is read
@@ -119,9 +134,96 @@ pub(crate) struct LinkShared {
     lane_conns: Mutex<HashMap<usize, Connection>>,
     /// Send-lane tasks, awaited by shutdown.
     tasks: Mutex<Vec<JoinHandle<()>>>,
-    cells: mpsc::Sender<Result<Vec<AnyChanCell>, Error>>,
+    cells: mpsc::Sender<Result<Batch, Error>>,
     /// Signalled when a lane's buffer drained.
     room: Notify,
+    memory: LinkMemory,
+}
+
+/// Decoded cells of one lane on their way to the reader.
+struct Batch {
+    cells: Vec<AnyChanCell>,
+    /// Their encoded size, counted in [`LinkMemory::recv`] until read.
+    bytes: usize,
+}
+
+/// What a link's buffers hold, kept up to date as they change, so that
+/// the relay can count it toward its memory cap in O(1).
+#[derive(Default)]
+struct LinkMemory {
+    /// Encoded cells in send lanes, open or finishing.
+    send: AtomicUsize,
+    /// Decoded cells waiting for the reader, and partial cells in lane
+    /// read buffers.
+    recv: AtomicUsize,
+    /// Incoming lanes waiting for room in the reader queue. Their streams
+    /// are not read meanwhile, so quinn may hold up to a stream window of
+    /// data for each: quinn does not report what it buffers, so that
+    /// bound is what is counted.
+    blocked_lanes: AtomicUsize,
+}
+
+impl LinkMemory {
+    fn add(counter: &AtomicUsize, bytes: usize) {
+        counter.fetch_add(bytes, AtomicOrdering::Relaxed);
+    }
+
+    fn sub(counter: &AtomicUsize, bytes: usize) {
+        counter.fetch_sub(bytes, AtomicOrdering::Relaxed);
+    }
+
+    /// Receive-side bytes: ours, plus quinn's flow-control bound for the
+    /// lanes not being read.
+    fn received(&self, mode: Mode) -> usize {
+        let blocked = self.blocked_lanes.load(AtomicOrdering::Relaxed);
+        let per_stream = blocked.saturating_mul(STREAM_WINDOW as usize);
+        let quinn = match mode {
+            // All lanes share one connection window.
+            Mode::StreamPerCircuit => per_stream.min(CONNECTION_WINDOW as usize),
+            // Each lane has its own connection.
+            Mode::ConnPerCircuit => per_stream,
+        };
+        self.recv.load(AtomicOrdering::Relaxed) + quinn
+    }
+}
+
+/// Counts a lane as blocked while it lives.
+struct BlockedLane<'a>(&'a AtomicUsize);
+
+impl<'a> BlockedLane<'a> {
+    fn new(counter: &'a AtomicUsize) -> Self {
+        LinkMemory::add(counter, 1);
+        BlockedLane(counter)
+    }
+}
+
+impl Drop for BlockedLane<'_> {
+    fn drop(&mut self) {
+        LinkMemory::sub(self.0, 1);
+    }
+}
+
+/// A lane's partial cell, counted in [`LinkMemory::recv`] while it lives.
+struct HeldBytes<'a> {
+    counter: &'a AtomicUsize,
+    bytes: usize,
+}
+
+impl HeldBytes<'_> {
+    fn set(&mut self, bytes: usize) {
+        if bytes >= self.bytes {
+            LinkMemory::add(self.counter, bytes - self.bytes);
+        } else {
+            LinkMemory::sub(self.counter, self.bytes - bytes);
+        }
+        self.bytes = bytes;
+    }
+}
+
+impl Drop for HeldBytes<'_> {
+    fn drop(&mut self) {
+        LinkMemory::sub(self.counter, self.bytes);
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -215,6 +317,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         tasks: Mutex::default(),
         cells: tx,
         room: Notify::new(),
+        memory: LinkMemory::default(),
     });
     // The control stream: link-level cells only.
     let control = Arc::new(Lane::new(0));
@@ -239,7 +342,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         link_version: spec.link_version,
         reader: QuicReader {
             rx,
-            _end: end.clone(),
+            end: end.clone(),
         },
         writer: QuicWriter {
             end,
@@ -411,7 +514,7 @@ async fn lane_task(link: Arc<LinkShared>, lane: Arc<Lane>, stream: Option<SendSt
         None => match open_lane(&link, &lane).await {
             Ok(s) => s,
             Err(e) => {
-                lane.state().dead = true;
+                lane.kill(&link.memory);
                 link.fail(e);
                 return;
             }
@@ -427,11 +530,12 @@ async fn lane_task(link: Arc<LinkShared>, lane: Arc<Lane>, stream: Option<SendSt
         if !chunk.is_empty() {
             tracing::trace!(circ_id = lane.circ_id, bytes = chunk.len(), "lane write");
             if let Err(e) = send.write_all(&chunk).await {
-                lane.state().dead = true;
+                lane.kill(&link.memory);
                 link.fail(quic_err(link.addr(), e));
                 return;
             }
             lane.state().in_flight = 0;
+            LinkMemory::sub(&link.memory.send, chunk.len());
             link.room.notify_one();
             continue;
         }
@@ -475,6 +579,10 @@ async fn read_lane(
 
 /// `Ok` at a clean end of stream, `Err(None)` if the reader or the
 /// connection is gone, `Err(Some(e))` for a violation.
+///
+/// Reads take quinn's received chunks without a buffer of our own, so a
+/// lane waiting for data holds nothing; between reads it keeps only a
+/// partial cell.
 async fn read_lane_cells(
     link: &LinkShared,
     circ_id: u32,
@@ -482,13 +590,16 @@ async fn read_lane_cells(
 ) -> Result<(), Option<Error>> {
     let peer = link.addr();
     let mut codec = CellCodec::new(link.link_version);
-    let mut buf = BytesMut::with_capacity(READ_CHUNK);
+    let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
+    let mut buf = BytesMut::new();
+    let mut held = HeldBytes {
+        counter: &link.memory.recv,
+        bytes: 0,
+    };
     loop {
-        // Nothing complete is buffered (decoding drains whole cells), so
-        // the buffer stays below one chunk plus one cell.
-        buf.reserve(READ_CHUNK);
-        let n = match recv.read_buf(&mut buf).await {
-            Ok(n) => n,
+        let n = match recv.read_chunks(&mut chunks).await {
+            Ok(Some(n)) => n,
+            Ok(None) => return wire::lane_end(circ_id, buf.len(), peer).map_err(Some),
             Err(e) => {
                 return match link.conn.close_reason() {
                     Some(_) => Err(None),
@@ -496,53 +607,99 @@ async fn read_lane_cells(
                 }
             }
         };
-        if n == 0 {
-            return wire::lane_end(circ_id, buf.len(), peer).map_err(Some);
+        let read: usize = chunks[..n].iter().map(Bytes::len).sum();
+        tracing::trace!(circ_id, bytes = read, "lane read");
+        buf.reserve(read);
+        for chunk in &mut chunks[..n] {
+            // Releases quinn's packet buffer.
+            buf.extend_from_slice(&std::mem::take(chunk));
         }
-        tracing::trace!(circ_id, bytes = n, "lane read");
-        let mut batch = Vec::new();
+        held.set(buf.len());
+        let mut batch = Batch {
+            cells: Vec::new(),
+            bytes: 0,
+        };
         loop {
+            let before = buf.len();
             let cell = match wire::next_lane_cell(&mut codec, circ_id, &mut buf, peer) {
                 Ok(Some(cell)) => cell,
                 Ok(None) => break,
-                Err(e) => return Err(Some(e)),
+                Err(e) => {
+                    LinkMemory::sub(&link.memory.recv, batch.bytes);
+                    return Err(Some(e));
+                }
             };
             if matches!(cell.msg(), AnyChanMsg::Destroy(_)) {
                 link.close_lane(circ_id);
             }
-            batch.push(cell);
-            if batch.len() == MAX_BATCH
-                && link
-                    .cells
-                    .send(Ok(std::mem::take(&mut batch)))
-                    .await
-                    .is_err()
-            {
-                return Err(None);
+            // The cell's bytes move from the partial buffer to the batch.
+            let size = before - buf.len();
+            held.bytes -= size;
+            batch.bytes += size;
+            batch.cells.push(cell);
+            if batch.cells.len() == MAX_BATCH {
+                let full = std::mem::replace(
+                    &mut batch,
+                    Batch {
+                        cells: Vec::new(),
+                        bytes: 0,
+                    },
+                );
+                deliver(link, full).await?;
             }
         }
-        if !batch.is_empty() && link.cells.send(Ok(batch)).await.is_err() {
-            return Err(None);
+        if !batch.cells.is_empty() {
+            deliver(link, batch).await?;
+        }
+        if buf.capacity() > MAX_IDLE_READ_BUF {
+            buf = BytesMut::from(&buf[..]);
         }
     }
 }
 
+/// Hand a batch to the reader, waiting for room in its queue (counted as
+/// a blocked lane meanwhile). `Err(None)` if the reader is gone.
+async fn deliver(link: &LinkShared, batch: Batch) -> Result<(), Option<Error>> {
+    let bytes = batch.bytes;
+    let sent = match link.cells.try_send(Ok(batch)) {
+        Ok(()) => Ok(()),
+        Err(TrySendError::Closed(_)) => Err(()),
+        Err(TrySendError::Full(item)) => {
+            let _blocked = BlockedLane::new(&link.memory.blocked_lanes);
+            link.cells.send(item).await.map_err(|_| ())
+        }
+    };
+    sent.map_err(|()| {
+        LinkMemory::sub(&link.memory.recv, bytes);
+        None
+    })
+}
+
 /// Incoming cells of a QUIC link, from all its lanes.
 pub struct QuicReader {
-    rx: mpsc::Receiver<Result<Vec<AnyChanCell>, Error>>,
-    _end: Arc<LinkEnd>,
+    rx: mpsc::Receiver<Result<Batch, Error>>,
+    end: Arc<LinkEnd>,
 }
 
 impl CellReader for QuicReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
         match self.rx.recv().await {
             Some(Ok(batch)) => {
-                out.extend(batch);
+                LinkMemory::sub(&self.end.shared.memory.recv, batch.bytes);
+                out.extend(batch.cells);
                 Ok(())
             }
             Some(Err(e)) => Err(e),
             None => Err(Error::Closed),
         }
+    }
+
+    /// Decoded cells waiting, partial cells in lane buffers, and a stream
+    /// window for each lane waiting for room in the queue (see
+    /// [`crate::quic`]'s memory notes).
+    fn buffered_bytes(&self) -> usize {
+        let shared = &self.end.shared;
+        shared.memory.received(shared.mode)
     }
 }
 
@@ -579,12 +736,10 @@ impl QuicWriter {
         }
     }
 
-    /// Bytes buffered in all lanes (for tests and memory accounting).
+    /// Bytes buffered in all send lanes, including those of closed
+    /// circuits still draining (for memory accounting; O(1)).
     pub fn buffered_bytes(&self) -> usize {
-        lock(&self.link().lanes)
-            .values()
-            .map(|l| l.buffered())
-            .sum()
+        self.link().memory.send.load(AtomicOrdering::Relaxed)
     }
 
     /// Circuit lanes open for sending (the control stream not counted).
@@ -605,9 +760,11 @@ impl CellWriter for QuicWriter {
                 // The link is failing; its reader reports why.
                 return Ok(());
             }
+            let before = st.buf.len();
             self.codec
                 .encode(cell, &mut st.buf)
                 .map_err(|source| Error::Cell { peer, source })?;
+            LinkMemory::add(&self.link().memory.send, st.buf.len() - before);
         }
         if destroy {
             self.link().close_lane(circ_id);

@@ -97,9 +97,17 @@
 //! yet acknowledged, which tor's circuit window (1000 cells) already keeps
 //! lower. The relay reports its lane buffers to the circuit layer
 //! (`RelayNode::set_transport_buffered`), so they count toward its
-//! `MaxMemInQueues`-style cap. On the receiving side each lane reads into
-//! one chunk plus one cell, and decoded batches wait in a bounded queue
-//! for the node.
+//! `MaxMemInQueues`-style cap. On the receiving side each lane takes
+//! quinn's received chunks as they are (no buffer of its own while it
+//! waits, a partial cell between reads), and decoded batches wait in a
+//! bounded queue for the node; when the queue is full the lanes stop
+//! reading and quinn holds their data, up to a stream window each. The
+//! reader reports its queue, the partial cells and that window bound for
+//! every waiting lane ([`CellReader::buffered_bytes`](crate::CellReader::buffered_bytes)),
+//! and the relay counts it too, closing the channels holding the most
+//! received data when it is over its cap. Not counted: out-of-order data
+//! quinn reassembles for a lane that is being read, at most the windows
+//! per connection (as tor does not count the kernel's socket buffers).
 
 pub mod gate;
 mod lanes;
