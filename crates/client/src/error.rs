@@ -41,6 +41,10 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A setting the kernel or the platform cannot honour (named in the
+    /// message).
+    #[error("{0}")]
+    Setting(String),
     /// The async runtime could not be started.
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),

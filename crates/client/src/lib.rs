@@ -104,8 +104,13 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// [`Error::PinnedPath`], [`Error::Bind`].
+    /// [`Error::PinnedPath`], [`Error::Setting`] (a `tcp_congestion` the kernel
+    /// lacks), [`Error::Bind`].
     pub async fn bind(settings: ClientSettings) -> Result<Client> {
+        settings
+            .tcp_congestion
+            .check_available()
+            .map_err(Error::Setting)?;
         let pinned = match &settings.path {
             Some(names) => {
                 let p =

@@ -74,6 +74,9 @@ pub struct ClientSettings {
     pub quic: onionlab_transport::quic::QuicSettings,
     /// Bound on a link handshake with a guard, TLS or QUIC.
     pub link_handshake_timeout: Duration,
+    /// Congestion control of the TCP sockets to guards (default: the
+    /// kernel's; checked by [`crate::Client::bind`]).
+    pub tcp_congestion: onionlab_transport::tcp::TcpCongestion,
 }
 
 impl ClientSettings {
@@ -101,12 +104,17 @@ impl ClientSettings {
             transport: onionlab_transport::any::Choice::Tls,
             quic: onionlab_transport::quic::QuicSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
+            tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
         }
     }
 
     /// Settings from a parsed configuration file and its (verified)
     /// network document.
-    pub fn from_config(config: &ClientConfig, network: NetworkDocument) -> Self {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Setting`] for a malformed `tcp_congestion`.
+    pub fn from_config(config: &ClientConfig, network: NetworkDocument) -> Result<Self> {
         let mut s = ClientSettings::new(config.socks_listen, network);
         s.path = config.path.clone();
         s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
@@ -127,7 +135,10 @@ impl ClientSettings {
         s.quic.keep_alive = Duration::from_millis(config.quic_keep_alive_ms);
         s.quic.idle_timeout = Duration::from_millis(config.quic_idle_timeout_ms);
         s.link_handshake_timeout = Duration::from_millis(config.link_handshake_timeout_ms);
-        s
+        s.tcp_congestion =
+            onionlab_transport::tcp::TcpCongestion::parse(config.tcp_congestion_name())
+                .map_err(|e| Error::Setting(format!("tcp_congestion: {e}")))?;
+        Ok(s)
     }
 
     /// Load a client configuration file, then read or fetch its network
@@ -161,6 +172,6 @@ impl ClientSettings {
             relays = doc.relays.len(),
             "network document verified"
         );
-        Ok(ClientSettings::from_config(&config, doc))
+        ClientSettings::from_config(&config, doc)
     }
 }

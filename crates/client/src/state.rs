@@ -249,7 +249,9 @@ fn connector(settings: &crate::ClientSettings) -> Connector {
         quic.handshake_timeout = settings.link_handshake_timeout;
         QuicTransport::client(quic)
     });
-    let tls = TlsTransport::client().with_handshake_timeout(settings.link_handshake_timeout);
+    let tls = TlsTransport::client()
+        .with_handshake_timeout(settings.link_handshake_timeout)
+        .with_tcp_congestion(settings.tcp_congestion.clone());
     Connector::new(tls, quic, settings.transport)
 }
 

@@ -6,6 +6,7 @@
 
 pub mod agent;
 mod error;
+pub mod hostnet;
 pub mod run;
 pub mod scenario;
 pub mod summary;

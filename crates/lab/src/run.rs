@@ -8,6 +8,7 @@
 //! pattern and think times): common random numbers make differences
 //! between variants sharper.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -24,6 +25,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentSpec, TransferRecord};
+use crate::hostnet::{self, HostDrops, HostTcp};
 use crate::scenario::{Scenario, Variant};
 
 /// Port relays listen on in their hosts.
@@ -107,6 +109,31 @@ pub struct RepetitionRecord {
     /// IP bytes on the clients' access links (both directions) per payload
     /// byte delivered.
     pub wire_overhead: Option<f64>,
+    /// Each host's TCP congestion control and metrics caching, as read
+    /// back after setting them.
+    #[serde(default)]
+    pub tcp: Vec<HostTcp>,
+    /// Packets each host's kernel dropped by itself (hosts with drops only).
+    #[serde(default)]
+    pub host_drops: Vec<HostDrops>,
+    /// Whether any host dropped packets itself: the machine, not the
+    /// emulated network, limited this repetition.
+    #[serde(default)]
+    pub host_dropped: bool,
+}
+
+/// The run's environment, written once to `environment.json`: the kernel
+/// and the TCP sysctls of the machine and of a host namespace as the lab
+/// set it up (per-host congestion control is in each repetition record).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct Environment {
+    /// `uname -r`.
+    pub kernel: String,
+    /// [`hostnet::RECORDED_SYSCTLS`] outside the lab's namespaces.
+    pub machine_sysctls: BTreeMap<String, String>,
+    /// The same inside the first host of the first repetition, after the
+    /// lab's settings.
+    pub host_sysctls: BTreeMap<String, String>,
 }
 
 /// What a whole run produced.
@@ -238,7 +265,11 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                 progress(done, total, started, &variant.label, rep);
             }
             let dir = opts.out.join(format!("raw/rep{rep:03}-v{vi:02}"));
-            let (mut recs, r) = run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
+            let (mut recs, r, host_sysctls) =
+                run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
+            if done == 0 {
+                write_environment(&opts.out, host_sysctls)?;
+            }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
                 rec.repetition = rep;
@@ -264,6 +295,19 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         repetitions,
         variants: variants.iter().map(|v| v.label.clone()).collect(),
     })
+}
+
+/// Write `environment.json` ([`Environment`]).
+fn write_environment(out: &Path, host_sysctls: BTreeMap<String, String>) -> Result<(), RunError> {
+    let env = Environment {
+        kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        machine_sysctls: hostnet::recorded_sysctls(),
+        host_sysctls,
+    };
+    let text = serde_json::to_string_pretty(&env).unwrap_or_default();
+    fs::write(out.join("environment.json"), text).map_err(io_err("writing environment.json"))
 }
 
 fn progress(done: usize, total: usize, started: Instant, label: &str, rep: u32) {
@@ -332,14 +376,16 @@ pub fn relay_addresses(transport: &str, addr: SocketAddr) -> Vec<TransportAddres
     v
 }
 
-/// The `transport` and `quic_congestion` lines of a node's configuration
-/// for a variant (only `transport` for TLS, where congestion does not apply).
-pub fn transport_config_lines(variant: &Variant) -> String {
+/// The `transport`, `quic_congestion` and `tcp_congestion` lines of the
+/// configuration of a node on `host` for a variant (no `quic_congestion`
+/// for TLS, where it does not apply).
+pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
+    let tcp = format!("tcp_congestion = \"{}\"\n", variant.tcp_congestion_of(host));
     if variant.transport == "tls" {
-        "transport = \"tls\"\n".into()
+        format!("transport = \"tls\"\n{tcp}")
     } else {
         format!(
-            "transport = \"{}\"\nquic_congestion = \"{}\"\n",
+            "transport = \"{}\"\nquic_congestion = \"{}\"\n{tcp}",
             variant.transport, variant.congestion
         )
     }
@@ -363,7 +409,7 @@ pub fn relay_config_text(
     if variant.transport != "tls" {
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));
     }
-    config.push_str(&transport_config_lines(variant));
+    config.push_str(&transport_config_lines(variant, nickname));
     let allowed: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
     config.push_str(&format!("exit_allow_private = [{}]\n", allowed.join(", ")));
     config
@@ -439,7 +485,7 @@ fn write_network(
             "socks_listen = \"127.0.0.1:{SOCKS_PORT}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\ncircuit_build_timeout_ms = {}\n",
             scenario.transfer_timeout.as_millis().min(60_000)
         );
-        config.push_str(&transport_config_lines(variant));
+        config.push_str(&transport_config_lines(variant, &c.host));
         if let Some(path) = &c.path {
             let list: Vec<String> = path.iter().map(|h| format!("\"{h}\"")).collect();
             config.push_str(&format!("path = [{}]\n", list.join(", ")));
@@ -517,13 +563,14 @@ fn run_one(
     seed: u64,
     dir: &Path,
     bin: &Path,
-) -> Result<(Vec<TransferRecord>, RepetitionRecord), RunError> {
+) -> Result<(Vec<TransferRecord>, RepetitionRecord, Sysctls), RunError> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(io_err("creating the repetition directory"))?;
     let mut topology = variant.topology.clone();
     topology.name = format!("l{}", std::process::id());
     topology.seed = seed;
     let net = Network::up(topology, NetworkOptions::default())?;
+    let (tcp, host_sysctls) = prepare_hosts(&net, variant)?;
     let layout = write_network(scenario, variant, &net, dir, seed)?;
 
     let mut relays = Vec::new();
@@ -549,7 +596,14 @@ fn run_one(
             &net,
             &s.host,
             bin,
-            &["lab", "serve", "--listen", &addr.to_string()],
+            &[
+                "lab",
+                "serve",
+                "--listen",
+                &addr.to_string(),
+                "--tcp-congestion",
+                variant.tcp_congestion_of(&s.host),
+            ],
             &log,
             &s.name,
         )?;
@@ -650,6 +704,7 @@ fn run_one(
     for (p, ..) in relays.iter_mut().chain(servers.iter_mut()) {
         p.stop();
     }
+    let host_drops = read_host_drops(&net)?;
     let counters = net.shutdown()?;
 
     // Records: what the agents wrote, and a failure for every transfer
@@ -731,6 +786,49 @@ fn run_one(
         links,
         payload_bytes,
         wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
+        tcp,
+        host_dropped: !host_drops.is_empty(),
+        host_drops,
     };
-    Ok((records, repetition))
+    Ok((records, repetition, host_sysctls))
+}
+
+/// Sysctl names and values.
+type Sysctls = BTreeMap<String, String>;
+
+/// Set every host's TCP up for `variant` ([`hostnet::prepare_host`]);
+/// returns each host's set-up, and the first host's recorded sysctls.
+/// The nodes set their congestion control per socket (`tcp_congestion`
+/// in their configurations, `lab serve --tcp-congestion`): a namespace's
+/// default may only be an algorithm the machine allows unprivileged
+/// users, which Cubic here is not.
+fn prepare_hosts(net: &Network, variant: &Variant) -> Result<(Vec<HostTcp>, Sysctls), RunError> {
+    let mut tcp = Vec::new();
+    let mut sysctls = BTreeMap::new();
+    for h in &variant.topology.hosts {
+        let congestion = variant.tcp_congestion_of(&h.name);
+        let first = tcp.is_empty();
+        let (got, recorded) = net.run_in(&h.name, || {
+            let got = hostnet::prepare_host(&h.name, congestion);
+            (got, first.then(hostnet::recorded_sysctls))
+        })?;
+        let got = got.map_err(io_err(format!("TCP settings of host {}", h.name)))?;
+        tcp.push(got);
+        sysctls.extend(recorded.unwrap_or_default());
+    }
+    Ok((tcp, sysctls))
+}
+
+/// The hosts whose kernels dropped packets themselves.
+fn read_host_drops(net: &Network) -> Result<Vec<HostDrops>, RunError> {
+    let mut drops = Vec::new();
+    for h in &net.topology().hosts {
+        let d = net.run_in(&h.name, || {
+            hostnet::read_drops(&h.name, onionlab_netem::netns::TUN_NAME)
+        })?;
+        if d.any() {
+            drops.push(d);
+        }
+    }
+    Ok(drops)
 }

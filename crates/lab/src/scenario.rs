@@ -54,6 +54,9 @@
 //! [matrix]                     # every combination is a variant
 //! transport = ["tls", "quic"]  # also "quic-conn-per-circuit", "auto"
 //! congestion = ["cubic", "bbr"] # QUIC congestion control: cubic (default), newreno, bbr
+//! tcp_congestion = ["cubic"]   # kernel TCP congestion control of every host: cubic, reno,
+//!                              # bbr, system; default: congestion's match (cubic, reno, bbr)
+//! "tcp_congestion:exit" = ["bbr"] # the same for some hosts only
 //! scheduler = ["ewma", "round-robin"]
 //! latency = ["20ms", "40ms"]   # every path's one-way latency
 //! "loss:middle-exit" = ["0%", "1%"]   # one pair (both directions); also "latency:A-B"
@@ -101,6 +104,9 @@ pub const TRANSPORTS: &[&str] = &["tls", "quic", "quic-conn-per-circuit", "auto"
 /// QUIC congestion controls of the matrix's `congestion`
 /// ([`onionlab_netdoc::Congestion`]).
 pub const CONGESTIONS: &[&str] = &["cubic", "newreno", "bbr"];
+/// TCP congestion controls of the matrix's `tcp_congestion` (`system`:
+/// the kernel's default, left alone).
+pub const TCP_CONGESTIONS: &[&str] = &["cubic", "reno", "bbr", "system"];
 /// Circuit schedulers.
 pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
 
@@ -320,10 +326,37 @@ pub struct Variant {
     pub congestion: String,
     /// Circuit scheduler of every relay.
     pub scheduler: String,
+    /// TCP congestion control of every host, if the matrix sets it (one of
+    /// [`TCP_CONGESTIONS`]); see [`Variant::tcp_congestion_of`].
+    pub tcp_congestion: Option<String>,
+    /// TCP congestion control of single hosts (`tcp_congestion:HOST`).
+    pub tcp_congestion_hosts: BTreeMap<String, String>,
     /// The topology with this variant's changes.
     pub topology: Topology,
     /// The workloads with this variant's changes.
     pub workloads: Vec<Workload>,
+}
+
+impl Variant {
+    /// The kernel TCP congestion control of `host`'s sockets: its own
+    /// setting, else every host's, else the match of the QUIC congestion
+    /// control (cubic with cubic, reno with newreno, bbr with bbr), so
+    /// that TLS and QUIC run the same algorithm unless asked otherwise.
+    pub fn tcp_congestion_of(&self, host: &str) -> &str {
+        self.tcp_congestion_hosts
+            .get(host)
+            .or(self.tcp_congestion.as_ref())
+            .map_or_else(|| tcp_match(&self.congestion), String::as_str)
+    }
+}
+
+/// The Linux TCP congestion control matching a QUIC one.
+fn tcp_match(quic: &str) -> &'static str {
+    match quic {
+        "newreno" => "reno",
+        "bbr" => "bbr",
+        _ => "cubic",
+    }
 }
 
 struct Ctx<'a> {
@@ -769,6 +802,8 @@ impl Scenario {
             transport: "tls".into(),
             congestion: "cubic".into(),
             scheduler: "ewma".into(),
+            tcp_congestion: None,
+            tcp_congestion_hosts: BTreeMap::new(),
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
             params: Vec::new(),
@@ -797,7 +832,17 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
         None => (key, None),
     };
     match (name, pair) {
-        ("transport" | "congestion" | "scheduler" | "size" | "latency" | "loss" | "block", None) => {
+        (
+            "transport" | "congestion" | "tcp_congestion" | "scheduler" | "size" | "latency"
+            | "loss" | "block",
+            None,
+        ) => Ok(()),
+        ("tcp_congestion", Some(list)) => {
+            for h in list.split(',') {
+                if !hosts.contains(h.trim()) {
+                    return Err(format!("matrix key {key:?}: unknown host {:?}", h.trim()));
+                }
+            }
             Ok(())
         }
         ("latency" | "loss" | "block", Some(pairs)) => {
@@ -814,7 +859,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, scheduler, size, latency, loss, block, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, scheduler, size, latency, loss, block, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -830,6 +875,10 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
         "congestion" if !CONGESTIONS.contains(&value) => Err(format!(
             "unknown congestion control {value:?} ({})",
             CONGESTIONS.join(", ")
+        )),
+        "tcp_congestion" if !TCP_CONGESTIONS.contains(&value) => Err(format!(
+            "unknown TCP congestion control {value:?} ({})",
+            TCP_CONGESTIONS.join(", ")
         )),
         "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
         "scheduler" if !SCHEDULERS.contains(&value) => Err(format!(
@@ -861,6 +910,18 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "scheduler" => {
             v.scheduler = value.into();
+            return Ok(());
+        }
+        "tcp_congestion" => {
+            match pair {
+                None => v.tcp_congestion = Some(value.into()),
+                Some(list) => {
+                    for h in list.split(',') {
+                        v.tcp_congestion_hosts
+                            .insert(h.trim().to_string(), value.into());
+                    }
+                }
+            }
             return Ok(());
         }
         "size" => {

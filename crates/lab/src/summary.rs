@@ -273,6 +273,7 @@ pub fn report_input(
             stalls: recs.iter().filter(|r| r.stalled).count() as u64,
             checksum_failures: recs.iter().filter(|r| is_checksum_failure(r)).count() as u64,
             cpu_saturated_repetitions: vreps.iter().filter(|r| r.cpu_saturated).count() as u64,
+            host_dropped_repetitions: vreps.iter().filter(|r| r.host_dropped).count() as u64,
         };
         if c.checksum_failures > 0 {
             notes.push(format!(

@@ -437,8 +437,11 @@ fn configs_follow_the_transport() {
             assert_eq!(cfg.quic_listen, Some(addr));
             assert_eq!(cfg.quic_congestion, Congestion::NewReno);
         }
-        let lines = transport_config_lines(&v);
+        let lines = transport_config_lines(&v, "guard");
         assert!(lines.contains(&format!("transport = \"{}\"", v.transport)));
+        // Kernel TCP matches QUIC's NewReno, whatever the transport.
+        assert!(lines.contains("tcp_congestion = \"reno\""), "{lines}");
+        assert_eq!(cfg.tcp_congestion_name(), "reno");
         assert_eq!(
             lines.contains("quic_congestion = \"newreno\""),
             v.transport != "tls"

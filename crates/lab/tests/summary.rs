@@ -22,6 +22,7 @@ fn rep(variant: &str, repetition: u32, wire_overhead: Option<f64>) -> Repetition
         links: Vec::new(),
         payload_bytes: 1000,
         wire_overhead,
+        ..RepetitionRecord::default()
     }
 }
 

@@ -14,6 +14,8 @@
 //! transport = "auto"              # connections this relay opens: "auto" (default),
 //!                                 # "tls", "quic" or "quic-conn-per-circuit"
 //! quic_congestion = "cubic"       # or "newreno", "bbr"; default "cubic"
+//! tcp_congestion = "cubic"        # kernel algorithm of every TCP socket, or "system";
+//!                                 # default: quic_congestion's match (cubic, reno, bbr)
 //! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
 //! network_key = "<64 hex digits>" # network public key
 //! scheduler = "ewma"              # or "round-robin"; default "ewma"
@@ -50,6 +52,7 @@
 //! build_retries = 3                     # default 3
 //! transport = "auto"                    # as for a relay; default "auto"
 //! quic_congestion = "cubic"             # as for a relay; default "cubic"
+//! tcp_congestion = "cubic"              # as for a relay
 //! stream_connect_timeout_ms = 60000     # default 60000
 //! socks_handshake_timeout_ms = 30000    # default 30000
 //! max_socks_connections = 4096          # default 4096
@@ -378,6 +381,20 @@ impl Congestion {
     }
 }
 
+impl Congestion {
+    /// The Linux TCP congestion control that matches this QUIC one, so
+    /// that a comparison of TCP and QUIC compares transports, not
+    /// algorithms: `cubic`, `reno` (Linux's NewReno), `bbr` (which BBR
+    /// version each side implements is in docs/settings.md).
+    pub fn tcp_match(self) -> &'static str {
+        match self {
+            Congestion::Cubic => "cubic",
+            Congestion::NewReno => "reno",
+            Congestion::Bbr => "bbr",
+        }
+    }
+}
+
 impl fmt::Display for Congestion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -429,6 +446,11 @@ pub struct RelayConfig {
     /// QUIC congestion control; default [`Congestion::Cubic`].
     #[serde(default)]
     pub quic_congestion: Congestion,
+    /// The kernel's congestion control for every TCP socket (`"system"`:
+    /// the kernel's default); default: the match of `quic_congestion`
+    /// ([`Congestion::tcp_match`]). See [`tcp_congestion_name`](Self::tcp_congestion_name).
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
     /// Where the network document comes from.
     pub network: NetworkSource,
     /// The network public key, 64 hex digits (checked when loading; see
@@ -598,6 +620,11 @@ pub struct ClientConfig {
     /// QUIC congestion control; default [`Congestion::Cubic`].
     #[serde(default)]
     pub quic_congestion: Congestion,
+    /// The kernel's congestion control for every TCP socket (`"system"`:
+    /// the kernel's default); default: the match of `quic_congestion`
+    /// ([`Congestion::tcp_match`]). See [`tcp_congestion_name`](Self::tcp_congestion_name).
+    #[serde(default)]
+    pub tcp_congestion: Option<String>,
     /// Fail a stream whose exit has not answered BEGIN after this many
     /// milliseconds (SOCKS reply 0x06; default 60000); must be positive.
     #[serde(
@@ -870,6 +897,15 @@ fn parse_toml<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
 }
 
 impl RelayConfig {
+    /// The TCP congestion control to use: `tcp_congestion` if set, else
+    /// the match of `quic_congestion`. Checked against the kernel when
+    /// the node starts.
+    pub fn tcp_congestion_name(&self) -> &str {
+        self.tcp_congestion
+            .as_deref()
+            .unwrap_or(self.quic_congestion.tcp_match())
+    }
+
     /// Load a relay configuration file, resolving relative paths against
     /// its directory.
     ///
@@ -921,6 +957,15 @@ impl RelayConfig {
 }
 
 impl ClientConfig {
+    /// The TCP congestion control to use: `tcp_congestion` if set, else
+    /// the match of `quic_congestion`. Checked against the kernel when
+    /// the node starts.
+    pub fn tcp_congestion_name(&self) -> &str {
+        self.tcp_congestion
+            .as_deref()
+            .unwrap_or(self.quic_congestion.tcp_match())
+    }
+
     /// Load a client configuration file, resolving a relative `network`
     /// path against its directory.
     ///

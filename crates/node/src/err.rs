@@ -17,6 +17,9 @@ pub enum Error {
     /// The transport could not be set up.
     #[error("setting up the transport: {0}")]
     Transport(#[source] onionlab_transport::Error),
+    /// A setting the kernel or the platform cannot honour.
+    #[error("{0}")]
+    Setting(String),
     /// The relay is not in the network document.
     #[error("relay {0} is not in the network document")]
     NotInDocument(String),

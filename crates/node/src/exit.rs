@@ -14,6 +14,7 @@ use onionlab_circuit::node::CircKey;
 use onionlab_netdoc::exit_targets::{ExitTargets, PrivateTargets, TargetRefusal};
 use onionlab_netdoc::policy::ExitPolicy;
 use onionlab_ops::LogLimiter;
+use onionlab_transport::tcp::TcpCongestion;
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::{spawn_local, JoinHandle};
@@ -78,6 +79,8 @@ impl ExitSettings {
 pub(crate) struct Exit {
     targets: Rc<ExitTargets>,
     connect_timeout: Duration,
+    /// Congestion control of connections to targets.
+    tcp_congestion: TcpCongestion,
     /// Slots for name lookups (see [`ExitSettings::max_concurrent_lookups`]).
     lookups: Arc<Semaphore>,
     max_pending_connects: usize,
@@ -94,6 +97,7 @@ impl Exit {
     /// `doc`; `None` if it is not an exit.
     pub(crate) fn new(
         settings: &ExitSettings,
+        tcp_congestion: &TcpCongestion,
         doc: &onionlab_netdoc::NetworkDocument,
         own_ips: Vec<IpAddr>,
     ) -> Option<Exit> {
@@ -108,6 +112,7 @@ impl Exit {
         Some(Exit {
             targets: Rc::new(targets),
             connect_timeout: settings.connect_timeout,
+            tcp_congestion: tcp_congestion.clone(),
             lookups: Arc::new(Semaphore::new(settings.max_concurrent_lookups.max(1))),
             max_pending_connects: settings.max_pending_connects.max(1),
             pending: HashMap::new(),
@@ -294,7 +299,18 @@ impl From<EndReason> for ConnectFailed {
 struct ConnectJob {
     targets: Rc<ExitTargets>,
     timeout: Duration,
+    tcp_congestion: TcpCongestion,
     lookups: Arc<Semaphore>,
+}
+
+/// A TCP connection to `addr` with `congestion` set before the handshake.
+async fn connect_tcp(addr: SocketAddr, congestion: &TcpCongestion) -> std::io::Result<TcpStream> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    congestion.apply(&socket)?;
+    socket.connect(addr).await
 }
 
 async fn connect_target(
@@ -324,7 +340,7 @@ async fn connect_target(
         refused,
     };
     for addr in allowed {
-        match tokio::time::timeout(job.timeout, TcpStream::connect(addr)).await {
+        match tokio::time::timeout(job.timeout, connect_tcp(addr, &job.tcp_congestion)).await {
             Ok(Ok(tcp)) => {
                 let _ = tcp.set_nodelay(true);
                 return Ok(tcp);
@@ -381,6 +397,7 @@ pub(crate) fn start_connect(
     let job = ConnectJob {
         targets: exit.targets.clone(),
         timeout: exit.connect_timeout,
+        tcp_congestion: exit.tcp_congestion.clone(),
         lookups: exit.lookups.clone(),
     };
     let task_shared = shared.clone();

@@ -23,6 +23,7 @@ use onionlab_transport::any::{
 };
 use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
+use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Ordering, Transport, TransportKind};
 use rand::rngs::StdRng;
@@ -67,6 +68,9 @@ pub struct RelaySettings {
     pub dos: DosLimits,
     /// A channel without circuits for this long is closed.
     pub channel_idle_timeout: Duration,
+    /// Congestion control of every TCP socket: TLS links either way and
+    /// an exit's connections to targets (default: the kernel's).
+    pub tcp_congestion: TcpCongestion,
 }
 
 /// Default [`RelaySettings::channel_idle_timeout`]: 3 minutes, as C tor
@@ -107,6 +111,7 @@ impl RelaySettings {
             exit,
             dos: DosLimits::default(),
             channel_idle_timeout: DEFAULT_CHANNEL_IDLE_TIMEOUT,
+            tcp_congestion: TcpCongestion::System,
             doc,
         })
     }
@@ -223,9 +228,14 @@ impl Relay {
     /// Bind the relay's listener.
     pub async fn bind(settings: RelaySettings) -> Result<Relay, Error> {
         let my_addrs: Vec<IpAddr> = vec![settings.listen.ip()];
+        settings
+            .tcp_congestion
+            .check_available()
+            .map_err(Error::Setting)?;
         let tls = TlsTransport::relay(&settings.keys, my_addrs.clone())
             .map_err(Error::Transport)?
-            .with_handshake_timeout(settings.link_handshake_timeout);
+            .with_handshake_timeout(settings.link_handshake_timeout)
+            .with_tcp_congestion(settings.tcp_congestion.clone());
         let tls_listener = tls
             .bind(settings.listen)
             .await
@@ -347,6 +357,7 @@ impl Relay {
             doc: Rc::new(settings.doc.clone()),
             exit: Exit::new(
                 &settings.exit,
+                &settings.tcp_congestion,
                 &settings.doc,
                 exit::own_addresses(
                     [

@@ -80,6 +80,31 @@ fn the_quick_scenario_runs_end_to_end() {
     let reps = std::fs::read_to_string(out.join("repetitions.jsonl")).expect("repetitions");
     assert_eq!(reps.lines().count(), 2);
     assert!(reps.contains("\"circuit_build_ms\":["), "{reps}");
+    // Every host ran TCP Cubic (the match of QUIC's default Cubic, not the
+    // kernel's default) without cached path metrics, and says so.
+    for line in reps.lines() {
+        let r: onionlab_lab::run::RepetitionRecord = serde_json::from_str(line).expect("record");
+        assert_eq!(r.tcp.len(), 5, "{line}");
+        for h in &r.tcp {
+            assert_eq!(
+                (h.congestion.as_str(), h.no_metrics_save.as_str()),
+                ("cubic", "1")
+            );
+        }
+    }
+    let env: onionlab_lab::run::Environment =
+        serde_json::from_str(&std::fs::read_to_string(out.join("environment.json")).expect("env"))
+            .expect("environment.json");
+    assert!(!env.kernel.is_empty());
+    assert_eq!(
+        env.host_sysctls
+            .get("net.ipv4.tcp_no_metrics_save")
+            .map(String::as_str),
+        Some("1")
+    );
+    assert!(env
+        .machine_sysctls
+        .contains_key("net.ipv4.tcp_available_congestion_control"));
     // The report: tables and figures.
     let md = std::fs::read_to_string(out.join("report/report.md")).expect("report.md");
     for needle in [

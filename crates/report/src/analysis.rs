@@ -183,6 +183,12 @@ pub(crate) fn analyse(input: &ReportInput) -> Result<Analysis<'_>> {
                 c.variant, c.cpu_saturated_repetitions, c.repetitions
             ));
         }
+        if c.host_dropped_repetitions > 0 {
+            warnings.push(format!(
+                "Variant {}: in {} of {} repetition(s) a host's kernel dropped packets itself (a full TUN queue or socket buffer, see host_drops in repetitions.jsonl): the machine, not the emulated network, limited those results.",
+                c.variant, c.host_dropped_repetitions, c.repetitions
+            ));
+        }
     }
     Ok(Analysis {
         input,

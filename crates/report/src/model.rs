@@ -66,6 +66,10 @@ pub struct VariantCounts {
     pub checksum_failures: u64,
     /// Repetitions during which the CPU was saturated (timings suspect).
     pub cpu_saturated_repetitions: u64,
+    /// Repetitions in which a host's kernel dropped packets by itself (a
+    /// full TUN queue or socket buffer): the machine limited the result.
+    #[serde(default)]
+    pub host_dropped_repetitions: u64,
 }
 
 /// The kind of a figure.

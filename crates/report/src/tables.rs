@@ -140,6 +140,7 @@ pub(crate) fn counts_table(a: &Analysis) -> Table {
         "stalls",
         "checksum failures",
         "CPU-saturated repetitions",
+        "host-dropped repetitions",
     ]
     .map(String::from)
     .to_vec();
@@ -162,6 +163,7 @@ pub(crate) fn counts_table(a: &Analysis) -> Table {
                 Cell::plain(c.stalls.to_string()),
                 flagged(c.checksum_failures),
                 flagged(c.cpu_saturated_repetitions),
+                flagged(c.host_dropped_repetitions),
             ]
         })
         .collect();

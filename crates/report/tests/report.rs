@@ -62,6 +62,7 @@ fn synthetic() -> ReportInput {
                 stalls: 2,
                 checksum_failures: 0,
                 cpu_saturated_repetitions: 3,
+                host_dropped_repetitions: 0,
             },
             VariantCounts {
                 variant: "quic".to_string(),

@@ -56,6 +56,7 @@ pub mod any;
 mod err;
 pub mod link;
 pub mod quic;
+pub mod tcp;
 pub mod tls;
 
 pub use err::Error;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use clap::Subcommand;
 use onionlab_lab::run::{run, RunOptions};
 use onionlab_lab::Scenario;
+use onionlab_transport::tcp::TcpCongestion;
 
 use crate::cmd::runtime;
 use crate::error::{Error, Result};
@@ -50,6 +51,10 @@ pub enum LabCommand {
         /// Address to listen on.
         #[arg(long)]
         listen: SocketAddr,
+        /// TCP congestion control of the server's connections (`system`:
+        /// the kernel's default).
+        #[arg(long, default_value = "system")]
+        tcp_congestion: String,
     },
     /// (internal) Workload agent, started inside a client host.
     #[command(hide = true)]
@@ -172,13 +177,24 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             write_report(&outcome.out)
         }
         LabCommand::Report { dir } => write_report(&dir),
-        LabCommand::Serve { listen } => runtime::current_thread()?.block_on(async {
+        LabCommand::Serve {
+            listen,
+            tcp_congestion,
+        } => runtime::current_thread()?.block_on(async {
+            let congestion = TcpCongestion::parse(&tcp_congestion)
+                .and_then(|c| c.check_available().map(|()| c))
+                .map_err(Error::Usage)?;
             let l = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|source| Error::Write {
                     path: format!("listening on {listen}"),
                     source,
                 })?;
+            // Accepted connections inherit it.
+            congestion.apply(&l).map_err(|source| Error::Write {
+                path: format!("TCP_CONGESTION {congestion} on {listen}"),
+                source,
+            })?;
             tokio::select! {
                 () = onionlab_lab::traffic::serve(l) => {}
                 () = runtime::shutdown_signal() => {}

@@ -11,9 +11,10 @@ use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
 use onionlab_node::{DosLimits, Relay, RelaySettings};
 use onionlab_transport::any::Choice;
 use onionlab_transport::quic::Congestion;
+use onionlab_transport::tcp::TcpCongestion;
 
 use crate::cmd::runtime;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Arguments of `onionlab relay`.
 #[derive(Args, Debug)]
@@ -80,6 +81,8 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.dos = dos_limits(&cfg);
         settings.quic.handshakes.retry_rate = cfg.dos_quic_retry_rate as f64;
         settings.channel_idle_timeout = Duration::from_millis(cfg.channel_idle_timeout_ms);
+        settings.tcp_congestion = TcpCongestion::parse(cfg.tcp_congestion_name())
+            .map_err(|e| Error::Usage(format!("{}: tcp_congestion: {e}", args.config.display())))?;
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)

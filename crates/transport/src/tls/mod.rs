@@ -28,6 +28,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
+use crate::tcp::TcpCongestion;
 use crate::{Error, Link, PeerInfo, TransportKind};
 
 /// Incoming cells of a TLS link.
@@ -78,6 +79,8 @@ struct Inner {
     server_config: Option<Arc<ServerConfig>>,
     my_addrs: Vec<IpAddr>,
     handshake_timeout: Duration,
+    /// Congestion control of every TCP socket.
+    tcp_congestion: TcpCongestion,
     /// Source address of the connections we open; `None`: the kernel's
     /// choice.
     bind: Option<IpAddr>,
@@ -101,6 +104,7 @@ impl TlsTransport {
                 server_config: Some(Arc::new(server)),
                 my_addrs,
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+                tcp_congestion: TcpCongestion::System,
                 bind: None,
             }),
         })
@@ -116,6 +120,7 @@ impl TlsTransport {
                 server_config: None,
                 my_addrs: Vec::new(),
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+                tcp_congestion: TcpCongestion::System,
                 bind: None,
             }),
         }
@@ -124,6 +129,14 @@ impl TlsTransport {
     /// Change the bound on a whole handshake.
     pub fn with_handshake_timeout(mut self, timeout: Duration) -> Self {
         Arc::make_mut(&mut self.inner).handshake_timeout = timeout;
+        self
+    }
+
+    /// Use `congestion` on every TCP socket this transport opens or
+    /// accepts (check it with [`TcpCongestion::check_available`] first:
+    /// a socket that refuses it fails its connection).
+    pub fn with_tcp_congestion(mut self, congestion: TcpCongestion) -> Self {
+        Arc::make_mut(&mut self.inner).tcp_congestion = congestion;
         self
     }
 
@@ -139,14 +152,7 @@ impl TlsTransport {
         addr: SocketAddr,
         expected: Ed25519Identity,
     ) -> Result<TlsLink, Error> {
-        let tcp = match self.inner.bind {
-            None => TcpStream::connect(addr).await,
-            Some(ip) => connect_from(ip, addr).await,
-        }
-        .map_err(|source| Error::Io {
-            what: "TCP connect",
-            source,
-        })?;
+        let tcp = connect_tcp(self.inner.bind, addr, &self.inner.tcp_congestion).await?;
         tcp.set_nodelay(true).map_err(|source| Error::Io {
             what: "TCP_NODELAY",
             source,
@@ -195,14 +201,28 @@ impl TlsTransport {
     }
 }
 
-/// A TCP connection to `addr` from source address `ip`.
-async fn connect_from(ip: IpAddr, addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = match ip {
-        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    socket.bind(SocketAddr::new(ip, 0))?;
-    socket.connect(addr).await
+/// A TCP connection to `addr` (from source address `bind` if given) with
+/// `congestion` set before the handshake.
+async fn connect_tcp(
+    bind: Option<IpAddr>,
+    addr: SocketAddr,
+    congestion: &TcpCongestion,
+) -> Result<TcpStream, Error> {
+    let io = |what| move |source| Error::Io { what, source };
+    let socket = match addr.ip() {
+        IpAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+        IpAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+    }
+    .map_err(io("creating a TCP socket"))?;
+    congestion
+        .apply(&socket)
+        .map_err(io("setting TCP_CONGESTION"))?;
+    if let Some(ip) = bind {
+        socket
+            .bind(SocketAddr::new(ip, 0))
+            .map_err(io("binding the TCP source address"))?;
+    }
+    socket.connect(addr).await.map_err(io("TCP connect"))
 }
 
 /// The TLS 1.3 client configuration shared by the TLS and QUIC transports:
@@ -286,6 +306,14 @@ impl crate::Transport for TlsTransport {
             what: "binding the TLS listener",
             source,
         })?;
+        // Accepted sockets inherit it; each is set again on accept.
+        self.inner
+            .tcp_congestion
+            .apply(&listener)
+            .map_err(|source| Error::Io {
+                what: "setting TCP_CONGESTION on the TLS listener",
+                source,
+            })?;
         let local_addr = listener.local_addr().map_err(|source| Error::Io {
             what: "reading the listener's address",
             source,
@@ -296,6 +324,7 @@ impl crate::Transport for TlsTransport {
             acceptor: TlsAcceptor::from(config),
             my_addrs: self.inner.my_addrs.clone(),
             handshake_timeout: self.inner.handshake_timeout,
+            tcp_congestion: self.inner.tcp_congestion.clone(),
         })
     }
 }
@@ -307,6 +336,7 @@ pub struct TlsListener {
     acceptor: TlsAcceptor,
     my_addrs: Vec<IpAddr>,
     handshake_timeout: Duration,
+    tcp_congestion: TcpCongestion,
 }
 
 impl crate::Listener for TlsListener {
@@ -326,6 +356,12 @@ impl crate::Listener for TlsListener {
         // Best effort: a socket that refuses NODELAY still works.
         let _ = tcp.set_nodelay(true);
         set_keepalive(&tcp);
+        // Inherited from the listener already; a refusal here would be a
+        // kernel surprise, and a measurement must not run on another
+        // algorithm unnoticed.
+        if let Err(e) = self.tcp_congestion.apply(&tcp) {
+            tracing::warn!(peer = %addr, "TCP_CONGESTION {} not set: {e}", self.tcp_congestion);
+        }
         Ok(TlsIncoming {
             tcp,
             addr,

@@ -1,0 +1,199 @@
+//! What the kernel of each emulated host does to a result: its TCP
+//! settings (set for the variant, then recorded) and the packets it
+//! dropped itself rather than the emulated links.
+//!
+//! Everything here runs on a thread inside a host's network namespace
+//! (`Network::run_in`). The network sysctls under `/proc/sys/net` follow
+//! the calling thread's namespace; `/proc/net` follows the process's
+//! main thread, so the per-namespace counters are read from
+//! `/proc/thread-self/net`.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+/// TCP sysctls that can change a result, recorded for every host (the
+/// name under `/proc/sys`, with dots).
+pub const RECORDED_SYSCTLS: &[&str] = &[
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_available_congestion_control",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_ecn",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_window_scaling",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.tcp_base_mss",
+    "net.ipv4.tcp_recovery",
+    "net.ipv4.tcp_early_retrans",
+    "net.ipv4.tcp_frto",
+    "net.ipv4.tcp_autocorking",
+    "net.ipv4.tcp_notsent_lowat",
+    "net.ipv4.tcp_pacing_ss_ratio",
+    "net.ipv4.tcp_pacing_ca_ratio",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.core.rmem_default",
+    "net.core.wmem_default",
+];
+
+/// The TCP set-up of one host in one repetition.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct HostTcp {
+    /// Host name.
+    pub host: String,
+    /// The congestion control the host's nodes set on each of their TCP
+    /// sockets (the namespace's default if `system`).
+    pub congestion: String,
+    /// The namespace's default, `net.ipv4.tcp_congestion_control`, which
+    /// no node socket uses unless `congestion` is `system`.
+    pub kernel_default: String,
+    /// `net.ipv4.tcp_no_metrics_save` as read back.
+    pub no_metrics_save: String,
+}
+
+fn sysctl_path(name: &str) -> String {
+    format!("/proc/sys/{}", name.replace('.', "/"))
+}
+
+/// Read sysctl `name` (trimmed; `None` if this kernel lacks it).
+pub fn read_sysctl(name: &str) -> Option<String> {
+    std::fs::read_to_string(sysctl_path(name))
+        .ok()
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+fn write_sysctl(name: &str, value: &str) -> io::Result<()> {
+    std::fs::write(sysctl_path(name), value)
+        .map_err(|e| io::Error::new(e.kind(), format!("setting {name} = {value}: {e}")))
+}
+
+/// Every [`RECORDED_SYSCTLS`] this kernel has, in this namespace.
+pub fn recorded_sysctls() -> BTreeMap<String, String> {
+    RECORDED_SYSCTLS
+        .iter()
+        .filter_map(|n| read_sysctl(n).map(|v| (n.to_string(), v)))
+        .collect()
+}
+
+/// Prepare this namespace for a repetition: TCP does not reuse what an
+/// earlier connection learnt of a path (`tcp_no_metrics_save = 1`: no
+/// cached ssthresh or RTT carried from one repetition to the next).
+/// Returns the host's set-up, its nodes using `congestion` per socket.
+///
+/// # Errors
+///
+/// The kernel's refusal, naming the setting.
+pub fn prepare_host(host: &str, congestion: &str) -> io::Result<HostTcp> {
+    write_sysctl("net.ipv4.tcp_no_metrics_save", "1")?;
+    let read = |n| read_sysctl(n).unwrap_or_default();
+    let kernel_default = read("net.ipv4.tcp_congestion_control");
+    Ok(HostTcp {
+        host: host.to_string(),
+        congestion: match congestion {
+            "system" => kernel_default.clone(),
+            named => named.to_string(),
+        },
+        kernel_default,
+        no_metrics_save: read("net.ipv4.tcp_no_metrics_save"),
+    })
+}
+
+/// Packets one host's kernel dropped by itself during a repetition (not
+/// the emulated links' losses): a sign that the machine, not the
+/// network under study, limited the result.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct HostDrops {
+    /// Host name.
+    pub host: String,
+    /// Packets the host's TUN could not queue for the emulator
+    /// (`tx_dropped`: the emulator fell behind).
+    pub tun_tx_dropped: u64,
+    /// UDP datagrams dropped for a full socket receive buffer
+    /// (`Udp: RcvbufErrors`: a QUIC endpoint fell behind).
+    pub udp_rcvbuf_errors: u64,
+    /// TCP segments dropped for a full receive queue or backlog
+    /// (`TcpExt: TCPRcvQDrop` plus `TCPBacklogDrop`).
+    pub tcp_queue_drops: u64,
+}
+
+impl HostDrops {
+    /// Whether the host dropped anything.
+    pub fn any(&self) -> bool {
+        self.tun_tx_dropped + self.udp_rcvbuf_errors + self.tcp_queue_drops > 0
+    }
+}
+
+/// This namespace's drop counters, for the host named `host` whose TUN
+/// is `tun`. Counters this kernel lacks read as 0.
+pub fn read_drops(host: &str, tun: &str) -> HostDrops {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/thread-self/net/{f}"));
+    let snmp = read("snmp").unwrap_or_default();
+    let netstat = read("netstat").unwrap_or_default();
+    let dev = read("dev").unwrap_or_default();
+    HostDrops {
+        host: host.to_string(),
+        tun_tx_dropped: dev_tx_dropped(&dev, tun).unwrap_or(0),
+        udp_rcvbuf_errors: proto_counter(&snmp, "Udp", "RcvbufErrors").unwrap_or(0),
+        tcp_queue_drops: proto_counter(&netstat, "TcpExt", "TCPRcvQDrop").unwrap_or(0)
+            + proto_counter(&netstat, "TcpExt", "TCPBacklogDrop").unwrap_or(0),
+    }
+}
+
+/// A counter of `/proc/net/snmp` or `/proc/net/netstat`: a line of names
+/// `Proto: A B C` followed by a line of values `Proto: 1 2 3`.
+fn proto_counter(text: &str, proto: &str, name: &str) -> Option<u64> {
+    let prefix = format!("{proto}:");
+    let mut lines = text.lines().filter(|l| l.starts_with(&prefix));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let i = names.split_whitespace().position(|n| n == name);
+        if let Some(i) = i {
+            return values.split_whitespace().nth(i)?.parse().ok();
+        }
+    }
+    None
+}
+
+/// The transmit `drop` column of interface `iface` in `/proc/net/dev`.
+fn dev_tx_dropped(text: &str, iface: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.split(':').next().map(str::trim) == Some(iface))?;
+    let fields: Vec<&str> = line.split(':').nth(1)?.split_whitespace().collect();
+    // receive: bytes packets errs drop fifo frame compressed multicast,
+    // transmit: bytes packets errs drop ...
+    fields.get(11)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_are_found_by_name() {
+        let snmp = "Ip: Forwarding DefaultTTL\nIp: 1 64\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\nUdp: 10 0 3 9 7\n";
+        assert_eq!(proto_counter(snmp, "Udp", "RcvbufErrors"), Some(7));
+        assert_eq!(proto_counter(snmp, "Udp", "Missing"), None);
+        assert_eq!(proto_counter(snmp, "Tcp", "RcvbufErrors"), None);
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n    lo: 100 1 0 0 0 0 0 0 100 1 0 0 0 0 0 0\n  tun0: 5000 40 0 2 0 0 0 0 6000 50 0 13 0 0 0 0\n";
+        assert_eq!(dev_tx_dropped(dev, "tun0"), Some(13));
+        assert_eq!(dev_tx_dropped(dev, "lo"), Some(0));
+        assert_eq!(dev_tx_dropped(dev, "eth0"), None);
+    }
+
+    #[test]
+    fn this_kernel_has_the_counters_and_settings() {
+        // The running kernel's own files parse (values vary).
+        let dev = std::fs::read_to_string("/proc/thread-self/net/dev").expect("dev");
+        assert!(dev_tx_dropped(&dev, "lo").is_some(), "{dev}");
+        let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("snmp");
+        assert!(proto_counter(&snmp, "Udp", "RcvbufErrors").is_some());
+        let recorded = recorded_sysctls();
+        assert!(recorded.contains_key("net.ipv4.tcp_congestion_control"));
+        assert!(recorded.contains_key("net.ipv4.tcp_no_metrics_save"));
+    }
+}

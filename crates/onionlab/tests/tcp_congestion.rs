@@ -1,0 +1,136 @@
+//! The configured TCP congestion control is what live relay sockets use:
+//! relays and client run with `tcp_congestion = "reno"` (the kernel's
+//! default here is another algorithm), a download goes through, and every
+//! TCP socket each relay holds (listener, links to the client and to the
+//! other relays) reads back `reno` with `getsockopt(TCP_CONGESTION)` on a
+//! duplicate of the relay's own descriptor (`pidfd_getfd`).
+
+use std::fs;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+use onionlab::testnet::{self, LocalNetwork};
+use onionlab_transport::tcp::congestion_of;
+
+const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];
+const WANT: &str = "reno";
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_onionlab"))
+}
+
+/// A duplicate of descriptor `fd` of process `pid` (needs the right to
+/// ptrace it: the test's own child, as root).
+fn steal_fd(pid: u32, fd: i32) -> Option<OwnedFd> {
+    // SAFETY: plain syscalls on integers; the returned descriptors are ours.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0);
+        if pidfd < 0 {
+            return None;
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
+        let got = libc::syscall(
+            libc::SYS_pidfd_getfd,
+            std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+            fd,
+            0,
+        );
+        (got >= 0).then(|| OwnedFd::from_raw_fd(got as i32))
+    }
+}
+
+/// The congestion control of every TCP socket of process `pid`.
+fn tcp_congestion_of_process(pid: u32) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let is_socket =
+            fs::read_link(entry.path()).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"));
+        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        if !is_socket {
+            continue;
+        }
+        let Some(owned) = steal_fd(pid, fd) else {
+            continue;
+        };
+        let sock = socket2::Socket::from(owned);
+        let tcp = sock.r#type().ok() == Some(socket2::Type::STREAM)
+            && matches!(
+                sock.domain().ok(),
+                Some(socket2::Domain::IPV4 | socket2::Domain::IPV6)
+            );
+        if tcp {
+            if let Ok(cc) = congestion_of(&sock) {
+                found.push(cc);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_sockets_use_the_configured_congestion_control() {
+    let dir = std::env::temp_dir().join(format!("onionlab-tcp-cc-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    for i in 0..3 {
+        net.append_relay_config(i, &format!("tcp_congestion = \"{WANT}\"\n"))
+            .expect("relay config");
+    }
+    net.set_transport("tls").expect("tls");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&PATH), &format!("tcp_congestion = \"{WANT}\""))
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    testnet::download(net.socks_addr(), server, 1 << 20, None)
+        .await
+        .expect("a download through the relays");
+
+    for (i, relay) in net.relays.iter().enumerate() {
+        let pid = relay.pid().expect("relay alive");
+        let ccs = tcp_congestion_of_process(pid);
+        // The listener, and at least one link (guard: the client and the
+        // middle; middle: both neighbours; exit: the middle).
+        assert!(ccs.len() >= 2, "relay{i}: TCP sockets {ccs:?}");
+        assert!(ccs.iter().all(|c| c == WANT), "relay{i}: {ccs:?}");
+    }
+    let client = net
+        .client
+        .as_ref()
+        .and_then(|c| c.pid())
+        .expect("client alive");
+    let ccs = tcp_congestion_of_process(client);
+    assert!(
+        ccs.iter().filter(|c| *c == WANT).count() >= 1,
+        "client: {ccs:?}"
+    );
+    net.stop();
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_congestion_control_the_kernel_lacks_stops_the_relay_with_a_clear_error() {
+    let dir = std::env::temp_dir().join(format!("onionlab-tcp-cc-bad-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let mut net = LocalNetwork::init(&bin(), &dir, 1, 1).expect("network init");
+    net.append_relay_config(0, "tcp_congestion = \"no_such_cc\"\n")
+        .expect("relay config");
+    let err = net.start_relays().expect_err("the relay must not start");
+    let log_path = net
+        .relays
+        .first()
+        .map(|r| r.log.clone())
+        .unwrap_or_default();
+    let log = fs::read_to_string(log_path).unwrap_or_default();
+    let text = format!("{err} {log}");
+    assert!(
+        text.contains("no_such_cc") && text.contains("cannot be set"),
+        "{text}"
+    );
+    net.stop();
+    let _ = fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,158 @@
+//! The kernel's TCP congestion control, chosen per socket.
+//!
+//! A comparison of TLS over TCP with QUIC measures the two congestion
+//! controllers as much as the transports: Linux may default to BBR while
+//! quinn runs Cubic. Every TCP socket a node opens or accepts therefore
+//! gets the algorithm its configuration names ([`TcpCongestion`]), with
+//! `setsockopt(TCP_CONGESTION)`; the default matches the QUIC congestion
+//! control (cubic with cubic, reno with newreno, bbr with bbr).
+
+use std::fmt;
+use std::io;
+
+use socket2::SockRef;
+
+/// The kernel's list of algorithms that can be set.
+const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+/// Longest algorithm name the kernel takes (`TCP_CA_NAME_MAX` less the NUL).
+const MAX_NAME_LEN: usize = 15;
+
+/// Which congestion control a node's TCP sockets use.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum TcpCongestion {
+    /// Leave the kernel's default (`net.ipv4.tcp_congestion_control`).
+    #[default]
+    System,
+    /// Set this algorithm (a kernel name: `cubic`, `reno`, `bbr`, ...).
+    Named(String),
+}
+
+impl TcpCongestion {
+    /// Parse a setting: `system`, or a kernel algorithm name (lower-case
+    /// letters, digits and `_`, at most 15). Whether the kernel has it is
+    /// checked by [`check_available`](Self::check_available).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the bad value.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "system" {
+            return Ok(TcpCongestion::System);
+        }
+        let valid = !s.is_empty()
+            && s.len() <= MAX_NAME_LEN
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if valid {
+            Ok(TcpCongestion::Named(s.to_string()))
+        } else {
+            Err(format!(
+                "bad TCP congestion control {s:?}: \"system\" or a kernel algorithm name such as \"cubic\", \"reno\", \"bbr\""
+            ))
+        }
+    }
+
+    /// The algorithm's name, if one is set.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            TcpCongestion::System => None,
+            TcpCongestion::Named(n) => Some(n),
+        }
+    }
+
+    /// Check that the kernel can set this algorithm, by setting it on a
+    /// throwaway socket (which also loads its module when allowed).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the algorithm and what the kernel offers.
+    pub fn check_available(&self) -> Result<(), String> {
+        let Some(name) = self.name() else {
+            return Ok(());
+        };
+        let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .map_err(|e| format!("a TCP socket to check {name:?}: {e}"))?;
+        probe.set_tcp_congestion(name.as_bytes()).map_err(|e| {
+            format!(
+                "TCP congestion control {name:?} cannot be set ({e}); this kernel offers: {}",
+                available().join(" ")
+            )
+        })
+    }
+
+    /// Apply to `socket` (nothing for [`System`](Self::System)).
+    ///
+    /// # Errors
+    ///
+    /// The kernel's refusal.
+    pub fn apply<'s>(&self, socket: impl Into<SockRef<'s>>) -> io::Result<()> {
+        match self.name() {
+            None => Ok(()),
+            Some(name) => socket.into().set_tcp_congestion(name.as_bytes()),
+        }
+    }
+}
+
+impl fmt::Display for TcpCongestion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name().unwrap_or("system"))
+    }
+}
+
+/// The congestion control `socket` uses now (`getsockopt(TCP_CONGESTION)`).
+///
+/// # Errors
+///
+/// The kernel's.
+pub fn congestion_of<'s>(socket: impl Into<SockRef<'s>>) -> io::Result<String> {
+    let raw = socket.into().tcp_congestion()?;
+    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+    Ok(String::from_utf8_lossy(&raw[..end]).into_owned())
+}
+
+/// The algorithms this kernel offers (empty if it does not say).
+pub fn available() -> Vec<String> {
+    std::fs::read_to_string(AVAILABLE)
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse() {
+        assert_eq!(TcpCongestion::parse("system"), Ok(TcpCongestion::System));
+        assert_eq!(
+            TcpCongestion::parse("cubic"),
+            Ok(TcpCongestion::Named("cubic".into()))
+        );
+        for bad in ["", "Cubic", "cu bic", "a_name_far_too_long", "bbr\0"] {
+            assert!(TcpCongestion::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn reno_is_set_and_read_back() {
+        // Reno is built into every Linux kernel.
+        let reno = TcpCongestion::parse("reno").expect("parse");
+        reno.check_available().expect("reno available");
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        reno.apply(&s).expect("set");
+        assert_eq!(congestion_of(&s).expect("get"), "reno");
+        // Accepted sockets inherit the listener's.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        reno.apply(&listener).expect("set on the listener");
+        let addr = listener.local_addr().expect("addr");
+        let _client = std::net::TcpStream::connect(addr).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        assert_eq!(congestion_of(&accepted).expect("get"), "reno");
+        let missing = TcpCongestion::parse("no_such_cc").expect("parse");
+        let e = missing
+            .check_available()
+            .expect_err("not a kernel algorithm");
+        assert!(e.contains("no_such_cc") && e.contains("reno"), "{e}");
+    }
+}
