@@ -133,6 +133,7 @@ impl ClientSettings {
             onionlab_transport::quic::Congestion::from_name(config.quic_congestion.as_str())
                 .unwrap_or_default();
         s.quic.keep_alive = Duration::from_millis(config.quic_keep_alive_ms);
+        s.quic.initial_mtu = config.quic_initial_mtu;
         s.quic.idle_timeout = Duration::from_millis(config.quic_idle_timeout_ms);
         s.link_handshake_timeout = Duration::from_millis(config.link_handshake_timeout_ms);
         s.tcp_congestion =

@@ -17,6 +17,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_netdoc::config::{DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU};
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
@@ -134,6 +135,42 @@ pub struct Environment {
     /// The same inside the first host of the first repetition, after the
     /// lab's settings.
     pub host_sysctls: BTreeMap<String, String>,
+    /// What each transport puts on the wire, for parity: the emulated
+    /// links' MTU (every packet of either transport is at most this), the
+    /// largest TCP segment it allows (MTU less the IPv4 and TCP headers;
+    /// TCP timestamps, when on, take 12 more), Linux's initial TCP window
+    /// in segments, the UDP payload of QUIC's first packets and QUIC's
+    /// initial window in bytes.
+    pub wire: WireParity,
+}
+
+/// See [`Environment::wire`].
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct WireParity {
+    /// The emulated links' MTU.
+    pub link_mtu: u32,
+    /// Largest TCP segment payload (MSS) without options.
+    pub tcp_mss: u32,
+    /// Linux's initial congestion window (segments; `TCP_INIT_CWND`).
+    pub tcp_initial_window_segments: u32,
+    /// QUIC's initial UDP payload (`quic_initial_mtu`).
+    pub quic_initial_mtu: u16,
+    /// QUIC's initial congestion window (bytes).
+    pub quic_initial_window_bytes: u64,
+}
+
+impl WireParity {
+    /// The lab's parity for links of `mtu` bytes.
+    pub fn for_mtu(mtu: u32) -> Self {
+        let quic = quic_initial_mtu(mtu);
+        WireParity {
+            link_mtu: mtu,
+            tcp_mss: mtu.saturating_sub(40),
+            tcp_initial_window_segments: 10,
+            quic_initial_mtu: quic,
+            quic_initial_window_bytes: 10 * u64::from(quic),
+        }
+    }
 }
 
 /// What a whole run produced.
@@ -268,7 +305,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
             let (mut recs, r, host_sysctls) =
                 run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
             if done == 0 {
-                write_environment(&opts.out, host_sysctls)?;
+                write_environment(&opts.out, host_sysctls, variant.topology.mtu)?;
             }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
@@ -298,13 +335,14 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
 }
 
 /// Write `environment.json` ([`Environment`]).
-fn write_environment(out: &Path, host_sysctls: BTreeMap<String, String>) -> Result<(), RunError> {
+fn write_environment(out: &Path, host_sysctls: Sysctls, mtu: u32) -> Result<(), RunError> {
     let env = Environment {
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         machine_sysctls: hostnet::recorded_sysctls(),
         host_sysctls,
+        wire: WireParity::for_mtu(mtu),
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
     fs::write(out.join("environment.json"), text).map_err(io_err("writing environment.json"))
@@ -376,19 +414,31 @@ pub fn relay_addresses(transport: &str, addr: SocketAddr) -> Vec<TransportAddres
     v
 }
 
-/// The `transport`, `quic_congestion` and `tcp_congestion` lines of the
-/// configuration of a node on `host` for a variant (no `quic_congestion`
-/// for TLS, where it does not apply).
+/// The `transport`, `quic_congestion`, `quic_initial_mtu` and
+/// `tcp_congestion` lines of the configuration of a node on `host` for a
+/// variant (no QUIC lines for TLS, where they do not apply). QUIC's first
+/// packets fill the links' MTU as TCP's do ([`quic_initial_mtu`]).
 pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
     let tcp = format!("tcp_congestion = \"{}\"\n", variant.tcp_congestion_of(host));
     if variant.transport == "tls" {
         format!("transport = \"tls\"\n{tcp}")
     } else {
         format!(
-            "transport = \"{}\"\nquic_congestion = \"{}\"\n{tcp}",
-            variant.transport, variant.congestion
+            "transport = \"{}\"\nquic_congestion = \"{}\"\nquic_initial_mtu = {}\n{tcp}",
+            variant.transport,
+            variant.congestion,
+            quic_initial_mtu(variant.topology.mtu)
         )
     }
+}
+
+/// The QUIC UDP payload that fills a link of `mtu` bytes (less the IPv4
+/// and UDP headers), within what QUIC and our configuration accept.
+pub fn quic_initial_mtu(mtu: u32) -> u16 {
+    let payload = mtu.saturating_sub(28);
+    u16::try_from(payload)
+        .unwrap_or(u16::MAX)
+        .clamp(DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU)
 }
 
 /// A relay's `relay.toml` for a variant; with a QUIC transport its QUIC

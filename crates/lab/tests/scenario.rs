@@ -436,6 +436,8 @@ fn configs_follow_the_transport() {
             assert_eq!(names, ["tls", "quic"]);
             assert_eq!(cfg.quic_listen, Some(addr));
             assert_eq!(cfg.quic_congestion, Congestion::NewReno);
+            // The topology's MTU (1500) less IPv4 and UDP headers.
+            assert_eq!(cfg.quic_initial_mtu, 1472);
         }
         let lines = transport_config_lines(&v, "guard");
         assert!(lines.contains(&format!("transport = \"{}\"", v.transport)));

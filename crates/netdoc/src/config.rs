@@ -23,6 +23,7 @@
 //! max_mem_in_queues = 268435456   # bytes, default 256 MiB
 //! link_handshake_timeout_ms = 10000 # default 10000
 //! quic_keep_alive_ms = 2000       # default 2000; below quic_idle_timeout_ms
+//! quic_initial_mtu = 1200         # default 1200 (QUIC's minimum); at most 8972
 //! quic_idle_timeout_ms = 8000     # default 8000
 //! exit_connect_timeout_ms = 10000 # exits: default 10000
 //! exit_reject_private = true      # exits: default true (see crate::exit_targets)
@@ -60,6 +61,7 @@
 //! relay_failure_avoidance_s = 30        # default 30
 //! link_handshake_timeout_ms = 10000     # as for a relay
 //! quic_keep_alive_ms = 2000             # as for a relay
+//! quic_initial_mtu = 1200               # as for a relay
 //! quic_idle_timeout_ms = 8000           # as for a relay
 //! log = "info"                          # optional tracing filter
 //! ```
@@ -480,6 +482,16 @@ pub struct RelayConfig {
         deserialize_with = "de_positive"
     )]
     pub link_handshake_timeout_ms: u64,
+    /// UDP payload of a QUIC connection's first packets, before MTU
+    /// discovery (default 1200, QUIC's safe minimum; at most 8972). The
+    /// lab sets its links' MTU less 28 (IPv4 and UDP headers), so QUIC
+    /// packets are as large as TCP's from the start; the initial
+    /// congestion window is 10 such packets, as TCP's is 10 segments.
+    #[serde(
+        default = "default_quic_initial_mtu",
+        deserialize_with = "de_quic_initial_mtu"
+    )]
+    pub quic_initial_mtu: u16,
     /// QUIC keep-alive: a PING after this many quiet milliseconds (default
     /// 2000); must be positive and below `quic_idle_timeout_ms`.
     #[serde(
@@ -661,6 +673,12 @@ pub struct ClientConfig {
         deserialize_with = "de_positive"
     )]
     pub link_handshake_timeout_ms: u64,
+    /// As for a relay (default 1200).
+    #[serde(
+        default = "default_quic_initial_mtu",
+        deserialize_with = "de_quic_initial_mtu"
+    )]
+    pub quic_initial_mtu: u16,
     /// As for a relay (default 2000 ms).
     #[serde(
         default = "default_quic_keep_alive_ms",
@@ -703,6 +721,25 @@ pub const MAX_QUIC_IDLE_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 fn default_link_handshake_timeout_ms() -> u64 {
     DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS
 }
+/// Default `quic_initial_mtu` (relays and clients): QUIC's minimum.
+pub const DEFAULT_QUIC_INITIAL_MTU: u16 = 1200;
+/// Largest `quic_initial_mtu`: a 9000-byte jumbo frame less IPv4 and UDP.
+pub const MAX_QUIC_INITIAL_MTU: u16 = 8972;
+
+fn default_quic_initial_mtu() -> u16 {
+    DEFAULT_QUIC_INITIAL_MTU
+}
+
+fn de_quic_initial_mtu<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u16, D::Error> {
+    let v = u16::deserialize(d)?;
+    if !(DEFAULT_QUIC_INITIAL_MTU..=MAX_QUIC_INITIAL_MTU).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "must be between {DEFAULT_QUIC_INITIAL_MTU} and {MAX_QUIC_INITIAL_MTU}"
+        )));
+    }
+    Ok(v)
+}
+
 fn default_quic_keep_alive_ms() -> u64 {
     DEFAULT_QUIC_KEEP_ALIVE_MS
 }

@@ -69,6 +69,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.quic.congestion =
             Congestion::from_name(cfg.quic_congestion.as_str()).unwrap_or_default();
         settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);
+        settings.quic.initial_mtu = cfg.quic_initial_mtu;
         settings.quic.idle_timeout = Duration::from_millis(cfg.quic_idle_timeout_ms);
         settings.link_handshake_timeout = Duration::from_millis(cfg.link_handshake_timeout_ms);
         settings.exit.connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);
@@ -126,5 +127,13 @@ mod tests {
         );
         assert!(cfg.exit_reject_private);
         assert!(cfg.exit_allow_private.is_empty());
+        assert_eq!(
+            cfg.quic_initial_mtu,
+            onionlab_transport::quic::DEFAULT_INITIAL_MTU
+        );
+        assert_eq!(
+            config::MAX_QUIC_INITIAL_MTU,
+            onionlab_transport::quic::MAX_INITIAL_MTU
+        );
     }
 }

@@ -64,6 +64,7 @@
 //! | keep-alive / idle timeout | [`DEFAULT_KEEP_ALIVE`] / [`DEFAULT_IDLE_TIMEOUT`] ([`QuicSettings`]) | idle channels stay open like tor's; a peer that vanished is noticed within the idle timeout |
 //! | stateless reset key | derived from the relay's identity key | a relay that restarts resets its peers' old connections at their next packet |
 //! | congestion control | [`Congestion`], Cubic by default | quinn's implementations |
+//! | initial MTU, initial window | [`QuicSettings::initial_mtu`] (1200 by default), [`INITIAL_WINDOW_PACKETS`] packets | as large as TCP's packets and initial window when the path's MTU is known (the lab) |
 //!
 //! # Dead peers
 //!
@@ -256,7 +257,23 @@ pub struct QuicSettings {
     pub idle_timeout: Duration,
     /// What a relay accepts before any cryptography ([`gate`]).
     pub handshakes: HandshakeLimits,
+    /// UDP payload of the first packets, before MTU discovery
+    /// ([`DEFAULT_INITIAL_MTU`], QUIC's safe minimum; the lab sets its
+    /// links' MTU less the IPv4 and UDP headers, so that QUIC packets are
+    /// as large as TCP's from the start). The initial congestion window is
+    /// [`INITIAL_WINDOW_PACKETS`] of these.
+    pub initial_mtu: u16,
 }
+
+/// Default [`QuicSettings::initial_mtu`]: 1200 bytes, the least every
+/// QUIC path carries (RFC 9000 section 14).
+pub const DEFAULT_INITIAL_MTU: u16 = 1200;
+/// Largest [`QuicSettings::initial_mtu`]: a 9000-byte jumbo frame less the
+/// IPv4 and UDP headers.
+pub const MAX_INITIAL_MTU: u16 = 9000 - 28;
+/// Initial congestion window in packets of the initial MTU: 10, as Linux
+/// TCP's initial window is 10 segments (RFC 6928).
+pub const INITIAL_WINDOW_PACKETS: u64 = 10;
 
 impl Default for QuicSettings {
     fn default() -> Self {
@@ -267,6 +284,7 @@ impl Default for QuicSettings {
             keep_alive: DEFAULT_KEEP_ALIVE,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshakes: HandshakeLimits::default(),
+            initial_mtu: DEFAULT_INITIAL_MTU,
         }
     }
 }
@@ -303,6 +321,12 @@ impl QuicSettings {
             )));
         }
         self.handshakes.validate().map_err(Error::Config)?;
+        if !(DEFAULT_INITIAL_MTU..=MAX_INITIAL_MTU).contains(&self.initial_mtu) {
+            return Err(Error::Config(format!(
+                "QUIC initial MTU {} outside {DEFAULT_INITIAL_MTU}..={MAX_INITIAL_MTU}",
+                self.initial_mtu
+            )));
+        }
         Ok(())
     }
 }
@@ -339,16 +363,24 @@ fn transport_config(settings: &QuicSettings) -> Arc<TransportConfig> {
         .send_window(SEND_WINDOW)
         .send_fairness(true)
         .keep_alive_interval(Some(settings.keep_alive))
-        .max_idle_timeout(Some(idle_timeout(settings.idle_timeout)));
+        .max_idle_timeout(Some(idle_timeout(settings.idle_timeout)))
+        .initial_mtu(settings.initial_mtu);
+    let window = INITIAL_WINDOW_PACKETS * u64::from(settings.initial_mtu);
     match settings.congestion {
         Congestion::Cubic => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::CubicConfig::default()))
+            let mut c = quinn::congestion::CubicConfig::default();
+            c.initial_window(window);
+            t.congestion_controller_factory(Arc::new(c))
         }
         Congestion::NewReno => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::NewRenoConfig::default()))
+            let mut c = quinn::congestion::NewRenoConfig::default();
+            c.initial_window(window);
+            t.congestion_controller_factory(Arc::new(c))
         }
         Congestion::Bbr => {
-            t.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()))
+            let mut c = quinn::congestion::BbrConfig::default();
+            c.initial_window(window);
+            t.congestion_controller_factory(Arc::new(c))
         }
     };
     Arc::new(t)
