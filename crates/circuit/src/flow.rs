@@ -29,10 +29,15 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn can_send(&self) -> bool;
     /// A DATA cell was sent.
     fn on_data_sent(&mut self, now: Instant);
-    /// A valid circuit-level SENDME acknowledged [`CIRCWINDOW_INCREMENT`] cells.
+    /// A valid circuit-level SENDME acknowledged [`sendme_inc`](Self::sendme_inc) cells.
     fn on_sendme(&mut self, now: Instant);
     /// DATA cells that may still be sent before waiting (for inspection).
     fn available(&self) -> u32;
+    /// DATA cells one SENDME acknowledges (tor-spec's 100 unless the
+    /// algorithm negotiated another `cc_sendme_inc`).
+    fn sendme_inc(&self) -> u32 {
+        CIRCWINDOW_INCREMENT
+    }
 }
 
 /// tor-spec's fixed circuit window: at most 1000 unacknowledged DATA cells.
@@ -70,7 +75,7 @@ impl CongestionControl for FixedWindow {
 pub struct CircSender {
     cc: Box<dyn CongestionControl>,
     data_sent: u64,
-    /// Tags of every [`CIRCWINDOW_INCREMENT`]-th DATA cell sent, oldest first.
+    /// Tags of every `sendme_inc`-th DATA cell sent, oldest first.
     expected_tags: VecDeque<SendmeTag>,
 }
 
@@ -102,7 +107,7 @@ impl CircSender {
         self.data_sent += 1;
         if self
             .data_sent
-            .is_multiple_of(u64::from(CIRCWINDOW_INCREMENT))
+            .is_multiple_of(u64::from(self.cc.sendme_inc()))
         {
             self.expected_tags.push_back(tag);
         }

@@ -20,6 +20,7 @@ pub mod node;
 pub mod relay;
 pub mod scheduler;
 pub mod stream;
+pub mod vegas;
 
 pub use err::{CloseKind, CloseReason, Error};
 
