@@ -55,6 +55,7 @@
 //! max_socks_connections = 4096          # default 4096
 //! stream_retries = 1                    # default 1
 //! relay_failure_avoidance_s = 30        # default 30
+//! network_refresh_s = 3600              # default 3600; 0: load the document once
 //! link_handshake_timeout_ms = 10000     # as for a relay
 //! quic_keep_alive_ms = 2000             # as for a relay
 //! quic_idle_timeout_ms = 8000           # as for a relay
@@ -627,6 +628,12 @@ pub struct ClientConfig {
     /// 30; 0: never avoided).
     #[serde(default = "default_relay_failure_avoidance_s")]
     pub relay_failure_avoidance_s: u64,
+    /// Load the network document again from `network` every this many
+    /// seconds and keep the newest valid one (see [`crate::refresh`];
+    /// default 3600, as tor clients fetch a consensus about hourly; 0:
+    /// load it once, at start; at most [`MAX_NETWORK_REFRESH_S`]).
+    #[serde(default = "default_network_refresh_s")]
+    pub network_refresh_s: u64,
     /// As for a relay: bound on a link handshake with a guard (default
     /// 10000 ms).
     #[serde(
@@ -661,6 +668,10 @@ pub const DEFAULT_MAX_SOCKS_CONNECTIONS: u64 = 4096;
 pub const DEFAULT_STREAM_RETRIES: u32 = 1;
 /// Default [`ClientConfig::relay_failure_avoidance_s`].
 pub const DEFAULT_RELAY_FAILURE_AVOIDANCE_S: u64 = 30;
+/// Default [`ClientConfig::network_refresh_s`].
+pub const DEFAULT_NETWORK_REFRESH_S: u64 = 3600;
+/// Largest [`ClientConfig::network_refresh_s`] accepted (a year).
+pub const MAX_NETWORK_REFRESH_S: u64 = 365 * 24 * 3600;
 
 /// Default `link_handshake_timeout_ms` (relays and clients).
 pub const DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
@@ -775,6 +786,9 @@ fn default_stream_retries() -> u32 {
 }
 fn default_relay_failure_avoidance_s() -> u64 {
     DEFAULT_RELAY_FAILURE_AVOIDANCE_S
+}
+fn default_network_refresh_s() -> u64 {
+    DEFAULT_NETWORK_REFRESH_S
 }
 
 /// See [`DEFAULT_EWMA_HALF_LIFE_MS`].
@@ -949,7 +963,18 @@ impl ClientConfig {
 
     /// Checks across settings.
     fn check(&self, origin: &str) -> Result<()> {
-        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)
+        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)?;
+        if self.network_refresh_s > MAX_NETWORK_REFRESH_S {
+            return Err(Error::Invalid {
+                origin: origin.to_string(),
+                message: format!(
+                    "network_refresh_s ({}) is above the limit of {MAX_NETWORK_REFRESH_S} \
+                     (a year; 0 turns the refresh off)",
+                    self.network_refresh_s
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The network public key.
@@ -1108,6 +1133,21 @@ mod test {
         assert_eq!(cfg.build_retries, 5);
         assert_eq!(cfg.circuit_build_timeout_ms, 10_000);
         assert_eq!(cfg.max_circuit_dirtiness_s, 600);
+        assert_eq!(cfg.network_refresh_s, DEFAULT_NETWORK_REFRESH_S);
+        let off = ClientConfig::from_toml_str(
+            &format!("{text}network_refresh_s = 0\n"),
+            "c.toml",
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!(off.network_refresh_s, 0);
+        let err = ClientConfig::from_toml_str(
+            &format!("{text}network_refresh_s = {}\n", MAX_NETWORK_REFRESH_S + 1),
+            "c.toml",
+            Path::new("/x"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("network_refresh_s"), "{err}");
 
         let err = ClientConfig::from_toml_str(
             &text.replace("[\"a\", \"b\", \"c\"]", "[]"),
