@@ -184,7 +184,8 @@ fn client(text: &str) {
         cfg.quic_idle_timeout_ms,
         cfg.link_handshake_timeout_ms,
     );
-    let settings = ClientSettings::from_config(&cfg, document());
+    let settings = ClientSettings::from_config(&cfg, document())
+        .expect("a configuration that parsed gives client settings");
     let mut quic = settings.quic;
     quic.handshake_timeout = settings.link_handshake_timeout;
     quic.validate()
@@ -195,6 +196,7 @@ fn client(text: &str) {
         settings.stream_connect_timeout,
         settings.socks_handshake_timeout,
         settings.link_handshake_timeout,
+        settings.network_refresh.unwrap_or_default(),
     ] {
         assert!(
             now.checked_add(d).is_some(),

@@ -34,6 +34,12 @@
 //! * **Streams**: BEGIN, the SOCKS reply on CONNECTED or END, then bytes
 //!   both ways with back-pressure and bounded buffers (see the stream
 //!   module's docs in the source).
+//! * **Network document**: loaded again every
+//!   [`ClientSettings::network_refresh`] (hourly by default); a newer
+//!   valid one replaces the held one, an older one is refused as a
+//!   rollback ([`onionlab_netdoc::refresh`]). Circuits keep the document
+//!   they were built from; those through a relay the new document drops
+//!   take no new streams.
 //!
 //! # Design
 //!
@@ -42,7 +48,9 @@
 //! the channel maps live in one `Rc<RefCell<State>>`, borrowed only between
 //! awaits. Tasks: the accept loop; one per SOCKS connection; a reader and a
 //! writer per guard channel, woken by a `tokio::sync::Notify`; a timer per
-//! circuit build; a housekeeping task that closes unused dirty circuits.
+//! circuit build; a housekeeping task that closes unused dirty circuits;
+//! a task that reloads the network document every `network_refresh` and
+//! keeps the newest valid one (see the refresh module in the source).
 //!
 //! Logs go to `tracing`: `info` for channels and circuits (built, failed,
 //! with the path's nicknames), `debug` per stream.
@@ -53,6 +61,7 @@
 mod channel;
 mod error;
 pub mod path;
+mod refresh;
 pub mod settings;
 pub mod socks;
 mod state;
@@ -69,7 +78,7 @@ use tokio::net::TcpListener;
 use tokio::task::LocalSet;
 
 pub use error::{Error, Result};
-pub use settings::ClientSettings;
+pub use settings::{ClientSettings, NetworkOrigin};
 
 use crate::state::{Config, Shared, State};
 
@@ -111,26 +120,19 @@ impl Client {
             .tcp_congestion
             .check_available()
             .map_err(Error::Setting)?;
-        let pinned = match &settings.path {
-            Some(names) => {
-                let p =
-                    path::resolve_pinned(&settings.network.relays, names).map_err(|source| {
-                        Error::PinnedPath {
-                            path: names.clone(),
-                            source,
-                        }
-                    })?;
-                if p.len() < path::PATH_LEN {
-                    tracing::warn!(
-                        path = ?names,
-                        "pinned path of {} hop(s): fine for a lab, no anonymity",
-                        p.len()
-                    );
-                }
-                Some(p)
-            }
-            None => None,
-        };
+        let names = settings.path.clone();
+        let cfg = Config::new(settings).map_err(|source| Error::PinnedPath {
+            path: names.clone().unwrap_or_default(),
+            source,
+        })?;
+        if let Some(p) = cfg.pinned.as_ref().filter(|p| p.len() < path::PATH_LEN) {
+            tracing::warn!(
+                path = ?names,
+                "pinned path of {} hop(s): fine for a lab, no anonymity",
+                p.len()
+            );
+        }
+        let settings = &cfg.settings;
         let addr = settings.socks_listen;
         let listener = TcpListener::bind(addr)
             .await
@@ -144,7 +146,7 @@ impl Client {
             pinned = ?settings.path,
             "client ready"
         );
-        let state = Rc::new(RefCell::new(State::new(Config { settings, pinned })));
+        let state = Rc::new(RefCell::new(State::new(cfg)));
         Ok(Client {
             listener,
             local_addr,
@@ -187,6 +189,7 @@ impl Client {
                 }
             })
         };
+        let refresh = refresh::spawn(&state);
         let max_conns = state.borrow().cfg.settings.max_socks_connections;
         let active = Rc::new(Cell::new(0usize));
         let mut backoff = onionlab_ops::AcceptBackoff::new("SOCKS port");
@@ -227,6 +230,9 @@ impl Client {
         }
         tracing::info!("shutting down");
         housekeeping.abort();
+        if let Some(r) = refresh {
+            r.abort();
+        }
         drop(listener);
         let writers = state.borrow_mut().begin_shutdown();
         let flushed = tokio::time::timeout(SHUTDOWN_FLUSH, async {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onionlab_circuit::scheduler::SchedulerKind;
-use onionlab_netdoc::{ClientConfig, NetworkDocument};
+use onionlab_netdoc::{ClientConfig, NetworkDocument, NetworkSource};
+use tor_llcrypto::pk::ed25519::PublicKey;
 
 use crate::error::{Error, Result};
 
@@ -23,6 +24,16 @@ pub const DEFAULT_STREAM_RETRIES: u32 = 1;
 /// Default [`ClientSettings::relay_failure_avoidance`].
 pub const DEFAULT_RELAY_FAILURE_AVOIDANCE: Duration = Duration::from_secs(30);
 
+/// Where the network document came from and the network key that verified
+/// it: what the client needs to load it again.
+#[derive(Debug, Clone)]
+pub struct NetworkOrigin {
+    /// The file or directory URL.
+    pub source: NetworkSource,
+    /// The network public key every document must be signed with.
+    pub key: PublicKey,
+}
+
 /// Everything the client needs to run.
 #[derive(Debug, Clone)]
 pub struct ClientSettings {
@@ -31,6 +42,13 @@ pub struct ClientSettings {
     pub socks_listen: SocketAddr,
     /// The verified network document.
     pub network: Arc<NetworkDocument>,
+    /// Where to load the document again from, with the key to verify it.
+    /// `None` (settings built in code): the document is never reloaded.
+    pub network_origin: Option<NetworkOrigin>,
+    /// Load the document again from `network_origin` this often and keep
+    /// the newest valid one (see [`onionlab_netdoc::refresh`]). `None`:
+    /// never. Nothing is reloaded without a `network_origin`.
+    pub network_refresh: Option<Duration>,
     /// A pinned path of relay nicknames, guard first and exit last. Any
     /// length of at least one is accepted (shorter than 3 gives no
     /// anonymity; useful in labs and tests). `None`: a random 3-hop path
@@ -81,16 +99,20 @@ pub struct ClientSettings {
 
 impl ClientSettings {
     /// Settings with the defaults of the configuration file (10 s build
-    /// timeout, 600 s dirtiness, 3 retries), a random path, and the
-    /// client's own defaults for the rest.
+    /// timeout, 600 s dirtiness, 3 retries, hourly refresh), a random path,
+    /// and the client's own defaults for the rest. There is no
+    /// [`network_origin`](Self::network_origin), so the document is never
+    /// reloaded unless one is set.
     pub fn new(socks_listen: SocketAddr, network: NetworkDocument) -> Self {
         use onionlab_netdoc::config::{
             DEFAULT_BUILD_RETRIES, DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
-            DEFAULT_MAX_CIRCUIT_DIRTINESS_S,
+            DEFAULT_MAX_CIRCUIT_DIRTINESS_S, DEFAULT_NETWORK_REFRESH_S,
         };
         ClientSettings {
             socks_listen,
             network: Arc::new(network),
+            network_origin: None,
+            network_refresh: refresh_interval(DEFAULT_NETWORK_REFRESH_S),
             path: None,
             circuit_build_timeout: Duration::from_millis(DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS),
             max_circuit_dirtiness: Duration::from_secs(DEFAULT_MAX_CIRCUIT_DIRTINESS_S),
@@ -109,13 +131,16 @@ impl ClientSettings {
     }
 
     /// Settings from a parsed configuration file and its (verified)
-    /// network document.
+    /// network document. The document is reloaded only if
+    /// [`network_origin`](Self::network_origin) is set afterwards (as
+    /// [`load`](Self::load) does).
     ///
     /// # Errors
     ///
     /// [`Error::Setting`] for a malformed `tcp_congestion`.
     pub fn from_config(config: &ClientConfig, network: NetworkDocument) -> Result<Self> {
         let mut s = ClientSettings::new(config.socks_listen, network);
+        s.network_refresh = refresh_interval(config.network_refresh_s);
         s.path = config.path.clone();
         s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
         s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
@@ -144,7 +169,9 @@ impl ClientSettings {
 
     /// Load a client configuration file, then read or fetch its network
     /// document and verify it with the configured network key. This is
-    /// what `onionlab client --config FILE` starts with.
+    /// what `onionlab client --config FILE` starts with. The settings keep
+    /// the source and key, so the client reloads the document every
+    /// `network_refresh_s`.
     ///
     /// # Errors
     ///
@@ -173,6 +200,16 @@ impl ClientSettings {
             relays = doc.relays.len(),
             "network document verified"
         );
-        ClientSettings::from_config(&config, doc)
+        let mut settings = ClientSettings::from_config(&config, doc)?;
+        settings.network_origin = Some(NetworkOrigin {
+            source: config.network.clone(),
+            key,
+        });
+        Ok(settings)
     }
+}
+
+/// A refresh interval in seconds as the settings hold it (0: `None`).
+fn refresh_interval(secs: u64) -> Option<Duration> {
+    (secs > 0).then(|| Duration::from_secs(secs))
 }

@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId, Destroy, DestroyReason};
@@ -19,7 +20,7 @@ use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::scheduler::CircuitScheduler;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
-use onionlab_netdoc::{ExitPolicy, RelayEntry};
+use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
 use onionlab_transport::any::{Connector, PeerAddrs};
 use onionlab_transport::quic::QuicTransport;
 use onionlab_transport::tls::TlsTransport;
@@ -30,7 +31,10 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::path::{path_names, select_path, select_path_avoiding, PathError, Target};
+use crate::path::{
+    path_names, resolve_pinned, select_path, select_path_avoiding, PathError, PinnedPathError,
+    Target,
+};
 use crate::settings::ClientSettings;
 use crate::socks::{IsolationKey, StreamFailure};
 
@@ -44,6 +48,11 @@ pub(crate) struct CircKey(pub(crate) u64);
 /// Identifies a channel within the client (a new channel to the same
 /// guard gets a new key).
 pub(crate) type ChanKey = u64;
+
+/// A relay's Ed25519 identity: how state that outlives a network document
+/// (channels, failed relays) names relays. Indexes into a document's relay
+/// list are only meaningful with that document.
+pub(crate) type RelayId = [u8; 32];
 
 /// Where a circuit's construction is, as its waiters see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,17 +74,47 @@ pub(crate) enum BuildFailure {
     Failed(String),
 }
 
-/// Settings with the pinned path resolved.
+/// Settings with the pinned path resolved against their network
+/// document. A newer document makes a new `Config`
+/// ([`State::replace_network`]).
 #[derive(Debug)]
 pub(crate) struct Config {
     pub(crate) settings: ClientSettings,
     /// Relay indexes of the pinned path, if there is one.
     pub(crate) pinned: Option<Vec<usize>>,
+    /// Index of each relay of the document, by identity.
+    by_identity: HashMap<RelayId, usize>,
 }
 
 impl Config {
+    /// `settings` with their pinned path (if any) resolved by nickname
+    /// against their document.
+    pub(crate) fn new(settings: ClientSettings) -> Result<Self, PinnedPathError> {
+        let pinned = match &settings.path {
+            Some(names) => Some(resolve_pinned(&settings.network.relays, names)?),
+            None => None,
+        };
+        let by_identity = settings
+            .network
+            .relays
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.ed_identity, i))
+            .collect();
+        Ok(Config {
+            settings,
+            pinned,
+            by_identity,
+        })
+    }
+
     fn relays(&self) -> &[RelayEntry] {
         &self.settings.network.relays
+    }
+
+    /// The index in this document of the relay with identity `id`.
+    fn index_of(&self, id: &RelayId) -> Option<usize> {
+        self.by_identity.get(id).copied()
     }
 }
 
@@ -126,7 +165,13 @@ struct Circ {
     circ: ClientCircuit,
     chan: ChanKey,
     circ_id: u32,
+    /// The document the path was chosen from: `path` indexes its relays,
+    /// whatever document the client holds now.
+    doc: Arc<NetworkDocument>,
     path: Vec<usize>,
+    /// A newer document no longer lists a relay of the path (or changed
+    /// the exit's policy): no new streams; closed with its last stream.
+    stale: bool,
     isolation: IsolationKey,
     phase: watch::Sender<Phase>,
     started: Instant,
@@ -139,6 +184,34 @@ struct Circ {
 }
 
 impl Circ {
+    /// A circuit being built on `path` (indexes into `doc`), at channel
+    /// `chan` with ID `circ_id`.
+    fn new(
+        circ: ClientCircuit,
+        (chan, circ_id): (ChanKey, u32),
+        doc: Arc<NetworkDocument>,
+        path: Vec<usize>,
+        isolation: IsolationKey,
+        phase: watch::Sender<Phase>,
+    ) -> Self {
+        Circ {
+            circ,
+            chan,
+            circ_id,
+            doc,
+            path,
+            stale: false,
+            isolation,
+            phase,
+            started: Instant::now(),
+            first_use: None,
+            timed_out: false,
+            failure: None,
+            closed: false,
+            streams: HashMap::new(),
+        }
+    }
+
     fn is_open(&self) -> bool {
         !self.closed && *self.phase.borrow() == Phase::Open
     }
@@ -151,6 +224,16 @@ impl Circ {
         too_dirty(self.first_use, now, max)
     }
 
+    /// No new streams: dirty, or stale after a document change.
+    fn is_retired(&self, now: Instant, max: Duration) -> bool {
+        self.stale || self.is_dirty(now, max)
+    }
+
+    /// The exit's entry in the circuit's document.
+    fn exit(&self) -> Option<&RelayEntry> {
+        self.path.last().and_then(|&e| self.doc.relays.get(e))
+    }
+
     fn slot(&self, s: &StreamRef) -> Option<&StreamSlot> {
         self.streams
             .get(&u16::from(s.id))
@@ -160,7 +243,9 @@ impl Circ {
 
 /// One channel to a guard.
 struct Channel {
-    guard: usize,
+    guard: RelayId,
+    /// The guard's nickname, for logs.
+    guard_nick: String,
     open: bool,
     closing: bool,
     circuits: HashMap<u32, CircKey>,
@@ -188,7 +273,23 @@ pub(crate) enum Pick {
     /// This circuit being built fits: wait for it.
     Pending(CircKey, watch::Receiver<Phase>),
     /// Nothing fits: build a circuit on this path.
-    Launch(Vec<usize>),
+    Launch(NewPath),
+}
+
+/// A path for a new circuit: relay indexes (guard first) into `doc`.
+pub(crate) struct NewPath {
+    pub(crate) doc: Arc<NetworkDocument>,
+    pub(crate) hops: Vec<usize>,
+}
+
+/// What [`State::replace_network`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Swapped {
+    /// Relays of the old document the new one no longer lists.
+    pub(crate) vanished: usize,
+    /// Circuits that now take no new streams (a relay of theirs vanished,
+    /// or their exit's policy changed).
+    pub(crate) retired: usize,
 }
 
 /// Everything the client's tasks share.
@@ -197,7 +298,7 @@ pub(crate) struct State {
     connector: Connector,
     rng: StdRng,
     channels: HashMap<ChanKey, Channel>,
-    by_guard: HashMap<usize, ChanKey>,
+    by_guard: HashMap<RelayId, ChanKey>,
     circuits: HashMap<CircKey, Circ>,
     next_circ: u64,
     next_chan: ChanKey,
@@ -205,10 +306,10 @@ pub(crate) struct State {
     shutting_down: bool,
     /// Writer tasks, awaited at shutdown so DESTROYs go out.
     writers: Vec<JoinHandle<()>>,
-    /// Relays (by index) that failed recently, and when: random paths
+    /// Relays (by identity) that failed recently, and when: random paths
     /// avoid them for `relay_failure_avoidance` unless no path exists
     /// without them.
-    failed_relays: HashMap<usize, Instant>,
+    failed_relays: HashMap<RelayId, Instant>,
     /// Stream failures are logged at INFO, at most one line per interval.
     stream_failures: onionlab_ops::LogLimiter,
 }
@@ -286,12 +387,48 @@ impl State {
         }
     }
 
-    /// Relays that failed within the avoidance period before `now`.
+    /// Indexes, in the document held now, of the relays that failed
+    /// within the avoidance period before `now` (a relay the document no
+    /// longer lists is left out).
     fn recently_failed(&mut self, now: Instant) -> Vec<usize> {
         let period = self.cfg.settings.relay_failure_avoidance;
         self.failed_relays
             .retain(|_, at| now.saturating_duration_since(*at) < period);
-        self.failed_relays.keys().copied().collect()
+        self.failed_relays
+            .keys()
+            .filter_map(|id| self.cfg.index_of(id))
+            .collect()
+    }
+
+    /// Use `doc`, a newer network document, from now on: the pinned path
+    /// is resolved again by nickname (if it no longer resolves, nothing
+    /// changes and the error says why). Nothing else needs remapping:
+    /// circuits keep the document they were built from, channels and
+    /// failed relays are named by identity. Circuits through a relay `doc`
+    /// no longer lists, or whose exit's policy changed, take no new streams
+    /// and close with their last stream; channels and streams keep working.
+    pub(crate) fn replace_network(
+        &mut self,
+        doc: Arc<NetworkDocument>,
+    ) -> Result<Swapped, PinnedPathError> {
+        let mut settings = self.cfg.settings.clone();
+        settings.network = doc;
+        let cfg = Config::new(settings)?;
+        let vanished = self
+            .cfg
+            .relays()
+            .iter()
+            .filter(|r| cfg.index_of(&r.ed_identity).is_none())
+            .count();
+        let mut retired = 0;
+        for c in self.circuits.values_mut() {
+            if !c.stale && !c.closed && !still_usable(&c.doc.relays, &c.path, &cfg) {
+                c.stale = true;
+                retired += 1;
+            }
+        }
+        self.cfg = Rc::new(cfg);
+        Ok(Swapped { vanished, retired })
     }
 
     /// How a stream to `target` with isolation `iso` gets a circuit: an
@@ -311,14 +448,14 @@ impl State {
         let relays = cfg.relays();
         let max_dirty = cfg.settings.max_circuit_dirtiness;
         let fits = |c: &Circ| {
-            c.path
-                .last()
-                .is_some_and(|&e| may_share(&c.isolation, &relays[e].exit_policy, iso, target))
+            !c.stale
+                && c.exit()
+                    .is_some_and(|e| may_share(&c.isolation, &e.exit_policy, iso, target))
         };
         let ready = self
             .circuits
             .iter()
-            .filter(|(_, c)| c.is_open() && !c.is_dirty(now, max_dirty) && fits(c))
+            .filter(|(_, c)| c.is_open() && !c.is_retired(now, max_dirty) && fits(c))
             .map(|(k, _)| *k)
             .max();
         if let Some(k) = ready {
@@ -333,11 +470,17 @@ impl State {
         if let Some((k, c)) = pending {
             return Ok(Pick::Pending(k, c.phase.subscribe()));
         }
+        let launch = |hops: Vec<usize>| {
+            Pick::Launch(NewPath {
+                doc: cfg.settings.network.clone(),
+                hops,
+            })
+        };
         match &cfg.pinned {
             Some(path) => {
-                let exit = path.last().map(|&e| &relays[e]);
+                let exit = path.last().and_then(|&e| relays.get(e));
                 if exit.is_some_and(|e| target.allowed_by(&e.exit_policy)) {
-                    Ok(Pick::Launch(path.clone()))
+                    Ok(launch(path.clone()))
                 } else {
                     Err(StreamFailure::NotAllowed)
                 }
@@ -356,7 +499,7 @@ impl State {
                         select_path(relays, target, &mut self.rng)
                     });
                 match path {
-                    Ok(p) => Ok(Pick::Launch(p.to_vec())),
+                    Ok(p) => Ok(launch(p.to_vec())),
                     Err(PathError::NoExit { .. }) => Err(StreamFailure::NotAllowed),
                     Err(e) => Err(StreamFailure::NoPath(e.to_string())),
                 }
@@ -364,9 +507,10 @@ impl State {
         }
     }
 
-    /// The channel to `guard`, created (and its connection started) if
+    /// The channel to `relay`, created (and its connection started) if
     /// there is none.
-    fn channel_for(&mut self, shared: &Shared, guard: usize) -> ChanKey {
+    fn channel_for(&mut self, shared: &Shared, relay: &RelayEntry) -> ChanKey {
+        let guard = relay.ed_identity;
         if let Some(&k) = self.by_guard.get(&guard) {
             return k;
         }
@@ -377,6 +521,7 @@ impl State {
             key,
             Channel {
                 guard,
+                guard_nick: relay.nickname.clone(),
                 open: false,
                 closing: false,
                 circuits: HashMap::new(),
@@ -387,7 +532,6 @@ impl State {
             },
         );
         self.by_guard.insert(guard, key);
-        let relay = &self.cfg.relays()[guard];
         let identity = Ed25519Identity::new(relay.ed_identity);
         let addrs = PeerAddrs {
             tls: relay.address(TRANSPORT_TLS),
@@ -420,11 +564,12 @@ impl State {
     pub(crate) fn launch(
         &mut self,
         shared: &Shared,
-        path: Vec<usize>,
+        path: NewPath,
         iso: IsolationKey,
     ) -> (CircKey, watch::Receiver<Phase>) {
         let cfg = self.cfg.clone();
-        let guard = path[0];
+        let NewPath { doc, hops: path } = path;
+        let guard = &doc.relays[path[0]];
         let chan = self.channel_for(shared, guard);
         let key = CircKey(self.next_circ);
         self.next_circ += 1;
@@ -435,7 +580,7 @@ impl State {
         };
         let circ = ClientCircuit::new(
             circ_config,
-            &cfg.relays()[guard].public_keys(),
+            &guard.public_keys(),
             StdRng::from_rng(&mut self.rng),
         );
         let mut circ_id = 0;
@@ -451,27 +596,12 @@ impl State {
         }
         tracing::debug!(
             circ = key.0,
-            path = %path_names(cfg.relays(), &path),
+            path = %path_names(&doc.relays, &path),
             circ_id = format_args!("{circ_id:#x}"),
             "building circuit"
         );
-        self.circuits.insert(
-            key,
-            Circ {
-                circ,
-                chan,
-                circ_id,
-                path,
-                isolation: iso,
-                phase,
-                started: Instant::now(),
-                first_use: None,
-                timed_out: false,
-                failure: None,
-                closed: false,
-                streams: HashMap::new(),
-            },
-        );
+        self.circuits
+            .insert(key, Circ::new(circ, (chan, circ_id), doc, path, iso, phase));
         if circ_id == 0 {
             // The channel failed at once (see channel_for).
             if let Some(c) = self.circuits.get_mut(&key) {
@@ -514,12 +644,11 @@ impl State {
     /// cell cannot spin the writer. Its next input re-activates it.
     fn touch_inner(&mut self, key: CircKey, activate: bool) {
         let now = Instant::now();
-        let cfg = self.cfg.clone();
         let Some(c) = self.circuits.get_mut(&key) else {
             return;
         };
         while let Some(ev) = c.circ.poll_event() {
-            if let Some(failed) = on_event(key, c, ev, &cfg, now) {
+            if let Some(failed) = on_event(key, c, ev, now) {
                 self.failed_relays.insert(failed, now);
             }
         }
@@ -638,9 +767,10 @@ impl State {
         c.streams.remove(&u16::from(s.id));
         // Fails harmlessly if the stream is already gone.
         let _ = c.circ.close_stream(s.id);
-        if c.streams.is_empty() && c.is_open() && c.is_dirty(now, max_dirty) {
+        if c.streams.is_empty() && c.is_open() && c.is_retired(now, max_dirty) {
             tracing::debug!(
                 circ = s.circ.0,
+                stale = c.stale,
                 "closing dirty circuit after its last stream"
             );
             c.circ.destroy();
@@ -648,19 +778,24 @@ impl State {
         self.touch(s.circ);
     }
 
-    /// Close circuits past their dirtiness limit that no stream uses.
+    /// Close circuits past their dirtiness limit (or stale after a
+    /// document change) that no stream uses.
     pub(crate) fn expire_dirty(&mut self) {
         let now = Instant::now();
         let max_dirty = self.cfg.settings.max_circuit_dirtiness;
         let expired: Vec<CircKey> = self
             .circuits
             .iter()
-            .filter(|(_, c)| c.streams.is_empty() && c.is_open() && c.is_dirty(now, max_dirty))
+            .filter(|(_, c)| c.streams.is_empty() && c.is_open() && c.is_retired(now, max_dirty))
             .map(|(k, _)| *k)
             .collect();
         for key in expired {
             if let Some(c) = self.circuits.get_mut(&key) {
-                tracing::debug!(circ = key.0, "closing dirty unused circuit");
+                tracing::debug!(
+                    circ = key.0,
+                    stale = c.stale,
+                    "closing dirty unused circuit"
+                );
                 c.circ.destroy();
             }
             self.touch(key);
@@ -686,7 +821,7 @@ impl State {
         ch.wake.notify_one();
         self.writers.retain(|w| !w.is_finished());
         self.writers.push(writer);
-        let nick = &self.cfg.relays()[ch.guard].nickname;
+        let nick = &ch.guard_nick;
         tracing::info!(guard = %nick, "channel open to {nick} at {how}");
         true
     }
@@ -700,7 +835,7 @@ impl State {
     pub(crate) fn channel_guard_name(&self, chan: ChanKey) -> String {
         self.channels
             .get(&chan)
-            .map(|c| self.cfg.relays()[c.guard].nickname.clone())
+            .map(|c| c.guard_nick.clone())
             .unwrap_or_default()
     }
 
@@ -713,7 +848,7 @@ impl State {
         if self.by_guard.get(&ch.guard) == Some(&chan) {
             self.by_guard.remove(&ch.guard);
         }
-        let nick = self.cfg.relays()[ch.guard].nickname.clone();
+        let nick = ch.guard_nick.clone();
         if self.shutting_down {
             tracing::debug!(guard = %nick, "channel closed: {why}");
         } else {
@@ -885,23 +1020,43 @@ impl State {
     }
 }
 
-/// Handle one event of circuit `c`; returns the index of a relay the
+/// Whether a circuit on `path` (indexes into `relays`, the document it
+/// was built from) may take new streams under the document of `new`:
+/// every relay of the path is still listed, and the exit's policy is
+/// unchanged.
+fn still_usable(relays: &[RelayEntry], path: &[usize], new: &Config) -> bool {
+    let listed: Option<Vec<(&RelayEntry, &RelayEntry)>> = path
+        .iter()
+        .map(|&i| {
+            let old = relays.get(i)?;
+            let now = new.relays().get(new.index_of(&old.ed_identity)?)?;
+            Some((old, now))
+        })
+        .collect();
+    match listed.as_deref() {
+        Some([.., (old_exit, new_exit)]) => old_exit.exit_policy == new_exit.exit_policy,
+        _ => false,
+    }
+}
+
+/// Handle one event of circuit `c`; returns the identity of a relay the
 /// circuit found failed, if the event names one.
-fn on_event(
-    key: CircKey,
-    c: &mut Circ,
-    ev: ClientEvent,
-    cfg: &Config,
-    now: Instant,
-) -> Option<usize> {
-    let relays = cfg.relays();
+fn on_event(key: CircKey, c: &mut Circ, ev: ClientEvent, now: Instant) -> Option<RelayId> {
+    let doc = c.doc.clone();
+    let relays = &doc.relays;
     match ev {
         ClientEvent::HopAdded { hops } => {
             if let Some(&next) = c.path.get(hops) {
-                let r = &relays[next];
-                if let Err(e) = c.circ.extend(&r.public_keys(), linkspecs(r)) {
-                    c.failure
-                        .get_or_insert_with(|| format!("cannot extend to {}: {e}", r.nickname));
+                // `path` indexes `doc`, the circuit's own document.
+                let extended = match relays.get(next) {
+                    Some(r) => c
+                        .circ
+                        .extend(&r.public_keys(), linkspecs(r))
+                        .map_err(|e| format!("cannot extend to {}: {e}", r.nickname)),
+                    None => Err(format!("no relay {next} in the circuit's document")),
+                };
+                if let Err(why) = extended {
+                    c.failure.get_or_insert(why);
                     c.circ.destroy();
                 }
             } else if c.is_building() {
@@ -916,11 +1071,11 @@ fn on_event(
         }
         ClientEvent::HopFailed { hop, detail } => {
             // The circuit closes right after (Closed follows).
-            let failed = c.path.get(hop).copied();
-            let nick = failed.map_or("?", |i| relays[i].nickname.as_str());
+            let failed = c.path.get(hop).and_then(|&i| relays.get(i));
+            let nick = failed.map_or("?", |r| r.nickname.as_str());
             c.failure
                 .get_or_insert_with(|| format!("relay {nick} failed: {detail}"));
-            return failed;
+            return failed.map(|r| r.ed_identity);
         }
         ClientEvent::Stream(ev) => {
             let (id, connected, ended) = match ev {
@@ -1018,12 +1173,12 @@ mod tests {
         assert!(too_dirty(Some(t0), t0, Duration::ZERO));
     }
 
-    /// A state over `n` relays (even ones are guards, the last two exits)
-    /// with random paths.
-    fn state_with_relays(n: usize) -> State {
+    /// `n` relays named `relay0`...: even ones are guards, the last two
+    /// exits.
+    fn relays(n: usize) -> Vec<RelayEntry> {
         use onionlab_crypto::identity::RelaySecretKeys;
         use onionlab_netdoc::doc::TransportAddress;
-        let relays = (0..n)
+        (0..n)
             .map(|i| {
                 let keys = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(i as u64));
                 let mut r = RelayEntry::new(format!("relay{i}"), &keys.public());
@@ -1036,26 +1191,90 @@ mod tests {
                 r.exit_policy = ExitPolicy::parse("accept *:*").expect("policy");
                 r
             })
-            .collect();
-        let doc = onionlab_netdoc::NetworkDocument {
+            .collect()
+    }
+
+    /// A document valid from `valid_after` for a day.
+    fn doc(relays: Vec<RelayEntry>, valid_after: u64) -> NetworkDocument {
+        NetworkDocument {
             network_name: "test".into(),
-            created_unix: 0,
-            valid_after_unix: 0,
-            valid_until_unix: 86_400,
+            created_unix: valid_after,
+            valid_after_unix: valid_after,
+            valid_until_unix: valid_after + 86_400,
             relays,
-        };
-        let settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
-        State::new(Config {
-            settings,
-            pinned: None,
-        })
+        }
+    }
+
+    /// A state over `doc`, with a pinned path if `path` is given.
+    fn state_with(doc: NetworkDocument, path: Option<&[&str]>) -> State {
+        let mut settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
+        settings.path = path.map(|p| p.iter().map(|n| n.to_string()).collect());
+        State::new(Config::new(settings).expect("pinned path resolves"))
+    }
+
+    /// A state over `n` relays with random paths.
+    fn state_with_relays(n: usize) -> State {
+        state_with(doc(relays(n), 0), None)
+    }
+
+    /// The identity of the relay called `nick` in the document held.
+    fn id(st: &State, nick: &str) -> RelayId {
+        st.cfg
+            .settings
+            .network
+            .relay_by_nickname(nick)
+            .expect("listed")
+            .ed_identity
     }
 
     fn launched(st: &mut State) -> Vec<usize> {
         let target = Target::ip("192.0.2.1".parse().expect("ip"), 80);
         match st.pick(&target, &IsolationKey::None) {
-            Ok(Pick::Launch(p)) => p,
+            Ok(Pick::Launch(p)) => {
+                assert!(Arc::ptr_eq(&p.doc, &st.cfg.settings.network));
+                p.hops
+            }
             other => panic!("expected a new path, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    /// Nicknames of relay indexes of the document held.
+    fn names(st: &State, path: &[usize]) -> String {
+        path_names(st.cfg.relays(), path)
+    }
+
+    /// Add an open circuit on `path` (nicknames, in the document held) with
+    /// no channel, as if it had been built.
+    fn open_circuit(st: &mut State, path: &[&str]) -> CircKey {
+        let doc = st.cfg.settings.network.clone();
+        let path: Vec<usize> = path
+            .iter()
+            .map(|n| {
+                doc.relays
+                    .iter()
+                    .position(|r| r.nickname == *n)
+                    .expect("listed")
+            })
+            .collect();
+        let key = CircKey(st.next_circ);
+        st.next_circ += 1;
+        let circ = ClientCircuit::new(
+            ClientConfig::default(),
+            &doc.relays[path[0]].public_keys(),
+            StdRng::seed_from_u64(key.0),
+        );
+        let (phase, _) = watch::channel(Phase::Open);
+        let circ_id = 0x8000_0000 | key.0 as u32;
+        let c = Circ::new(circ, (0, circ_id), doc, path, IsolationKey::None, phase);
+        st.circuits.insert(key, c);
+        key
+    }
+
+    fn pick_web(st: &mut State) -> Pick {
+        let target = Target::ip("192.0.2.1".parse().expect("ip"), 80);
+        match st.pick(&target, &IsolationKey::None) {
+            Ok(p) => p,
+            Err(e) => panic!("no circuit: {e}"),
         }
     }
 
@@ -1064,14 +1283,14 @@ mod tests {
         let mut st = state_with_relays(6);
         let now = Instant::now();
         // relay5 (an exit) and relay1 failed a moment ago.
-        st.failed_relays.insert(5, now);
-        st.failed_relays.insert(1, now);
+        st.failed_relays.insert(id(&st, "relay5"), now);
+        st.failed_relays.insert(id(&st, "relay1"), now);
         for _ in 0..200 {
             let p = launched(&mut st);
             assert!(!p.contains(&5) && !p.contains(&1), "{p:?}");
         }
         // Both exits failed: no path without them, so they are used.
-        st.failed_relays.insert(4, now);
+        st.failed_relays.insert(id(&st, "relay4"), now);
         let p = launched(&mut st);
         assert!(p[2] == 4 || p[2] == 5, "{p:?}");
         // After the avoidance period, nothing is avoided any more.
@@ -1083,6 +1302,104 @@ mod tests {
             (0..300).flat_map(|_| launched(&mut st)).collect();
         assert!(seen.contains(&1) && seen.contains(&5), "{seen:?}");
         assert!(st.failed_relays.is_empty());
+    }
+
+    #[test]
+    fn a_newer_document_with_relays_removed_and_reordered_keeps_names_right() {
+        let pinned = ["relay0", "relay2", "relay5"];
+        let mut st = state_with(doc(relays(6), 0), Some(&pinned));
+        let kept = open_circuit(&mut st, &["relay0", "relay1", "relay5"]);
+        let through_gone = open_circuit(&mut st, &["relay0", "relay3", "relay5"]);
+        let now = Instant::now();
+        st.failed_relays.insert(id(&st, "relay1"), now);
+        st.failed_relays.insert(id(&st, "relay4"), now);
+        st.failed_relays.insert(id(&st, "relay3"), now);
+
+        // The newer document lists the relays backwards, without relay3.
+        let mut newer: Vec<RelayEntry> = relays(6).into_iter().rev().collect();
+        newer.retain(|r| r.nickname != "relay3");
+        let swapped = st.replace_network(Arc::new(doc(newer, 10)));
+        assert_eq!(
+            swapped,
+            Ok(Swapped {
+                vanished: 1,
+                retired: 1
+            })
+        );
+        assert_eq!(st.cfg.settings.network.valid_after_unix, 10);
+
+        // The pinned path was resolved again: same relays, new indexes.
+        let p = st.cfg.pinned.clone().expect("pinned");
+        assert_ne!(p, vec![0, 2, 5]);
+        assert_eq!(names(&st, &p), "relay0,relay2,relay5");
+        // Failed relays are still the same relays; relay3 is gone.
+        let mut failed: Vec<String> = st
+            .recently_failed(now)
+            .iter()
+            .map(|&i| st.cfg.relays()[i].nickname.clone())
+            .collect();
+        failed.sort();
+        assert_eq!(failed, ["relay1", "relay4"]);
+        // Circuits still name their own relays.
+        for (key, want) in [
+            (kept, "relay0,relay1,relay5"),
+            (through_gone, "relay0,relay3,relay5"),
+        ] {
+            let c = &st.circuits[&key];
+            assert_eq!(path_names(&c.doc.relays, &c.path), want);
+        }
+        // The circuit through the vanished relay takes no new streams and
+        // closes when unused; the other one is still picked.
+        assert!(st.circuits[&through_gone].stale && !st.circuits[&kept].stale);
+        assert!(matches!(pick_web(&mut st), Pick::Ready(k) if k == kept));
+        st.circuits.remove(&kept);
+        match pick_web(&mut st) {
+            Pick::Launch(p) => assert_eq!(names(&st, &p.hops), "relay0,relay2,relay5"),
+            _ => panic!("expected the pinned path to be launched"),
+        }
+        st.expire_dirty();
+        assert!(!st.circuits.contains_key(&through_gone), "closed");
+    }
+
+    #[test]
+    fn a_newer_document_without_a_pinned_relay_is_not_used() {
+        let mut st = state_with(doc(relays(6), 0), Some(&["relay0", "relay2", "relay5"]));
+        let held = st.cfg.clone();
+        let mut newer = relays(6);
+        newer.retain(|r| r.nickname != "relay2");
+        let err = st.replace_network(Arc::new(doc(newer, 10)));
+        assert_eq!(err, Err(PinnedPathError::UnknownRelay("relay2".into())));
+        assert!(Rc::ptr_eq(&held, &st.cfg), "the held document stays");
+    }
+
+    #[test]
+    fn circuits_are_usable_under_a_new_document_while_their_relays_are_listed() {
+        let old = relays(6);
+        let cfg_of = |relays: Vec<RelayEntry>| {
+            let settings =
+                ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc(relays, 1));
+            Config::new(settings).expect("config")
+        };
+        // Reordered: still usable (by identity, not index).
+        let reordered = cfg_of(old.iter().rev().cloned().collect());
+        assert!(still_usable(&old, &[0, 1, 5], &reordered));
+        // A hop removed: not usable.
+        let mut without1 = old.clone();
+        without1.remove(1);
+        assert!(!still_usable(&old, &[0, 1, 5], &cfg_of(without1.clone())));
+        assert!(still_usable(&old, &[0, 2, 5], &cfg_of(without1)));
+        // The exit's policy changed: not usable (it may no longer allow
+        // the circuit's streams); another relay's change does not matter.
+        let mut narrowed = old.clone();
+        narrowed[5].exit_policy = ExitPolicy::parse("accept *:443").expect("policy");
+        narrowed[1].bandwidth = 7;
+        let narrowed = cfg_of(narrowed);
+        assert!(!still_usable(&old, &[0, 1, 5], &narrowed));
+        assert!(still_usable(&old, &[0, 1, 4], &narrowed));
+        // An index out of range (never made by the client): not usable, no
+        // panic.
+        assert!(!still_usable(&old, &[0, 1, 9], &reordered));
+        assert!(!still_usable(&old, &[], &reordered));
     }
 
     #[test]

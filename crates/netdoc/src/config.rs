@@ -59,6 +59,7 @@
 //! max_socks_connections = 4096          # default 4096
 //! stream_retries = 1                    # default 1
 //! relay_failure_avoidance_s = 30        # default 30
+//! network_refresh_s = 3600              # default 3600; 0: load the document once
 //! link_handshake_timeout_ms = 10000     # as for a relay
 //! quic_keep_alive_ms = 2000             # as for a relay
 //! quic_initial_mtu = 1200               # as for a relay
@@ -451,7 +452,7 @@ pub struct RelayConfig {
     /// The kernel's congestion control for every TCP socket (`"system"`:
     /// the kernel's default); default: the match of `quic_congestion`
     /// ([`Congestion::tcp_match`]). See [`tcp_congestion_name`](Self::tcp_congestion_name).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_tcp_congestion")]
     pub tcp_congestion: Option<String>,
     /// Where the network document comes from.
     pub network: NetworkSource,
@@ -635,7 +636,7 @@ pub struct ClientConfig {
     /// The kernel's congestion control for every TCP socket (`"system"`:
     /// the kernel's default); default: the match of `quic_congestion`
     /// ([`Congestion::tcp_match`]). See [`tcp_congestion_name`](Self::tcp_congestion_name).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_tcp_congestion")]
     pub tcp_congestion: Option<String>,
     /// Fail a stream whose exit has not answered BEGIN after this many
     /// milliseconds (SOCKS reply 0x06; default 60000); must be positive.
@@ -666,6 +667,12 @@ pub struct ClientConfig {
     /// 30; 0: never avoided).
     #[serde(default = "default_relay_failure_avoidance_s")]
     pub relay_failure_avoidance_s: u64,
+    /// Load the network document again from `network` every this many
+    /// seconds and keep the newest valid one (see [`crate::refresh`];
+    /// default 3600, as tor clients fetch a consensus about hourly; 0:
+    /// load it once, at start; at most [`MAX_NETWORK_REFRESH_S`]).
+    #[serde(default = "default_network_refresh_s")]
+    pub network_refresh_s: u64,
     /// As for a relay: bound on a link handshake with a guard (default
     /// 10000 ms).
     #[serde(
@@ -706,6 +713,10 @@ pub const DEFAULT_MAX_SOCKS_CONNECTIONS: u64 = 4096;
 pub const DEFAULT_STREAM_RETRIES: u32 = 1;
 /// Default [`ClientConfig::relay_failure_avoidance_s`].
 pub const DEFAULT_RELAY_FAILURE_AVOIDANCE_S: u64 = 30;
+/// Default [`ClientConfig::network_refresh_s`].
+pub const DEFAULT_NETWORK_REFRESH_S: u64 = 3600;
+/// Largest [`ClientConfig::network_refresh_s`] accepted (a year).
+pub const MAX_NETWORK_REFRESH_S: u64 = 365 * 24 * 3600;
 
 /// Default `link_handshake_timeout_ms` (relays and clients).
 pub const DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
@@ -721,6 +732,26 @@ pub const MAX_QUIC_IDLE_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 fn default_link_handshake_timeout_ms() -> u64 {
     DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS
 }
+/// `tcp_congestion`: `system` or a kernel algorithm name (lower-case
+/// letters, digits, `_`, at most 15 characters, as Linux's
+/// `TCP_CA_NAME_MAX` allows); whether the kernel has it is checked when
+/// the node starts.
+fn de_tcp_congestion<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    let name_ok = !s.is_empty()
+        && s.len() <= 15
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if !name_ok {
+        return Err(serde::de::Error::custom(format!(
+            "{s:?} is not \"system\" or a kernel congestion control name such as \"cubic\", \"reno\", \"bbr\""
+        )));
+    }
+    Ok(Some(s))
+}
+
 /// Default `quic_initial_mtu` (relays and clients): QUIC's minimum.
 pub const DEFAULT_QUIC_INITIAL_MTU: u16 = 1200;
 /// Largest `quic_initial_mtu`: a 9000-byte jumbo frame less IPv4 and UDP.
@@ -839,6 +870,9 @@ fn default_stream_retries() -> u32 {
 }
 fn default_relay_failure_avoidance_s() -> u64 {
     DEFAULT_RELAY_FAILURE_AVOIDANCE_S
+}
+fn default_network_refresh_s() -> u64 {
+    DEFAULT_NETWORK_REFRESH_S
 }
 
 /// See [`DEFAULT_EWMA_HALF_LIFE_MS`].
@@ -1031,7 +1065,18 @@ impl ClientConfig {
 
     /// Checks across settings.
     fn check(&self, origin: &str) -> Result<()> {
-        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)
+        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)?;
+        if self.network_refresh_s > MAX_NETWORK_REFRESH_S {
+            return Err(Error::Invalid {
+                origin: origin.to_string(),
+                message: format!(
+                    "network_refresh_s ({}) is above the limit of {MAX_NETWORK_REFRESH_S} \
+                     (a year; 0 turns the refresh off)",
+                    self.network_refresh_s
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// The network public key.
@@ -1190,6 +1235,21 @@ mod test {
         assert_eq!(cfg.build_retries, 5);
         assert_eq!(cfg.circuit_build_timeout_ms, 10_000);
         assert_eq!(cfg.max_circuit_dirtiness_s, 600);
+        assert_eq!(cfg.network_refresh_s, DEFAULT_NETWORK_REFRESH_S);
+        let off = ClientConfig::from_toml_str(
+            &format!("{text}network_refresh_s = 0\n"),
+            "c.toml",
+            Path::new("/x"),
+        )
+        .unwrap();
+        assert_eq!(off.network_refresh_s, 0);
+        let err = ClientConfig::from_toml_str(
+            &format!("{text}network_refresh_s = {}\n", MAX_NETWORK_REFRESH_S + 1),
+            "c.toml",
+            Path::new("/x"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("network_refresh_s"), "{err}");
 
         let err = ClientConfig::from_toml_str(
             &text.replace("[\"a\", \"b\", \"c\"]", "[]"),

@@ -45,7 +45,10 @@
 //! (seconds since the Unix epoch, signed with the rest): nodes that load it
 //! refuse it outside that window, with a [`CLOCK_SKEW_ALLOWANCE`] either
 //! side ([`NetworkDocument::check_time`]), so an old signed document cannot
-//! be replayed (it travels over plain HTTP) once it has expired.
+//! be replayed (it travels over plain HTTP) once it has expired. A node
+//! that loads the document again keeps the newest valid one: a document
+//! replaces the held one only if its `valid_after_unix` is strictly later
+//! (an earlier one is refused as a rollback); see [`crate::refresh`].
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -72,8 +75,8 @@ pub const SIGNATURE_PREFIX: &[u8] = b"onionlab-network-document-v1\n";
 pub const CLOCK_SKEW_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Default lifetime of a document made by `network init` or the lab: 30
-/// days (a lab network has one authority and no refresh; re-run
-/// `onionlab network init` or re-sign after that).
+/// days (a lab network has one authority, which signs a new document only
+/// when asked; re-run `onionlab network init` or re-sign after that).
 pub const DEFAULT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
 /// Largest signed document accepted, in bytes (16 MiB).

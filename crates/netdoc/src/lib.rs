@@ -9,7 +9,9 @@
 //! * [`config`]: relay and client configuration files, and loading the
 //!   network document from a file or a directory URL;
 //! * [`init`]: setting up a new network (`onionlab network init`);
-//! * [`directory`]: serving and fetching the document over HTTP/1.1.
+//! * [`directory`]: serving and fetching the document over HTTP/1.1;
+//! * [`refresh`]: whether a document loaded again replaces the one held
+//!   (the newest valid one is kept).
 //!
 //! Every fallible function returns this crate's [`Error`], which names the
 //! file, URL or text and, where there is one, the line.
@@ -25,6 +27,7 @@ pub mod exit_targets;
 pub mod init;
 pub mod keys;
 pub mod policy;
+pub mod refresh;
 
 pub use config::{
     load_network, unix_now, ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler,
@@ -36,3 +39,4 @@ pub use doc::{
 pub use error::{Error, Result};
 pub use init::{init_network, InitOptions, InitSummary};
 pub use policy::ExitPolicy;
+pub use refresh::{judge_replacement, Replacement};

@@ -148,3 +148,32 @@ fn syntax_errors_say_something() {
         assert!(!message.is_empty(), "{extra:?}: {err:?}");
     }
 }
+
+#[test]
+fn tcp_congestion_follows_quic_unless_set() {
+    for (quic, tcp) in [("cubic", "cubic"), ("newreno", "reno"), ("bbr", "bbr")] {
+        let r = relay(&format!("quic_congestion = \"{quic}\"\n")).unwrap();
+        assert_eq!(r.tcp_congestion_name(), tcp);
+        let c = client(&format!("quic_congestion = \"{quic}\"\n")).unwrap();
+        assert_eq!(c.tcp_congestion_name(), tcp);
+    }
+    let r = relay("quic_congestion = \"bbr\"\ntcp_congestion = \"system\"\n").unwrap();
+    assert_eq!(r.tcp_congestion_name(), "system");
+    let c = client("tcp_congestion = \"reno\"\n").unwrap();
+    assert_eq!(c.tcp_congestion_name(), "reno");
+    for bad in ["Cubic", "", "cu bic", "a_name_far_too_long"] {
+        let e = relay(&format!("tcp_congestion = \"{bad}\"\n")).unwrap_err();
+        assert!(
+            e.to_string().contains("kernel congestion control name"),
+            "{e}"
+        );
+    }
+    assert_eq!(relay("").unwrap().quic_initial_mtu, 1200);
+    assert!(relay("quic_initial_mtu = 1000\n").is_err());
+    assert_eq!(
+        client("quic_initial_mtu = 1472\n")
+            .unwrap()
+            .quic_initial_mtu,
+        1472
+    );
+}

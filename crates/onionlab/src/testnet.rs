@@ -158,21 +158,16 @@ impl LocalNetwork {
         let n = u16::try_from(relays + 1).map_err(|_| Error::NotReady("too many relays".into()))?;
         let base = free_port_range(n)?;
         let socks_port = base + n - 1;
-        let out = Command::new(bin)
-            .args(["network", "init", "--relays", &relays.to_string()])
-            .args(["--exits", &exits.to_string(), "--out"])
-            .arg(dir)
-            .args(["--base-port", &base.to_string()])
-            .args(["--socks-port", &socks_port.to_string()])
-            .args(["--allow-private-target", &format!("{TARGET_IP}:*")])
-            .output()
-            .map_err(io_err("running onionlab network init"))?;
-        if !out.status.success() {
-            return Err(Error::NotReady(format!(
-                "onionlab network init failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
+        run_command(
+            Command::new(bin)
+                .args(["network", "init", "--relays", &relays.to_string()])
+                .args(["--exits", &exits.to_string(), "--out"])
+                .arg(dir)
+                .args(["--base-port", &base.to_string()])
+                .args(["--socks-port", &socks_port.to_string()])
+                .args(["--allow-private-target", &format!("{TARGET_IP}:*")]),
+            "onionlab network init",
+        )?;
         let relay_addrs = (0..relays as u16)
             .map(|i| SocketAddr::from(([127, 0, 0, 1], base + i)))
             .collect();
@@ -393,6 +388,29 @@ impl LocalNetwork {
         Ok(())
     }
 
+    /// Sign the network document again with the network key, valid from
+    /// now for the default 30 days (`onionlab network resign --dir`).
+    pub fn resign(&self) -> Result<(), Error> {
+        run_command(
+            Command::new(&self.bin)
+                .args(["network", "resign", "--dir"])
+                .arg(&self.dir),
+            "onionlab network resign",
+        )
+    }
+
+    /// The network document in the directory, verified with the network
+    /// key (expired or not).
+    pub fn document(&self) -> Result<onionlab_netdoc::NetworkDocument, Error> {
+        let key = onionlab_netdoc::keys::load_network_key(&self.dir.join("network-key.secret"))
+            .map_err(|e| Error::NotReady(e.to_string()))?;
+        onionlab_netdoc::NetworkDocument::load_file(
+            &self.dir.join("network.doc"),
+            &key.verifying_key(),
+        )
+        .map_err(|e| Error::NotReady(e.to_string()))
+    }
+
     /// Stop every process (client first).
     pub fn stop(&mut self) {
         if let Some(c) = self.client.as_mut() {
@@ -408,6 +426,19 @@ impl Drop for LocalNetwork {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Run `cmd` (called `what` in errors) to its end; its failure is an
+/// error with its stderr.
+fn run_command(cmd: &mut Command, what: &str) -> Result<(), Error> {
+    let out = cmd.output().map_err(io_err(format!("running {what}")))?;
+    if !out.status.success() {
+        return Err(Error::NotReady(format!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
 }
 
 /// Wait until `p` accepts TCP connections (or exits, or 20 s pass).

@@ -61,14 +61,8 @@ fn an_expired_document_signed_by_the_network_key_is_refused_by_every_node() {
 
     // The operator renews it with the network key (same keys, same
     // relays); every node accepts it again.
-    let out = Command::new(bin())
-        .args(["network", "resign", "--dir"])
-        .arg(&dir)
-        .output()
-        .expect("resign runs");
-    assert!(out.status.success(), "{out:?}");
-    let renewed = NetworkDocument::load_file(&dir.join("network.doc"), &key.verifying_key())
-        .expect("renewed document");
+    net.resign().expect("resign runs");
+    let renewed = net.document().expect("renewed document");
     assert_eq!(renewed.relays, doc.relays);
     assert!(renewed.valid_after_unix >= now && renewed.valid_until_unix > now + 29 * day);
     for i in 0..3 {
