@@ -64,6 +64,7 @@
 //! | keep-alive / idle timeout | [`DEFAULT_KEEP_ALIVE`] / [`DEFAULT_IDLE_TIMEOUT`] ([`QuicSettings`]) | idle channels stay open like tor's; a peer that vanished is noticed within the idle timeout |
 //! | stateless reset key | derived from the relay's identity key | a relay that restarts resets its peers' old connections at their next packet |
 //! | congestion control | [`Congestion`], Cubic by default | quinn's implementations |
+//! | UDP socket buffers | [`UDP_SOCKET_BUFFER`] each way (capped by the kernel) | one socket serves every peer; the kernel's 208 KiB default drops bursts TCP's autotuned buffers absorb |
 //! | initial MTU, initial window | [`QuicSettings::initial_mtu`] (1200 by default), [`INITIAL_WINDOW_PACKETS`] packets | as large as TCP's packets and initial window when the path's MTU is known (the lab) |
 //!
 //! # Dead peers
@@ -386,6 +387,36 @@ fn transport_config(settings: &QuicSettings) -> Arc<TransportConfig> {
     Arc::new(t)
 }
 
+/// Socket buffers asked of the kernel for a QUIC endpoint's UDP socket,
+/// each direction. The kernel's default (`net.core.rmem_default`, about
+/// 208 KiB) is far below what TCP's autotuning gives a TLS link
+/// (`net.ipv4.tcp_rmem`, up to 32 MiB here), and one endpoint serves every
+/// peer: with the default, a burst the process does not read at once is
+/// dropped by the host and seen by QUIC as loss (the lab counts such drops
+/// as `udp_rcvbuf_errors`). The kernel caps the request at
+/// `net.core.rmem_max` / `wmem_max`.
+pub const UDP_SOCKET_BUFFER: usize = 8 << 20;
+
+/// A UDP socket bound to `addr` with [`UDP_SOCKET_BUFFER`] buffers (best
+/// effort: a kernel that refuses the size leaves its default).
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    for (what, r) in [
+        ("receive", socket.set_recv_buffer_size(UDP_SOCKET_BUFFER)),
+        ("send", socket.set_send_buffer_size(UDP_SOCKET_BUFFER)),
+    ] {
+        if let Err(e) = r {
+            debug!("QUIC UDP {what} buffer left at the kernel's default: {e}");
+        }
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
 /// `timeout` as quinn's idle timeout (clamped to what QUIC can carry;
 /// [`QuicSettings::validate`] refuses more).
 fn idle_timeout(timeout: Duration) -> quinn::IdleTimeout {
@@ -457,7 +488,7 @@ impl QuicTransport {
         server.transport_config(transport_config(&settings));
         server.migration(false);
         let endpoint_config = relay_endpoint_config(keys);
-        let endpoint = std::net::UdpSocket::bind(listen)
+        let endpoint = udp_socket(listen)
             .and_then(|socket| {
                 let runtime = quinn::default_runtime()
                     .ok_or_else(|| std::io::Error::other("no async runtime"))?;
@@ -579,10 +610,16 @@ impl QuicTransport {
         if let Some(e) = cell.get() {
             return Ok(e.clone());
         }
-        let e = Endpoint::client(any).map_err(|source| Error::Io {
-            what: "binding the QUIC client socket",
-            source,
-        })?;
+        let e = udp_socket(any)
+            .and_then(|socket| {
+                let runtime = quinn::default_runtime()
+                    .ok_or_else(|| std::io::Error::other("no async runtime"))?;
+                Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
+            })
+            .map_err(|source| Error::Io {
+                what: "binding the QUIC client socket",
+                source,
+            })?;
         Ok(cell.get_or_init(|| e).clone())
     }
 
@@ -1022,4 +1059,32 @@ pub(crate) async fn read_lane_header(
             detail: format!("reading a lane header: {e}"),
         })?;
     wire::lane_circ_id(id).map_err(|detail| Error::Protocol { peer, detail })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sysctl(name: &str) -> usize {
+        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The endpoint's socket gets more buffer than the kernel's default,
+    /// as much as the kernel allows up to the request.
+    #[test]
+    fn udp_sockets_get_large_buffers() {
+        let s = udp_socket("127.0.0.1:0".parse().expect("addr")).expect("socket");
+        let got = socket2::SockRef::from(&s)
+            .recv_buffer_size()
+            .expect("SO_RCVBUF");
+        let (default, max) = (sysctl("rmem_default"), sysctl("rmem_max"));
+        // Linux doubles the value asked (for bookkeeping) after capping it.
+        let expected = 2 * UDP_SOCKET_BUFFER.min(max);
+        if max > default {
+            assert_eq!(got, expected, "rmem_default {default}, rmem_max {max}");
+        }
+    }
 }
