@@ -528,7 +528,7 @@ fn write_network(
         .map_err(io_err("writing network.doc"))?;
 
     let mut client_configs = Vec::new();
-    for c in &scenario.clients {
+    for c in variant.active_clients(&scenario.clients) {
         let cdir = dir.join(&c.name);
         fs::create_dir_all(&cdir).map_err(io_err("creating a client directory"))?;
         let mut config = format!(
@@ -684,7 +684,7 @@ fn run_one(
     let cpu_start = cpu_jiffies();
     let mut agents = Vec::new();
     let mut deadline = Duration::from_secs(30);
-    for c in &scenario.clients {
+    for c in variant.active_clients(&scenario.clients) {
         let workloads: Vec<_> = variant
             .workloads
             .iter()
@@ -817,7 +817,11 @@ fn run_one(
     // Wire overhead where the payload crosses exactly once: the clients'
     // access links (both directions: requests, SENDMEs, TLS and TCP/IP
     // headers, retransmissions) per payload byte delivered.
-    let client_hosts: Vec<&str> = scenario.clients.iter().map(|c| c.host.as_str()).collect();
+    let client_hosts: Vec<&str> = variant
+        .active_clients(&scenario.clients)
+        .iter()
+        .map(|c| c.host.as_str())
+        .collect();
     let wire: u64 = links
         .iter()
         .filter(|l| client_hosts.contains(&l.0.as_str()) || client_hosts.contains(&l.1.as_str()))

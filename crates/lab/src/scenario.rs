@@ -63,6 +63,7 @@
 //! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
 //! size = ["320KiB", "5MiB"]    # every workload's transfer size
 //! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
+//! clients = [1, 2, 4, 8]       # only the first N [[client]] entries (and their workloads) run
 //! ```
 //!
 //! Errors name the file, line and column.
@@ -331,6 +332,9 @@ pub struct Variant {
     pub tcp_congestion: Option<String>,
     /// TCP congestion control of single hosts (`tcp_congestion:HOST`).
     pub tcp_congestion_hosts: BTreeMap<String, String>,
+    /// Only the first this many clients (file order) run, with their
+    /// workloads (`clients`); `None`: all.
+    pub clients: Option<usize>,
     /// The topology with this variant's changes.
     pub topology: Topology,
     /// The workloads with this variant's changes.
@@ -338,6 +342,12 @@ pub struct Variant {
 }
 
 impl Variant {
+    /// The clients this variant runs: the first
+    /// [`clients`](Self::clients) of `all`, or all of them.
+    pub fn active_clients<'a>(&self, all: &'a [ClientSpec]) -> &'a [ClientSpec] {
+        &all[..self.clients.unwrap_or(all.len()).min(all.len())]
+    }
+
     /// The kernel TCP congestion control of `host`'s sockets: its own
     /// setting, else every host's, else the match of the QUIC congestion
     /// control (cubic with cubic, reno with newreno, bbr with bbr), so
@@ -744,6 +754,9 @@ impl Scenario {
             // Check every value now, so a typo fails before any run.
             for (v, text) in values.get_ref().iter().zip(&texts) {
                 check_param(key, text, &hosts).map_err(|m| ctx.err(v.span(), m))?;
+                if key == "clients" {
+                    check_client_count(text, clients.len()).map_err(|m| ctx.err(v.span(), m))?;
+                }
             }
             matrix.push((key.clone(), texts));
         }
@@ -804,6 +817,7 @@ impl Scenario {
             scheduler: "ewma".into(),
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
+            clients: None,
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
             params: Vec::new(),
@@ -811,6 +825,15 @@ impl Scenario {
         for (key, value) in &params {
             // Values were checked when the file was read.
             let _ = apply_param(&mut v, key, value);
+        }
+        if let Some(n) = v.clients {
+            let active: HashSet<&str> = self
+                .clients
+                .iter()
+                .take(n)
+                .map(|c| c.name.as_str())
+                .collect();
+            v.workloads.retain(|w| active.contains(w.client.as_str()));
         }
         v.label = if params.is_empty() {
             "default".into()
@@ -826,6 +849,17 @@ impl Scenario {
     }
 }
 
+/// A `clients` matrix value: how many of the scenario's `total` clients
+/// (the first ones, in file order) run.
+fn check_client_count(value: &str, total: usize) -> std::result::Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=total).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "clients = {value:?}: a number of clients from 1 to {total} (the [[client]] entries, first ones first)"
+        )),
+    }
+}
+
 fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String> {
     let (name, pair) = match key.split_once(':') {
         Some((n, p)) => (n, Some(p)),
@@ -834,7 +868,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     match (name, pair) {
         (
             "transport" | "congestion" | "tcp_congestion" | "scheduler" | "size" | "latency"
-            | "loss" | "block",
+            | "loss" | "block" | "clients",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -859,7 +893,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, scheduler, size, latency, loss, block, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, scheduler, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -910,6 +944,14 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "scheduler" => {
             v.scheduler = value.into();
+            return Ok(());
+        }
+        "clients" => {
+            v.clients = Some(
+                value
+                    .parse()
+                    .map_err(|_| format!("bad client count {value}"))?,
+            );
             return Ok(());
         }
         "tcp_congestion" => {

@@ -505,3 +505,28 @@ fn bundled_quic_scenarios() {
     assert!(!topo.path(g, m).block.tcp);
     assert!(topo.path(m, e).block.is_none());
 }
+
+#[test]
+fn clients_runs_the_first_n_clients_and_their_workloads() {
+    let text = format!(
+        "{BASE}\n[[client]]\nname = \"op2\"\nhost = \"server\"\npath = [\"guard\", \"middle\", \"exit\"]\n\n[[workload]]\nname = \"second\"\nkind = \"upload\"\nclient = \"op2\"\nserver = \"srv\"\nsize = \"1MiB\"\n\n[matrix]\nclients = [1, 2]\n"
+    );
+    let s = parse(&text).expect("valid");
+    let v = s.variants();
+    assert_eq!(v.len(), 2);
+    let one = v.iter().find(|v| v.clients == Some(1)).expect("clients=1");
+    assert_eq!(one.active_clients(&s.clients).len(), 1);
+    assert!(one.workloads.iter().all(|w| w.client == "op"));
+    let two = v.iter().find(|v| v.clients == Some(2)).expect("clients=2");
+    assert_eq!(two.active_clients(&s.clients).len(), 2);
+    assert_eq!(two.workloads.len(), 2);
+    // More clients than the file has, or none, is an error on its line.
+    let bad = text.replace("clients = [1, 2]", "clients = [1, 3]");
+    let lines = bad.lines().count();
+    assert_error(&bad, lines, "from 1 to 2");
+    assert_error(
+        &text.replace("clients = [1, 2]", "clients = [0]"),
+        lines,
+        "from 1 to 2",
+    );
+}
