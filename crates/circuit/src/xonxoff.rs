@@ -701,10 +701,24 @@ mod tests {
         let mut r = exit_receiver();
         let now = Instant::now();
         assert_eq!(r.on_data(501 * CELL, now), Some(FlowAction::SendXoff));
-        // All drained at once: fewer than cc_xon_rate cells timed... exactly
-        // 501 cells in zero time is a stalled clock, no sample.
+        // 501 cells drained with no time passing: a stalled clock, the
+        // sample is dropped and the XON says unlimited.
         assert_eq!(
             r.on_drain(501 * CELL, now),
+            Some(FlowAction::SendXon { kbps: 0 })
+        );
+        assert_eq!(r.drain_rate_kbps(), 0);
+        // cc_xon_rate above what was ever buffered: no sample either (the
+        // tuning note of 6.5.5 on cc_xoff_* and cc_xon_rate).
+        let p = XonXoffParams {
+            xon_rate: 1000,
+            ..XonXoffParams::default()
+        };
+        let mut r = XonXoffReceiver::new(p, EdgePosition::Exit);
+        assert_eq!(r.on_data(600 * CELL, now), Some(FlowAction::SendXoff));
+        let later = now + Duration::from_secs(3);
+        assert_eq!(
+            r.on_drain(600 * CELL, later),
             Some(FlowAction::SendXon { kbps: 0 })
         );
         assert_eq!(r.drain_rate_kbps(), 0);
@@ -957,7 +971,7 @@ mod tests {
             let mut r = XonXoffReceiver::new(p, EdgePosition::Exit);
             let mut s = XonXoffSender::new(p, EdgePosition::Client, EdgePosition::Exit);
             let mut now = Instant::now();
-            let (mut inflight, mut credits) = (0u64, 0u64);
+            let mut inflight = 0u64;
             let mut forward = 0u64;
             let mut back: VecDeque<Back> = VecDeque::new();
             let mut xoff_standing = false;
@@ -989,7 +1003,7 @@ mod tests {
                     Op::Back(n) => for _ in 0..n {
                         match back.pop_front() {
                             None => break,
-                            Some(Back::Credit) => { inflight -= 1; credits += 1; }
+                            Some(Back::Credit) => inflight -= 1,
                             Some(Back::Flow(FlowAction::SendXoff)) => s.on_xoff(0).map_err(|e| TestCaseError::fail(e.to_string()))?,
                             Some(Back::Flow(FlowAction::SendXon { kbps })) => s.on_xon(0, kbps).map_err(|e| TestCaseError::fail(e.to_string()))?,
                         }
@@ -1000,7 +1014,6 @@ mod tests {
                 prop_assert!(r.buffered() <= bound, "{} > {}", r.buffered(), bound);
                 prop_assert_eq!(r.xoff_outstanding(), xoff_standing);
             }
-            let _ = credits;
         }
 
         /// A peer that floods XON/XOFF: the client accepts at most one XOFF
