@@ -11,7 +11,8 @@
 //! * [`node::RelayNode`]: a whole relay: channels, circuit-ID maps, a circuit
 //!   scheduler per channel, EXTEND2 handling across channels;
 //! * [`flow`]: windows and authenticated SENDMEs, with the congestion-control seam;
-//! * [`scheduler`]: round-robin and EWMA circuit schedulers.
+//! * [`scheduler`]: round-robin and EWMA circuit schedulers;
+//! * [`xonxoff`]: XON/XOFF stream flow control of proposal 324 (not wired yet).
 
 pub mod client;
 mod err;
@@ -21,6 +22,7 @@ pub mod relay;
 pub mod scheduler;
 pub mod stream;
 pub mod vegas;
+pub mod xonxoff;
 
 pub use err::{CloseKind, CloseReason, Error};
 
