@@ -50,4 +50,7 @@ cargo nextest run -p onionlab-netem --locked --no-tests=fail --test-threads 1
 echo "== doc tests"
 cargo test --workspace --doc --locked
 
+echo "== cargo doc -D warnings (no broken links in the API docs)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
+
 echo "== all checks passed"

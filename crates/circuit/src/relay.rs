@@ -647,7 +647,7 @@ impl RelayCircuit {
     }
 
     /// Exit: hand the client's bytes for the target to `consume` without
-    /// copying them (see [`RelayNode::exit_read_with`](crate::RelayNode::exit_read_with)).
+    /// copying them (see [`RelayNode::exit_read_with`](crate::node::RelayNode::exit_read_with)).
     pub fn exit_read_with(
         &mut self,
         now: Instant,
@@ -666,7 +666,7 @@ impl RelayCircuit {
     }
 
     /// Exit: bytes from the target the stream would take now (see
-    /// [`RelayNode::exit_write_room`](crate::RelayNode::exit_write_room)).
+    /// [`RelayNode::exit_write_room`](crate::node::RelayNode::exit_write_room)).
     pub fn exit_write_room(&mut self, stream: StreamId) -> Result<usize, Error> {
         let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
         exit.streams

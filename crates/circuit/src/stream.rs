@@ -542,7 +542,7 @@ impl From<Packaged> for Outgoing {
     }
 }
 
-/// Most chunks (received cells) [`StreamSet::read_with`] shows at once.
+/// Most chunks (received cells) `StreamMap::read_with` shows at once.
 pub const READ_WITH_CHUNKS: usize = 64;
 
 /// Show the front chunks of `q` to `consume` and remove the bytes it took.
