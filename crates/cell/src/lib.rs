@@ -30,6 +30,7 @@ pub mod chan {
 
 /// Relay-message types (messages carried end to end inside RELAY cells).
 pub mod msg {
+    pub use tor_cell::relaycell::flow_ctrl::{FlowCtrlVersion, Xoff, Xon, XonKBpsEwma};
     pub use tor_cell::relaycell::msg::{
         AnyRelayMsg, Begin, BeginFlags, Connected, Data, Drop, End, EndReason, Extend2, Extended2,
         Resolve, Resolved, ResolvedVal, Sendme, SendmeTag, Truncate, Truncated,

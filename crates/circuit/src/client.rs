@@ -24,8 +24,11 @@ use onionlab_crypto::relay_crypto::ClientCircuitCrypto;
 use rand::rngs::StdRng;
 
 use crate::err::{CloseReason, Error};
-use crate::flow::{CircReceiver, CircSender};
-use crate::stream::{Outgoing, StreamConfig, StreamEvent, StreamMap};
+use crate::flow::{CircReceiver, CircSender, CircuitCc};
+use crate::stream::{
+    Outgoing, StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap,
+};
+use crate::xonxoff::EdgePosition;
 
 /// Most RELAY_EARLY cells a circuit may carry (tor-spec).
 pub const MAX_RELAY_EARLY: u8 = 8;
@@ -40,6 +43,8 @@ pub struct ClientConfig {
     /// Most control messages (SENDME, BEGIN, END...) queued before the circuit
     /// is considered broken.
     pub max_control_queue: usize,
+    /// Circuit-level flow control (the network document's `circuit_cc`).
+    pub cc: CircuitCc,
 }
 
 impl Default for ClientConfig {
@@ -48,6 +53,7 @@ impl Default for ClientConfig {
             streams: StreamConfig::default(),
             hop_timeout: Duration::from_secs(30),
             max_control_queue: 4096,
+            cc: CircuitCc::default(),
         }
     }
 }
@@ -107,7 +113,7 @@ struct PendingMsg {
 }
 
 /// Per-hop circuit-level flow control.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Hop {
     sender: CircSender,
     receiver: CircReceiver,
@@ -150,8 +156,16 @@ impl ClientCircuit {
             NtorClient::start(&mut rng, &guard.ntor_node_id(), &guard.onion_key);
         let mut chan_out = VecDeque::new();
         chan_out.push_back(Create2::new(HandshakeType::NTOR, onionskin.to_vec()).into());
+        let flow = match config.cc.xon_xoff() {
+            None => StreamFlowKind::Windows,
+            Some(params) => StreamFlowKind::XonXoff {
+                params,
+                local: EdgePosition::Client,
+                peer: EdgePosition::Exit,
+            },
+        };
         ClientCircuit {
-            streams: StreamMap::new(config.streams.clone()),
+            streams: StreamMap::new(config.streams.clone(), flow),
             config,
             build: Build::Awaiting {
                 handshake,
@@ -284,25 +298,33 @@ impl ClientCircuit {
             .ok_or(Error::NoStream(stream.into()))
     }
 
-    /// Read received bytes of a stream into `buf`.
-    pub fn read(&mut self, stream: StreamId, buf: &mut [u8]) -> Result<usize, Error> {
-        let (n, sendme) = self
+    /// Read received bytes of a stream into `buf` at `now`.
+    pub fn read(&mut self, now: Instant, stream: StreamId, buf: &mut [u8]) -> Result<usize, Error> {
+        let (n, feedback) = self
             .streams
-            .read(stream, buf)
+            .read(stream, buf, now)
             .ok_or(Error::NoStream(stream.into()))?;
-        if sendme && !self.closed {
-            if let Some(hop) = self.stream_hop {
-                // If this overflows the queue the circuit closes and says
-                // so in its events; the bytes read are still the caller's.
-                let _ = self.queue(PendingMsg {
-                    hop,
-                    stream: Some(stream),
-                    msg: Sendme::new_empty().into(),
-                    early: false,
-                });
-            }
+        if let Some(f) = feedback {
+            self.send_feedback(stream, f);
         }
         Ok(n)
+    }
+
+    /// Queue a stream SENDME, XON or XOFF toward the stream's hop.
+    fn send_feedback(&mut self, stream: StreamId, feedback: StreamFeedback) {
+        if self.closed {
+            return;
+        }
+        if let Some(hop) = self.stream_hop {
+            // If this overflows the queue the circuit closes and says so
+            // in its events; the bytes read are still the caller's.
+            let _ = self.queue(PendingMsg {
+                hop,
+                stream: Some(stream),
+                msg: feedback.into_msg(),
+                early: false,
+            });
+        }
     }
 
     /// Bytes received on a stream and not yet read.
@@ -402,7 +424,10 @@ impl ClientCircuit {
         match handshake.finish(reply) {
             Ok(keys) => {
                 self.crypto.add_layer(&keys);
-                self.hops.push(Hop::default());
+                self.hops.push(Hop {
+                    sender: self.config.cc.sender(),
+                    receiver: self.config.cc.receiver(),
+                });
                 self.events.push_back(ClientEvent::HopAdded {
                     hops: self.hops.len(),
                 });
@@ -434,7 +459,7 @@ impl ClientCircuit {
                 if self.closed {
                     return;
                 }
-                self.on_stream_data(hop, id, Bytes::from(Vec::from(d)));
+                self.on_stream_data(now, hop, id, Bytes::from(Vec::from(d)));
             }
             (None, AnyRelayMsg::Sendme(s)) => {
                 let Some(h) = self.hops.get_mut(hop) else {
@@ -455,6 +480,13 @@ impl ClientCircuit {
                     self.violation(e);
                 }
             }
+            (Some(id), AnyRelayMsg::Xon(x)) => self.on_xon_xoff(
+                hop,
+                id,
+                *x.version(),
+                Some(rate_kbps(x.kbytes_per_sec_ewma())),
+            ),
+            (Some(id), AnyRelayMsg::Xoff(x)) => self.on_xon_xoff(hop, id, *x.version(), None),
             (Some(id), AnyRelayMsg::Connected(_)) => {
                 if !self.is_stream_hop(hop) {
                     return self.violation("CONNECTED from a hop without streams");
@@ -561,7 +593,16 @@ impl ClientCircuit {
         }
     }
 
-    fn on_stream_data(&mut self, hop: usize, id: StreamId, data: Bytes) {
+    fn on_xon_xoff(&mut self, hop: usize, id: StreamId, version: u8, xon: Option<u32>) {
+        if !self.is_stream_hop(hop) {
+            return self.violation("XON/XOFF from a hop without streams");
+        }
+        if let Err(e) = self.streams.on_xon_xoff(id, version, xon) {
+            self.violation(e);
+        }
+    }
+
+    fn on_stream_data(&mut self, now: Instant, hop: usize, id: StreamId, data: Bytes) {
         if !self.is_stream_hop(hop) {
             return self.violation("DATA from a hop without streams");
         }
@@ -571,11 +612,16 @@ impl ClientCircuit {
             }
             return;
         }
-        match self.streams.on_data(id, data, false) {
-            Ok(true) => self
-                .events
-                .push_back(ClientEvent::Stream(StreamEvent::Readable { stream: id })),
-            Ok(false) => {}
+        match self.streams.on_data(id, data, false, now) {
+            Ok((readable, feedback)) => {
+                if readable {
+                    self.events
+                        .push_back(ClientEvent::Stream(StreamEvent::Readable { stream: id }));
+                }
+                if let Some(f) = feedback {
+                    self.send_feedback(id, f);
+                }
+            }
             Err(e) => self.violation(e),
         }
     }
@@ -704,5 +750,13 @@ impl ClientCircuit {
     pub fn queued_bytes(&self) -> usize {
         (self.chan_out.len() + self.control.len()) * crate::QUEUED_CELL_BYTES
             + self.streams.buffered_bytes()
+    }
+}
+
+/// The rate of an XON in KB/s, 0 for unlimited (as on the wire).
+pub(crate) fn rate_kbps(rate: onionlab_cell::msg::XonKBpsEwma) -> u32 {
+    match rate {
+        onionlab_cell::msg::XonKBpsEwma::Limited(r) => r.get(),
+        onionlab_cell::msg::XonKBpsEwma::Unlimited => 0,
     }
 }

@@ -3,15 +3,19 @@
 //! SENDME v1 at the circuit level (tor proposal 289).
 //!
 //! Only DATA messages count against windows. The decision of how many DATA
-//! cells a circuit may have in flight is behind [`CongestionControl`], so
-//! RTT-based control (proposal 324, Vegas) can replace the fixed window
-//! without touching the circuit state machines.
+//! cells a circuit may have in flight is behind [`CongestionControl`]; which
+//! one a circuit runs is its [`CircuitCc`]: tor-spec's fixed windows, or
+//! proposal 324's Vegas with XON/XOFF stream flow control in place of the
+//! stream windows.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 use subtle::ConstantTimeEq;
 
 use onionlab_crypto::SendmeTag;
+
+use crate::vegas::{Vegas, VegasParams};
+use crate::xonxoff::XonXoffParams;
 
 /// Initial circuit package/deliver window, in DATA cells.
 pub const CIRCWINDOW_START: u32 = 1000;
@@ -21,6 +25,97 @@ pub const CIRCWINDOW_INCREMENT: u32 = 100;
 pub const STREAMWINDOW_START: u32 = 500;
 /// Cells acknowledged by one stream-level SENDME.
 pub const STREAMWINDOW_INCREMENT: u32 = 50;
+
+/// The circuit-level flow control of a circuit, the same at both of its
+/// ends. onionlab speaks ntor v1 only, which has no room for proposal 324's
+/// congestion-control extension, so a network chooses one for all its
+/// circuits in its network document (`[params] circuit_cc`), as C tor's
+/// consensus parameters `cc_alg` and `cc_*` do. A circuit keeps the choice
+/// of the document it was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CircuitCc {
+    /// tor-spec's fixed windows: 1000 unacknowledged cells per circuit
+    /// (SENDME every 100), 500 per stream (stream SENDME every 50).
+    #[default]
+    Fixed,
+    /// Proposal 324: TOR_VEGAS decides the circuit window (SENDME every
+    /// `cc_sendme_inc` cells), and XON/XOFF replaces the stream windows.
+    Vegas {
+        /// Vegas parameters.
+        vegas: VegasParams,
+        /// XON/XOFF parameters.
+        xon: XonXoffParams,
+    },
+}
+
+impl CircuitCc {
+    /// Vegas with C tor's parameters.
+    pub fn vegas() -> Self {
+        CircuitCc::Vegas {
+            vegas: VegasParams::default(),
+            xon: XonXoffParams::default(),
+        }
+    }
+
+    /// `"fixed"` or `"vegas"`, as in the network document.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CircuitCc::Fixed => "fixed",
+            CircuitCc::Vegas { .. } => "vegas",
+        }
+    }
+
+    /// Check the parameters' ranges (proposal 324 section 6.5).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the parameter.
+    pub fn validate(&self) -> Result<(), String> {
+        match self {
+            CircuitCc::Fixed => Ok(()),
+            CircuitCc::Vegas { vegas, xon } => {
+                vegas.validate()?;
+                xon.validate()
+            }
+        }
+    }
+
+    /// The XON/XOFF parameters, when streams use XON/XOFF.
+    pub fn xon_xoff(&self) -> Option<XonXoffParams> {
+        match self {
+            CircuitCc::Fixed => None,
+            CircuitCc::Vegas { xon, .. } => Some(*xon),
+        }
+    }
+
+    /// The sending side of one hop.
+    pub fn sender(&self) -> CircSender {
+        match self {
+            CircuitCc::Fixed => CircSender::default(),
+            CircuitCc::Vegas { vegas, .. } => CircSender::new(Box::new(Vegas::new(*vegas))),
+        }
+    }
+
+    /// The receiving side of one hop.
+    pub fn receiver(&self) -> CircReceiver {
+        match self {
+            CircuitCc::Fixed => CircReceiver::default(),
+            CircuitCc::Vegas { vegas, .. } => CircReceiver::congestion_controlled(vegas.sendme_inc),
+        }
+    }
+
+    /// The most cells a relay queues per circuit and direction before it
+    /// closes the circuit: 2500 under fixed windows (an honest peer keeps
+    /// about 1000 DATA cells in flight), C tor's `circ_max_cell_queue_size`
+    /// default of 50000 under Vegas (param-spec; no window bounds an honest
+    /// sender, the relay's memory limit does).
+    pub fn max_queue_cells(&self) -> usize {
+        match self {
+            CircuitCc::Fixed => 2500,
+            CircuitCc::Vegas { .. } => 50_000,
+        }
+    }
+}
 
 /// Decides how many DATA cells a circuit may send toward one hop before it
 /// must wait for acknowledgements.
@@ -138,37 +233,60 @@ impl CircSender {
 /// SENDME is due.
 #[derive(Debug, Clone)]
 pub struct CircReceiver {
-    deliver_window: u32,
+    /// Cells acknowledged by one SENDME.
+    sendme_inc: u32,
+    /// Fixed windows: DATA cells the peer may still send. Under congestion
+    /// control no window binds the sender (`None`).
+    deliver_window: Option<u32>,
+    /// Cells received since the last SENDME.
+    since_sendme: u32,
 }
 
 impl Default for CircReceiver {
     fn default() -> Self {
         CircReceiver {
-            deliver_window: CIRCWINDOW_START,
+            sendme_inc: CIRCWINDOW_INCREMENT,
+            deliver_window: Some(CIRCWINDOW_START),
+            since_sendme: 0,
         }
     }
 }
 
 impl CircReceiver {
+    /// The receiver of a congestion-controlled circuit: a SENDME every
+    /// `sendme_inc` cells, no window (proposal 324 section 4: the sender's
+    /// window is its own; a sender that overruns it only fills queues,
+    /// which the relay's queue and memory limits bound).
+    pub fn congestion_controlled(sendme_inc: u32) -> Self {
+        CircReceiver {
+            sendme_inc: sendme_inc.max(1),
+            deliver_window: None,
+            since_sendme: 0,
+        }
+    }
+
     /// A DATA cell arrived whose running digest is `tag`. Returns the tag to
     /// put in a SENDME if one is due now.
     ///
-    /// Like tor, the SENDME goes out as soon as 100 cells have arrived, so
-    /// the window is credited at once and a receiver cannot see an overrun
-    /// at this level: the sender side ([`CircSender::on_sendme`]) and the
-    /// stream windows, which follow consumption, catch misbehaving peers.
-    /// The error is kept for congestion-control variants that delay SENDMEs.
+    /// Like tor, the SENDME goes out as soon as `sendme_inc` cells have
+    /// arrived, so the window is credited at once and a receiver cannot
+    /// see an overrun at this level: the sender side
+    /// ([`CircSender::on_sendme`]) and the stream windows or XOFF limits,
+    /// which follow consumption, catch misbehaving peers. The error is
+    /// kept for congestion-control variants that delay SENDMEs.
     pub fn on_data(&mut self, tag: SendmeTag) -> Result<Option<SendmeTag>, &'static str> {
-        self.deliver_window = self
-            .deliver_window
-            .checked_sub(1)
-            .ok_or("peer exceeded the circuit window")?;
-        if self.deliver_window <= CIRCWINDOW_START - CIRCWINDOW_INCREMENT {
-            self.deliver_window += CIRCWINDOW_INCREMENT;
-            Ok(Some(tag))
-        } else {
-            Ok(None)
+        if let Some(w) = &mut self.deliver_window {
+            *w = w.checked_sub(1).ok_or("peer exceeded the circuit window")?;
         }
+        self.since_sendme += 1;
+        if self.since_sendme < self.sendme_inc {
+            return Ok(None);
+        }
+        self.since_sendme = 0;
+        if let Some(w) = &mut self.deliver_window {
+            *w += self.sendme_inc;
+        }
+        Ok(Some(tag))
     }
 }
 

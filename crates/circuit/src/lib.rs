@@ -10,9 +10,11 @@
 //! * [`relay::RelayCircuit`]: one circuit at a relay or exit;
 //! * [`node::RelayNode`]: a whole relay: channels, circuit-ID maps, a circuit
 //!   scheduler per channel, EXTEND2 handling across channels;
-//! * [`flow`]: windows and authenticated SENDMEs, with the congestion-control seam;
+//! * [`flow`]: windows and authenticated SENDMEs, and the choice of circuit
+//!   congestion control ([`flow::CircuitCc`]);
+//! * [`vegas`]: TOR_VEGAS circuit congestion control of proposal 324;
 //! * [`scheduler`]: round-robin and EWMA circuit schedulers;
-//! * [`xonxoff`]: XON/XOFF stream flow control of proposal 324 (not wired yet).
+//! * [`xonxoff`]: XON/XOFF stream flow control of proposal 324.
 
 pub mod client;
 mod err;

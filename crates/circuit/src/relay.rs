@@ -28,8 +28,11 @@ use onionlab_crypto::relay_crypto::RelayLayer;
 use rand::rngs::StdRng;
 
 use crate::err::{CloseReason, Error};
-use crate::flow::{CircReceiver, CircSender};
-use crate::stream::{Packaged, StreamConfig, StreamEvent, StreamMap, StreamState};
+use crate::flow::{CircReceiver, CircSender, CircuitCc};
+use crate::stream::{
+    Packaged, StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap, StreamState,
+};
+use crate::xonxoff::EdgePosition;
 
 /// Settings of relay circuits.
 #[derive(Debug, Clone)]
@@ -39,9 +42,12 @@ pub struct RelayConfig {
     /// Stream limits at the exit.
     pub streams: StreamConfig,
     /// Most cells queued per direction. Flow control keeps an honest peer
-    /// below about 1000 DATA cells plus a few control cells per circuit, so
-    /// more means the peer ignores the windows and the circuit is closed.
+    /// below its window plus a few control cells per circuit, so more means
+    /// the peer ignores the windows and the circuit is closed. Set with
+    /// [`with_cc`](Self::with_cc) ([`CircuitCc::max_queue_cells`]).
     pub max_queue_cells: usize,
+    /// Circuit-level flow control (the network document's `circuit_cc`).
+    pub cc: CircuitCc,
     /// Serve BEGIN on circuits whose previous hop is a client (one-hop
     /// circuits). C tor refuses them (END TORPROTOCOL, "Attempt to open a
     /// stream on first hop of circuit"): a relay used as a one-hop proxy
@@ -62,10 +68,23 @@ impl Default for RelayConfig {
         RelayConfig {
             exit: false,
             streams: StreamConfig::default(),
-            max_queue_cells: 2500,
+            max_queue_cells: CircuitCc::Fixed.max_queue_cells(),
+            cc: CircuitCc::Fixed,
             allow_one_hop_streams: false,
             #[cfg(feature = "fault-injection")]
             hostile_truncate: false,
+        }
+    }
+}
+
+impl RelayConfig {
+    /// These settings with circuit-level flow control `cc` and its queue
+    /// limit.
+    pub fn with_cc(self, cc: CircuitCc) -> Self {
+        RelayConfig {
+            max_queue_cells: cc.max_queue_cells(),
+            cc,
+            ..self
         }
     }
 }
@@ -421,6 +440,11 @@ impl RelayCircuit {
                     self.violation(e);
                 }
             }
+            (Some(id), AnyRelayMsg::Xon(x)) => {
+                let kbps = crate::client::rate_kbps(x.kbytes_per_sec_ewma());
+                self.on_xon_xoff(id, *x.version(), Some(kbps));
+            }
+            (Some(id), AnyRelayMsg::Xoff(x)) => self.on_xon_xoff(id, *x.version(), None),
             (Some(id), AnyRelayMsg::End(e)) => {
                 let Some(exit) = &mut self.exit else {
                     return self.violation("END at a hop without streams");
@@ -477,6 +501,15 @@ impl RelayCircuit {
         });
     }
 
+    fn on_xon_xoff(&mut self, id: StreamId, version: u8, xon: Option<u32>) {
+        let Some(exit) = &mut self.exit else {
+            return self.violation("XON/XOFF at a hop without streams");
+        };
+        if let Err(e) = exit.streams.on_xon_xoff(id, version, xon) {
+            self.violation(e);
+        }
+    }
+
     fn on_data(&mut self, now: Instant, tag: onionlab_crypto::SendmeTag, id: StreamId, d: Data) {
         let Some(exit) = &mut self.exit else {
             return self.violation("DATA at a hop without streams");
@@ -493,11 +526,19 @@ impl RelayCircuit {
             }
             return;
         }
-        match exit.streams.on_data(id, Bytes::from(Vec::from(d)), true) {
-            Ok(true) => self
-                .events
-                .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id })),
-            Ok(false) => {}
+        match exit
+            .streams
+            .on_data(id, Bytes::from(Vec::from(d)), true, now)
+        {
+            Ok((readable, feedback)) => {
+                if readable {
+                    self.events
+                        .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id }));
+                }
+                if let Some(f) = feedback {
+                    self.originate(Some(id), f.into_msg(), now);
+                }
+            }
             Err(e) => self.violation(e),
         }
     }
@@ -612,10 +653,21 @@ impl RelayCircuit {
     /// The exit state, created on first use.
     fn exit_state(&mut self) -> &mut Exit {
         let streams = self.config.streams.clone();
-        self.exit.get_or_insert_with(|| Exit {
-            streams: StreamMap::new(streams),
-            sender: CircSender::default(),
-            receiver: CircReceiver::default(),
+        let cc = self.config.cc;
+        self.exit.get_or_insert_with(|| {
+            let flow = match cc.xon_xoff() {
+                None => StreamFlowKind::Windows,
+                Some(params) => StreamFlowKind::XonXoff {
+                    params,
+                    local: EdgePosition::Exit,
+                    peer: EdgePosition::Client,
+                },
+            };
+            Exit {
+                streams: StreamMap::new(streams, flow),
+                sender: cc.sender(),
+                receiver: cc.receiver(),
+            }
         })
     }
 
@@ -636,13 +688,11 @@ impl RelayCircuit {
         buf: &mut [u8],
     ) -> Result<usize, Error> {
         let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        let (n, sendme) = exit
+        let (n, feedback) = exit
             .streams
-            .read(stream, buf)
+            .read(stream, buf, now)
             .ok_or(Error::NoStream(stream.into()))?;
-        if sendme {
-            self.originate(Some(stream), Sendme::new_empty().into(), now);
-        }
+        self.send_feedback(now, stream, feedback);
         Ok(n)
     }
 
@@ -655,14 +705,18 @@ impl RelayCircuit {
         consume: impl FnOnce(&[&[u8]]) -> usize,
     ) -> Result<usize, Error> {
         let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        let (n, sendme) = exit
+        let (n, feedback) = exit
             .streams
-            .read_with(stream, consume)
+            .read_with(stream, now, consume)
             .ok_or(Error::NoStream(stream.into()))?;
-        if sendme {
-            self.originate(Some(stream), Sendme::new_empty().into(), now);
-        }
+        self.send_feedback(now, stream, feedback);
         Ok(n)
+    }
+
+    fn send_feedback(&mut self, now: Instant, stream: StreamId, f: Option<StreamFeedback>) {
+        if let Some(f) = f {
+            self.originate(Some(stream), f.into_msg(), now);
+        }
     }
 
     /// Exit: bytes from the target the stream would take now (see

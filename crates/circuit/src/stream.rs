@@ -1,18 +1,23 @@
 //! Stream endpoints: the streams a client opens and an exit serves.
 //!
-//! Both ends keep the same state per stream: the stream windows, a bounded
+//! Both ends keep the same state per stream: its flow control, a bounded
 //! buffer of bytes waiting to be packaged into DATA cells, and the received
-//! cells not yet read by the application. Received data is bounded by the
-//! stream window (see [`StreamWindows::take_sendme`]), sent data by
-//! [`StreamConfig::send_buffer`].
+//! cells not yet read by the application. Sent data is bounded by
+//! [`StreamConfig::send_buffer`]. Received data is bounded by the stream
+//! window under fixed windows (see [`StreamWindows::take_sendme`]); under
+//! congestion control the receiving edge sends XOFF past its limit and XON
+//! once drained ([`crate::xonxoff`]), and a peer that goes on sending
+//! past [`StreamConfig::max_unread_bytes`] breaks the protocol.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use onionlab_cell::msg::{EndReason, StreamId};
+use onionlab_cell::msg::{AnyRelayMsg, EndReason, Sendme, StreamId, Xoff, Xon};
 use onionlab_cell::relay::MAX_DATA_LEN;
 
 use crate::flow::StreamWindows;
+use crate::xonxoff::{EdgePosition, FlowAction, XonXoffParams, XonXoffReceiver, XonXoffSender};
 
 /// Limits of one stream.
 #[derive(Debug, Clone)]
@@ -23,6 +28,12 @@ pub struct StreamConfig {
     pub max_streams: usize,
     /// Most half-closed stream IDs remembered per circuit.
     pub max_half_closed: usize,
+    /// Under XON/XOFF, most received bytes a stream holds unread before the
+    /// peer is taken to ignore XOFF (the circuit is closed). An honest
+    /// sender stops within one congestion window of the XOFF; 16 MiB is
+    /// more than any window of the networks we emulate (100 Mbit/s x
+    /// 600 ms is 7.5 MB). Under fixed windows the stream window binds.
+    pub max_unread_bytes: usize,
 }
 
 impl Default for StreamConfig {
@@ -31,6 +42,90 @@ impl Default for StreamConfig {
             send_buffer: 64 * 1024,
             max_streams: 1024,
             max_half_closed: 512,
+            max_unread_bytes: 16 << 20,
+        }
+    }
+}
+
+/// How the streams of a circuit are flow-controlled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamFlowKind {
+    /// tor-spec's stream windows and stream-level SENDMEs.
+    #[default]
+    Windows,
+    /// Proposal 324's XON/XOFF, with this end's position and its peer's.
+    XonXoff {
+        /// The parameters.
+        params: XonXoffParams,
+        /// This end.
+        local: EdgePosition,
+        /// The other end of the streams.
+        peer: EdgePosition,
+    },
+}
+
+/// The flow-control state of one stream.
+#[derive(Debug)]
+enum StreamFlow {
+    Windows(StreamWindows),
+    XonXoff {
+        rx: XonXoffReceiver,
+        tx: XonXoffSender,
+    },
+}
+
+impl StreamFlow {
+    fn new(kind: StreamFlowKind) -> Self {
+        match kind {
+            StreamFlowKind::Windows => StreamFlow::Windows(StreamWindows::default()),
+            StreamFlowKind::XonXoff {
+                params,
+                local,
+                peer,
+            } => StreamFlow::XonXoff {
+                rx: XonXoffReceiver::new(params, local),
+                tx: XonXoffSender::new(params, local, peer),
+            },
+        }
+    }
+
+    /// May a DATA cell be packaged on this stream?
+    fn can_package(&self) -> bool {
+        match self {
+            StreamFlow::Windows(w) => w.package > 0,
+            StreamFlow::XonXoff { tx, .. } => tx.can_package(),
+        }
+    }
+
+    fn on_packaged(&mut self, bytes: usize) {
+        match self {
+            StreamFlow::Windows(w) => w.package -= 1,
+            StreamFlow::XonXoff { tx, .. } => tx.on_data_sent(bytes),
+        }
+    }
+}
+
+/// A stream-level flow-control message a stream endpoint owes its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamFeedback {
+    /// A stream-level SENDME (fixed windows).
+    Sendme,
+    /// An XON or XOFF (congestion control).
+    Flow(FlowAction),
+}
+
+impl StreamFeedback {
+    /// The relay message to send on the stream.
+    pub(crate) fn into_msg(self) -> AnyRelayMsg {
+        use onionlab_cell::msg::{FlowCtrlVersion, XonKBpsEwma};
+        match self {
+            StreamFeedback::Sendme => Sendme::new_empty().into(),
+            StreamFeedback::Flow(FlowAction::SendXoff) => Xoff::new(FlowCtrlVersion::V0).into(),
+            StreamFeedback::Flow(FlowAction::SendXon { kbps }) => {
+                let rate = std::num::NonZeroU32::new(kbps)
+                    .map_or(XonKBpsEwma::Unlimited, XonKBpsEwma::Limited);
+                Xon::new(FlowCtrlVersion::V0, rate).into()
+            }
         }
     }
 }
@@ -48,7 +143,7 @@ pub enum StreamState {
 #[derive(Debug)]
 pub(crate) struct Stream {
     pub(crate) state: StreamState,
-    pub(crate) windows: StreamWindows,
+    flow: StreamFlow,
     send_buf: BytesMut,
     recv: VecDeque<Bytes>,
     recv_bytes: usize,
@@ -62,10 +157,10 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    fn new(state: StreamState) -> Self {
+    fn new(state: StreamState, flow: StreamFlowKind) -> Self {
         Stream {
             state,
-            windows: StreamWindows::default(),
+            flow: StreamFlow::new(flow),
             send_buf: BytesMut::new(),
             recv: VecDeque::new(),
             recv_bytes: 0,
@@ -108,6 +203,7 @@ pub enum StreamEvent {
 #[derive(Debug)]
 pub(crate) struct StreamMap {
     config: StreamConfig,
+    flow: StreamFlowKind,
     streams: HashMap<u16, Stream>,
     /// Streams we ended whose peer may still have cells in flight.
     half_closed: VecDeque<u16>,
@@ -124,9 +220,10 @@ pub(crate) struct StreamMap {
 }
 
 impl StreamMap {
-    pub(crate) fn new(config: StreamConfig) -> Self {
+    pub(crate) fn new(config: StreamConfig, flow: StreamFlowKind) -> Self {
         StreamMap {
             config,
+            flow,
             streams: HashMap::new(),
             half_closed: VecDeque::new(),
             draining: HashMap::new(),
@@ -147,7 +244,7 @@ impl StreamMap {
             self.next_id = self.next_id.checked_add(1).unwrap_or(1);
             if !self.in_use(id) {
                 self.streams
-                    .insert(id, Stream::new(StreamState::Connecting));
+                    .insert(id, Stream::new(StreamState::Connecting, self.flow));
                 return StreamId::new(id);
             }
         }
@@ -164,7 +261,7 @@ impl StreamMap {
             return false;
         }
         self.streams
-            .insert(id, Stream::new(StreamState::Connecting));
+            .insert(id, Stream::new(StreamState::Connecting, self.flow));
         true
     }
 
@@ -260,7 +357,7 @@ impl StreamMap {
         self.rr.iter().any(|id| {
             self.streams.get(id).is_some_and(|s| {
                 s.state == StreamState::Open
-                    && ((circ_window_open && s.windows.package > 0 && !s.send_buf.is_empty())
+                    && ((circ_window_open && s.flow.can_package() && !s.send_buf.is_empty())
                         || (s.close_requested && s.send_buf.is_empty()))
             })
         })
@@ -288,11 +385,11 @@ impl StreamMap {
                 continue;
             }
             if !s.send_buf.is_empty() {
-                if circ_window_open && s.windows.package > 0 {
+                if circ_window_open && s.flow.can_package() {
                     let n = s.send_buf.len().min(MAX_DATA_LEN);
                     let chunk = s.send_buf.split_to(n).freeze();
                     self.buffered -= n;
-                    s.windows.package -= 1;
+                    s.flow.on_packaged(n);
                     if !s.send_buf.is_empty() || s.close_requested {
                         self.rr.push_back(id);
                     } else {
@@ -331,9 +428,10 @@ impl StreamMap {
         ready
     }
 
-    /// DATA arrived for a stream. Returns Err on a stream-window violation
-    /// (or DATA before CONNECTED where that is not allowed), Ok(true) if the
-    /// receive buffer was empty before.
+    /// DATA arrived for a stream at `now`. Returns Err on a flow-control
+    /// violation (or DATA before CONNECTED where that is not allowed);
+    /// otherwise whether the receive buffer was empty before, and the XOFF
+    /// to send if the buffer just passed its limit.
     ///
     /// `optimistic`: accept DATA on a stream still connecting. An exit does
     /// (tor clients send "optimistic data" right behind BEGIN); a client
@@ -343,7 +441,9 @@ impl StreamMap {
         id: StreamId,
         data: Bytes,
         optimistic: bool,
-    ) -> Result<bool, &'static str> {
+        now: Instant,
+    ) -> Result<(bool, Option<StreamFeedback>), &'static str> {
+        let max_unread = self.config.max_unread_bytes;
         let s = self
             .streams
             .get_mut(&u16::from(id))
@@ -351,23 +451,72 @@ impl StreamMap {
         if s.state != StreamState::Open && !optimistic {
             return Err("DATA before the stream was connected");
         }
-        s.windows.on_data()?;
+        let feedback = match &mut s.flow {
+            StreamFlow::Windows(w) => {
+                w.on_data()?;
+                None
+            }
+            StreamFlow::XonXoff { rx, .. } => {
+                if s.recv_bytes + data.len() > max_unread {
+                    return Err("peer ignores XOFF: too much stream data unread");
+                }
+                rx.on_data(data.len(), now).map(StreamFeedback::Flow)
+            }
+        };
         let was_empty = s.recv.is_empty();
         if !data.is_empty() {
             s.recv_bytes += data.len();
             self.buffered += data.len();
             s.recv.push_back(data);
         }
-        Ok(was_empty && s.recv_bytes > 0)
+        Ok((was_empty && s.recv_bytes > 0, feedback))
     }
 
     /// A stream-level SENDME arrived for `id`.
     pub(crate) fn on_sendme(&mut self, id: StreamId) -> Result<(), &'static str> {
         let half_closed = self.is_half_closed(id);
-        match self.streams.get_mut(&u16::from(id)) {
-            Some(s) => s.windows.on_sendme(),
+        match self.streams.get_mut(&u16::from(id)).map(|s| &mut s.flow) {
+            Some(StreamFlow::Windows(w)) => w.on_sendme(),
+            Some(StreamFlow::XonXoff { .. }) => {
+                Err("stream SENDME on a circuit with congestion control")
+            }
             None if half_closed => Ok(()),
             None => Err("stream SENDME for an unknown stream"),
+        }
+    }
+
+    /// An XOFF (`xon: None`) or an XON with its rate in KB/s arrived for
+    /// `id`. Errors are protocol violations that close the circuit.
+    pub(crate) fn on_xon_xoff(
+        &mut self,
+        id: StreamId,
+        version: u8,
+        xon: Option<u32>,
+    ) -> Result<(), String> {
+        let half_closed = self.is_half_closed(id);
+        match self.streams.get_mut(&u16::from(id)).map(|s| &mut s.flow) {
+            Some(StreamFlow::XonXoff { tx, .. }) => {
+                let result = match xon {
+                    Some(kbps) => tx.on_xon(version, kbps),
+                    None => tx.on_xoff(version),
+                };
+                match result {
+                    Ok(()) => Ok(()),
+                    // The stream is already stopped: a repeated XOFF
+                    // changes nothing and harms no one.
+                    Err(e) if !e.closes_circuit() => {
+                        tracing::debug!(stream = u16::from(id), "ignored: {e}");
+                        Ok(())
+                    }
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+            Some(StreamFlow::Windows(_)) => {
+                Err("XON/XOFF on a circuit without congestion control".into())
+            }
+            // XON/XOFF may cross our END.
+            None if half_closed => Ok(()),
+            None => Err("XON/XOFF for an unknown stream".into()),
         }
     }
 
@@ -386,10 +535,15 @@ impl StreamMap {
         }
     }
 
-    /// Read received bytes into `buf`. Returns bytes read and whether a
-    /// stream-level SENDME is now due.
-    pub(crate) fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Option<(usize, bool)> {
-        self.read_with(id, |chunks| {
+    /// Read received bytes into `buf` at `now`. Returns bytes read and the
+    /// flow-control message now due, if any.
+    pub(crate) fn read(
+        &mut self,
+        id: StreamId,
+        buf: &mut [u8],
+        now: Instant,
+    ) -> Option<(usize, Option<StreamFeedback>)> {
+        self.read_with(id, now, |chunks| {
             let mut n = 0;
             for c in chunks {
                 let k = c.len().min(buf.len() - n);
@@ -407,19 +561,28 @@ impl StreamMap {
     /// worth, in order) to `consume`, which returns how many it took; those
     /// are removed. For a driver that writes straight from the stream's
     /// buffer to its target (no copy held per stream). Returns bytes
-    /// consumed and whether a stream-level SENDME is now due.
+    /// consumed and the flow-control message now due, if any.
     pub(crate) fn read_with(
         &mut self,
         id: StreamId,
+        now: Instant,
         consume: impl FnOnce(&[&[u8]]) -> usize,
-    ) -> Option<(usize, bool)> {
+    ) -> Option<(usize, Option<StreamFeedback>)> {
         let raw = u16::from(id);
         if let Some(s) = self.streams.get_mut(&raw) {
             let n = consume_front(&mut s.recv, consume);
             s.recv_bytes -= n;
             self.buffered -= n;
-            let sendme = s.state == StreamState::Open && s.windows.take_sendme(s.recv.len());
-            return Some((n, sendme));
+            let feedback = match &mut s.flow {
+                StreamFlow::Windows(w) => (s.state == StreamState::Open
+                    && w.take_sendme(s.recv.len()))
+                .then_some(StreamFeedback::Sendme),
+                StreamFlow::XonXoff { rx, .. } if n > 0 => {
+                    rx.on_drain(n, now).map(StreamFeedback::Flow)
+                }
+                StreamFlow::XonXoff { .. } => None,
+            };
+            return Some((n, feedback));
         }
         let q = self.draining.get_mut(&raw)?;
         let n = consume_front(q, consume);
@@ -427,7 +590,7 @@ impl StreamMap {
         if q.is_empty() {
             self.draining.remove(&raw);
         }
-        Some((n, false))
+        Some((n, None))
     }
 
     /// Bytes [`write`](Self::write) would accept on `id` now; `None` for
@@ -567,6 +730,10 @@ fn consume_front(q: &mut VecDeque<Bytes>, consume: impl FnOnce(&[&[u8]]) -> usiz
 mod tests {
     use super::*;
 
+    fn now() -> Instant {
+        Instant::now()
+    }
+
     fn open(map: &mut StreamMap) -> StreamId {
         let id = map.open_local().expect("free id");
         map.get_mut(id).expect("stream").state = StreamState::Open;
@@ -575,10 +742,13 @@ mod tests {
 
     #[test]
     fn write_room_reports_the_space_and_wakes_the_writer_when_full() {
-        let mut map = StreamMap::new(StreamConfig {
-            send_buffer: 1000,
-            ..StreamConfig::default()
-        });
+        let mut map = StreamMap::new(
+            StreamConfig {
+                send_buffer: 1000,
+                ..StreamConfig::default()
+            },
+            StreamFlowKind::Windows,
+        );
         let id = open(&mut map);
         assert_eq!(map.write_room(id), Some(1000));
         assert_eq!(map.write(id, &[1; 1000]), Some(1000));
@@ -594,15 +764,15 @@ mod tests {
 
     #[test]
     fn read_with_removes_exactly_what_was_taken_across_cells() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let id = open(&mut map);
         for part in [&b"hello "[..], b"onion ", b"world"] {
-            map.on_data(id, Bytes::copy_from_slice(part), false)
+            map.on_data(id, Bytes::copy_from_slice(part), false, now())
                 .expect("data");
         }
         let mut seen = Vec::new();
         let (n, _) = map
-            .read_with(id, |chunks| {
+            .read_with(id, now(), |chunks| {
                 seen = chunks.iter().map(|c| c.to_vec()).collect();
                 8 // "hello on"
             })
@@ -610,23 +780,26 @@ mod tests {
         assert_eq!(n, 8);
         assert_eq!(seen.len(), 3);
         assert_eq!(map.readable_bytes(id), 9);
-        let (n, _) = map.read_with(id, |_| 1000).expect("stream");
+        let (n, _) = map.read_with(id, now(), |_| 1000).expect("stream");
         assert_eq!(n, 9, "never more than was offered");
         let mut buf = [0u8; 4];
-        assert_eq!(map.read(id, &mut buf), Some((0, false)));
-        map.on_data(id, Bytes::from_static(b"abcdef"), false)
+        assert_eq!(map.read(id, &mut buf, now()), Some((0, None)));
+        map.on_data(id, Bytes::from_static(b"abcdef"), false, now())
             .expect("data");
-        assert_eq!(map.read(id, &mut buf).map(|r| r.0), Some(4));
+        assert_eq!(map.read(id, &mut buf, now()).map(|r| r.0), Some(4));
         assert_eq!(&buf, b"abcd");
         assert_eq!(map.readable_bytes(id), 2);
     }
 
     #[test]
     fn send_buffer_is_bounded_and_reports_writable() {
-        let mut map = StreamMap::new(StreamConfig {
-            send_buffer: 1000,
-            ..StreamConfig::default()
-        });
+        let mut map = StreamMap::new(
+            StreamConfig {
+                send_buffer: 1000,
+                ..StreamConfig::default()
+            },
+            StreamFlowKind::Windows,
+        );
         let id = open(&mut map);
         assert_eq!(map.write(id, &[1; 1500]), Some(1000));
         assert_eq!(map.write(id, &[1; 10]), Some(0));
@@ -641,7 +814,7 @@ mod tests {
 
     #[test]
     fn packaging_is_round_robin_and_respects_windows() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let a = open(&mut map);
         let b = open(&mut map);
         map.write(a, &[0; 2000]);
@@ -656,13 +829,16 @@ mod tests {
         // A closed circuit window stops DATA.
         assert!(map.next_outgoing(false).is_none());
         // An exhausted stream window stops that stream only.
-        map.get_mut(a).expect("a").windows.package = 0;
+        match &mut map.get_mut(a).expect("a").flow {
+            StreamFlow::Windows(w) => w.package = 0,
+            StreamFlow::XonXoff { .. } => unreachable!(),
+        }
         assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(id, _)) if id == b));
     }
 
     #[test]
     fn end_follows_the_last_data_and_id_becomes_half_closed() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let id = open(&mut map);
         map.write(id, &[7; 600]);
         assert!(map.request_close(id));
@@ -679,7 +855,7 @@ mod tests {
 
     #[test]
     fn a_close_with_a_reason_ends_with_it_after_the_last_data() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let a = open(&mut map);
         let b = open(&mut map);
         map.write(a, &[1; 100]);
@@ -705,7 +881,7 @@ mod tests {
 
     #[test]
     fn the_last_requested_reason_wins() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let a = open(&mut map);
         map.request_close(a);
         map.request_close_with(a, EndReason::TIMEOUT);
@@ -717,11 +893,14 @@ mod tests {
 
     #[test]
     fn stream_ids_skip_those_in_use_and_the_limit_holds() {
-        let mut map = StreamMap::new(StreamConfig {
-            max_streams: 3,
-            max_half_closed: 1,
-            ..StreamConfig::default()
-        });
+        let mut map = StreamMap::new(
+            StreamConfig {
+                max_streams: 3,
+                max_half_closed: 1,
+                ..StreamConfig::default()
+            },
+            StreamFlowKind::Windows,
+        );
         let a = open(&mut map);
         let b = open(&mut map);
         assert_ne!(a, b);
@@ -740,7 +919,7 @@ mod tests {
 
     #[test]
     fn peer_may_reuse_an_id_we_ended() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let id = StreamId::new(9).expect("id");
         assert!(map.open_remote(id));
         assert!(!map.open_remote(id), "open ID");
@@ -752,16 +931,114 @@ mod tests {
 
     #[test]
     fn unread_data_survives_the_peers_end() {
-        let mut map = StreamMap::new(StreamConfig::default());
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let id = open(&mut map);
         assert_eq!(
-            map.on_data(id, Bytes::from_static(b"hello"), false),
-            Ok(true)
+            map.on_data(id, Bytes::from_static(b"hello"), false, now()),
+            Ok((true, None))
         );
         map.on_end(id);
         let mut buf = [0u8; 16];
-        assert_eq!(map.read(id, &mut buf), Some((5, false)));
+        assert_eq!(map.read(id, &mut buf, now()), Some((5, None)));
         assert_eq!(&buf[..5], b"hello");
-        assert_eq!(map.read(id, &mut buf), None);
+        assert_eq!(map.read(id, &mut buf, now()), None);
+    }
+
+    fn xon_xoff_map(local: EdgePosition, peer: EdgePosition) -> StreamMap {
+        let params = XonXoffParams {
+            xoff_client: 4,
+            xoff_exit: 4,
+            ..XonXoffParams::default()
+        };
+        let flow = StreamFlowKind::XonXoff {
+            params,
+            local,
+            peer,
+        };
+        StreamMap::new(StreamConfig::default(), flow)
+    }
+
+    #[test]
+    fn a_full_receive_buffer_sends_xoff_and_an_empty_one_xon() {
+        let mut map = xon_xoff_map(EdgePosition::Client, EdgePosition::Exit);
+        let id = open(&mut map);
+        let cell = Bytes::from(vec![1u8; MAX_DATA_LEN]);
+        for i in 0..4 {
+            let first = i == 0;
+            assert_eq!(
+                map.on_data(id, cell.clone(), false, now()),
+                Ok((first, None))
+            );
+        }
+        // The fifth cell passes the limit of 4 cells: XOFF, once.
+        let (_, fb) = map.on_data(id, cell.clone(), false, now()).expect("data");
+        assert_eq!(fb, Some(StreamFeedback::Flow(FlowAction::SendXoff)));
+        let (_, fb) = map.on_data(id, cell.clone(), false, now()).expect("data");
+        assert_eq!(fb, None, "never two XOFFs without an XON");
+        // Reading part of it owes nothing; emptying it owes the XON.
+        let mut buf = vec![0u8; MAX_DATA_LEN];
+        assert_eq!(map.read(id, &mut buf, now()).map(|r| r.1), Some(None));
+        let mut last = None;
+        while map.readable_bytes(id) > 0 {
+            last = map.read(id, &mut buf, now()).and_then(|r| r.1);
+        }
+        assert!(
+            matches!(last, Some(StreamFeedback::Flow(FlowAction::SendXon { .. }))),
+            "{last:?}"
+        );
+        assert!(matches!(
+            last.map(StreamFeedback::into_msg),
+            Some(AnyRelayMsg::Xon(_))
+        ));
+    }
+
+    #[test]
+    fn xoff_stops_packaging_and_xon_resumes_it() {
+        let mut map = xon_xoff_map(EdgePosition::Exit, EdgePosition::Client);
+        let id = open(&mut map);
+        map.write(id, &[3u8; 4000]);
+        assert!(map.has_work(true));
+        map.on_xon_xoff(id, 0, None).expect("xoff");
+        assert!(!map.has_work(true));
+        assert!(map.next_outgoing(true).is_none());
+        // A repeated XOFF changes nothing and is not fatal.
+        map.on_xon_xoff(id, 0, None).expect("duplicate xoff");
+        map.on_xon_xoff(id, 0, Some(0)).expect("xon");
+        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
+    }
+
+    #[test]
+    fn each_flow_control_refuses_the_others_messages() {
+        let mut cc = xon_xoff_map(EdgePosition::Exit, EdgePosition::Client);
+        let a = open(&mut cc);
+        assert!(cc.on_sendme(a).is_err(), "stream SENDME under XON/XOFF");
+        let mut fixed = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
+        let b = open(&mut fixed);
+        assert!(fixed.on_xon_xoff(b, 0, None).is_err(), "XOFF under windows");
+        assert!(cc
+            .on_xon_xoff(StreamId::new(77).expect("id"), 0, None)
+            .is_err());
+    }
+
+    #[test]
+    fn a_peer_that_ignores_xoff_is_caught() {
+        let mut map = StreamMap::new(
+            StreamConfig {
+                max_unread_bytes: 10 * MAX_DATA_LEN,
+                ..StreamConfig::default()
+            },
+            StreamFlowKind::XonXoff {
+                params: XonXoffParams::default(),
+                local: EdgePosition::Client,
+                peer: EdgePosition::Exit,
+            },
+        );
+        let id = open(&mut map);
+        let cell = Bytes::from(vec![1u8; MAX_DATA_LEN]);
+        for _ in 0..10 {
+            map.on_data(id, cell.clone(), false, now())
+                .expect("within the cap");
+        }
+        assert!(map.on_data(id, cell, false, now()).is_err());
     }
 }

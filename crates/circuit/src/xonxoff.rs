@@ -75,46 +75,39 @@
 //!   addon); onionlab refuses. An exit checks none of these: the attack
 //!   they stop targets clients.
 //!
-//! # What wiring remains
+//! # How circuits use it
 //!
-//! Nothing here is connected to circuits yet. To use it with
-//! [`Vegas`](crate::vegas::Vegas):
+//! On a circuit whose [`CircuitCc`](crate::flow::CircuitCc) is Vegas, every
+//! stream gets an [`XonXoffReceiver`] and an [`XonXoffSender`] instead of
+//! [`StreamWindows`](crate::flow::StreamWindows) (`StreamMap` in
+//! `stream.rs`):
 //!
-//! * A stream on a circuit whose hop negotiated congestion control gets an
-//!   [`XonXoffReceiver`] and an [`XonXoffSender`] instead of
-//!   [`StreamWindows`](crate::flow::StreamWindows): no stream SENDMEs are
-//!   sent, and a stream SENDME received on such a circuit is a protocol
-//!   violation; circuit SENDMEs go out as soon as DATA is recognized
-//!   (4.1), which `CircReceiver` already does.
-//! * Receiving: `StreamMap::on_data` calls `on_data` with the DATA length,
-//!   the read side (`read`/`read_with`, the exit's write to its target)
-//!   calls `on_drain` with the bytes taken, and each [`FlowAction`] becomes
-//!   a relay message on that stream ID toward the stream's hop.
-//! * The messages: `onionlab-cell` re-exports relay messages in
-//!   `onionlab_cell::msg`, which does not list the flow-control ones yet;
-//!   it should re-export `tor_cell::relaycell::flow_ctrl::{Xon, Xoff,
-//!   FlowCtrlVersion, XonKBpsEwma}` (tor-cell 0.47, no feature gate;
-//!   `AnyRelayMsg::{Xon, Xoff}` already exist and `relay::encode`/`decode`
-//!   carry them). tor-cell already refuses an unknown version when
-//!   decoding, which the circuit must treat as a protocol violation; the
-//!   version check here is for callers that build messages themselves.
-//! * Sending: `next_packaged` skips streams whose sender says
-//!   [`can_package`](XonXoffSender::can_package) is false, calls
-//!   [`on_data_sent`](XonXoffSender::on_data_sent) for each DATA packaged,
-//!   and paces a stream to [`rate_limit`](XonXoffSender::rate_limit) (a
-//!   token bucket per stream; not done here). An XON/XOFF must come from
-//!   the stream's own hop (the last hop for a client) and only on a circuit
-//!   with congestion control; both are the circuit's to check. An error from
-//!   the sender closes the circuit (reason PROTOCOL; see
-//!   [`XonXoffError::closes_circuit`]).
+//! * No stream SENDMEs are sent; one received is a protocol violation, as is
+//!   an XON/XOFF on a circuit without congestion control, from a hop other
+//!   than the stream's, or for a stream never opened. Circuit SENDMEs go out
+//!   as soon as DATA is recognized (4.1).
+//! * Receiving: DATA feeds [`on_data`](XonXoffReceiver::on_data), each
+//!   read by the edge (the client's application, the exit's target)
+//!   [`on_drain`](XonXoffReceiver::on_drain); each [`FlowAction`] becomes an
+//!   XON or XOFF on that stream toward its hop. A peer that goes on sending
+//!   far past an XOFF (`StreamConfig::max_unread_bytes`) closes the circuit.
+//! * Sending: packaging skips a stream whose sender cannot
+//!   [`package`](XonXoffSender::can_package); an error from the sender closes
+//!   the circuit, except a repeated XOFF, which changes nothing and is
+//!   ignored.
+//!
+//! Not done yet, and known:
+//!
+//! * Pacing: the advisory rate of an XON is stored
+//!   ([`rate_limit`](XonXoffSender::rate_limit)) but not enforced; C tor
+//!   limits its reads from the edge connection to it with a token bucket.
+//!   Without it a sender resumes at full speed and relies on the next XOFF.
 //! * The oomkiller of 4.1.3 (close the streams holding the oldest buffered
-//!   data under memory pressure) belongs to the relay's memory accounting
-//!   (`RelayNode`'s out-of-memory handler); [`XonXoffReceiver::buffered`]
-//!   is the figure it needs per stream, the age of the oldest chunk lives
-//!   with the stream's buffer.
+//!   data) is the relay's memory accounting, which closes whole circuits by
+//!   queued bytes (stream buffers included).
 //! * The half-closed stream rule of 4.1.4 (accept late data for
-//!   `max(max RTT, circuit build timeout)` instead of a window's worth)
-//!   belongs to the stream map.
+//!   `max(max RTT, circuit build timeout)`): half-closed streams are kept
+//!   by count, as under fixed windows.
 
 use std::time::Instant;
 

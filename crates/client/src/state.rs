@@ -744,7 +744,7 @@ impl State {
         let Some(c) = self.live_circuit(s) else {
             return ReadResult::Gone;
         };
-        let r = match c.circ.read(s.id, buf) {
+        let r = match c.circ.read(Instant::now(), s.id, buf) {
             Ok(n) => ReadResult::Data(n),
             Err(_) => ReadResult::Gone,
         };

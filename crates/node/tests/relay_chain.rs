@@ -260,7 +260,10 @@ async fn echo_through(client: &mut MiniClient, target: SocketAddr, total: usize)
             assert!(!matches!(ev, ClientEvent::Closed(_)), "{ev:?}");
         }
         loop {
-            let n = client.circ.read(stream, &mut buf).expect("read");
+            let n = client
+                .circ
+                .read(Instant::now(), stream, &mut buf)
+                .expect("read");
             if n == 0 {
                 break;
             }

@@ -143,11 +143,11 @@ pub fn run(config: &DemoConfig, scheduler: SchedulerKind) -> Result<DemoReport, 
             }
         }
         // Client: read bulk, send pings, time echoes.
-        let n = circuit(&mut net, bulk)?.read(bulk_stream, &mut buf)?;
+        let n = circuit(&mut net, bulk)?.read(now, bulk_stream, &mut buf)?;
         if !to_check.expect(&buf[..n]) {
             return Err(SimError::Corrupt("bulk download"));
         }
-        let n = circuit(&mut net, light)?.read(light_stream, &mut buf)?;
+        let n = circuit(&mut net, light)?.read(now, light_stream, &mut buf)?;
         ping_got += n;
         if let Some(sent) = ping_sent_at {
             if ping_got >= config.ping_bytes {

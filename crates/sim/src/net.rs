@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
+use onionlab_circuit::flow::CircuitCc;
 use onionlab_circuit::node::{ChannelId, ChannelPeer, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
@@ -66,6 +67,8 @@ pub struct Net {
     pub auto_connect: bool,
     /// Relays killed by [`Net::kill_relay`]: they neither send nor receive.
     dead: std::collections::BTreeSet<usize>,
+    /// Circuit-level flow control of new client circuits.
+    cc: CircuitCc,
 }
 
 pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
@@ -77,8 +80,14 @@ pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
 }
 
 impl Net {
-    /// `n` relays; the last one is an exit.
+    /// `n` relays; the last one is an exit. Circuits run tor-spec's fixed
+    /// windows.
     pub fn new(seed: u64, n: usize, scheduler: SchedulerKind) -> Net {
+        Net::with_cc(seed, n, scheduler, CircuitCc::Fixed)
+    }
+
+    /// [`Net::new`] with circuit-level flow control `cc` at every node.
+    pub fn with_cc(seed: u64, n: usize, scheduler: SchedulerKind, cc: CircuitCc) -> Net {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut relays = Vec::new();
         for i in 0..n {
@@ -88,7 +97,8 @@ impl Net {
                 circuit: RelayConfig {
                     exit: i == n - 1,
                     ..RelayConfig::default()
-                },
+                }
+                .with_cc(cc),
                 ..NodeConfig::default()
             };
             relays.push(RelayNode::new(
@@ -115,6 +125,7 @@ impl Net {
             tamper: None,
             auto_connect: true,
             dead: Default::default(),
+            cc,
         }
     }
 
@@ -197,7 +208,11 @@ impl Net {
         let id = self.next_client_circ;
         self.next_client_circ += 1;
         let rng = StdRng::seed_from_u64(self.rng.next_u64());
-        let circ = ClientCircuit::new(ClientConfig::default(), &self.public(0), rng);
+        let config = ClientConfig {
+            cc: self.cc,
+            ..ClientConfig::default()
+        };
+        let circ = ClientCircuit::new(config, &self.public(0), rng);
         self.circuits.insert(id, circ);
         id
     }

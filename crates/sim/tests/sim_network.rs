@@ -1,22 +1,37 @@
 //! A client and three relays (guard, middle, exit) on the deterministic
 //! in-memory network: a 3-hop circuit, 10 streams, 10 MiB each way on each,
-//! checked byte for byte and by SHA-256, with windows and buffers watched.
+//! checked byte for byte and by SHA-256, with windows and buffers watched,
+//! under fixed windows and under Vegas with XON/XOFF.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use onionlab_cell::msg::StreamId;
 use onionlab_circuit::client::ClientEvent;
-use onionlab_circuit::flow::STREAMWINDOW_START;
+use onionlab_circuit::flow::{CircuitCc, STREAMWINDOW_START};
 use onionlab_circuit::node::{CircKey, NodeEvent};
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
+use onionlab_circuit::xonxoff::{EdgePosition, XonXoffParams};
 use onionlab_sim::{Net, Pattern};
 use rand::RngExt;
 use sha2::{Digest, Sha256};
 
-/// Most bytes a stream may buffer on receive: one full stream window.
-const MAX_RECV_BUFFER: usize = STREAMWINDOW_START as usize * onionlab_cell::relay::MAX_DATA_LEN;
+/// Most bytes a stream may buffer on receive: one full stream window under
+/// fixed windows; under Vegas, the XOFF limit plus what the sender may have
+/// in flight when the XOFF reaches it (at most `cc_ss_max` cells here: the
+/// simulated links add no queueing, so the window stays in slow start's
+/// range).
+fn max_recv_buffer(cc: CircuitCc) -> usize {
+    let cell = onionlab_cell::relay::MAX_DATA_LEN;
+    match cc {
+        CircuitCc::Fixed => STREAMWINDOW_START as usize * cell,
+        CircuitCc::Vegas { vegas, xon } => {
+            let xoff = XonXoffParams::xoff_limit_bytes(&xon, EdgePosition::Exit) as usize;
+            xoff + vegas.ss_max as usize * cell
+        }
+    }
+}
 
 struct Flow {
     pattern: Pattern,
@@ -28,8 +43,9 @@ struct Check {
     got: Sha256,
 }
 
-fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind) {
-    let mut net = Net::new(seed, 3, scheduler);
+fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, cc: CircuitCc) {
+    let max_recv = max_recv_buffer(cc);
+    let mut net = Net::with_cc(seed, 3, scheduler, cc);
     let id = net.new_circuit();
     net.build(id).expect("build");
     assert_eq!(net.circuits[&id].n_hops(), 3);
@@ -106,6 +122,7 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind) {
         // Client application.
         for i in 0..usize::from(n_streams) {
             let s = client_streams[i];
+            let now = net.instant();
             let circ = net.circuits.get_mut(&id).expect("circuit");
             let chunk = up[i].pattern.peek(16 * 1024).to_vec();
             if !chunk.is_empty() {
@@ -114,12 +131,12 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind) {
                 up[i].pattern.consume(n);
             }
             assert!(
-                circ.readable_bytes(s) <= MAX_RECV_BUFFER,
+                circ.readable_bytes(s) <= max_recv,
                 "client stream buffer over one window"
             );
             if !closed[i] && net.rng.random_bool(0.7) {
                 let want = net.rng.random_range(1..=buf.len());
-                let n = circ.read(s, &mut buf[..want]).expect("read");
+                let n = circ.read(now, s, &mut buf[..want]).expect("read");
                 assert!(
                     down_check[i].pattern.expect(&buf[..n]),
                     "stream {i}: bytes out of order or corrupt (down)"
@@ -144,7 +161,7 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind) {
                 down[i].pattern.consume(n);
             }
             assert!(
-                relay.exit_readable_bytes(circ, stream) <= MAX_RECV_BUFFER,
+                relay.exit_readable_bytes(circ, stream) <= max_recv,
                 "exit stream buffer over one window"
             );
             if net.rng.random_bool(0.7) {
@@ -199,12 +216,42 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind) {
 
 #[test]
 fn ten_streams_ten_mib_each_way_ewma() {
-    transfer(7, 10, 10 * 1024 * 1024, SchedulerKind::default());
+    transfer(
+        7,
+        10,
+        10 * 1024 * 1024,
+        SchedulerKind::default(),
+        CircuitCc::Fixed,
+    );
+}
+
+#[test]
+fn ten_streams_ten_mib_each_way_vegas() {
+    transfer(
+        7,
+        10,
+        10 * 1024 * 1024,
+        SchedulerKind::default(),
+        CircuitCc::vegas(),
+    );
 }
 
 #[test]
 fn ten_streams_one_mib_each_way_round_robin_other_seeds() {
     for seed in [1, 2, 3] {
-        transfer(seed, 10, 1024 * 1024, SchedulerKind::RoundRobin);
+        transfer(
+            seed,
+            10,
+            1024 * 1024,
+            SchedulerKind::RoundRobin,
+            CircuitCc::Fixed,
+        );
+        transfer(
+            seed,
+            10,
+            1024 * 1024,
+            SchedulerKind::RoundRobin,
+            CircuitCc::vegas(),
+        );
     }
 }
