@@ -80,6 +80,59 @@ impl CircuitCc {
         }
     }
 
+    /// The congestion-control parameters by their consensus names
+    /// (proposal 324 section 6.5), with their values; none under fixed
+    /// windows.
+    pub fn params(&self) -> Vec<(&'static str, u32)> {
+        let mut copy = *self;
+        match &mut copy {
+            CircuitCc::Fixed => Vec::new(),
+            CircuitCc::Vegas { vegas, xon } => {
+                let mut out: Vec<(&'static str, u32)> = vegas
+                    .named_mut()
+                    .into_iter()
+                    .map(|(n, slot)| (n, slot.get()))
+                    .collect();
+                out.extend(xon.named_mut().into_iter().map(|(n, v)| (n, *v)));
+                out
+            }
+        }
+    }
+
+    /// Set the parameter `name` (a consensus name of proposal 324 section
+    /// 6.5, e.g. `cc_sendme_inc`). Call [`validate`](Self::validate) once
+    /// all are set.
+    ///
+    /// # Errors
+    ///
+    /// An unknown name (listing the known ones), a parameter of Vegas under
+    /// fixed windows, or a switch that is not 0 or 1.
+    pub fn set_param(&mut self, name: &str, value: u32) -> Result<(), String> {
+        let CircuitCc::Vegas { vegas, xon } = self else {
+            return Err(format!(
+                "{name} is a congestion-control parameter, and circuit_cc is \"fixed\""
+            ));
+        };
+        let mut known = Vec::new();
+        for (n, mut slot) in vegas.named_mut() {
+            if n == name {
+                return slot.set(value).map_err(|e| format!("{name}: {e}"));
+            }
+            known.push(n);
+        }
+        for (n, v) in xon.named_mut() {
+            if n == name {
+                *v = value;
+                return Ok(());
+            }
+            known.push(n);
+        }
+        Err(format!(
+            "unknown congestion-control parameter {name:?}; known: {}",
+            known.join(", ")
+        ))
+    }
+
     /// The XON/XOFF parameters, when streams use XON/XOFF.
     pub fn xon_xoff(&self) -> Option<XonXoffParams> {
         match self {

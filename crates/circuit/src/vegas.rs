@@ -106,6 +106,42 @@ impl Default for VegasParams {
 }
 
 impl VegasParams {
+    /// The parameters by their consensus names (proposal 324 section 6.5),
+    /// for setting one by name. `cc_cwnd_full_per_cwnd` is 0 or 1.
+    pub fn named_mut(&mut self) -> Vec<(&'static str, ParamSlot<'_>)> {
+        vec![
+            ("cc_sendme_inc", ParamSlot::Int(&mut self.sendme_inc)),
+            ("cc_cwnd_init", ParamSlot::Int(&mut self.cwnd_init)),
+            ("cc_cwnd_min", ParamSlot::Int(&mut self.cwnd_min)),
+            ("cc_cwnd_max", ParamSlot::Int(&mut self.cwnd_max)),
+            ("cc_cwnd_inc", ParamSlot::Int(&mut self.cwnd_inc)),
+            ("cc_cwnd_inc_rate", ParamSlot::Int(&mut self.cwnd_inc_rate)),
+            (
+                "cc_cwnd_inc_pct_ss",
+                ParamSlot::Int(&mut self.cwnd_inc_pct_ss),
+            ),
+            ("cc_sscap_exit", ParamSlot::Int(&mut self.ss_cap)),
+            ("cc_ss_max", ParamSlot::Int(&mut self.ss_max)),
+            ("cc_vegas_alpha_exit", ParamSlot::Int(&mut self.alpha)),
+            ("cc_vegas_beta_exit", ParamSlot::Int(&mut self.beta)),
+            ("cc_vegas_gamma_exit", ParamSlot::Int(&mut self.gamma)),
+            ("cc_vegas_delta_exit", ParamSlot::Int(&mut self.delta)),
+            ("cc_ewma_cwnd_pct", ParamSlot::Int(&mut self.ewma_cwnd_pct)),
+            ("cc_ewma_max", ParamSlot::Int(&mut self.ewma_max)),
+            ("cc_ewma_ss", ParamSlot::Int(&mut self.ewma_ss)),
+            ("cc_rtt_reset_pct", ParamSlot::Int(&mut self.rtt_reset_pct)),
+            ("cc_cwnd_full_gap", ParamSlot::Int(&mut self.cwnd_full_gap)),
+            (
+                "cc_cwnd_full_minpct",
+                ParamSlot::Int(&mut self.cwnd_full_minpct),
+            ),
+            (
+                "cc_cwnd_full_per_cwnd",
+                ParamSlot::Bool(&mut self.cwnd_full_per_cwnd),
+            ),
+        ]
+    }
+
     /// Check the ranges proposal 324 gives (and that the window can ever
     /// be acknowledged: `cwnd_min` and `cwnd_init` at least `sendme_inc`).
     ///
@@ -143,6 +179,44 @@ impl VegasParams {
         }
         if self.cwnd_min > self.cwnd_max {
             return Err("cc_cwnd_min above cc_cwnd_max".into());
+        }
+        Ok(())
+    }
+}
+
+/// A congestion-control parameter, to read or set by name.
+#[derive(Debug)]
+pub enum ParamSlot<'a> {
+    /// A count or percentage.
+    Int(&'a mut u32),
+    /// A switch, 0 or 1 in a consensus.
+    Bool(&'a mut bool),
+}
+
+impl ParamSlot<'_> {
+    /// The value as a consensus carries it.
+    pub fn get(&self) -> u32 {
+        match self {
+            ParamSlot::Int(v) => **v,
+            ParamSlot::Bool(b) => u32::from(**b),
+        }
+    }
+
+    /// Set from a consensus value.
+    ///
+    /// # Errors
+    ///
+    /// A switch set to anything but 0 or 1.
+    pub fn set(&mut self, value: u32) -> Result<(), String> {
+        match self {
+            ParamSlot::Int(v) => **v = value,
+            ParamSlot::Bool(b) => {
+                **b = match value {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(format!("{value} is not 0 or 1")),
+                }
+            }
         }
         Ok(())
     }

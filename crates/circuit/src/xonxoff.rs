@@ -156,6 +156,17 @@ impl Default for XonXoffParams {
 }
 
 impl XonXoffParams {
+    /// The parameters by their consensus names (section 6.5.5).
+    pub fn named_mut(&mut self) -> Vec<(&'static str, &mut u32)> {
+        vec![
+            ("cc_xoff_client", &mut self.xoff_client),
+            ("cc_xoff_exit", &mut self.xoff_exit),
+            ("cc_xon_rate", &mut self.xon_rate),
+            ("cc_xon_change_pct", &mut self.xon_change_pct),
+            ("cc_xon_ewma_cnt", &mut self.xon_ewma_cnt),
+        ]
+    }
+
     /// Check the ranges of proposal 324 section 6.5.5.
     ///
     /// # Errors

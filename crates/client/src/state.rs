@@ -576,6 +576,7 @@ impl State {
         let (phase, rx) = watch::channel(Phase::Building);
         let circ_config = ClientConfig {
             hop_timeout: cfg.settings.circuit_build_timeout,
+            cc: doc.params.circuit_cc,
             ..ClientConfig::default()
         };
         let circ = ClientCircuit::new(
@@ -1201,6 +1202,7 @@ mod tests {
             created_unix: valid_after,
             valid_after_unix: valid_after,
             valid_until_unix: valid_after + 86_400,
+            params: Default::default(),
             relays,
         }
     }

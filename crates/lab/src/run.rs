@@ -522,6 +522,9 @@ fn write_network(
         created_unix: now,
         valid_after_unix: now,
         valid_until_unix: now + onionlab_netdoc::DEFAULT_LIFETIME.as_secs(),
+        // Checked when the scenario was read.
+        params: onionlab_netdoc::NetworkParams::with_circuit_cc(&variant.circuit_cc)
+            .unwrap_or_default(),
         relays: entries,
     };
     fs::write(dir.join("network.doc"), doc.to_signed_text(&network_key))

@@ -58,6 +58,8 @@
 //!                              # bbr, system; default: congestion's match (cubic, reno, bbr)
 //! "tcp_congestion:exit" = ["bbr"] # the same for some hosts only
 //! scheduler = ["ewma", "round-robin"]
+//! circuit_cc = ["fixed", "vegas"] # circuit flow control: tor-spec's fixed windows (default)
+//!                              # or proposal 324's Vegas with XON/XOFF
 //! latency = ["20ms", "40ms"]   # every path's one-way latency
 //! "loss:middle-exit" = ["0%", "1%"]   # one pair (both directions); also "latency:A-B"
 //! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
@@ -108,6 +110,9 @@ pub const CONGESTIONS: &[&str] = &["cubic", "newreno", "bbr"];
 /// TCP congestion controls of the matrix's `tcp_congestion` (`system`:
 /// the kernel's default, left alone).
 pub const TCP_CONGESTIONS: &[&str] = &["cubic", "reno", "bbr", "system"];
+/// Circuit-level flow controls of the matrix's `circuit_cc` (the network
+/// document's `[params] circuit_cc`).
+pub const CIRCUIT_CCS: &[&str] = &["fixed", "vegas"];
 /// Circuit schedulers.
 pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
 
@@ -327,6 +332,8 @@ pub struct Variant {
     pub congestion: String,
     /// Circuit scheduler of every relay.
     pub scheduler: String,
+    /// Circuit-level flow control of the network (one of [`CIRCUIT_CCS`]).
+    pub circuit_cc: String,
     /// TCP congestion control of every host, if the matrix sets it (one of
     /// [`TCP_CONGESTIONS`]); see [`Variant::tcp_congestion_of`].
     pub tcp_congestion: Option<String>,
@@ -815,6 +822,7 @@ impl Scenario {
             transport: "tls".into(),
             congestion: "cubic".into(),
             scheduler: "ewma".into(),
+            circuit_cc: "fixed".into(),
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
             clients: None,
@@ -867,8 +875,8 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     };
     match (name, pair) {
         (
-            "transport" | "congestion" | "tcp_congestion" | "scheduler" | "size" | "latency"
-            | "loss" | "block" | "clients",
+            "transport" | "congestion" | "tcp_congestion" | "scheduler" | "circuit_cc" | "size"
+            | "latency" | "loss" | "block" | "clients",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -893,7 +901,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, scheduler, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -915,6 +923,10 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             TCP_CONGESTIONS.join(", ")
         )),
         "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
+        "circuit_cc" if !CIRCUIT_CCS.contains(&value) => Err(format!(
+            "unknown circuit congestion control {value:?} ({})",
+            CIRCUIT_CCS.join(", ")
+        )),
         "scheduler" if !SCHEDULERS.contains(&value) => Err(format!(
             "unknown scheduler {value:?} ({})",
             SCHEDULERS.join(", ")
@@ -944,6 +956,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "scheduler" => {
             v.scheduler = value.into();
+            return Ok(());
+        }
+        "circuit_cc" => {
+            v.circuit_cc = value.into();
             return Ok(());
         }
         "clients" => {

@@ -13,6 +13,9 @@
 //! valid_after_unix = 1700000000
 //! valid_until_unix = 1702592000
 //!
+//! [params]
+//! circuit_cc = "vegas"
+//!
 //! [[relays]]
 //! nickname = "relay0"
 //! ed_identity = "<64 hex digits: Ed25519 identity>"
@@ -41,6 +44,9 @@
 //! `exit_policy` (rule strings, see [`crate::policy`]; default
 //! `reject *:*`).
 //!
+//! The optional `[params]` table holds network-wide parameters (see
+//! [`crate::params`]): the circuit congestion control all circuits run.
+//!
 //! The document is valid from `valid_after_unix` to `valid_until_unix`
 //! (seconds since the Unix epoch, signed with the rest): nodes that load it
 //! refuse it outside that window, with a [`CLOCK_SKEW_ALLOWANCE`] either
@@ -61,6 +67,7 @@ use toml::Spanned;
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
 
 use crate::error::{line_col, toml_error, Error, Result};
+use crate::params::NetworkParams;
 use crate::policy::ExitPolicy;
 
 /// Domain separator signed before the body, so that a network key's
@@ -106,6 +113,8 @@ pub struct NetworkDocument {
     pub valid_after_unix: u64,
     /// End of the validity period (seconds since the Unix epoch).
     pub valid_until_unix: u64,
+    /// Network-wide parameters (`[params]`).
+    pub params: NetworkParams,
     /// The relays.
     pub relays: Vec<RelayEntry>,
 }
@@ -215,6 +224,9 @@ struct RawDocument {
     valid_after_unix: u64,
     /// See [`NetworkDocument::valid_until_unix`].
     valid_until_unix: u64,
+    /// See [`NetworkDocument::params`].
+    #[serde(default)]
+    params: Option<Spanned<std::collections::BTreeMap<String, toml::Value>>>,
     /// See [`NetworkDocument::relays`].
     relays: Vec<Spanned<RelayEntry>>,
 }
@@ -401,6 +413,7 @@ impl NetworkDocument {
         if self.relays.is_empty() {
             let _ = writeln!(out, "relays = []");
         }
+        out.push_str(&self.params.to_toml());
         for r in &self.relays {
             let _ = writeln!(out, "\n[[relays]]");
             let _ = writeln!(out, "nickname = {}", toml_string(&r.nickname));
@@ -484,7 +497,20 @@ impl NetworkDocument {
         let raw: RawDocument = toml::from_str(body).map_err(|e| toml_error(origin, body, &e))?;
         let name_span = raw.network_name.span();
         let spans: Vec<_> = raw.relays.iter().map(|r| r.span()).collect();
+        let params = match &raw.params {
+            None => NetworkParams::default(),
+            Some(table) => NetworkParams::from_table(table.get_ref()).map_err(|message| {
+                let (line, column) = line_col(body, table.span().start);
+                Error::Parse {
+                    origin: origin.into(),
+                    line,
+                    column,
+                    message: format!("[params]: {message}"),
+                }
+            })?,
+        };
         let doc = NetworkDocument {
+            params,
             network_name: raw.network_name.into_inner(),
             created_unix: raw.created_unix,
             valid_after_unix: raw.valid_after_unix,

@@ -69,6 +69,9 @@ pub struct InitOptions {
     /// private addresses (`exit_allow_private` in their `relay.toml`),
     /// such as `127.0.0.1:8000`; default none.
     pub exit_allow_private: PrivateTargets,
+    /// Network-wide parameters written in the document (default: fixed
+    /// circuit windows).
+    pub params: crate::params::NetworkParams,
 }
 
 impl Default for InitOptions {
@@ -87,6 +90,7 @@ impl Default for InitOptions {
             created_unix: None,
             lifetime: crate::doc::DEFAULT_LIFETIME,
             exit_allow_private: PrivateTargets::none(),
+            params: crate::params::NetworkParams::default(),
         }
     }
 }
@@ -325,6 +329,7 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         created_unix,
         valid_after_unix,
         valid_until_unix,
+        params: opts.params,
         relays: entries,
     };
     doc.validate()?;

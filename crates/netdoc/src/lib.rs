@@ -2,6 +2,7 @@
 //!
 //! * [`doc`]: the network document, the list of relays signed by the
 //!   network key (onionlab's small counterpart of tor's consensus);
+//! * [`params`]: network-wide parameters (circuit congestion control);
 //! * [`policy`]: exit policies in a subset of tor's syntax;
 //! * [`exit_targets`]: what an exit refuses before its policy (private and
 //!   local addresses, relays' OR ports);
@@ -26,6 +27,7 @@ mod error;
 pub mod exit_targets;
 pub mod init;
 pub mod keys;
+pub mod params;
 pub mod policy;
 pub mod refresh;
 
@@ -38,5 +40,6 @@ pub use doc::{
 };
 pub use error::{Error, Result};
 pub use init::{init_network, InitOptions, InitSummary};
+pub use params::NetworkParams;
 pub use policy::ExitPolicy;
 pub use refresh::{judge_replacement, Replacement};

@@ -113,6 +113,7 @@ mod tests {
             created_unix: after,
             valid_after_unix: after,
             valid_until_unix: after + 30 * DAY,
+            params: Default::default(),
             relays: Vec::new(),
         }
     }

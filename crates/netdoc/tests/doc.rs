@@ -40,6 +40,7 @@ fn sample_doc(n: usize) -> NetworkDocument {
         created_unix: 1_700_000_000,
         valid_after_unix: 1_700_000_000,
         valid_until_unix: 1_700_000_000 + 86_400,
+        params: Default::default(),
         relays,
     }
 }

@@ -32,6 +32,7 @@ fn doc() -> NetworkDocument {
         created_unix: 0,
         valid_after_unix: 0,
         valid_until_unix: 86_400,
+        params: Default::default(),
         relays: vec![r],
     }
 }

@@ -329,6 +329,9 @@ impl Relay {
         } = self;
         let mut config = settings.node.clone();
         config.circuit.exit = settings.exit.policy.is_some();
+        // Both ends of a circuit run the network's choice (see
+        // `onionlab_netdoc::params`).
+        config.circuit = config.circuit.with_cc(settings.doc.params.circuit_cc);
         #[cfg(feature = "fault-injection")]
         {
             config.circuit.hostile_truncate =
@@ -343,6 +346,7 @@ impl Relay {
             addr = %listener.tls_addr(),
             quic = ?listener.quic_addr(),
             exit = config.circuit.exit,
+            circuit_cc = config.circuit.cc.name(),
             "relay listening"
         );
         let shared: Shared = Rc::new(RefCell::new(State {

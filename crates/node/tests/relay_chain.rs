@@ -85,6 +85,7 @@ fn start_network(n: usize, seed: u64) -> (Vec<TestRelay>, NetworkDocument) {
         created_unix: now,
         valid_after_unix: now,
         valid_until_unix: now + onionlab_netdoc::DEFAULT_LIFETIME.as_secs(),
+        params: Default::default(),
         relays,
     };
     let mut out = Vec::new();

@@ -155,6 +155,18 @@ impl LocalNetwork {
     /// Run `onionlab network init` into `dir` (which must not exist or be
     /// empty) with free loopback ports.
     pub fn init(bin: &Path, dir: &Path, relays: usize, exits: usize) -> Result<Self, Error> {
+        Self::init_with(bin, dir, relays, exits, &[])
+    }
+
+    /// [`init`](Self::init) with more arguments for `onionlab network
+    /// init`, such as `["--circuit-cc", "vegas"]`.
+    pub fn init_with(
+        bin: &Path,
+        dir: &Path,
+        relays: usize,
+        exits: usize,
+        extra: &[&str],
+    ) -> Result<Self, Error> {
         let n = u16::try_from(relays + 1).map_err(|_| Error::NotReady("too many relays".into()))?;
         let base = free_port_range(n)?;
         let socks_port = base + n - 1;
@@ -165,7 +177,8 @@ impl LocalNetwork {
                 .arg(dir)
                 .args(["--base-port", &base.to_string()])
                 .args(["--socks-port", &socks_port.to_string()])
-                .args(["--allow-private-target", &format!("{TARGET_IP}:*")]),
+                .args(["--allow-private-target", &format!("{TARGET_IP}:*")])
+                .args(extra),
             "onionlab network init",
         )?;
         let relay_addrs = (0..relays as u16)

@@ -167,6 +167,7 @@ impl Network {
             created_unix: 1_700_000_000,
             valid_after_unix: 1_700_000_000,
             valid_until_unix: 1_700_000_000 + 86_400,
+            params: Default::default(),
             relays,
         };
         doc.validate().expect("valid document");

@@ -82,6 +82,9 @@ pub struct ChainArgs {
     /// Transport of every link: tls, quic, quic-conn-per-circuit or auto.
     #[arg(long, default_value = "tls", value_parser = ["tls", "quic", "quic-conn-per-circuit", "auto"])]
     transport: String,
+    /// Circuit-level flow control of the network: fixed or vegas.
+    #[arg(long, default_value = "fixed", value_parser = ["fixed", "vegas"])]
+    circuit_cc: String,
 }
 
 /// Arguments of `onionlab bench socks`.
@@ -397,7 +400,7 @@ fn chain(args: ChainArgs) -> Result<ExitCode> {
         // processes (LocalNetwork's Drop).
         let r = rt.block_on(async {
             tokio::select! {
-                r = one_chain_run(&bin, &dir, &args.transport, size, w.small_downloads) => r,
+                r = one_chain_run(&bin, &dir, &args, size) => r,
                 () = runtime::shutdown_signal() => {
                     Err(Error::Usage("bench: interrupted".into()))
                 }
@@ -413,19 +416,15 @@ fn chain(args: ChainArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn one_chain_run(
-    bin: &Path,
-    dir: &Path,
-    transport: &str,
-    size: u64,
-    small: usize,
-) -> Result<RunResult> {
+async fn one_chain_run(bin: &Path, dir: &Path, args: &ChainArgs, size: u64) -> Result<RunResult> {
+    let (transport, small) = (&args.transport, args.workload.small_downloads);
     let fail = |e: String| Error::Usage(format!("bench: {e}"));
     if dir.exists() {
         std::fs::remove_dir_all(dir)
             .map_err(|e| fail(format!("clearing {}: {e}", dir.display())))?;
     }
-    let mut net = LocalNetwork::init(bin, dir, 3, 1).map_err(|e| fail(e.to_string()))?;
+    let mut net = LocalNetwork::init_with(bin, dir, 3, 1, &["--circuit-cc", &args.circuit_cc])
+        .map_err(|e| fail(e.to_string()))?;
     net.set_transport(transport)
         .map_err(|e| fail(e.to_string()))?;
     net.set_log_filter("warn");

@@ -44,6 +44,12 @@ pub enum NetworkCommand {
         /// refuse it after (plus 5 minutes of clock skew).
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
         valid_days: u32,
+        /// Circuit-level flow control of every circuit, written in the
+        /// document: "fixed" (tor-spec's 1000-cell circuit windows) or
+        /// "vegas" (proposal 324's congestion control with XON/XOFF, with
+        /// C tor's parameters).
+        #[arg(long, default_value = "fixed", value_parser = ["fixed", "vegas"])]
+        circuit_cc: String,
     },
     /// Sign the network document of a directory made by `init` again,
     /// valid from now for `--valid-days`, with its network key (same keys,
@@ -70,6 +76,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
             socks_port,
             allow_private_targets,
             valid_days,
+            circuit_cc,
         } => {
             let exit_allow_private = PrivateTargets::parse(&allow_private_targets)?;
             let opts = InitOptions {
@@ -81,6 +88,8 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
                 socks_port,
                 exit_allow_private,
                 lifetime: std::time::Duration::from_secs(u64::from(valid_days) * 24 * 3600),
+                params: onionlab_netdoc::NetworkParams::with_circuit_cc(&circuit_cc)
+                    .map_err(crate::error::Error::Usage)?,
                 ..InitOptions::default()
             };
             let summary = init_network(&opts, &mut rand::rng())?;

@@ -1,0 +1,135 @@
+//! Network-wide parameters: the `[params]` table of the network document,
+//! onionlab's counterpart of a consensus's parameters.
+//!
+//! ```text
+//! [params]
+//! circuit_cc = "vegas"     # or "fixed" (the default when absent)
+//! cc_sendme_inc = 31       # any of proposal 324's cc_* parameters
+//! ```
+//!
+//! `circuit_cc` chooses the circuit-level flow control of every circuit of
+//! the network ([`CircuitCc`]): tor-spec's fixed windows, or proposal 324's
+//! Vegas with XON/XOFF. onionlab speaks ntor v1, which cannot carry the
+//! congestion-control extension that C tor negotiates per circuit in
+//! ntor v3, so both ends of a circuit read the choice here. The `cc_*`
+//! keys override C tor's defaults by their consensus names (see
+//! [`CircuitCc::set_param`]) and are checked against the proposal's ranges;
+//! they are only allowed with `circuit_cc = "vegas"`.
+
+use onionlab_circuit::flow::CircuitCc;
+use std::collections::BTreeMap;
+
+/// Network-wide parameters of a document.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetworkParams {
+    /// Circuit-level flow control of every circuit (default fixed windows).
+    pub circuit_cc: CircuitCc,
+}
+
+impl NetworkParams {
+    /// The defaults with `circuit_cc` set by name (`"fixed"` or `"vegas"`,
+    /// Vegas with C tor's parameters).
+    ///
+    /// # Errors
+    ///
+    /// Another name.
+    pub fn with_circuit_cc(name: &str) -> Result<Self, String> {
+        let circuit_cc = match name {
+            "fixed" => CircuitCc::Fixed,
+            "vegas" => CircuitCc::vegas(),
+            other => {
+                return Err(format!(
+                    "circuit_cc must be \"fixed\" or \"vegas\", not {other:?}"
+                ))
+            }
+        };
+        Ok(NetworkParams { circuit_cc })
+    }
+
+    /// Parameters from the raw `[params]` table.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the key: an unknown key or `circuit_cc` value, a
+    /// value of the wrong type or out of range.
+    pub(crate) fn from_table(table: &BTreeMap<String, toml::Value>) -> Result<Self, String> {
+        let mut cc = match table.get("circuit_cc") {
+            None => CircuitCc::Fixed,
+            Some(toml::Value::String(s)) => Self::with_circuit_cc(s)?.circuit_cc,
+            Some(other) => return Err(format!("circuit_cc must be a string, not {other}")),
+        };
+        for (key, value) in table.iter().filter(|(k, _)| *k != "circuit_cc") {
+            let v = value
+                .as_integer()
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(|| format!("{key} must be an integer in 0..=4294967295"))?;
+            cc.set_param(key, v)?;
+        }
+        cc.validate()?;
+        Ok(NetworkParams { circuit_cc: cc })
+    }
+
+    /// The `[params]` table as TOML lines (empty for the defaults): the
+    /// choice and every parameter that differs from C tor's default.
+    pub(crate) fn to_toml(self) -> String {
+        if self == NetworkParams::default() {
+            return String::new();
+        }
+        let mut out = format!("\n[params]\ncircuit_cc = \"{}\"\n", self.circuit_cc.name());
+        let defaults = CircuitCc::vegas().params();
+        for ((name, value), (_, default)) in self.circuit_cc.params().into_iter().zip(defaults) {
+            if value != default {
+                out.push_str(&format!("{name} = {value}\n"));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> BTreeMap<String, toml::Value> {
+        toml::from_str(text).expect("toml")
+    }
+
+    #[test]
+    fn absent_means_fixed_and_vegas_takes_overrides() {
+        assert_eq!(
+            NetworkParams::from_table(&table("")),
+            Ok(NetworkParams::default())
+        );
+        let p = NetworkParams::from_table(&table("circuit_cc = \"vegas\"\ncc_sendme_inc = 20"))
+            .expect("valid");
+        let CircuitCc::Vegas { vegas, .. } = p.circuit_cc else {
+            panic!("vegas expected")
+        };
+        assert_eq!(vegas.sendme_inc, 20);
+        assert_eq!(
+            p.to_toml(),
+            "\n[params]\ncircuit_cc = \"vegas\"\ncc_sendme_inc = 20\n"
+        );
+    }
+
+    #[test]
+    fn bad_params_are_named() {
+        for (text, needle) in [
+            ("circuit_cc = \"reno\"", "circuit_cc"),
+            (
+                "circuit_cc = \"vegas\"\ncc_sendme_incc = 3",
+                "cc_sendme_incc",
+            ),
+            ("cc_sendme_inc = 20", "fixed"),
+            ("circuit_cc = \"vegas\"\ncc_sendme_inc = 0", "cc_sendme_inc"),
+            ("circuit_cc = \"vegas\"\ncc_ss_max = -1", "cc_ss_max"),
+            (
+                "circuit_cc = \"vegas\"\ncc_cwnd_full_per_cwnd = 2",
+                "cc_cwnd_full_per_cwnd",
+            ),
+        ] {
+            let e = NetworkParams::from_table(&table(text)).expect_err(text);
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+}
