@@ -2,7 +2,8 @@
 //! sequences: raw channel cells decoded from the input, and relay messages
 //! that pass the relay crypto (so the state machines see well-authenticated
 //! but arbitrary, out-of-order, hostile messages). Neither may panic, and
-//! every queue must stay bounded.
+//! every queue must stay bounded. The first byte chooses the circuits' flow
+//! control: fixed windows (even) or Vegas with XON/XOFF (odd).
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use onionlab_cell::chan::{AnyChanMsg, ChanCell, CircId, Create2, HandshakeType, 
 use onionlab_cell::codec::CellCodec;
 use onionlab_cell::msg::StreamId;
 use onionlab_circuit::client::{ClientCircuit, ClientConfig};
+use onionlab_circuit::flow::CircuitCc;
 use onionlab_circuit::node::{CircKey, NodeConfig, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_crypto::identity::RelaySecretKeys;
@@ -44,6 +46,10 @@ fn body_from(chunk: &[u8]) -> [u8; 509] {
 
 fuzz_target!(|input: &[u8]| {
     let mut data = input;
+    let cc = match take(&mut data, 1).first() {
+        Some(b) if b & 1 == 1 => CircuitCc::vegas(),
+        _ => CircuitCc::Fixed,
+    };
     let mut rng = StdRng::seed_from_u64(0);
     let keys = RelaySecretKeys::generate(&mut rng);
     let public = keys.public();
@@ -53,7 +59,8 @@ fuzz_target!(|input: &[u8]| {
             // The fuzzed client is one hop away: keep its streams served.
             allow_one_hop_streams: true,
             ..RelayConfig::default()
-        },
+        }
+        .with_cc(cc),
         ..NodeConfig::default()
     };
     let mut node = RelayNode::new(keys, config, StdRng::seed_from_u64(1));
@@ -71,7 +78,11 @@ fuzz_target!(|input: &[u8]| {
     crypto.add_layer(&lk);
 
     // A client circuit facing a fake exit, fed the same way.
-    let mut client = ClientCircuit::new(ClientConfig::default(), &public, StdRng::seed_from_u64(2));
+    let client_config = ClientConfig {
+        cc,
+        ..ClientConfig::default()
+    };
+    let mut client = ClientCircuit::new(client_config, &public, StdRng::seed_from_u64(2));
     let mut fake_exit: Option<RelayLayer> = None;
     if let Some(AnyChanMsg::Create2(c)) = client.poll_transmit(now) {
         let exit_keys = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(0));
@@ -149,7 +160,7 @@ fuzz_target!(|input: &[u8]| {
                 // Client application actions.
                 let sid = StreamId::new(1).expect("nonzero");
                 let _ = client.write(sid, chunk);
-                let _ = client.read(sid, &mut buf);
+                let _ = client.read(now, sid, &mut buf);
                 client.handle_timeout(now);
                 while let Some(cell) = client.poll_transmit(now) {
                     if let (Some(layer), AnyChanMsg::Relay(r)) = (&mut fake_exit, cell) {

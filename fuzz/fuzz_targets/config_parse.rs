@@ -151,6 +151,7 @@ fn document() -> NetworkDocument {
         created_unix: 1,
         valid_after_unix: 1,
         valid_until_unix: 2,
+        params: Default::default(),
         relays: vec![entry],
     }
 }

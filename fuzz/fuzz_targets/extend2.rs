@@ -61,6 +61,7 @@ fn document() -> NetworkDocument {
         created_unix: 1,
         valid_after_unix: 1,
         valid_until_unix: 2,
+        params: Default::default(),
         relays: vec![
             entry(1, &[(TRANSPORT_TLS, "10.0.0.1:9001")]),
             entry(2, &[(TRANSPORT_QUIC, "10.0.0.2:9002")]),

@@ -462,4 +462,44 @@ mod tests {
         let mut p = StreamWindows::default();
         assert!(p.on_sendme().is_err());
     }
+
+    #[test]
+    fn vegas_parameters_are_set_by_their_consensus_names() {
+        let mut cc = CircuitCc::vegas();
+        let names: Vec<&str> = cc.params().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.len(), 25, "20 Vegas and 5 XON/XOFF parameters");
+        for (name, value) in [
+            ("cc_sendme_inc", 20),
+            ("cc_xoff_exit", 600),
+            ("cc_cwnd_full_per_cwnd", 0),
+        ] {
+            cc.set_param(name, value).expect(name);
+            assert!(cc.params().contains(&(name, value)), "{name}");
+        }
+        assert_eq!(cc.sender().available(), 124);
+        assert!(cc.set_param("cc_cwnd_full_per_cwnd", 2).is_err());
+        assert!(cc
+            .set_param("cc_nonsense", 1)
+            .expect_err("unknown")
+            .contains("cc_sendme_inc"));
+        assert!(CircuitCc::Fixed.set_param("cc_sendme_inc", 31).is_err());
+        cc.set_param("cc_sendme_inc", 0).expect("set");
+        assert!(cc
+            .validate()
+            .expect_err("out of range")
+            .contains("cc_sendme_inc"));
+    }
+
+    #[test]
+    fn a_vegas_receiver_acknowledges_every_sendme_inc_cells_without_a_window() {
+        let mut r = CircuitCc::vegas().receiver();
+        let mut sendmes = 0;
+        for i in 1..=31 * 100 {
+            if r.on_data(tag(i)).expect("no window").is_some() {
+                sendmes += 1;
+                assert_eq!(i % 31, 0, "a SENDME after each 31 cells");
+            }
+        }
+        assert_eq!(sendmes, 100);
+    }
 }

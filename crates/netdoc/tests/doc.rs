@@ -437,3 +437,31 @@ fn the_validity_window_is_signed_checked_and_required() {
     let err = parse_signed_body(&without).unwrap_err();
     assert!(err.to_string().contains("valid_until_unix"), "{err}");
 }
+
+#[test]
+fn params_round_trip_and_bad_params_name_their_line() {
+    let key = network_key(1);
+    let mut doc = sample_doc(2);
+    doc.params = onionlab_netdoc::NetworkParams::with_circuit_cc("vegas").unwrap();
+    let text = doc.to_signed_text(&key);
+    assert!(
+        text.contains("\n[params]\ncircuit_cc = \"vegas\"\n"),
+        "{text}"
+    );
+    let back = NetworkDocument::from_signed_text(&text, &key.verifying_key()).unwrap();
+    assert_eq!(back, doc);
+    // A default document writes no [params] at all (older readers accept it).
+    assert!(!sample_doc(2).to_signed_text(&key).contains("[params]"));
+
+    let body = body_of(&text).replace(
+        "circuit_cc = \"vegas\"\n",
+        "circuit_cc = \"vegas\"\ncc_vegas_beta_exit = 5000\n",
+    );
+    let err = parse_signed_body(&body).unwrap_err();
+    let params_line = body.lines().position(|l| l == "[params]").unwrap() + 1;
+    let Error::Parse { line, message, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(*line, params_line, "{err}");
+    assert!(message.contains("cc_vegas_beta_exit"), "{err}");
+}
