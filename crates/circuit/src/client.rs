@@ -199,6 +199,12 @@ impl ClientCircuit {
         self.closed
     }
 
+    /// The congestion control of the hop streams attach to (None before a
+    /// stream was opened, or under fixed windows).
+    pub fn cc_snapshot(&self) -> Option<crate::flow::CcSnapshot> {
+        self.hops.get(self.stream_hop?)?.sender.snapshot()
+    }
+
     /// Number of open streams.
     pub fn n_streams(&self) -> usize {
         self.streams.len()
@@ -382,7 +388,7 @@ impl ClientCircuit {
         if !why.by_peer {
             self.chan_out.push_back(Destroy::new(why.reason).into());
         }
-        tracing::debug!(reason = %why, "client circuit closed");
+        tracing::debug!(reason = %why, cc = ?self.cc_snapshot(), "client circuit closed");
         self.events.push_back(ClientEvent::Closed(why));
     }
 

@@ -186,6 +186,23 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn sendme_inc(&self) -> u32 {
         CIRCWINDOW_INCREMENT
     }
+    /// The algorithm's state, for logs and tests (None: nothing to show).
+    fn snapshot(&self) -> Option<CcSnapshot> {
+        None
+    }
+}
+
+/// The state of an RTT-based congestion control at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CcSnapshot {
+    /// Congestion window, in cells.
+    pub cwnd: u32,
+    /// Cells in flight.
+    pub inflight: u32,
+    /// Still in slow start?
+    pub in_slow_start: bool,
+    /// Smoothed and minimum RTT, and how many samples were taken.
+    pub rtt: crate::vegas::RttStats,
 }
 
 /// tor-spec's fixed circuit window: at most 1000 unacknowledged DATA cells.
@@ -249,6 +266,10 @@ impl CircSender {
     /// DATA cells that may still be sent.
     pub fn available(&self) -> u32 {
         self.cc.available()
+    }
+    /// The congestion control's state (None under fixed windows).
+    pub fn snapshot(&self) -> Option<CcSnapshot> {
+        self.cc.snapshot()
     }
     /// Record a DATA cell sent; `tag` is the running digest after it.
     pub fn on_data_sent(&mut self, tag: SendmeTag, now: Instant) {
@@ -488,6 +509,32 @@ mod tests {
             .validate()
             .expect_err("out of range")
             .contains("cc_sendme_inc"));
+    }
+
+    #[test]
+    fn vegas_sender_and_receiver_agree_on_tags_every_31_cells() {
+        let cc = CircuitCc::vegas();
+        let (mut s, mut r) = (cc.sender(), cc.receiver());
+        let mut now = Instant::now();
+        let mut sent = 0u64;
+        let mut acked = 0u64;
+        for _ in 0..200 {
+            while s.can_send() {
+                sent += 1;
+                s.on_data_sent(tag(sent), now);
+            }
+            now += std::time::Duration::from_millis(50);
+            // The receiver sees every cell in flight and acknowledges them.
+            while acked < sent {
+                acked += 1;
+                if let Some(t) = r.on_data(tag(acked)).expect("no window") {
+                    s.on_sendme(Some(&t), now)
+                        .expect("the tag the sender expects");
+                }
+            }
+        }
+        let snap = s.snapshot().expect("vegas");
+        assert!(snap.rtt.samples > 0 && snap.cwnd > 124, "{snap:?}");
     }
 
     #[test]

@@ -833,6 +833,12 @@ impl RelayNode {
             .map_or(0, |e| e.circ.exit_readable_bytes(stream))
     }
 
+    /// Exit: the congestion control of circuit `circ`'s sending side (see
+    /// [`RelayCircuit::exit_cc_snapshot`](crate::relay::RelayCircuit::exit_cc_snapshot)).
+    pub fn exit_cc_snapshot(&self, circ: CircKey) -> Option<crate::flow::CcSnapshot> {
+        self.circuits.get(&circ)?.circ.exit_cc_snapshot()
+    }
+
     /// Exit: the target closed; END (DONE) after queued bytes.
     pub fn exit_close(
         &mut self,

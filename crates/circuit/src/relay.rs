@@ -244,6 +244,12 @@ impl RelayCircuit {
         self.closed
     }
 
+    /// The congestion control of the exit's sending side (None at a
+    /// middle relay, before the first stream, or under fixed windows).
+    pub fn exit_cc_snapshot(&self) -> Option<crate::flow::CcSnapshot> {
+        self.exit.as_ref()?.sender.snapshot()
+    }
+
     /// Does the circuit have an outbound side (extending or extended)?
     pub fn has_outbound(&self) -> bool {
         self.next != Next::None
@@ -260,10 +266,10 @@ impl RelayCircuit {
         }
         self.closed = true;
         let notify_outbound = self.next != Next::None;
+        tracing::debug!(%reason, cc = ?self.exit_cc_snapshot(), "relay circuit closed");
         self.to_client.clear();
         self.to_next.clear();
         self.exit = None;
-        tracing::debug!(%reason, "relay circuit closed");
         self.events.push_back(RelayCircEvent::Closed {
             reason,
             notify_inbound,

@@ -500,11 +500,21 @@ impl StreamMap {
                     Some(kbps) => tx.on_xon(version, kbps),
                     None => tx.on_xoff(version),
                 };
+                let at_exit = matches!(
+                    self.flow,
+                    StreamFlowKind::XonXoff {
+                        local: EdgePosition::Exit,
+                        ..
+                    }
+                );
                 match result {
                     Ok(()) => Ok(()),
-                    // The stream is already stopped: a repeated XOFF
-                    // changes nothing and harms no one.
-                    Err(e) if !e.closes_circuit() => {
+                    // At an exit the stream is already stopped: a repeated
+                    // XOFF changes nothing and harms no one. A client
+                    // refuses it: XOFFs that change nothing could carry a
+                    // signal from a hostile exit (the dropmark concern of
+                    // proposal 324 section 4.1.4).
+                    Err(e) if !e.closes_circuit() && at_exit => {
                         tracing::debug!(stream = u16::from(id), "ignored: {e}");
                         Ok(())
                     }
@@ -1005,6 +1015,17 @@ mod tests {
         map.on_xon_xoff(id, 0, None).expect("duplicate xoff");
         map.on_xon_xoff(id, 0, Some(0)).expect("xon");
         assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
+    }
+
+    #[test]
+    fn a_client_refuses_a_repeated_xoff() {
+        let mut map = xon_xoff_map(EdgePosition::Client, EdgePosition::Exit);
+        let id = open(&mut map);
+        map.write(id, &[3u8; 8000]);
+        while map.next_outgoing(true).is_some() {}
+        map.on_xon_xoff(id, 0, None)
+            .expect("an XOFF after enough data");
+        assert!(map.on_xon_xoff(id, 0, None).is_err(), "a second XOFF");
     }
 
     #[test]

@@ -167,6 +167,7 @@ impl VegasParams {
             ("cc_ewma_max", self.ewma_max, 2, i32::MAX as u32),
             ("cc_ewma_ss", self.ewma_ss, 2, i32::MAX as u32),
             ("cc_rtt_reset_pct", self.rtt_reset_pct, 0, 100),
+            ("cc_cwnd_full_gap", self.cwnd_full_gap, 0, i16::MAX as u32),
             ("cc_cwnd_full_minpct", self.cwnd_full_minpct, 0, 100),
         ];
         for (name, v, lo, hi) in checks {
@@ -396,8 +397,8 @@ impl Vegas {
     }
 
     fn update_full(&mut self) {
-        let gap = self.p.cwnd_full_gap * self.p.sendme_inc;
-        if self.inflight + gap >= self.cwnd {
+        let gap = u64::from(self.p.cwnd_full_gap) * u64::from(self.p.sendme_inc);
+        if u64::from(self.inflight) + gap >= u64::from(self.cwnd) {
             self.cwnd_full = true;
         } else if 100 * u64::from(self.inflight)
             < u64::from(self.p.cwnd_full_minpct) * u64::from(self.cwnd)
@@ -512,6 +513,15 @@ impl CongestionControl for Vegas {
 
     fn sendme_inc(&self) -> u32 {
         self.p.sendme_inc
+    }
+
+    fn snapshot(&self) -> Option<crate::flow::CcSnapshot> {
+        Some(crate::flow::CcSnapshot {
+            cwnd: self.cwnd,
+            inflight: self.inflight,
+            in_slow_start: self.in_slow_start,
+            rtt: self.rtt,
+        })
     }
 }
 

@@ -93,8 +93,9 @@
 //!   far past an XOFF (`StreamConfig::max_unread_bytes`) closes the circuit.
 //! * Sending: packaging skips a stream whose sender cannot
 //!   [`package`](XonXoffSender::can_package); an error from the sender closes
-//!   the circuit, except a repeated XOFF, which changes nothing and is
-//!   ignored.
+//!   the circuit, except a repeated XOFF at an exit, which changes nothing
+//!   there and is ignored (a client refuses it: XOFFs that change nothing
+//!   could carry a signal).
 //!
 //! Not done yet, and known:
 //!
@@ -441,10 +442,11 @@ pub enum XonXoffError {
 }
 
 impl XonXoffError {
-    /// Whether the circuit should be closed (reason PROTOCOL) rather than
-    /// only the stream: the dropmark violations (section 4.1.4 says the
-    /// circuit SHOULD close) and unknown versions. A duplicate XOFF harms
-    /// no one but the stream, so closing the stream is enough.
+    /// Whether the circuit must be closed (reason PROTOCOL) wherever it
+    /// happens: the dropmark violations (section 4.1.4 says the circuit
+    /// SHOULD close) and unknown versions. A duplicate XOFF changes nothing
+    /// for an exit, which ignores it; a client closes the circuit for it
+    /// too (see the stream map).
     pub fn closes_circuit(&self) -> bool {
         !matches!(self, XonXoffError::DuplicateXoff)
     }

@@ -106,6 +106,14 @@ fn consider(
             "window",
             format!("not valid now ({now}): valid from {valid_after} to {valid_until}"),
         ),
+        Replacement::ParamsChanged { held, loaded } => (
+            "params",
+            format!(
+                "its [params] differ from the held one's (circuit_cc {loaded} vs {held}): \
+                 circuits need both ends to agree, and relays read them only at start; \
+                 restart the network's nodes to change them"
+            ),
+        ),
         Replacement::OtherNetwork { held, loaded } => (
             "network",
             format!("it is network {loaded:?}'s, not {held:?}'s"),

@@ -9,6 +9,10 @@
 //!   held one was verified with ([`crate::load_network`] does that), be
 //!   valid now ([`NetworkDocument::check_time`] with the clock-skew
 //!   allowance), and name the same network;
+//! * its network-wide parameters (`[params]`, see [`crate::params`]) must
+//!   be the held one's: both ends of every circuit must run the same
+//!   circuit congestion control, relays read it once at start, and nothing
+//!   negotiates it per circuit, so a change needs the network restarted;
 //! * it replaces the held one only if its `valid_after_unix` is strictly
 //!   later. The same `valid_after_unix` is the same document: nothing to
 //!   do. An earlier one is refused: a document replayed from before (it
@@ -47,6 +51,14 @@ pub enum Replacement {
         valid_until: u64,
         /// The time it was judged at.
         now: u64,
+    },
+    /// Newer, but with other network-wide parameters: refused (a running
+    /// node cannot change them; see the [module docs](self)).
+    ParamsChanged {
+        /// The held document's `circuit_cc`.
+        held: &'static str,
+        /// The loaded document's `circuit_cc`.
+        loaded: &'static str,
     },
     /// Another network's document: refused.
     OtherNetwork {
@@ -88,6 +100,10 @@ pub fn judge_replacement(
         };
     }
     match loaded.valid_after_unix.cmp(&held.valid_after_unix) {
+        std::cmp::Ordering::Greater if loaded.params != held.params => Replacement::ParamsChanged {
+            held: held.params.circuit_cc.name(),
+            loaded: loaded.params.circuit_cc.name(),
+        },
         std::cmp::Ordering::Greater => Replacement::Newer,
         std::cmp::Ordering::Equal => Replacement::Same,
         std::cmp::Ordering::Less => Replacement::Older {
@@ -130,6 +146,22 @@ mod tests {
         // Signed by a host whose clock is a little ahead: within the skew.
         let r = judge_replacement(&held, &doc("lab", NOW + 200), NOW, SKEW);
         assert_eq!(r, Replacement::Newer);
+    }
+
+    #[test]
+    fn a_newer_document_with_other_params_is_refused() {
+        let held = doc("lab", NOW - DAY);
+        let mut loaded = doc("lab", NOW - 60);
+        loaded.params = crate::NetworkParams::with_circuit_cc("vegas").expect("vegas");
+        let r = judge_replacement(&held, &loaded, NOW, SKEW);
+        assert_eq!(
+            r,
+            Replacement::ParamsChanged {
+                held: "fixed",
+                loaded: "vegas"
+            }
+        );
+        assert!(!r.accepted());
     }
 
     #[test]

@@ -212,6 +212,20 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
         .count();
     assert_eq!(ended_at_exit, usize::from(n_streams));
     assert!(!net.circuits[&id].is_closed());
+    // Under Vegas both senders took RTT samples and moved their windows.
+    if let CircuitCc::Vegas { vegas, .. } = cc {
+        let exit_circ = exit_streams.values().next().expect("streams").0;
+        let senders = [
+            ("client", net.circuits[&id].cc_snapshot()),
+            ("exit", net.relays[exit].exit_cc_snapshot(exit_circ)),
+        ];
+        for (who, snap) in senders {
+            let snap = snap.expect("a Vegas sender");
+            assert!(snap.rtt.samples > 100, "{who}: {snap:?}");
+            assert!(snap.rtt.min_us > 0, "{who}: {snap:?}");
+            assert_ne!(snap.cwnd, vegas.cwnd_init, "{who}: {snap:?}");
+        }
+    }
 }
 
 #[test]
