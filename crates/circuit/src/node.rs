@@ -971,10 +971,19 @@ impl RelayNode {
         ];
         for (place, side) in sides {
             let Some((chan, _)) = place else { continue };
+            let Some(ch) = self.channels.get_mut(&chan) else {
+                continue;
+            };
+            // The scheduler's active set is exactly the circuits with a
+            // cell to send. A circuit can stop wanting to send without
+            // sending (an XOFF, a closing window): left active, it would
+            // keep its channel in `channels_with_work` while a per-circuit
+            // writer, which only asks `circuits_with_work`, never takes it
+            // out, and the writer would be woken for ever.
             if entry.circ.wants_transmit(side) {
-                if let Some(ch) = self.channels.get_mut(&chan) {
-                    ch.scheduler.activate((key, side), now);
-                }
+                ch.scheduler.activate((key, side), now);
+            } else {
+                ch.scheduler.deactivate((key, side));
             }
         }
     }

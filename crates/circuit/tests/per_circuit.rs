@@ -11,6 +11,8 @@ use std::collections::{HashMap, HashSet};
 use common::{decrypt, RawCirc, TestRelay};
 use onionlab_cell::chan::{AnyChanMsg, CircId, Create2, DestroyReason, HandshakeType};
 use onionlab_cell::msg::AnyRelayMsg;
+use onionlab_cell::msg::{FlowCtrlVersion, Xoff, Xon, XonKBpsEwma};
+use onionlab_circuit::flow::CircuitCc;
 use onionlab_circuit::node::{ChannelId, NodeConfig};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
@@ -20,6 +22,10 @@ const CLIENTS: ChannelId = 1;
 const NEXT: ChannelId = 10;
 
 fn relay(scheduler: SchedulerKind) -> TestRelay {
+    relay_with(scheduler, CircuitCc::Fixed)
+}
+
+fn relay_with(scheduler: SchedulerKind, cc: CircuitCc) -> TestRelay {
     let config = NodeConfig {
         scheduler,
         circuit: RelayConfig {
@@ -27,7 +33,8 @@ fn relay(scheduler: SchedulerKind) -> TestRelay {
             // The test drives one-hop circuits.
             allow_one_hop_streams: true,
             ..RelayConfig::default()
-        },
+        }
+        .with_cc(cc),
         ..NodeConfig::default()
     };
     let mut r = TestRelay::new(config, 21);
@@ -237,4 +244,42 @@ fn destroys_go_on_their_circuits_lane() {
         .is_none());
     assert!(r.node.poll_transmit_circuit(r.now, 99, b.id).is_none());
     assert!(r.node.circuits_with_work(99).next().is_none());
+}
+
+/// An XOFF stops a circuit's only stream without the circuit sending
+/// anything: the circuit must leave its channel's work at once. Left in
+/// the scheduler, it kept the channel listed in `channels_with_work` while
+/// `circuits_with_work` was empty, and a per-circuit writer woke for ever
+/// (a relay spinning at 100% CPU, starving its QUIC connections).
+#[test]
+fn an_xoff_takes_the_circuit_out_of_its_channels_work() {
+    for scheduler in [SchedulerKind::default(), SchedulerKind::RoundRobin] {
+        let mut r = relay_with(scheduler, CircuitCc::vegas());
+        let mut c = r.open(CLIENTS, 0x8000_0001);
+        let sid = r.begin(&mut c, 1);
+        let got = r.receive(&mut c);
+        assert!(
+            matches!(got.as_slice(), [Ok((Some(_), AnyRelayMsg::Connected(_)))]),
+            "{got:?}"
+        );
+        let n = r
+            .node
+            .exit_write(r.now, c.key, sid, &[7u8; 20_000])
+            .expect("write");
+        assert_eq!(n, 20_000);
+        let has_work = |r: &TestRelay| r.node.channels_with_work().any(|ch| ch == CLIENTS);
+        assert!(has_work(&r));
+        r.relay(
+            &mut c,
+            Some(1),
+            Xoff::new(FlowCtrlVersion::V0).into(),
+            false,
+        );
+        assert_eq!(r.node.circuits_with_work(CLIENTS).count(), 0);
+        assert!(!has_work(&r), "an XOFF'd circuit keeps its channel busy");
+        let xon = Xon::new(FlowCtrlVersion::V0, XonKBpsEwma::Unlimited);
+        r.relay(&mut c, Some(1), xon.into(), false);
+        assert!(has_work(&r), "XON puts it back");
+        assert_eq!(r.node.circuits_with_work(CLIENTS).count(), 1);
+    }
 }

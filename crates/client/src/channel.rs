@@ -90,6 +90,9 @@ async fn read_loop<R: CellReader>(shared: Shared, chan: ChanKey, mut reader: R) 
 /// The writer task of a channel.
 async fn write_loop<W: CellWriter>(shared: Shared, chan: ChanKey, mut writer: W, wake: Rc<Notify>) {
     loop {
+        // Yield now and then even if woken at once every time, so a bug in
+        // what counts as work costs CPU, not the whole client.
+        tokio::task::consume_budget().await;
         let filled = shared.borrow_mut().fill(chan, &mut writer);
         match filled {
             Err(e) => {

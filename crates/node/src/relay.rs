@@ -773,6 +773,10 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
 
 async fn write_loop(shared: Shared, chan: ChannelId, mut writer: AnyWriter, wake: Rc<Notify>) {
     loop {
+        // A wake that is always pending (a bug in what counts as work)
+        // must cost CPU, not the whole relay: the budget makes this task
+        // yield now and then, so the links' own tasks still run.
+        tokio::task::consume_budget().await;
         let open = {
             let mut st = shared.borrow_mut();
             let open = st.channels.contains_key(&chan);
