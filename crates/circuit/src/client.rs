@@ -490,7 +490,7 @@ impl ClientCircuit {
                 hop,
                 id,
                 *x.version(),
-                Some(rate_kbps(x.kbytes_per_sec_ewma())),
+                Some(crate::stream::xon_rate_kbps(x.kbytes_per_sec_ewma())),
             ),
             (Some(id), AnyRelayMsg::Xoff(x)) => self.on_xon_xoff(hop, id, *x.version(), None),
             (Some(id), AnyRelayMsg::Connected(_)) => {
@@ -756,13 +756,5 @@ impl ClientCircuit {
     pub fn queued_bytes(&self) -> usize {
         (self.chan_out.len() + self.control.len()) * crate::QUEUED_CELL_BYTES
             + self.streams.buffered_bytes()
-    }
-}
-
-/// The rate of an XON in KB/s, 0 for unlimited (as on the wire).
-pub(crate) fn rate_kbps(rate: onionlab_cell::msg::XonKBpsEwma) -> u32 {
-    match rate {
-        onionlab_cell::msg::XonKBpsEwma::Limited(r) => r.get(),
-        onionlab_cell::msg::XonKBpsEwma::Unlimited => 0,
     }
 }

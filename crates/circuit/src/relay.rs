@@ -447,7 +447,7 @@ impl RelayCircuit {
                 }
             }
             (Some(id), AnyRelayMsg::Xon(x)) => {
-                let kbps = crate::client::rate_kbps(x.kbytes_per_sec_ewma());
+                let kbps = crate::stream::xon_rate_kbps(x.kbytes_per_sec_ewma());
                 self.on_xon_xoff(id, *x.version(), Some(kbps));
             }
             (Some(id), AnyRelayMsg::Xoff(x)) => self.on_xon_xoff(id, *x.version(), None),

@@ -715,6 +715,14 @@ impl From<Packaged> for Outgoing {
     }
 }
 
+/// The rate of a received XON in KB/s, 0 for unlimited (as on the wire).
+pub(crate) fn xon_rate_kbps(rate: onionlab_cell::msg::XonKBpsEwma) -> u32 {
+    match rate {
+        onionlab_cell::msg::XonKBpsEwma::Limited(r) => r.get(),
+        onionlab_cell::msg::XonKBpsEwma::Unlimited => 0,
+    }
+}
+
 /// Most chunks (received cells) `StreamMap::read_with` shows at once.
 pub const READ_WITH_CHUNKS: usize = 64;
 
