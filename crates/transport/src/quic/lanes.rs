@@ -359,17 +359,11 @@ struct LinkEnd {
 
 impl Drop for LinkEnd {
     fn drop(&mut self) {
-        // What the connection's congestion controller saw, for experiments.
-        let path = self.shared.conn.stats().path;
-        tracing::info!(
-            peer = %self.shared.addr(),
-            rtt_ms = path.rtt.as_secs_f64() * 1e3,
-            cwnd = path.cwnd,
-            sent_packets = path.sent_packets,
-            lost_packets = path.lost_packets,
-            congestion_events = path.congestion_events,
-            mtu = path.current_mtu,
-            "QUIC link done"
+        log_path_stats(
+            &self.shared.conn,
+            self.shared.addr(),
+            None,
+            "QUIC link done",
         );
         self.shared.close_all(CODE_DONE, b"link closed");
         self.shared.transport.forget_token(&self.shared.our_token);
@@ -574,7 +568,27 @@ async fn read_lane(
         // quinn closes the lane's connection once our sending half (held
         // by its lane task) is gone too.
         lock(&link.lane_conns).remove(&c.stable_id());
+        log_path_stats(&c, link.addr(), Some(circ_id), "QUIC lane connection done");
     }
+}
+
+/// Log what a connection's congestion controller saw (INFO), for
+/// experiments: a lab run's relay logs keep it.
+fn log_path_stats(conn: &Connection, peer: SocketAddr, circ_id: Option<u32>, what: &str) {
+    let stats = conn.stats();
+    let path = stats.path;
+    tracing::info!(
+        %peer,
+        circ_id,
+        rtt_ms = path.rtt.as_secs_f64() * 1e3,
+        cwnd = path.cwnd,
+        sent_packets = path.sent_packets,
+        lost_packets = path.lost_packets,
+        congestion_events = path.congestion_events,
+        mtu = path.current_mtu,
+        udp_tx_bytes = stats.udp_tx.bytes,
+        "{what}"
+    );
 }
 
 /// `Ok` at a clean end of stream, `Err(None)` if the reader or the
