@@ -7,6 +7,7 @@
 pub mod agent;
 mod error;
 pub mod hostnet;
+pub mod journal;
 pub mod run;
 pub mod scenario;
 pub mod summary;

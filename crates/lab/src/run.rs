@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -27,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentSpec, TransferRecord};
 use crate::hostnet::{self, HostDrops, HostTcp};
+use crate::journal::Journal;
 use crate::scenario::{Scenario, Variant};
 
 /// Port relays listen on in their hosts.
@@ -49,6 +49,9 @@ pub struct RunOptions {
     pub repetitions: Option<u32>,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Continue the run already in `out` (same scenario and topology):
+    /// run only what it lacks, up to `repetitions`.
+    pub resume: bool,
     /// Set (by a signal handler) to stop after the repetition under way;
     /// what ran is written out as usual.
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
@@ -249,35 +252,19 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
-/// Run every repetition of every variant.
+/// Run every repetition of every variant (with [`RunOptions::resume`], those
+/// not yet in the output directory).
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunError> {
-    if opts.out.exists()
-        && fs::read_dir(&opts.out)
-            .map_err(io_err("reading the output directory"))?
-            .next()
-            .is_some()
-    {
-        return Err(RunError::Start(format!(
-            "output directory {} is not empty",
-            opts.out.display()
-        )));
-    }
-    fs::create_dir_all(opts.out.join("raw")).map_err(io_err("creating the output directory"))?;
-    fs::write(opts.out.join("scenario.toml"), &scenario.text)
-        .map_err(io_err("writing scenario.toml"))?;
-    fs::copy(&scenario.topology_path, opts.out.join("topology.toml"))
-        .map_err(io_err("copying the topology"))?;
-
     let variants = scenario.variants();
     let reps = opts.repetitions.unwrap_or(scenario.repetitions);
+    let mut journal = if opts.resume {
+        Journal::resume(&opts.out, scenario, reps)?
+    } else {
+        Journal::create(&opts.out, scenario, reps)?
+    };
     let total = reps as usize * variants.len();
     let started = Instant::now();
-    let mut records = Vec::new();
-    let mut repetitions = Vec::new();
-    let mut records_file = fs::File::create(opts.out.join("records.jsonl"))
-        .map_err(io_err("creating records.jsonl"))?;
-    let mut reps_file = fs::File::create(opts.out.join("repetitions.jsonl"))
-        .map_err(io_err("creating repetitions.jsonl"))?;
+    let skipped = journal.runs_done();
     let mut done = 0;
     let stopping = || {
         opts.stop
@@ -285,53 +272,59 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
             .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
     };
     'reps: for rep in 0..reps {
-        let seed = scenario
-            .seed
-            .wrapping_mul(1_000_003)
-            .wrapping_add(u64::from(rep));
+        let seed = repetition_seed(scenario.seed, rep);
         for k in 0..variants.len() {
+            let vi = (k + rep as usize) % variants.len();
+            let variant = &variants[vi];
+            if journal.is_done(rep, &variant.label) {
+                continue;
+            }
             if stopping() {
                 if opts.progress {
-                    eprintln!("\nstopped: {done} of {total} runs done");
+                    eprintln!(
+                        "\nstopped: {} of {total} runs done (continue with --resume)",
+                        skipped + done
+                    );
                 }
                 break 'reps;
             }
-            let vi = (k + rep as usize) % variants.len();
-            let variant = &variants[vi];
             if opts.progress {
-                progress(done, total, started, &variant.label, rep);
+                progress(done, total - skipped, started, &variant.label, rep);
             }
-            let dir = opts.out.join(format!("raw/rep{rep:03}-v{vi:02}"));
+            let dir = journal.fresh_raw_dir(rep, vi)?;
             let (mut recs, r, host_sysctls) =
                 run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
-            if done == 0 {
+            if !opts.out.join("environment.json").exists() {
                 write_environment(&opts.out, host_sysctls, variant.topology.mtu)?;
             }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
                 rec.repetition = rep;
                 rec.seed = seed;
-                let line = serde_json::to_string(rec).unwrap_or_default();
-                writeln!(records_file, "{line}").map_err(io_err("writing records.jsonl"))?;
             }
-            let line = serde_json::to_string(&r).unwrap_or_default();
-            writeln!(reps_file, "{line}").map_err(io_err("writing repetitions.jsonl"))?;
-            records.extend(recs);
-            repetitions.push(r);
+            journal.append(recs, r)?;
             done += 1;
         }
     }
     if opts.progress {
-        progress(done, total, started, "done", reps);
+        progress(done, total - skipped, started, "done", reps);
         eprintln!();
     }
-    write_csv(&opts.out.join("records.csv"), &records)?;
+    write_csv(&opts.out.join("records.csv"), &journal.records)?;
     Ok(RunOutcome {
         out: opts.out.clone(),
-        records,
-        repetitions,
+        records: journal.records,
+        repetitions: journal.repetitions,
         variants: variants.iter().map(|v| v.label.clone()).collect(),
     })
+}
+
+/// The seed of repetition `rep`: the same for every variant (common random
+/// numbers), and independent of how the run was split into segments.
+fn repetition_seed(scenario_seed: u64, rep: u32) -> u64 {
+    scenario_seed
+        .wrapping_mul(1_000_003)
+        .wrapping_add(u64::from(rep))
 }
 
 /// Write `environment.json` ([`Environment`]).

@@ -493,6 +493,18 @@ pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
             .collect::<Vec<_>>()
             .join(", "),
     ));
+    let segments = crate::journal::segments(dir);
+    if !segments.is_empty() {
+        let mut commits: Vec<&str> = segments.iter().map(|s| s.commit.as_str()).collect();
+        commits.dedup();
+        meta.push(("commit".into(), commits.join(", ")));
+        if segments.len() > 1 {
+            meta.push((
+                "segments".into(),
+                format!("{} (continued with --resume)", segments.len()),
+            ));
+        }
+    }
     meta.push((
         "raw records".into(),
         "records.jsonl, records.csv, repetitions.jsonl".into(),

@@ -133,6 +133,45 @@ fn the_quick_scenario_runs_end_to_end() {
             "{f} missing or empty"
         );
     }
+    assert!(md.contains("**commit**"), "report.md names no commit");
+
+    // Continue the run to two repetitions: only the second runs, with its
+    // own seed, and the run directory says it came in two segments.
+    let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["--log", "warn", "lab", "run"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/quick.toml"))
+        .args(["--reps", "2", "--resume", "--out"])
+        .arg(&out)
+        .status()
+        .expect("run onionlab lab run --resume");
+    assert!(status.success(), "lab run --resume failed");
+    let reps = std::fs::read_to_string(out.join("repetitions.jsonl")).expect("repetitions");
+    let reps: Vec<onionlab_lab::run::RepetitionRecord> = reps
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("record"))
+        .collect();
+    let mut runs: Vec<(u32, &str)> = reps
+        .iter()
+        .map(|r| (r.repetition, r.variant.as_str()))
+        .collect();
+    runs.sort();
+    assert_eq!(
+        runs,
+        [
+            (0, "scheduler=ewma"),
+            (0, "scheduler=round-robin"),
+            (1, "scheduler=ewma"),
+            (1, "scheduler=round-robin")
+        ]
+    );
+    assert_ne!(reps[0].seed, reps[3].seed);
+    let records = std::fs::read_to_string(out.join("records.jsonl")).expect("records");
+    assert_eq!(records.lines().count(), 12, "{records}");
+    let segments = onionlab_lab::journal::segments(&out);
+    assert_eq!(segments.len(), 2, "{segments:?}");
+    assert!(segments[1].resumed && segments[1].runs_done_before == 2);
+    let md = std::fs::read_to_string(out.join("report/report.md")).expect("report.md");
+    assert!(md.contains("continued with --resume"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -32,6 +32,11 @@ pub enum LabCommand {
         /// Output directory (default: results/NAME-TIMESTAMP).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Continue the run in `--out` (interrupted, or to add repetitions
+        /// with a larger `--reps`): runs only what it lacks. The scenario
+        /// and topology must be unchanged.
+        #[arg(long, requires = "out")]
+        resume: bool,
     },
     /// (Re)write the report of a run directory (into DIR/report).
     Report {
@@ -140,6 +145,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             scenario,
             reps,
             out,
+            resume,
         } => {
             onionlab_netem::check_privileges()?;
             let s = Scenario::from_file(&scenario_path(&scenario))?;
@@ -162,6 +168,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 out: out.clone(),
                 bin,
                 repetitions: reps,
+                resume,
                 progress: true,
                 stop: Some(stop),
             };
