@@ -6,9 +6,9 @@
 //! add repetitions to one that had too few. Each repetition's seed depends
 //! only on the scenario's seed and the repetition's number, so a continued
 //! run is the run it would have been in one go, except for the builds and
-//! machine state, which each segment records.
+//! kernels, which each segment records.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,12 +19,18 @@ use crate::agent::TransferRecord;
 use crate::run::{RepetitionRecord, RunError};
 use crate::scenario::Scenario;
 
-/// The commit onionlab was built from (`git describe`-like, `-dirty` with
-/// uncommitted changes), or `unknown` outside a git checkout.
+/// The commit onionlab was built from (12 hex digits, `-dirty` with
+/// uncommitted changes to the sources), or `unknown` outside a git checkout.
 pub const BUILD_COMMIT: &str = env!("ONIONLAB_COMMIT");
 
+/// Where the segments are recorded, one JSON line each.
+const SEGMENTS_FILE: &str = "segments.jsonl";
+/// Where the digest of the scenario's traces is kept (trace scenarios only).
+const TRACES_FILE: &str = "traces.sha256";
+
 /// One invocation of `lab run` on a run directory.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(default)]
 pub struct Segment {
     /// When it started (seconds since the Unix epoch).
     pub started_unix_s: u64,
@@ -38,11 +44,15 @@ pub struct Segment {
     pub resumed: bool,
     /// (repetition, variant) runs already done when it started.
     pub runs_done_before: usize,
+    /// The kernel it ran on (`uname -r`).
+    pub kernel: String,
 }
 
 /// An open run directory, appending as runs complete.
 pub struct Journal {
     out: PathBuf,
+    /// Held for the journal's life: one `lab run` per directory.
+    _lock: fs::File,
     records_file: fs::File,
     reps_file: fs::File,
     done: BTreeSet<(u32, String)>,
@@ -76,12 +86,18 @@ impl Journal {
             )));
         }
         fs::create_dir_all(out.join("raw")).map_err(io_err("creating the output directory"))?;
+        let lock = lock_dir(out)?;
         fs::write(out.join("scenario.toml"), &scenario.text)
             .map_err(io_err("writing scenario.toml"))?;
         fs::copy(&scenario.topology_path, out.join("topology.toml"))
             .map_err(io_err("copying the topology"))?;
+        if let Some(digest) = traces_digest(scenario) {
+            fs::write(out.join(TRACES_FILE), digest)
+                .map_err(io_err("writing the traces' digest"))?;
+        }
         let journal = Journal {
             out: out.to_path_buf(),
+            _lock: lock,
             records_file: create(&out.join("records.jsonl"))?,
             reps_file: create(&out.join("repetitions.jsonl"))?,
             done: BTreeSet::new(),
@@ -103,45 +119,73 @@ impl Journal {
             scenario.text.as_bytes(),
             "scenario",
         )?;
+        let lock = lock_dir(out)?;
         let topology = fs::read(&scenario.topology_path).map_err(io_err(format!(
             "reading {}",
             scenario.topology_path.display()
         )))?;
         same_file(&out.join("topology.toml"), &topology, "topology")?;
+        if let Some(digest) = traces_digest(scenario) {
+            same_file(&out.join(TRACES_FILE), digest.as_bytes(), "traces' content")?;
+        }
 
         let repetitions_done: Vec<RepetitionRecord> =
             read_complete_lines(&out.join("repetitions.jsonl"))?;
-        let done: BTreeSet<(u32, String)> = repetitions_done
-            .iter()
-            .map(|r| (r.repetition, r.variant.clone()))
-            .collect();
-        let records: Vec<TransferRecord> = read_complete_lines(&out.join("records.jsonl"))?
-            .into_iter()
-            .filter(|r: &TransferRecord| done.contains(&(r.repetition, r.variant.clone())))
-            .collect();
-        // Rewrite both files with exactly the complete runs.
-        let mut journal = Journal {
+        let done = check_done(&repetitions_done, scenario, repetitions)?;
+        let mut by_run: BTreeMap<(u32, String), Vec<TransferRecord>> = BTreeMap::new();
+        let mut forgotten = 0;
+        for r in read_complete_lines::<TransferRecord>(&out.join("records.jsonl"))? {
+            let key = (r.repetition, r.variant.clone());
+            if done.contains(&key) {
+                by_run.entry(key).or_default().push(r);
+            } else {
+                forgotten += 1;
+            }
+        }
+        if forgotten > 0 {
+            tracing::warn!(
+                "resume: forgetting {forgotten} transfer records of an interrupted run; it runs again"
+            );
+        }
+        // Rewrite both files with exactly the complete runs: into temporary
+        // files, then renamed over the old ones, so that an interruption
+        // now loses nothing.
+        let mut records_text = String::new();
+        let mut reps_text = String::new();
+        for r in &repetitions_done {
+            for rec in by_run
+                .get(&(r.repetition, r.variant.clone()))
+                .map_or(&[][..], Vec::as_slice)
+            {
+                records_text.push_str(&serde_json::to_string(rec).unwrap_or_default());
+                records_text.push('\n');
+            }
+            reps_text.push_str(&serde_json::to_string(r).unwrap_or_default());
+            reps_text.push('\n');
+        }
+        replace_file(&out.join("records.jsonl"), &records_text)?;
+        replace_file(&out.join("repetitions.jsonl"), &reps_text)?;
+
+        if !out.join(SEGMENTS_FILE).exists() && !repetitions_done.is_empty() {
+            // A run started before segments were recorded: its build is
+            // unknown, and the report must not credit this one with it.
+            append_segment(
+                out,
+                &Segment {
+                    commit: "unknown".into(),
+                    ..Segment::default()
+                },
+            )?;
+        }
+        let journal = Journal {
             out: out.to_path_buf(),
-            records_file: create(&out.join("records.jsonl"))?,
-            reps_file: create(&out.join("repetitions.jsonl"))?,
-            done: BTreeSet::new(),
-            records: Vec::new(),
-            repetitions: Vec::new(),
+            _lock: lock,
+            records_file: open_append(&out.join("records.jsonl"))?,
+            reps_file: open_append(&out.join("repetitions.jsonl"))?,
+            done,
+            records: by_run.into_values().flatten().collect(),
+            repetitions: repetitions_done,
         };
-        let mut by_run: std::collections::BTreeMap<(u32, String), Vec<TransferRecord>> =
-            Default::default();
-        for r in records {
-            by_run
-                .entry((r.repetition, r.variant.clone()))
-                .or_default()
-                .push(r);
-        }
-        for r in repetitions_done {
-            let recs = by_run
-                .remove(&(r.repetition, r.variant.clone()))
-                .unwrap_or_default();
-            journal.append(recs, r)?;
-        }
         journal.add_segment(repetitions, true)?;
         Ok(journal)
     }
@@ -179,8 +223,15 @@ impl Journal {
             let line = serde_json::to_string(rec).unwrap_or_default();
             writeln!(self.records_file, "{line}").map_err(io_err("writing records.jsonl"))?;
         }
+        // The transfers are on disk before the line that marks them complete.
+        self.records_file
+            .sync_data()
+            .map_err(io_err("syncing records.jsonl"))?;
         let line = serde_json::to_string(&rep).unwrap_or_default();
         writeln!(self.reps_file, "{line}").map_err(io_err("writing repetitions.jsonl"))?;
+        self.reps_file
+            .sync_data()
+            .map_err(io_err("syncing repetitions.jsonl"))?;
         self.done.insert((rep.repetition, rep.variant.clone()));
         self.records.extend(records);
         self.repetitions.push(rep);
@@ -197,25 +248,146 @@ impl Journal {
             repetitions,
             resumed,
             runs_done_before: self.done.len(),
+            kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|k| k.trim().to_string())
+                .unwrap_or_default(),
         };
-        let path = self.out.join("segments.jsonl");
-        let mut f = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(io_err("opening segments.jsonl"))?;
-        let line = serde_json::to_string(&segment).unwrap_or_default();
-        writeln!(f, "{line}").map_err(io_err("writing segments.jsonl"))
+        if let Some(last) = segments(&self.out).last() {
+            if last.commit != segment.commit || last.kernel != segment.kernel {
+                tracing::warn!(
+                    "resume: this part runs commit {} on kernel {}, the previous one ran {} on {}; \
+                     segments.jsonl records both",
+                    segment.commit,
+                    segment.kernel,
+                    last.commit,
+                    last.kernel
+                );
+            }
+        }
+        append_segment(&self.out, &segment)
     }
 }
 
 /// The segments of the run in `dir` (none for runs older than the file).
 pub fn segments(dir: &Path) -> Vec<Segment> {
-    read_complete_lines(&dir.join("segments.jsonl")).unwrap_or_default()
+    read_complete_lines(&dir.join(SEGMENTS_FILE)).unwrap_or_default()
 }
 
 fn create(path: &Path) -> Result<fs::File, RunError> {
     fs::File::create(path).map_err(io_err(format!("creating {}", path.display())))
+}
+
+fn open_append(path: &Path) -> Result<fs::File, RunError> {
+    fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(io_err(format!("opening {}", path.display())))
+}
+
+/// Write `text` to `path` through a temporary file renamed over it.
+fn replace_file(path: &Path, text: &str) -> Result<(), RunError> {
+    let tmp = path.with_extension("jsonl.tmp");
+    let mut f = create(&tmp)?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(io_err(format!("writing {}", tmp.display())))?;
+    fs::rename(&tmp, path).map_err(io_err(format!("replacing {}", path.display())))
+}
+
+fn append_segment(out: &Path, segment: &Segment) -> Result<(), RunError> {
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out.join(SEGMENTS_FILE))
+        .map_err(io_err("opening segments.jsonl"))?;
+    let line = serde_json::to_string(segment).unwrap_or_default();
+    writeln!(f, "{line}").map_err(io_err("writing segments.jsonl"))
+}
+
+/// An exclusive lock on the run directory, so that two `lab run`s cannot
+/// write one directory at once.
+fn lock_dir(out: &Path) -> Result<fs::File, RunError> {
+    use std::os::fd::AsRawFd;
+    let path = out.join(".lock");
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(format!("opening {}", path.display())))?;
+    // SAFETY: flock(2) on a descriptor we own.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(start_err(format!(
+            "another lab run is using {} (it holds {})",
+            out.display(),
+            path.display()
+        )));
+    }
+    Ok(f)
+}
+
+/// The finished runs, checked against the scenario as it now expands: every
+/// label must be one of its variants (else the code that expands it changed
+/// and the old runs mean something else), no run twice, and none beyond
+/// the repetitions asked for.
+fn check_done(
+    done: &[RepetitionRecord],
+    scenario: &Scenario,
+    repetitions: u32,
+) -> Result<BTreeSet<(u32, String)>, RunError> {
+    let labels: BTreeSet<String> = scenario.variants().into_iter().map(|v| v.label).collect();
+    let mut set = BTreeSet::new();
+    for r in done {
+        if !labels.contains(&r.variant) {
+            return Err(start_err(format!(
+                "cannot resume: the run has variant {:?}, which this scenario no longer \
+                 expands to (the build's matrix handling changed?); start a new run",
+                r.variant
+            )));
+        }
+        if !set.insert((r.repetition, r.variant.clone())) {
+            return Err(start_err(format!(
+                "cannot resume: repetitions.jsonl has repetition {} of {:?} twice",
+                r.repetition, r.variant
+            )));
+        }
+    }
+    if let Some(max) = done.iter().map(|r| r.repetition).max() {
+        if max >= repetitions {
+            return Err(start_err(format!(
+                "cannot resume: the run already has {} repetitions; ask for at least that many \
+                 with --reps",
+                max + 1
+            )));
+        }
+    }
+    Ok(set)
+}
+
+/// A digest of the scenario's traces (as parsed), if it has any: the
+/// scenario file names them, so an edited trace would not show in its text.
+fn traces_digest(scenario: &Scenario) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let traced: Vec<_> = scenario
+        .workloads
+        .iter()
+        .filter(|w| !w.trace.is_empty())
+        .collect();
+    if traced.is_empty() {
+        return None;
+    }
+    let mut h = Sha256::new();
+    for w in traced {
+        h.update(format!("{}:{:?}\n", w.name, w.trace).as_bytes());
+    }
+    Some(
+        h.finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            + "\n",
+    )
 }
 
 fn same_file(path: &Path, expected: &[u8], what: &str) -> Result<(), RunError> {
@@ -299,14 +471,17 @@ mod tests {
         d
     }
 
+    const A: &str = "scheduler=ewma";
+    const B: &str = "scheduler=round-robin";
+
     #[test]
     fn a_resumed_run_keeps_complete_runs_and_forgets_interrupted_ones() {
         let out = temp_dir("resume");
         let s = scenario();
         let mut j = Journal::create(&out, &s, 2).expect("create");
-        j.append(vec![transfer("a", 0, 0), transfer("a", 0, 1)], rep("a", 0))
+        j.append(vec![transfer(A, 0, 0), transfer(A, 0, 1)], rep(A, 0))
             .expect("append");
-        j.append(vec![transfer("b", 0, 0)], rep("b", 0))
+        j.append(vec![transfer(B, 0, 0)], rep(B, 0))
             .expect("append");
         drop(j);
         // An interrupted run: its transfers were written, its repetition
@@ -315,7 +490,7 @@ mod tests {
             .append(true)
             .open(out.join("records.jsonl"))
             .expect("records");
-        let line = serde_json::to_string(&transfer("a", 1, 0)).expect("json");
+        let line = serde_json::to_string(&transfer(A, 1, 0)).expect("json");
         writeln!(f, "{line}").expect("write");
         write!(f, "{}", &line[..20]).expect("write");
         drop(f);
@@ -323,9 +498,9 @@ mod tests {
         fs::create_dir_all(&raw).expect("raw");
         fs::write(raw.join("guard.log"), "half a run").expect("log");
 
-        let j = Journal::resume(&out, &s, 3).expect("resume");
-        assert!(j.is_done(0, "a") && j.is_done(0, "b"));
-        assert!(!j.is_done(1, "a"));
+        let mut j = Journal::resume(&out, &s, 3).expect("resume");
+        assert!(j.is_done(0, A) && j.is_done(0, B));
+        assert!(!j.is_done(1, A));
         assert_eq!(j.runs_done(), 2);
         assert_eq!(j.records.len(), 3);
         assert_eq!(j.repetitions.len(), 2);
@@ -334,16 +509,19 @@ mod tests {
             !fresh.exists(),
             "the interrupted run's raw directory is emptied"
         );
+        j.append(vec![transfer(A, 1, 0)], rep(A, 1))
+            .expect("append");
         drop(j);
         let text = fs::read_to_string(out.join("records.jsonl")).expect("records");
-        assert_eq!(text.lines().count(), 3, "{text}");
-        assert!(!text.contains("\"repetition\":1"), "{text}");
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert_eq!(text.matches("\"repetition\":1").count(), 1, "{text}");
+        assert!(!out.join("records.jsonl.tmp").exists());
         let segs = segments(&out);
         assert_eq!(segs.len(), 2);
         assert_eq!((segs[0].resumed, segs[0].runs_done_before), (false, 0));
         assert_eq!((segs[1].resumed, segs[1].runs_done_before), (true, 2));
         assert_eq!(segs[1].repetitions, 3);
-        assert!(!segs[1].commit.is_empty());
+        assert!(!segs[1].commit.is_empty() && !segs[1].kernel.is_empty());
         let _ = fs::remove_dir_all(&out);
     }
 
@@ -365,6 +543,72 @@ mod tests {
             .expect("refused")
             .to_string();
         assert!(e.contains("not a run directory"), "{e}");
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn runs_the_scenario_does_not_expand_to_or_beyond_the_repetitions_are_refused() {
+        let out = temp_dir("beyond");
+        let s = scenario();
+        let mut j = Journal::create(&out, &s, 3).expect("create");
+        j.append(vec![], rep(A, 2)).expect("append");
+        drop(j);
+        let e = Journal::resume(&out, &s, 2)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("already has 3 repetitions"), "{e}");
+
+        let mut j = Journal::resume(&out, &s, 3).expect("resume");
+        j.append(vec![], rep(A, 2)).expect("append");
+        drop(j);
+        let e = Journal::resume(&out, &s, 3)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("twice"), "{e}");
+
+        fs::write(
+            out.join("repetitions.jsonl"),
+            serde_json::to_string(&rep("scheduler=fifo", 0)).expect("json") + "\n",
+        )
+        .expect("write");
+        let e = Journal::resume(&out, &s, 3)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("no longer"), "{e}");
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn one_run_directory_takes_one_lab_run_at_a_time() {
+        let out = temp_dir("locked");
+        let s = scenario();
+        let first = Journal::create(&out, &s, 1).expect("create");
+        let e = Journal::resume(&out, &s, 1)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("another lab run"), "{e}");
+        drop(first);
+        Journal::resume(&out, &s, 1).expect("free again");
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn a_run_from_before_segments_is_not_credited_to_this_build() {
+        let out = temp_dir("legacy");
+        let s = scenario();
+        let mut j = Journal::create(&out, &s, 2).expect("create");
+        j.append(vec![], rep(A, 0)).expect("append");
+        drop(j);
+        fs::remove_file(out.join(SEGMENTS_FILE)).expect("remove");
+        drop(Journal::resume(&out, &s, 2).expect("resume"));
+        let segs = segments(&out);
+        assert_eq!(segs.len(), 2);
+        assert_eq!(segs[0].commit, "unknown");
+        assert!(segs[1].resumed);
         let _ = fs::remove_dir_all(&out);
     }
 

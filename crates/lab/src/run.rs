@@ -41,7 +41,8 @@ pub const SATURATED_BUSY_FRACTION: f64 = 0.90;
 /// How to run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Output directory (created; must not exist or be empty).
+    /// Output directory (created; must not exist or be empty, unless
+    /// resuming the run in it).
     pub out: PathBuf,
     /// The `onionlab` binary (started inside the hosts).
     pub bin: PathBuf,
@@ -265,6 +266,10 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
     let total = reps as usize * variants.len();
     let started = Instant::now();
     let skipped = journal.runs_done();
+    let left = total.saturating_sub(skipped);
+    if opts.resume && opts.progress {
+        eprintln!("resuming: {skipped} of {total} runs done, {left} to go");
+    }
     let mut done = 0;
     let stopping = || {
         opts.stop
@@ -289,7 +294,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                 break 'reps;
             }
             if opts.progress {
-                progress(done, total - skipped, started, &variant.label, rep);
+                progress(done, left, started, &variant.label, rep);
             }
             let dir = journal.fresh_raw_dir(rep, vi)?;
             let (mut recs, r, host_sysctls) =
@@ -307,7 +312,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         }
     }
     if opts.progress {
-        progress(done, total - skipped, started, "done", reps);
+        progress(done, left, started, "done", reps);
         eprintln!();
     }
     write_csv(&opts.out.join("records.csv"), &journal.records)?;
@@ -338,7 +343,11 @@ fn write_environment(out: &Path, host_sysctls: Sysctls, mtu: u32) -> Result<(), 
         wire: WireParity::for_mtu(mtu),
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
-    fs::write(out.join("environment.json"), text).map_err(io_err("writing environment.json"))
+    // Through a renamed temporary file: a half-written file would stop a
+    // resumed run from writing it again.
+    let tmp = out.join("environment.json.tmp");
+    fs::write(&tmp, text).map_err(io_err("writing environment.json"))?;
+    fs::rename(&tmp, out.join("environment.json")).map_err(io_err("writing environment.json"))
 }
 
 fn progress(done: usize, total: usize, started: Instant, label: &str, rep: u32) {

@@ -759,7 +759,10 @@ impl Scenario {
                 .map(|v| value_text(v.get_ref()))
                 .collect();
             // Check every value now, so a typo fails before any run.
-            for (v, text) in values.get_ref().iter().zip(&texts) {
+            for (i, (v, text)) in values.get_ref().iter().zip(&texts).enumerate() {
+                if texts[..i].contains(text) {
+                    return Err(ctx.err(v.span(), format!("matrix {key:?} lists {text:?} twice")));
+                }
                 check_param(key, text, &hosts).map_err(|m| ctx.err(v.span(), m))?;
                 if key == "clients" {
                     check_client_count(text, clients.len()).map_err(|m| ctx.err(v.span(), m))?;

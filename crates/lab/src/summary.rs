@@ -495,8 +495,12 @@ pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
     ));
     let segments = crate::journal::segments(dir);
     if !segments.is_empty() {
-        let mut commits: Vec<&str> = segments.iter().map(|s| s.commit.as_str()).collect();
-        commits.dedup();
+        let mut commits: Vec<&str> = Vec::new();
+        for s in &segments {
+            if !commits.contains(&s.commit.as_str()) {
+                commits.push(&s.commit);
+            }
+        }
         meta.push(("commit".into(), commits.join(", ")));
         if segments.len() > 1 {
             meta.push((

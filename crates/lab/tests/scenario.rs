@@ -183,6 +183,11 @@ fn broken_files_name_the_line_and_the_problem() {
         "unknown host \"mars\"",
     );
     assert_error(
+        &format!("{BASE}\n[matrix]\nscheduler = [\"ewma\", \"ewma\"]\n"),
+        31,
+        "lists \"ewma\" twice",
+    );
+    assert_error(
         &format!("{BASE}\n[matrix]\nflavour = [\"vanilla\"]\n"),
         31,
         "unknown matrix parameter",

@@ -109,8 +109,22 @@ fn write_report(dir: &Path) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Let a listing piped into `head` end quietly (the default action of
+/// SIGPIPE) instead of panicking on a failed print. Only for commands that
+/// just print: anything that runs processes or namespaces keeps Rust's
+/// ignored SIGPIPE, so it always gets to clean up.
+fn quiet_on_closed_stdout() {
+    // SAFETY: signal(2) with the default action, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Run a lab command.
 pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
+    if matches!(cmd, LabCommand::List | LabCommand::Check { .. }) {
+        quiet_on_closed_stdout();
+    }
     match cmd {
         LabCommand::List => {
             let list = bundled();
@@ -172,7 +186,19 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 progress: true,
                 stop: Some(stop),
             };
-            let outcome = run(&s, &opts).map_err(|e| Error::Usage(format!("lab run: {e}")))?;
+            let outcome = run(&s, &opts).map_err(|e| {
+                let kept =
+                    std::fs::metadata(out.join("repetitions.jsonl")).is_ok_and(|m| m.len() > 0);
+                let hint = if kept {
+                    format!(
+                        " (the runs completed so far are kept in {}: continue with --resume)",
+                        out.display()
+                    )
+                } else {
+                    String::new()
+                };
+                Error::Usage(format!("lab run: {e}{hint}"))
+            })?;
             let failed = outcome.records.iter().filter(|r| r.error.is_some()).count();
             println!(
                 "{} transfers ({} failed) in {} repetitions; raw results in {}",
