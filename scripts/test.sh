@@ -3,7 +3,8 @@
 #
 # Installs what it needs (cargo-nextest from crates.io if missing; iproute2
 # from Debian if `ip` is missing, for the emulated-network tests; curl from
-# Debian if missing, for the end-to-end SOCKS test).
+# Debian if missing, for the end-to-end SOCKS test; chromium from Debian if
+# missing, for the test that renders the HTML report).
 # The emulated-network fidelity tests need root, TUN and network namespaces;
 # they run in their own serial step because they measure timing.
 set -euo pipefail
@@ -26,6 +27,22 @@ if ! command -v curl >/dev/null 2>&1; then
         echo "curl is missing and we are not root: install curl (the SOCKS end-to-end test uses it)" >&2
         exit 1
     fi
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "== installing chromium (renders the HTML report in a test)"
+        # Not fatal: without it the browser test says why it is skipped.
+        if apt-get update -qq && apt-get install -y -qq chromium >/dev/null; then
+            export ONIONLAB_REQUIRE_BROWSER=1
+        else
+            echo "could not install chromium: the report's browser test will be skipped" >&2
+        fi
+    else
+        echo "chromium is missing and cannot be installed here: the report's browser test will be skipped" >&2
+    fi
+else
+    export ONIONLAB_REQUIRE_BROWSER=1
 fi
 
 echo "== cargo fmt --check"

@@ -8,6 +8,7 @@ pub mod agent;
 mod error;
 pub mod hostnet;
 pub mod journal;
+pub mod labels;
 pub mod run;
 pub mod scenario;
 pub mod summary;

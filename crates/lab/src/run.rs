@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -264,6 +265,8 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         Journal::create(&opts.out, scenario, reps)?
     };
     let total = reps as usize * variants.len();
+    let short = scenario.short_labels();
+    let width = short.iter().map(|s| s.chars().count()).max().unwrap_or(0);
     let started = Instant::now();
     let skipped = journal.runs_done();
     let left = total.saturating_sub(skipped);
@@ -294,7 +297,8 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                 break 'reps;
             }
             if opts.progress {
-                progress(done, left, started, &variant.label, rep);
+                let label = format!("rep {rep}: {:<width$}", short[vi]);
+                progress(done, left, started, &label);
             }
             let dir = journal.fresh_raw_dir(rep, vi)?;
             let (mut recs, r, host_sysctls) =
@@ -312,7 +316,12 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         }
     }
     if opts.progress {
-        progress(done, left, started, "done", reps);
+        progress(
+            done,
+            left,
+            started,
+            &format!("{:<w$}", "done", w = width + 9),
+        );
         eprintln!();
     }
     write_csv(&opts.out.join("records.csv"), &journal.records)?;
@@ -350,20 +359,35 @@ fn write_environment(out: &Path, host_sysctls: Sysctls, mtu: u32) -> Result<(), 
     fs::rename(&tmp, out.join("environment.json")).map_err(io_err("writing environment.json"))
 }
 
-fn progress(done: usize, total: usize, started: Instant, label: &str, rep: u32) {
+/// Minutes and seconds, e.g. `12m05s`.
+fn min_sec(secs: f64) -> String {
+    format!("{}m{:02}s", (secs / 60.0) as u64, (secs % 60.0) as u64)
+}
+
+/// One progress line (redrawn in place): a bar, runs done, time elapsed,
+/// the estimated time left (from the mean time per run so far) and what
+/// runs now.
+fn progress(done: usize, total: usize, started: Instant, now: &str) {
     let frac = done as f64 / total.max(1) as f64;
     let width = 30;
-    let filled = (frac * width as f64) as usize;
+    let filled = ((frac * width as f64) as usize).min(width);
+    let elapsed = started.elapsed().as_secs_f64();
     let eta = if done == 0 {
         "?".to_string()
     } else {
-        let left = started.elapsed().as_secs_f64() / done as f64 * (total - done) as f64;
-        format!("{}m{:02}s", (left / 60.0) as u64, (left % 60.0) as u64)
+        min_sec(elapsed / done as f64 * total.saturating_sub(done) as f64)
+    };
+    // On a terminal, clear what a longer earlier line left behind.
+    let clear = if std::io::stderr().is_terminal() {
+        "\x1b[K"
+    } else {
+        ""
     };
     eprint!(
-        "\r[{}{}] {done}/{total} ETA {eta}  rep {rep}: {label:<50.50}",
+        "\r[{}{}] {done}/{total} {} elapsed, ETA {eta}  {now}{clear}",
         "#".repeat(filled),
-        " ".repeat(width - filled)
+        " ".repeat(width - filled),
+        min_sec(elapsed),
     );
 }
 

@@ -66,6 +66,12 @@
 //! size = ["320KiB", "5MiB"]    # every workload's transfer size
 //! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
 //! clients = [1, 2, 4, 8]       # only the first N [[client]] entries (and their workloads) run
+//!
+//! [report]                     # optional: how reports label and compare variants
+//! compare = "transport"        # default: transport against tls, when the matrix varies it
+//! baseline = "tls"
+//! [report.labels]              # short names in variant labels (see crate::labels)
+//! "latency:client-guard,guard-middle,middle-exit" = "per hop"
 //! ```
 //!
 //! Errors name the file, line and column.
@@ -80,6 +86,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, Result};
+use crate::labels::{combinations, full_label, value_text, ReportSettings};
 
 /// Largest scenario file read.
 const MAX_SCENARIO_LEN: u64 = 1 << 20;
@@ -141,6 +148,8 @@ struct RawScenario {
     workload: Vec<RawWorkload>,
     #[serde(default)]
     matrix: BTreeMap<String, Spanned<Vec<Spanned<toml::Value>>>>,
+    #[serde(default)]
+    report: Option<Spanned<ReportSettings>>,
 }
 
 fn default_repetitions() -> Spanned<u32> {
@@ -315,6 +324,8 @@ pub struct Scenario {
     pub workloads: Vec<Workload>,
     /// The matrix: parameter name and its values, in name order.
     pub matrix: Vec<(String, Vec<String>)>,
+    /// How reports label and compare the variants (`[report]`).
+    pub report: ReportSettings,
 }
 
 /// One combination of matrix values, resolved.
@@ -443,13 +454,6 @@ fn parse_think(s: &str) -> std::result::Result<(Duration, Duration), String> {
         return Err(format!("think range {s:?} goes backwards"));
     }
     Ok((lo, hi))
-}
-
-fn value_text(v: &toml::Value) -> String {
-    match v {
-        toml::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
 }
 
 impl Scenario {
@@ -778,6 +782,15 @@ impl Scenario {
             let span = raw.matrix[key].span();
             return Err(ctx.err(span, check_key(key, &hosts).err().unwrap_or_default()));
         }
+        let report = match raw.report {
+            Some(r) => {
+                r.get_ref()
+                    .check(&matrix)
+                    .map_err(|m| ctx.err(r.span(), m))?;
+                r.into_inner()
+            }
+            None => ReportSettings::default(),
+        };
 
         Ok(Scenario {
             name: raw.name.get_ref().clone(),
@@ -795,28 +808,33 @@ impl Scenario {
             servers,
             workloads,
             matrix,
+            report,
         })
     }
 
     /// Every combination of matrix values, in a fixed order.
     pub fn variants(&self) -> Vec<Variant> {
-        let mut combos: Vec<Vec<(String, String)>> = vec![Vec::new()];
-        for (key, values) in &self.matrix {
-            combos = combos
-                .into_iter()
-                .flat_map(|c| {
-                    values.iter().map(move |v| {
-                        let mut c = c.clone();
-                        c.push((key.clone(), v.clone()));
-                        c
-                    })
-                })
-                .collect();
-        }
-        combos
+        combinations(&self.matrix)
             .into_iter()
             .map(|params| self.resolve(params))
             .collect()
+    }
+
+    /// How reports and progress lines label and compare the variants, in
+    /// [`Scenario::variants`] order.
+    pub fn design(&self) -> onionlab_report::Design {
+        self.report
+            .design(&self.matrix, &combinations(&self.matrix))
+    }
+
+    /// The short label of every variant, in [`Scenario::variants`] order
+    /// (e.g. `quic, loss 1%` for `loss:guard-middle=1% transport=quic`).
+    pub fn short_labels(&self) -> Vec<String> {
+        let full: Vec<String> = combinations(&self.matrix)
+            .iter()
+            .map(|c| full_label(c))
+            .collect();
+        onionlab_report::short_labels(&self.design(), &full)
     }
 
     fn resolve(&self, params: Vec<(String, String)>) -> Variant {
@@ -846,15 +864,7 @@ impl Scenario {
                 .collect();
             v.workloads.retain(|w| active.contains(w.client.as_str()));
         }
-        v.label = if params.is_empty() {
-            "default".into()
-        } else {
-            params
-                .iter()
-                .map(|(k, val)| format!("{k}={val}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
+        v.label = full_label(&params);
         v.params = params;
         v
     }

@@ -10,17 +10,16 @@
 //!   access links per payload byte) and stall rate (fraction of the
 //!   repetition's transfers that stalled).
 //!
-//! Findings (near the top of the report, apart from warnings): the stall
-//! rate of every variant over
-//! all its transfers, and, where a variant has a `transport=tls`
-//! counterpart that differs from it only in the transport, its wire
-//! overhead relative to TLS (ratio of the medians of the per-repetition
-//! wire overhead).
+//! Findings tables (near the top of the report): per workload its time to
+//! last byte (and first byte, for up to three workloads) and the wire
+//! overhead, each variant against the baseline of the same condition (see
+//! [`crate::labels`]: by default each transport against `tls`). Below
+//! them, the stall rate of the variants that stalled.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use onionlab_report::{Metric, ReportFiles, ReportInput, VariantCounts};
+use onionlab_report::{Design, Metric, ReportFiles, ReportInput, RunComparison, VariantCounts};
 
 use crate::agent::TransferRecord;
 use crate::run::RepetitionRecord;
@@ -50,6 +49,9 @@ pub enum ReportError {
     /// Writing the report failed.
     #[error(transparent)]
     Report(#[from] onionlab_report::Error),
+    /// Two runs cannot be compared.
+    #[error("{0}")]
+    Mismatch(String),
 }
 
 fn read(path: &Path) -> Result<String, ReportError> {
@@ -81,15 +83,27 @@ pub fn is_checksum_failure(r: &TransferRecord) -> bool {
         .is_some_and(|e| e.contains("corrupt") || e.contains("SHA-256"))
 }
 
+/// What a report is made of, besides the records.
+pub struct RunFacts<'a> {
+    /// The report's title.
+    pub title: &'a str,
+    /// The scenario file's text.
+    pub scenario_toml: &'a str,
+    /// Facts about the run, in display order.
+    pub meta: Vec<(String, String)>,
+    /// The variants' full labels, in report order.
+    pub variants: &'a [String],
+    /// How they are labelled and compared (one assignment per variant).
+    pub design: Design,
+}
+
 /// Build the report input from the records of a run.
 pub fn report_input(
-    title: &str,
-    scenario_toml: &str,
-    meta: Vec<(String, String)>,
-    variants: &[String],
+    facts: RunFacts,
     records: &[TransferRecord],
     reps: &[RepetitionRecord],
 ) -> ReportInput {
+    let variants = facts.variants;
     let mut workloads: Vec<String> = Vec::new();
     for r in records {
         if !workloads.contains(&r.workload) {
@@ -115,6 +129,7 @@ pub fn report_input(
         };
     let mut metrics = Vec::new();
     let many = workloads.len() > 1;
+    let ttfb_headline = workloads.len() <= 3;
     for w in &workloads {
         let (kp, tp) = if many {
             (format!("{w}_"), format!("{w}: "))
@@ -145,6 +160,7 @@ pub fn report_input(
                 title: format!("{tp}{kind} message one-way delay"),
                 unit: "ms".into(),
                 lower_is_better: true,
+                headline: true,
                 values,
             });
             continue;
@@ -154,6 +170,7 @@ pub fn report_input(
             title: format!("{tp}time to first byte"),
             unit: "ms".into(),
             lower_is_better: true,
+            headline: ttfb_headline,
             values: per_variant(&|r| r.ttfb_ms, w),
         });
         metrics.push(Metric {
@@ -161,6 +178,7 @@ pub fn report_input(
             title: format!("{tp}time to last byte"),
             unit: "ms".into(),
             lower_is_better: true,
+            headline: true,
             values: per_variant(&|r| r.ttlb_ms, w),
         });
         metrics.push(Metric {
@@ -168,6 +186,7 @@ pub fn report_input(
             title: format!("{tp}goodput"),
             unit: "MiB/s".into(),
             lower_is_better: false,
+            headline: false,
             values: per_variant(&|r| r.goodput_mib_s, w),
         });
     }
@@ -190,6 +209,7 @@ pub fn report_input(
         title: "circuit build time".into(),
         unit: "ms".into(),
         lower_is_better: true,
+        headline: false,
         values: per_rep(&|r| r.circuit_build_ms.clone()),
     });
     metrics.push(Metric {
@@ -197,6 +217,7 @@ pub fn report_input(
         title: "relay CPU per payload MiB (all relays)".into(),
         unit: "ms/MiB".into(),
         lower_is_better: true,
+        headline: false,
         values: per_rep(&|r| {
             let cpu: f64 = r.relay_cpu_s.iter().map(|(_, s)| s).sum();
             if r.payload_bytes == 0 {
@@ -211,6 +232,7 @@ pub fn report_input(
         title: "relay peak memory (each relay)".into(),
         unit: "MiB".into(),
         lower_is_better: true,
+        headline: false,
         values: per_rep(&|r| {
             r.relay_peak_rss
                 .iter()
@@ -223,6 +245,7 @@ pub fn report_input(
         title: "packets dropped by the emulated links (per repetition, all links)".into(),
         unit: "packets".into(),
         lower_is_better: true,
+        headline: false,
         values: per_rep(&|r| vec![r.links.iter().map(|l| l.3 as f64).sum()]),
     });
     metrics.push(Metric {
@@ -230,6 +253,7 @@ pub fn report_input(
         title: "wire bytes per payload byte (client access links)".into(),
         unit: "ratio".into(),
         lower_is_better: true,
+        headline: true,
         values: per_rep(&|r| r.wire_overhead.into_iter().collect()),
     });
 
@@ -238,6 +262,7 @@ pub fn report_input(
         title: "stalled transfers (per repetition)".into(),
         unit: "%".into(),
         lower_is_better: true,
+        headline: false,
         values: variants
             .iter()
             .map(|v| {
@@ -283,9 +308,12 @@ pub fn report_input(
         }
         counts.push(c);
     }
-    let mut findings = stall_rate_notes(&counts);
-    findings.extend(times_vs_tls_notes(variants, records));
-    findings.extend(overhead_vs_tls_notes(variants, reps));
+    let short = if facts.design.parameters.is_empty() {
+        variants.to_vec()
+    } else {
+        onionlab_report::short_labels(&facts.design, variants)
+    };
+    let findings = stall_rate_notes(&counts, &short);
     // CPU saturation is flagged per variant by the report from `counts`.
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
     for r in records.iter().filter(|r| r.error.is_some()) {
@@ -297,27 +325,33 @@ pub fn report_input(
         notes.push(format!("{n} transfer(s) failed: {e}"));
     }
     ReportInput {
-        title: title.to_string(),
-        scenario_toml: scenario_toml.to_string(),
-        meta,
+        title: facts.title.to_string(),
+        scenario_toml: facts.scenario_toml.to_string(),
+        meta: facts.meta,
         variants: variants.to_vec(),
         metrics,
         counts,
         notes,
         findings,
+        design: facts.design,
     }
 }
 
-/// One note: the stall rate of every variant (stalled transfers of all
-/// transfers); none if no variant has transfers.
-pub fn stall_rate_notes(counts: &[VariantCounts]) -> Vec<String> {
+/// One note: the stall rate (stalled transfers of all transfers) of every
+/// variant that stalled, by its label in `short` (in `counts` order); or
+/// that none stalled; none if no variant has transfers.
+pub fn stall_rate_notes(counts: &[VariantCounts], short: &[String]) -> Vec<String> {
+    let transfers: u64 = counts.iter().map(|c| c.transfers).sum();
+    if transfers == 0 {
+        return Vec::new();
+    }
     let parts: Vec<String> = counts
         .iter()
-        .filter(|c| c.transfers > 0)
-        .map(|c| {
+        .zip(short)
+        .filter(|(c, _)| c.stalls > 0)
+        .map(|(c, label)| {
             format!(
-                "{}: {:.1}% ({}/{})",
-                c.variant,
+                "{label}: {:.1}% ({}/{})",
                 100.0 * c.stalls as f64 / c.transfers as f64,
                 c.stalls,
                 c.transfers
@@ -325,10 +359,10 @@ pub fn stall_rate_notes(counts: &[VariantCounts]) -> Vec<String> {
         })
         .collect();
     if parts.is_empty() {
-        return Vec::new();
+        return vec![format!("No transfer stalled ({transfers} transfers).")];
     }
     vec![format!(
-        "stall rate (transfers with a stall, of all transfers): {}",
+        "Stall rate (transfers with a stall, of all transfers) of the variants that stalled: {}; the others had none.",
         parts.join("; ")
     )]
 }
@@ -350,101 +384,6 @@ pub fn tls_counterpart(label: &str) -> Option<String> {
     found.then(|| parts.join(" "))
 }
 
-/// The median of `v`: NaN if it is empty (callers pass non-empty samples).
-fn median(v: &[f64]) -> f64 {
-    onionlab_stats::median(v).unwrap_or(f64::NAN)
-}
-
-/// Notes comparing each non-TLS variant with its TLS counterpart
-/// ([`tls_counterpart`]), per workload, on time to first and last byte:
-/// both medians, their ratio with a 95% bootstrap interval, and the
-/// Mann-Whitney p-value. Transfers that failed have no times and are left
-/// out (the counts table shows them).
-pub fn times_vs_tls_notes(variants: &[String], records: &[TransferRecord]) -> Vec<String> {
-    type Pick = fn(&TransferRecord) -> Option<f64>;
-    let metrics: [(&str, Pick); 2] = [("TTFB", |r| r.ttfb_ms), ("TTLB", |r| r.ttlb_ms)];
-    let mut workloads: Vec<&str> = records.iter().map(|r| r.workload.as_str()).collect();
-    workloads.sort_unstable();
-    workloads.dedup();
-    let mut notes = Vec::new();
-    for v in variants {
-        let Some(tls) = tls_counterpart(v).filter(|t| variants.contains(t)) else {
-            continue;
-        };
-        for w in &workloads {
-            for (name, pick) in metrics {
-                let values = |variant: &str| -> Vec<f64> {
-                    records
-                        .iter()
-                        .filter(|r| r.variant == variant && r.workload == *w)
-                        .filter_map(pick)
-                        .filter(|x| x.is_finite() && *x >= 0.0)
-                        .collect()
-                };
-                let (a, b) = (values(v), values(&tls));
-                let (Ok(r), Ok(mw)) = (
-                    onionlab_stats::ratio_of_medians(&a, &b, 0x7115),
-                    onionlab_stats::mann_whitney_u(&a, &b),
-                ) else {
-                    continue;
-                };
-                notes.push(format!(
-                    "{name} vs TLS, workload {w}: {v}: median {:.1} ms vs {:.1} ms, ratio {:.3} [95% CI {:.3}, {:.3}], Mann-Whitney p {} (n = {} vs {})",
-                    median(&a),
-                    median(&b),
-                    r.ratio,
-                    r.ci95.0,
-                    r.ci95.1,
-                    if mw.p_two_sided < 1e-4 {
-                        "< 0.0001".to_string()
-                    } else {
-                        format!("= {:.4}", mw.p_two_sided)
-                    },
-                    a.len(),
-                    b.len(),
-                ));
-            }
-        }
-    }
-    notes
-}
-
-/// Notes giving each non-TLS variant's wire overhead relative to its TLS
-/// counterpart ([`tls_counterpart`]): the ratio of the medians of the
-/// per-repetition wire overhead, as a percentage more (or less) wire bytes
-/// per payload byte.
-pub fn overhead_vs_tls_notes(variants: &[String], reps: &[RepetitionRecord]) -> Vec<String> {
-    let overheads = |v: &str| -> Vec<f64> {
-        reps.iter()
-            .filter(|r| r.variant == v)
-            .filter_map(|r| r.wire_overhead)
-            .filter(|x| x.is_finite() && *x > 0.0)
-            .collect()
-    };
-    let mut notes = Vec::new();
-    for v in variants {
-        let Some(tls) = tls_counterpart(v) else {
-            continue;
-        };
-        if !variants.contains(&tls) {
-            continue;
-        }
-        let (a, b) = (overheads(v), overheads(&tls));
-        if a.is_empty() || b.is_empty() {
-            continue;
-        }
-        let (ma, mb) = (median(&a), median(&b));
-        let ratio = ma / mb;
-        notes.push(format!(
-            "wire overhead relative to TLS: {v}: {:+.1}% (median {ma:.4} wire bytes per payload byte over {} repetitions, against {mb:.4} for {tls} over {}; ratio {ratio:.4})",
-            (ratio - 1.0) * 100.0,
-            a.len(),
-            b.len(),
-        ));
-    }
-    notes
-}
-
 /// Facts about this machine and build, for the report.
 pub fn machine_meta() -> Vec<(String, String)> {
     let mut meta = vec![(
@@ -460,8 +399,8 @@ pub fn machine_meta() -> Vec<(String, String)> {
     meta
 }
 
-/// (Re)write the report of the run in `dir` into `dir/report`.
-pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
+/// The report input of the run in `dir`, from its records.
+pub fn input_of_dir(dir: &Path) -> Result<ReportInput, ReportError> {
     let records: Vec<TransferRecord> = read_jsonl(&dir.join("records.jsonl"))?;
     let reps: Vec<RepetitionRecord> = read_jsonl(&dir.join("repetitions.jsonl"))?;
     let scenario = read(&dir.join("scenario.toml"))?;
@@ -513,6 +452,43 @@ pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
         "raw records".into(),
         "records.jsonl, records.csv, repetitions.jsonl".into(),
     ));
-    let input = report_input(&title, &scenario, meta, &variants, &records, &reps);
+    crate::labels::sort_as_scenario(&scenario, &mut variants);
+    let design = crate::labels::design_of_run(&scenario, &variants);
+    let facts = RunFacts {
+        title: &title,
+        scenario_toml: &scenario,
+        meta,
+        variants: &variants,
+        design,
+    };
+    Ok(report_input(facts, &records, &reps))
+}
+
+/// (Re)write the report of the run in `dir` into `dir/report`.
+pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
+    let input = input_of_dir(dir)?;
     Ok(onionlab_report::write_report(&input, &dir.join("report"))?)
+}
+
+/// Compares run `b` with run `a` of the same scenario ([`onionlab_report::compare_runs`]);
+/// the text starts with a warning when the scenario files differ.
+pub fn compare_dirs(a: &Path, b: &Path) -> Result<RunComparison, ReportError> {
+    let (ia, ib) = (input_of_dir(a)?, input_of_dir(b)?);
+    if ia.title != ib.title {
+        return Err(ReportError::Mismatch(format!(
+            "{} is a run of {:?}, {} of {:?}: compare runs of one scenario",
+            a.display(),
+            ia.title,
+            b.display(),
+            ib.title
+        )));
+    }
+    let names = (a.display().to_string(), b.display().to_string());
+    let mut c = onionlab_report::compare_runs(&ia, &ib, (&names.0, &names.1))?;
+    if ia.scenario_toml != ib.scenario_toml {
+        let warning = "WARNING: the two runs' scenario files differ (see scenario.toml in each): a difference may come from the scenario, not the code.\n\n";
+        c.text.insert_str(0, warning);
+        c.markdown.insert_str(0, &format!("> {warning}"));
+    }
+    Ok(c)
 }

@@ -535,3 +535,39 @@ fn clients_runs_the_first_n_clients_and_their_workloads() {
         "from 1 to 2",
     );
 }
+
+#[test]
+fn report_settings_name_and_compare_the_variants() {
+    let text = format!(
+        "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\"]\n\"latency:client-guard,guard-middle,middle-exit\" = [\"20ms\", \"40ms\"]\n\n[report]\ncompare = \"transport\"\nbaseline = \"quic\"\n[report.labels]\n\"latency:client-guard,guard-middle,middle-exit\" = \"per hop\"\n"
+    );
+    let s = parse(&text).unwrap();
+    assert_eq!(
+        s.short_labels(),
+        [
+            "tls, per hop 20ms",
+            "quic, per hop 20ms",
+            "tls, per hop 40ms",
+            "quic, per hop 40ms"
+        ]
+    );
+    assert_eq!(s.design().compare.unwrap().baseline, "quic");
+    // Without [report]: transport against tls, default short names.
+    let plain = text.split("\n[report]").next().unwrap().to_string();
+    let s = parse(&plain).unwrap();
+    assert_eq!(s.short_labels()[3], "quic, latency 40ms");
+    assert_eq!(s.design().compare.unwrap().baseline, "tls");
+    // Broken settings name the [report] table's line.
+    let line = text.lines().position(|l| l == "[report]").unwrap() + 1;
+    let bad = text.replace("baseline = \"quic\"", "baseline = \"pctcp\"");
+    assert_error(&bad, line, "not one of");
+    let bad = text.replace("compare = \"transport\"", "compare = \"size\"");
+    assert_error(&bad, line, "not a matrix parameter");
+    let bad = text.replace("\"per hop\"", "\"per hop\"\nlatency = \"x\"");
+    assert_error(&bad, line, "\"latency\" is not a matrix parameter");
+    let bad = text.replace(
+        "compare = \"transport\"",
+        "compare = \"transport\"\ncolour = 1",
+    );
+    assert_error(&bad, line + 2, "unknown field");
+}

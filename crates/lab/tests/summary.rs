@@ -1,11 +1,10 @@
-//! Report findings: times and wire overhead relative to the TLS counterpart, and
-//! the stall rate per variant.
+//! Report findings: each transport against TLS of the same condition (times
+//! per workload and wire overhead), and the stall rate per variant.
 
 use onionlab_lab::agent::TransferRecord;
+use onionlab_lab::labels::{combinations, full_label, ReportSettings};
 use onionlab_lab::run::RepetitionRecord;
-use onionlab_lab::summary::{
-    overhead_vs_tls_notes, stall_rate_notes, times_vs_tls_notes, tls_counterpart,
-};
+use onionlab_lab::summary::{report_input, stall_rate_notes, tls_counterpart, RunFacts};
 use onionlab_report::VariantCounts;
 
 fn rep(variant: &str, repetition: u32, wire_overhead: Option<f64>) -> RepetitionRecord {
@@ -42,41 +41,6 @@ fn counterparts() {
 }
 
 #[test]
-fn overhead_relative_to_tls() {
-    let variants: Vec<String> = [
-        "latency=20ms transport=tls",
-        "latency=20ms transport=quic",
-        "latency=40ms transport=quic",
-    ]
-    .map(String::from)
-    .to_vec();
-    let mut reps = Vec::new();
-    for (i, (t, q)) in [(1.04, 1.10), (1.05, 1.12), (1.06, 1.14)]
-        .iter()
-        .enumerate()
-    {
-        reps.push(rep(&variants[0], i as u32, Some(*t)));
-        reps.push(rep(&variants[1], i as u32, Some(*q)));
-        reps.push(rep(&variants[2], i as u32, Some(*q)));
-    }
-    reps.push(rep(&variants[1], 9, None));
-    let notes = overhead_vs_tls_notes(&variants, &reps);
-    // 40 ms has no TLS counterpart in this run.
-    assert_eq!(notes.len(), 1, "{notes:?}");
-    let n = &notes[0];
-    assert!(
-        n.starts_with("wire overhead relative to TLS: latency=20ms transport=quic: +6.7%"),
-        "{n}"
-    );
-    assert!(n.contains("median 1.1200"), "{n}");
-    assert!(
-        n.contains("against 1.0500 for latency=20ms transport=tls over 3"),
-        "{n}"
-    );
-    assert!(n.contains("ratio 1.0667"), "{n}");
-}
-
-#[test]
 fn stall_rates() {
     let c = |v: &str, transfers, stalls| VariantCounts {
         variant: v.into(),
@@ -84,57 +48,94 @@ fn stall_rates() {
         stalls,
         ..VariantCounts::default()
     };
-    let notes = stall_rate_notes(&[c("transport=tls", 200, 0), c("transport=quic", 200, 50)]);
+    let short = ["tls".to_string(), "quic".to_string()];
+    let notes = stall_rate_notes(
+        &[c("transport=tls", 200, 0), c("transport=quic", 200, 50)],
+        &short,
+    );
     assert_eq!(
         notes,
-        ["stall rate (transfers with a stall, of all transfers): transport=tls: 0.0% (0/200); transport=quic: 25.0% (50/200)"]
+        ["Stall rate (transfers with a stall, of all transfers) of the variants that stalled: quic: 25.0% (50/200); the others had none."]
     );
-    assert!(stall_rate_notes(&[c("x", 0, 0)]).is_empty());
+    let none = stall_rate_notes(&[c("transport=tls", 200, 0)], &short);
+    assert_eq!(none, ["No transfer stalled (200 transfers)."]);
+    assert!(stall_rate_notes(&[c("x", 0, 0)], &short).is_empty());
 }
 
 #[test]
-fn times_relative_to_tls_per_workload() {
-    let variants: Vec<String> = ["transport=tls", "transport=quic", "transport=auto"]
-        .map(String::from)
-        .to_vec();
-    let record = |variant: &str, workload: &str, ttfb: f64, ttlb: Option<f64>| TransferRecord {
+fn findings_tables_compare_each_transport_with_tls_of_the_same_condition() {
+    let matrix = vec![
+        (
+            "latency".to_string(),
+            vec!["20ms".to_string(), "40ms".to_string()],
+        ),
+        (
+            "transport".to_string(),
+            vec!["tls".to_string(), "quic".to_string()],
+        ),
+    ];
+    let combos = combinations(&matrix);
+    let variants: Vec<String> = combos.iter().map(|c| full_label(c)).collect();
+    let design = ReportSettings::default().design(&matrix, &combos);
+    let record = |variant: &str, workload: &str, ttlb: Option<f64>| TransferRecord {
         variant: variant.into(),
         workload: workload.into(),
-        ttfb_ms: Some(ttfb),
+        ttfb_ms: Some(10.0),
         ttlb_ms: ttlb,
+        error: ttlb.is_none().then(|| "cut short".to_string()),
         ..TransferRecord::default()
     };
     let mut records = Vec::new();
+    let mut reps = Vec::new();
     for i in 0..10 {
         let x = f64::from(i);
-        records.push(record("transport=tls", "light", 100.0 + x, Some(200.0 + x)));
-        records.push(record("transport=quic", "light", 50.0 + x, Some(400.0 + x)));
-        records.push(record(
-            "transport=tls",
-            "bulk",
-            1000.0 + x,
-            Some(5000.0 + x),
-        ));
-        // A failed transfer has no last byte: left out, not counted as 0.
-        let ttlb = (i != 0).then_some(5000.0 + x);
-        records.push(record("transport=quic", "bulk", 1000.0 + x, ttlb));
+        for (v, base) in variants.iter().zip([200.0, 100.0, 400.0, 400.0]) {
+            records.push(record(v, "light", Some(base + x)));
+            // A failed transfer has no last byte: left out, not counted as 0.
+            let bulk = (i != 0 || base != 100.0).then_some(10.0 * base + x);
+            records.push(record(v, "bulk", bulk));
+        }
+        for (v, overhead) in variants.iter().zip([1.04, 1.10, 1.05, 1.12]) {
+            reps.push(rep(v, i as u32, Some(overhead + x / 1000.0)));
+        }
     }
-    let notes = times_vs_tls_notes(&variants, &records);
-    // quic x {bulk, light} x {TTFB, TTLB}; auto has no records.
-    assert_eq!(notes.len(), 4, "{notes:#?}");
-    let light_ttfb = notes
-        .iter()
-        .find(|n| n.starts_with("TTFB vs TLS, workload light: transport=quic:"))
-        .expect("light TTFB");
+    let facts = RunFacts {
+        title: "t",
+        scenario_toml: "",
+        meta: Vec::new(),
+        variants: &variants,
+        design,
+    };
+    let input = report_input(facts, &records, &reps);
+    let dir = tempfile::tempdir().unwrap();
+    let files = onionlab_report::write_report(&input, dir.path()).unwrap();
+    let text = &files.findings_text;
+    // Per workload TTLB and TTFB (two workloads), and the wire overhead.
+    assert!(text.contains("light: time to last byte"), "{text}");
+    assert!(text.contains("bulk: time to first byte"), "{text}");
+    assert!(text.contains("wire bytes per payload byte"), "{text}");
+    // light at 20 ms: quic 104.5 against tls 204.5; at 40 ms equal.
+    let light = text
+        .split("\n\n")
+        .find(|t| t.starts_with("light: time to last byte"))
+        .unwrap();
+    let row = |cond: &str| {
+        light
+            .lines()
+            .find(|l| l.starts_with(cond))
+            .unwrap()
+            .to_string()
+    };
+    assert!(row("latency 20ms").contains("204.5"), "{light}");
+    assert!(row("latency 20ms").contains("0.511 ["), "{light}");
+    assert!(row("latency 20ms").contains("✱"), "{light}");
+    assert!(row("latency 40ms").contains("1.000 ["), "{light}");
+    assert!(!row("latency 40ms").contains("✱"), "{light}");
+    let md = std::fs::read_to_string(&files.markdown).unwrap();
+    // The stall note says none stalled; the labels are short.
+    assert!(md.contains("No transfer stalled (80 transfers)."), "{md}");
     assert!(
-        light_ttfb.contains("median 54.5 ms vs 104.5 ms"),
-        "{light_ttfb}"
+        md.contains("| quic, latency 20ms | quic | 20ms | latency=20ms transport=quic |"),
+        "{md}"
     );
-    assert!(light_ttfb.contains("ratio 0.522"), "{light_ttfb}");
-    assert!(light_ttfb.contains("p < 0.0001"), "{light_ttfb}");
-    let bulk_ttlb = notes
-        .iter()
-        .find(|n| n.starts_with("TTLB vs TLS, workload bulk: transport=quic:"))
-        .expect("bulk TTLB");
-    assert!(bulk_ttlb.contains("(n = 9 vs 10)"), "{bulk_ttlb}");
 }

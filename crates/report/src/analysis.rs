@@ -4,16 +4,18 @@ use std::collections::HashSet;
 
 use onionlab_stats::{mann_whitney_u, ratio_of_medians, sorted, MannWhitney, RatioCi, Summary};
 
+use crate::layout::{layout, Layout};
 use crate::{Error, Metric, ReportInput, Result, VariantCounts};
 
 /// Statistics of one variant for one metric.
 pub(crate) struct VariantRow {
+    /// The variant's short label.
     pub label: String,
     /// Values sorted ascending (empty: no data).
     pub sorted: Vec<f64>,
     pub summary: Option<Summary>,
-    /// Comparison with the baseline; `None` for the baseline itself and
-    /// when either side has no data.
+    /// Comparison with its baseline (see [`Layout::baseline_of`]); `None`
+    /// for a baseline, without one, and when either side has no data.
     pub vs_baseline: Option<Comparison>,
 }
 
@@ -30,6 +32,8 @@ pub(crate) struct MetricAnalysis<'a> {
 
 pub(crate) struct Analysis<'a> {
     pub input: &'a ReportInput,
+    /// Short labels, conditions, baselines and colours of the variants.
+    pub layout: Layout,
     pub metrics: Vec<MetricAnalysis<'a>>,
     /// The input's notes followed by warnings derived from the counts.
     pub warnings: Vec<String>,
@@ -100,11 +104,12 @@ fn validate(input: &ReportInput) -> Result<()> {
     Ok(())
 }
 
-fn analyse_metric(input: &ReportInput, metric: &Metric) -> Vec<VariantRow> {
+fn analyse_metric(input: &ReportInput, layout: &Layout, metric: &Metric) -> Vec<VariantRow> {
     let mut rows: Vec<VariantRow> = input
         .variants
         .iter()
-        .map(|label| {
+        .zip(&layout.short)
+        .map(|(label, short)| {
             let values = metric
                 .values
                 .iter()
@@ -116,16 +121,18 @@ fn analyse_metric(input: &ReportInput, metric: &Metric) -> Vec<VariantRow> {
             let sorted = sorted(values).unwrap_or_default();
             let summary = Summary::of(&sorted, seed_for(&metric.key, label)).ok();
             VariantRow {
-                label: label.clone(),
+                label: short.clone(),
                 sorted,
                 summary,
                 vs_baseline: None,
             }
         })
         .collect();
-    let (baseline, others) = rows.split_at_mut(1);
-    let base = &baseline[0];
-    for row in others {
+    for (i, full) in input.variants.iter().enumerate() {
+        let Some(b) = layout.baseline_of[i] else {
+            continue;
+        };
+        let (row, base) = (&rows[i], &rows[b]);
         if row.sorted.is_empty() || base.sorted.is_empty() {
             continue;
         }
@@ -135,10 +142,10 @@ fn analyse_metric(input: &ReportInput, metric: &Metric) -> Vec<VariantRow> {
         let ratio = ratio_of_medians(
             &row.sorted,
             &base.sorted,
-            seed_for(&metric.key, &row.label) ^ 0x5a5a,
+            seed_for(&metric.key, full) ^ 0x5a5a,
         )
         .map_err(|e| e.to_string());
-        row.vs_baseline = Some(Comparison { ratio, test });
+        rows[i].vs_baseline = Some(Comparison { ratio, test });
     }
     rows
 }
@@ -146,12 +153,14 @@ fn analyse_metric(input: &ReportInput, metric: &Metric) -> Vec<VariantRow> {
 /// Checks the input and computes all statistics.
 pub(crate) fn analyse(input: &ReportInput) -> Result<Analysis<'_>> {
     validate(input)?;
+    crate::layout::validate(input)?;
+    let layout = layout(input);
     let metrics = input
         .metrics
         .iter()
         .map(|metric| MetricAnalysis {
             metric,
-            rows: analyse_metric(input, metric),
+            rows: analyse_metric(input, &layout, metric),
         })
         .collect();
     let counts: Vec<VariantCounts> = input
@@ -170,28 +179,29 @@ pub(crate) fn analyse(input: &ReportInput) -> Result<Analysis<'_>> {
         })
         .collect();
     let mut warnings = input.notes.clone();
-    for c in &counts {
+    for (c, label) in counts.iter().zip(&layout.short) {
         if c.checksum_failures > 0 {
             warnings.push(format!(
                 "Variant {}: {} transfer(s) failed the end-to-end checksum: data was corrupted, the run has failed.",
-                c.variant, c.checksum_failures
+                label, c.checksum_failures
             ));
         }
         if c.cpu_saturated_repetitions > 0 {
             warnings.push(format!(
                 "Variant {}: {} of {} repetition(s) ran on a saturated CPU; their timings are not to be trusted.",
-                c.variant, c.cpu_saturated_repetitions, c.repetitions
+                label, c.cpu_saturated_repetitions, c.repetitions
             ));
         }
         if c.host_dropped_repetitions > 0 {
             warnings.push(format!(
                 "Variant {}: in {} of {} repetition(s) a host's kernel dropped packets itself (a full TUN queue or socket buffer, see host_drops in repetitions.jsonl): the machine, not the emulated network, limited those results.",
-                c.variant, c.host_dropped_repetitions, c.repetitions
+                label, c.host_dropped_repetitions, c.repetitions
             ));
         }
     }
     Ok(Analysis {
         input,
+        layout,
         metrics,
         warnings,
         counts,

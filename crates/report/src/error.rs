@@ -40,6 +40,9 @@ pub enum Error {
         /// The value.
         value: f64,
     },
+    /// The design does not fit the variants (see [`crate::Design`]).
+    #[error("the report's design does not fit its variants: {0}")]
+    BadDesign(String),
     /// The embedded font could not be loaded by the text renderer.
     #[error("the embedded DejaVu Sans font could not be registered with plotters")]
     Font,

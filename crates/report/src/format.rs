@@ -24,6 +24,20 @@ pub(crate) fn num(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
+/// A ratio with three decimals (`0.657`), as findings tables show them.
+pub(crate) fn ratio(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.3}")
+    } else {
+        num(x)
+    }
+}
+
+/// A ratio's interval as `[lo, hi]` with three decimals.
+pub(crate) fn ratio_interval((lo, hi): (f64, f64)) -> String {
+    format!("[{}, {}]", ratio(lo), ratio(hi))
+}
+
 /// An interval as `[lo, hi]`.
 pub(crate) fn interval((lo, hi): (f64, f64)) -> String {
     format!("[{}, {}]", num(lo), num(hi))

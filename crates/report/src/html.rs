@@ -5,15 +5,18 @@ use std::fmt::Write;
 
 use crate::analysis::Analysis;
 use crate::format::html;
-use crate::plot::{stem, FIGURE_SIZE};
-use crate::tables::{counts_table, method_notes, metric_table, Table};
+use crate::plot::{figure_size, stem};
+use crate::tables::{
+    counts_table, findings_tables, legend_table, method_notes, metric_table, Table, ALPHA,
+};
 use crate::FigureKind;
 
 const STYLE: &str = "\
 body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{border-bottom:2px solid #0072b2;padding-bottom:.2em}
 h2{margin-top:1.8em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;margin:1em 0;font-size:.92em}
+h3{margin:1.2em 0 .3em;font-size:1.02em}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em;display:block;max-width:100%;overflow-x:auto}
 th,td{border:1px solid #ccc;padding:.3em .6em;vertical-align:top}
 th{background:#f2f5f8;text-align:left}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -56,8 +59,8 @@ fn table(out: &mut String, t: &Table, class: &str) {
     out.push_str("</tbody>\n</table>\n");
 }
 
-fn figure(out: &mut String, file_stem: &str, alt: &str, caption: &str) {
-    let (w, h) = FIGURE_SIZE;
+fn figure(out: &mut String, size: (u32, u32), file_stem: &str, alt: &str, caption: &str) {
+    let (w, h) = size;
     let _ = writeln!(
         out,
         "<figure><img src=\"{s}.svg\" width=\"{w}\" height=\"{h}\" alt=\"{alt}\">\
@@ -88,12 +91,31 @@ pub(crate) fn render(a: &Analysis) -> String {
         out.push_str("</tbody>\n</table>\n");
     }
 
-    if !input.findings.is_empty() {
-        out.push_str("<h2>Findings</h2>\n<ul>\n");
-        for f in &input.findings {
-            let _ = writeln!(out, "<li>{}</li>", html(f));
+    if let Some(t) = legend_table(a) {
+        out.push_str("<h2>Variants</h2>\n");
+        table(&mut out, &t, "legend");
+    }
+
+    let findings = findings_tables(a);
+    if !findings.is_empty() || !input.findings.is_empty() {
+        out.push_str("<h2>Findings</h2>\n");
+        for (title, t) in &findings {
+            let _ = writeln!(out, "<h3>{}</h3>", html(title));
+            table(&mut out, t, "findings");
         }
-        out.push_str("</ul>\n");
+        if !findings.is_empty() {
+            let _ = writeln!(
+                out,
+                "<p>Median ratios with 95% bootstrap intervals and Mann–Whitney p-values; ✱ and bold: p &lt; {ALPHA}.</p>"
+            );
+        }
+        if !input.findings.is_empty() {
+            out.push_str("<ul>\n");
+            for f in &input.findings {
+                let _ = writeln!(out, "<li>{}</li>", html(f));
+            }
+            out.push_str("</ul>\n");
+        }
     }
 
     if !a.warnings.is_empty() {
@@ -121,15 +143,18 @@ pub(crate) fn render(a: &Analysis) -> String {
             html(&format!("{}{unit}", m.metric.title)),
             k = html(&m.metric.key)
         );
-        table(&mut out, &metric_table(m), "stats");
+        table(&mut out, &metric_table(a, m), "stats");
+        let size = figure_size(&a.layout);
         figure(
             &mut out,
+            size,
             &stem(&m.metric.key, FigureKind::Cdf),
             &format!("{}: CDF", m.metric.title),
-            "Empirical CDF per variant with pointwise 95% quantile confidence bands.",
+            "Empirical CDF per variant, one panel per condition, with light pointwise 95% quantile confidence bands.",
         );
         figure(
             &mut out,
+            size,
             &stem(&m.metric.key, FigureKind::Box),
             &format!("{}: box plot", m.metric.title),
             "Quartile boxes, median line, × mean, whiskers at 1.5 IQR (Tukey), circles beyond.",

@@ -5,10 +5,13 @@ use std::fmt::Write;
 use crate::analysis::Analysis;
 use crate::format::{fence_for, md};
 use crate::plot::stem;
-use crate::tables::{counts_table, method_notes, metric_table, Table};
+use crate::tables::{
+    counts_table, findings_tables, legend_table, method_notes, metric_table, Table,
+};
 use crate::FigureKind;
 
-fn table(out: &mut String, t: &Table) {
+/// Appends `t` as a Markdown table (bold for emphasised cells).
+pub(crate) fn table(out: &mut String, t: &Table) {
     let row = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
     out.push_str(&row(t.header.iter().map(|h| md(h)).collect()));
     out.push_str(&row(t
@@ -63,8 +66,25 @@ pub(crate) fn render(a: &Analysis) -> String {
         );
     }
 
-    if !input.findings.is_empty() {
+    if let Some(t) = legend_table(a) {
+        out.push_str("## Variants\n\n");
+        table(&mut out, &t);
+    }
+
+    let findings = findings_tables(a);
+    if !findings.is_empty() || !input.findings.is_empty() {
         out.push_str("## Findings\n\n");
+        for (title, t) in &findings {
+            let _ = writeln!(out, "**{}**\n", md(title));
+            table(&mut out, t);
+        }
+        if !findings.is_empty() {
+            let _ = writeln!(
+                out,
+                "Median ratios with 95% bootstrap intervals and Mann–Whitney p-values; ✱ and bold: p < {}.\n",
+                crate::tables::ALPHA
+            );
+        }
         for f in &input.findings {
             let _ = writeln!(out, "- {}", md(f));
         }
@@ -92,7 +112,7 @@ pub(crate) fn render(a: &Analysis) -> String {
         };
         let _ = writeln!(out, "## {}{unit}\n", md(&m.metric.title));
         let _ = writeln!(out, "Metric `{}`, {direction}.\n", m.metric.key);
-        table(&mut out, &metric_table(m));
+        table(&mut out, &metric_table(a, m));
         let cdf = stem(&m.metric.key, FigureKind::Cdf);
         let bx = stem(&m.metric.key, FigureKind::Box);
         let _ = writeln!(

@@ -23,10 +23,53 @@ pub struct ReportInput {
     pub counts: Vec<VariantCounts>,
     /// Warnings printed prominently near the top of the report.
     pub notes: Vec<String>,
-    /// Summary facts listed near the top (not warnings): stall rates,
-    /// overheads relative to a baseline...
+    /// Summary facts listed near the top (not warnings), under the
+    /// findings tables: stall rates...
     #[serde(default)]
     pub findings: Vec<String>,
+    /// How the variants were made from matrix parameters: short labels,
+    /// conditions and the compared parameter. The default (no parameters)
+    /// shows the labels as they are and compares every variant with the
+    /// first.
+    #[serde(default)]
+    pub design: Design,
+}
+
+/// How the variants were made from the matrix parameters of a scenario.
+///
+/// A variant's *condition* is its values of every varying parameter but
+/// the compared one; each variant is compared with the variant of the same
+/// condition whose compared parameter has the baseline value (e.g. `quic`
+/// at 1% loss with `tls` at 1% loss).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Design {
+    /// The matrix parameters, in label order.
+    pub parameters: Vec<Parameter>,
+    /// Per variant of [`ReportInput::variants`], in the same order, its
+    /// value of each parameter, in [`Design::parameters`] order.
+    pub assignments: Vec<Vec<String>>,
+    /// The compared parameter and its baseline; `None`: every variant is
+    /// compared with the first.
+    pub compare: Option<Compare>,
+}
+
+/// One matrix parameter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Parameter {
+    /// Its name in the scenario (e.g. `loss:guard-middle`).
+    pub name: String,
+    /// Its name in short labels (e.g. `loss`); empty: the value alone
+    /// (e.g. `quic` for `transport`).
+    pub short: String,
+}
+
+/// The parameter a report compares, and the value compared against.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compare {
+    /// A [`Parameter::name`] (e.g. `transport`).
+    pub parameter: String,
+    /// One of its values (e.g. `tls`).
+    pub baseline: String,
 }
 
 /// One measured quantity, with its values per variant.
@@ -42,6 +85,10 @@ pub struct Metric {
     /// Whether smaller values are better (times) or larger (goodput); used
     /// to word the comparison with the baseline.
     pub lower_is_better: bool,
+    /// Whether the metric gets a findings table at the top of the report
+    /// (one row per condition, one column per compared value).
+    #[serde(default)]
+    pub headline: bool,
     /// `(variant label, values)`; a variant without an entry, or with no
     /// values, is shown as having no data.
     pub values: Vec<(String, Vec<f64>)>,
@@ -90,8 +137,10 @@ pub struct Figure {
     pub kind: FigureKind,
     /// The SVG file.
     pub svg: PathBuf,
-    /// The PNG file (800 x 500 pixels).
+    /// The PNG file.
     pub png: PathBuf,
+    /// Width and height in pixels (the PNG's; the SVG's user units).
+    pub size: (u32, u32),
 }
 
 /// The files [`crate::write_report`] wrote.
@@ -103,4 +152,7 @@ pub struct ReportFiles {
     pub html: PathBuf,
     /// Per metric, its CDF figure then its box plot.
     pub figures: Vec<Figure>,
+    /// The findings tables as plain text for a terminal (empty when the
+    /// report has none).
+    pub findings_text: String,
 }

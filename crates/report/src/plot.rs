@@ -11,15 +11,27 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use onionlab_stats::{quantile_band, QuantileBandPoint};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 
 use crate::analysis::{MetricAnalysis, VariantRow};
+use crate::layout::{Layout, ALL};
 use crate::{Error, Figure, FigureKind, Result};
 
-/// Width and height of every figure, in pixels.
+/// Width and height of a figure with one panel, in pixels.
 pub const FIGURE_SIZE: (u32, u32) = (800, 500);
+/// Width and height of each panel of a figure with several.
+const PANEL_SIZE: (u32, u32) = (420, 300);
+/// Panels per row at most.
+const MAX_COLUMNS: usize = 3;
+/// Height of the figure's title line.
+const TITLE_HEIGHT: u32 = 36;
+/// Height of one line of the legend above the panels.
+const LEGEND_LINE: u32 = 24;
+/// Opacity of the quantile bands: light enough to leave the curves visible.
+const BAND_OPACITY: f64 = 0.10;
 
 const FONT: &str = "sans-serif";
 /// Confidence of the shaded quantile bands.
@@ -101,12 +113,102 @@ fn axis_label(m: &MetricAnalysis) -> String {
     }
 }
 
-fn legend_label(row: &VariantRow) -> String {
-    if row.sorted.is_empty() {
-        format!("{} (no data)", row.label)
+/// Where the parts of a figure go: the legend's lines, the panel grid and
+/// the figure's size.
+struct Frame {
+    /// Legend entries (group index, text) per line.
+    legend: Vec<Vec<(usize, String)>>,
+    columns: usize,
+    rows: usize,
+    size: (u32, u32),
+}
+
+/// Approximate width of legend text at 14 px (DejaVu Sans averages about
+/// 0.6 em per character), plus the swatch and the gap to the next entry.
+fn legend_entry_width(text: &str) -> u32 {
+    text.chars().count() as u32 * 8 + 48
+}
+
+fn frame(layout: &Layout) -> Frame {
+    let k = layout.conditions.len().max(1);
+    let columns = k.min(MAX_COLUMNS);
+    let rows = k.div_ceil(columns);
+    let width = if k == 1 {
+        FIGURE_SIZE.0
     } else {
-        format!("{} (n = {})", row.label, row.sorted.len())
+        PANEL_SIZE.0 * columns as u32
+    };
+    let mut legend: Vec<Vec<(usize, String)>> = vec![Vec::new()];
+    let mut used = 0;
+    for (g, text) in layout.groups.iter().enumerate() {
+        let w = legend_entry_width(text);
+        if used > 0 && used + w > width.saturating_sub(24) {
+            legend.push(Vec::new());
+            used = 0;
+        }
+        used += w;
+        if let Some(line) = legend.last_mut() {
+            line.push((g, text.clone()));
+        }
     }
+    let header = TITLE_HEIGHT + LEGEND_LINE * legend.len() as u32 + 8;
+    let height = if k == 1 {
+        FIGURE_SIZE.1.max(header + 360)
+    } else {
+        header + PANEL_SIZE.1 * rows as u32
+    };
+    Frame {
+        legend,
+        columns,
+        rows,
+        size: (width, height),
+    }
+}
+
+/// The size of a metric's figures for this layout.
+pub(crate) fn figure_size(layout: &Layout) -> (u32, u32) {
+    frame(layout).size
+}
+
+/// Draws the title and the legend (one swatch per group, outside the
+/// data), and returns the panel areas, one per condition.
+fn header_and_panels<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    f: &Frame,
+    caption: &str,
+    layout: &Layout,
+) -> std::result::Result<Vec<DrawingArea<DB, Shift>>, DrawingAreaErrorKind<DB::ErrorType>> {
+    root.fill(&WHITE)?;
+    root.draw(&Text::new(
+        caption.to_string(),
+        (12, 8),
+        (FONT, 20).into_font(),
+    ))?;
+    for (line, entries) in f.legend.iter().enumerate() {
+        let y = (TITLE_HEIGHT + LEGEND_LINE * line as u32) as i32 + 4;
+        let mut x = 16i32;
+        for (g, text) in entries {
+            let c = colour(*g);
+            root.draw(&Rectangle::new([(x, y + 3), (x + 22, y + 13)], c.filled()))?;
+            root.draw(&Text::new(
+                text.clone(),
+                (x + 28, y),
+                (FONT, 14).into_font(),
+            ))?;
+            x += legend_entry_width(text) as i32;
+        }
+    }
+    let header = TITLE_HEIGHT + LEGEND_LINE * f.legend.len() as u32 + 8;
+    let (_, body) = root.split_vertically(header);
+    let mut panels = body.split_evenly((f.rows, f.columns));
+    panels.truncate(layout.conditions.len().max(1));
+    Ok(panels)
+}
+
+/// A panel's caption: the condition, unless there is only one.
+fn panel_caption(layout: &Layout, condition: usize) -> Option<String> {
+    let label = &layout.conditions.get(condition)?.label;
+    (label != ALL).then(|| label.clone())
 }
 
 fn draw_no_data<DB: DrawingBackend>(
@@ -119,9 +221,10 @@ fn draw_no_data<DB: DrawingBackend>(
         (20, 20),
         (FONT, 22).into_font(),
     ))?;
+    let (w, h) = root.dim_in_pixel();
     root.draw(&Text::new(
         "no data for any variant".to_string(),
-        (FIGURE_SIZE.0 as i32 / 2 - 100, FIGURE_SIZE.1 as i32 / 2),
+        (w as i32 / 2 - 100, h as i32 / 2),
         (FONT, 18).into_font(),
     ))?;
     Ok(())
@@ -174,72 +277,72 @@ fn cdf_bands(m: &MetricAnalysis) -> Vec<Option<Vec<QuantileBandPoint>>> {
 fn draw_cdf<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     m: &MetricAnalysis,
+    layout: &Layout,
     bands: &[Option<Vec<QuantileBandPoint>>],
 ) -> DrawResult<DB> {
-    let caption = format!("{}: CDF with 95% quantile bands", m.metric.title);
+    let caption = format!("{}: CDF", axis_label(m));
     let Some((x0, x1)) = value_range(&m.rows) else {
         return draw_no_data(root, &caption);
     };
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, (FONT, 22))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, 0f64..1.02f64)?;
-    let x_desc = axis_label(m);
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc("cumulative fraction")
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .x_label_formatter(&tick)
-        .y_label_formatter(&tick)
-        .bold_line_style(RGBColor(225, 225, 225))
-        .light_line_style(TRANSPARENT)
-        .draw()?;
-
-    let clamp = |x: f64| x.clamp(x0, x1);
-    for (i, band) in bands.iter().enumerate() {
-        let Some(band) = band else {
-            continue; // no data
+    let f = frame(layout);
+    let panels = header_and_panels(root, &f, &caption, layout)?;
+    for (ci, panel) in panels.iter().enumerate() {
+        let members: Vec<usize> = match layout.conditions.get(ci) {
+            Some(c) => c.members.iter().flatten().copied().collect(),
+            None => (0..m.rows.len()).collect(),
         };
-        // Levels at which the sample bounds neither side carry no
-        // information (e.g. every level for one value): shade only the
-        // runs of levels with at least one finite side.
-        let informative = |b: &&QuantileBandPoint| b.lo.is_finite() || b.hi.is_finite();
-        for run in band.split(|b| !informative(&b)) {
-            if run.is_empty() {
+        let mut builder = ChartBuilder::on(panel);
+        if let Some(c) = panel_caption(layout, ci) {
+            builder.caption(c, (FONT, 15));
+        }
+        let mut chart = builder
+            .margin(10)
+            .x_label_area_size(32)
+            .y_label_area_size(44)
+            .build_cartesian_2d(x0..x1, 0f64..1.02f64)?;
+        chart
+            .configure_mesh()
+            .label_style((FONT, 12))
+            .x_labels(5)
+            .y_labels(6)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .light_line_style(TRANSPARENT)
+            .draw()?;
+        let clamp = |x: f64| x.clamp(x0, x1);
+        for &i in &members {
+            let Some(band) = &bands[i] else {
+                continue; // no data
+            };
+            // Levels at which the sample bounds neither side carry no
+            // information (e.g. every level for one value): shade only the
+            // runs of levels with at least one finite side.
+            let informative = |b: &&QuantileBandPoint| b.lo.is_finite() || b.hi.is_finite();
+            for run in band.split(|b| !informative(&b)) {
+                if run.is_empty() {
+                    continue;
+                }
+                let mut outline: Vec<(f64, f64)> = run.iter().map(|b| (clamp(b.lo), b.p)).collect();
+                outline.extend(run.iter().rev().map(|b| (clamp(b.hi), b.p)));
+                chart.draw_series(std::iter::once(Polygon::new(
+                    outline,
+                    colour(layout.group_of[i]).mix(BAND_OPACITY).filled(),
+                )))?;
+            }
+        }
+        for &i in &members {
+            let row = &m.rows[i];
+            if row.sorted.is_empty() {
                 continue;
             }
-            let mut outline: Vec<(f64, f64)> = run.iter().map(|b| (clamp(b.lo), b.p)).collect();
-            outline.extend(run.iter().rev().map(|b| (clamp(b.hi), b.p)));
-            chart.draw_series(std::iter::once(Polygon::new(
-                outline,
-                colour(i).mix(0.18).filled(),
+            let style = colour(layout.group_of[i]).stroke_width(2);
+            chart.draw_series(std::iter::once(PathElement::new(
+                ecdf_path(&row.sorted, x0, x1),
+                style,
             )))?;
         }
     }
-    for (i, row) in m.rows.iter().enumerate() {
-        let style = colour(i).stroke_width(2);
-        let series: Vec<PathElement<(f64, f64)>> = if row.sorted.is_empty() {
-            Vec::new()
-        } else {
-            vec![PathElement::new(ecdf_path(&row.sorted, x0, x1), style)]
-        };
-        chart
-            .draw_series(series)?
-            .label(legend_label(row))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], style));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK.mix(0.4))
-        .label_font((FONT, 14))
-        .draw()?;
     Ok(())
 }
 
@@ -301,82 +404,108 @@ pub(crate) fn box_stats(sorted: &[f64]) -> Option<BoxStats> {
     })
 }
 
+fn draw_one_box<DB: DrawingBackend>(
+    chart: &mut ChartContext<DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    x: f64,
+    c: RGBColor,
+    b: &BoxStats,
+) -> DrawResult<DB> {
+    let (half, cap) = (0.28, 0.12);
+    chart.draw_series([
+        Rectangle::new([(x - half, b.q1), (x + half, b.q3)], c.mix(0.25).filled()),
+        Rectangle::new([(x - half, b.q1), (x + half, b.q3)], c.stroke_width(2)),
+    ])?;
+    chart.draw_series([
+        PathElement::new(vec![(x, b.q3), (x, b.whisker_hi)], c.stroke_width(2)),
+        PathElement::new(vec![(x, b.q1), (x, b.whisker_lo)], c.stroke_width(2)),
+        PathElement::new(
+            vec![(x - cap, b.whisker_hi), (x + cap, b.whisker_hi)],
+            c.stroke_width(2),
+        ),
+        PathElement::new(
+            vec![(x - cap, b.whisker_lo), (x + cap, b.whisker_lo)],
+            c.stroke_width(2),
+        ),
+        PathElement::new(
+            vec![(x - half, b.median), (x + half, b.median)],
+            BLACK.stroke_width(3),
+        ),
+    ])?;
+    chart.draw_series(
+        b.outliers
+            .iter()
+            .map(|&v| Circle::new((x, v), 3, c.stroke_width(1))),
+    )?;
+    chart.draw_series(std::iter::once(Cross::new(
+        (x, b.mean),
+        5,
+        BLACK.stroke_width(2),
+    )))?;
+    Ok(())
+}
+
+/// Box plots: one panel per condition, one box per group in a fixed slot
+/// (the same position and colour in every panel), a shared value axis.
 fn draw_box<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     m: &MetricAnalysis,
+    layout: &Layout,
 ) -> DrawResult<DB> {
-    let caption = format!("{}: distribution per variant", m.metric.title);
+    let caption = format!("{}: distribution", axis_label(m));
     let Some((y0, y1)) = value_range(&m.rows) else {
         return draw_no_data(root, &caption);
     };
-    root.fill(&WHITE)?;
-    let k = m.rows.len();
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, (FONT, 22))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(64)
-        .build_cartesian_2d(-0.5f64..(k as f64 - 0.5), y0..y1)?;
-    let labels: Vec<String> = m.rows.iter().map(legend_label).collect();
-    let x_fmt = |x: &f64| -> String {
-        let i = x.round();
-        if (x - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-            labels[i as usize].clone()
-        } else {
-            String::new()
-        }
-    };
-    let y_desc = axis_label(m);
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(k)
-        .x_label_formatter(&x_fmt)
-        .y_desc(y_desc)
-        .y_label_formatter(&tick)
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .bold_line_style(RGBColor(225, 225, 225))
-        .light_line_style(TRANSPARENT)
-        .draw()?;
-
-    for (i, row) in m.rows.iter().enumerate() {
-        let Some(b) = box_stats(&row.sorted) else {
-            continue;
+    let f = frame(layout);
+    let panels = header_and_panels(root, &f, &caption, layout)?;
+    let slots = layout.groups.len();
+    for (ci, panel) in panels.iter().enumerate() {
+        let members: Vec<Option<usize>> = match layout.conditions.get(ci) {
+            Some(c) if layout.compared => c.members.clone(),
+            // Without a compared parameter every variant is its own group.
+            _ => (0..m.rows.len()).map(Some).collect(),
         };
-        let x = i as f64;
-        let c = colour(i);
-        let (half, cap) = (0.28, 0.12);
-        chart.draw_series([
-            Rectangle::new([(x - half, b.q1), (x + half, b.q3)], c.mix(0.25).filled()),
-            Rectangle::new([(x - half, b.q1), (x + half, b.q3)], c.stroke_width(2)),
-        ])?;
-        chart.draw_series([
-            PathElement::new(vec![(x, b.q3), (x, b.whisker_hi)], c.stroke_width(2)),
-            PathElement::new(vec![(x, b.q1), (x, b.whisker_lo)], c.stroke_width(2)),
-            PathElement::new(
-                vec![(x - cap, b.whisker_hi), (x + cap, b.whisker_hi)],
-                c.stroke_width(2),
-            ),
-            PathElement::new(
-                vec![(x - cap, b.whisker_lo), (x + cap, b.whisker_lo)],
-                c.stroke_width(2),
-            ),
-            PathElement::new(
-                vec![(x - half, b.median), (x + half, b.median)],
-                BLACK.stroke_width(3),
-            ),
-        ])?;
-        chart.draw_series(
-            b.outliers
-                .iter()
-                .map(|&v| Circle::new((x, v), 3, c.stroke_width(1))),
-        )?;
-        chart.draw_series(std::iter::once(Cross::new(
-            (x, b.mean),
-            5,
-            BLACK.stroke_width(2),
-        )))?;
+        let mut builder = ChartBuilder::on(panel);
+        if let Some(c) = panel_caption(layout, ci) {
+            builder.caption(c, (FONT, 15));
+        }
+        let mut chart = builder
+            .margin(10)
+            .x_label_area_size(if layout.compared { 8 } else { 32 })
+            .y_label_area_size(52)
+            .build_cartesian_2d(-0.5f64..(slots as f64 - 0.5), y0..y1)?;
+        // With a compared parameter the legend names the slots; without
+        // one, each box is a variant named under it.
+        let names: Vec<String> = if layout.compared {
+            Vec::new()
+        } else {
+            layout.groups.clone()
+        };
+        let x_fmt = |x: &f64| -> String {
+            let i = x.round();
+            if (x - i).abs() < 1e-6 && i >= 0.0 {
+                names.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(slots)
+            .x_label_formatter(&x_fmt)
+            .y_labels(6)
+            .y_label_formatter(&tick)
+            .label_style((FONT, 12))
+            .bold_line_style(RGBColor(225, 225, 225))
+            .light_line_style(TRANSPARENT)
+            .draw()?;
+        for (slot, member) in members.iter().enumerate() {
+            let Some(i) = *member else { continue };
+            let Some(b) = box_stats(&m.rows[i].sorted) else {
+                continue;
+            };
+            draw_one_box(&mut chart, slot as f64, colour(layout.group_of[i]), &b)?;
+        }
     }
     Ok(())
 }
@@ -392,30 +521,38 @@ fn draw_kind<DB: DrawingBackend>(
     kind: FigureKind,
     root: &DrawingArea<DB, Shift>,
     m: &MetricAnalysis,
+    layout: &Layout,
     bands: &[Option<Vec<QuantileBandPoint>>],
 ) -> DrawResult<DB> {
     match kind {
-        FigureKind::Cdf => draw_cdf(root, m, bands),
-        FigureKind::Box => draw_box(root, m),
+        FigureKind::Cdf => draw_cdf(root, m, layout, bands),
+        FigureKind::Box => draw_box(root, m, layout),
     }
 }
 
-fn render(kind: FigureKind, svg: &Path, png: &Path, m: &MetricAnalysis) -> Result<()> {
+fn render(
+    kind: FigureKind,
+    svg: &Path,
+    png: &Path,
+    m: &MetricAnalysis,
+    layout: &Layout,
+) -> Result<(u32, u32)> {
     let bands = match kind {
         FigureKind::Cdf => cdf_bands(m),
         FigureKind::Box => Vec::new(),
     };
+    let size = figure_size(layout);
     {
-        let root = SVGBackend::new(svg, FIGURE_SIZE).into_drawing_area();
-        draw_kind(kind, &root, m, &bands).map_err(|e| plot_error(svg, e))?;
+        let root = SVGBackend::new(svg, size).into_drawing_area();
+        draw_kind(kind, &root, m, layout, &bands).map_err(|e| plot_error(svg, e))?;
         root.present().map_err(|e| plot_error(svg, e))?;
     }
     {
-        let root = BitMapBackend::new(png, FIGURE_SIZE).into_drawing_area();
-        draw_kind(kind, &root, m, &bands).map_err(|e| plot_error(png, e))?;
+        let root = BitMapBackend::new(png, size).into_drawing_area();
+        draw_kind(kind, &root, m, layout, &bands).map_err(|e| plot_error(png, e))?;
         root.present().map_err(|e| plot_error(png, e))?;
     }
-    Ok(())
+    Ok(size)
 }
 
 /// File stem of a figure: `<metric key>_cdf` or `<metric key>_box`.
@@ -427,7 +564,11 @@ pub(crate) fn stem(key: &str, kind: FigureKind) -> String {
 }
 
 /// Draws both figures of one metric into `dir`.
-pub(crate) fn write_figures(dir: &Path, m: &MetricAnalysis) -> Result<Vec<Figure>> {
+pub(crate) fn write_figures(
+    dir: &Path,
+    m: &MetricAnalysis,
+    layout: &Layout,
+) -> Result<Vec<Figure>> {
     ensure_fonts()?;
     [FigureKind::Cdf, FigureKind::Box]
         .into_iter()
@@ -435,12 +576,13 @@ pub(crate) fn write_figures(dir: &Path, m: &MetricAnalysis) -> Result<Vec<Figure
             let stem = stem(&m.metric.key, kind);
             let svg: PathBuf = dir.join(format!("{stem}.svg"));
             let png: PathBuf = dir.join(format!("{stem}.png"));
-            render(kind, &svg, &png, m)?;
+            let size = render(kind, &svg, &png, m, layout)?;
             Ok(Figure {
                 metric: m.metric.key.clone(),
                 kind,
                 svg,
                 png,
+                size,
             })
         })
         .collect()

@@ -3,7 +3,7 @@
 use onionlab_stats::PMethod;
 
 use crate::analysis::{Analysis, Comparison, MetricAnalysis};
-use crate::format::{interval, num, p_value};
+use crate::format::{interval, num, p_value, ratio, ratio_interval};
 
 /// Significance level at which p-values are flagged.
 pub(crate) const ALPHA: f64 = 0.05;
@@ -16,7 +16,7 @@ pub(crate) struct Cell {
 }
 
 impl Cell {
-    fn plain(text: impl Into<String>) -> Cell {
+    pub(crate) fn plain(text: impl Into<String>) -> Cell {
         Cell {
             text: text.into(),
             strong: false,
@@ -71,9 +71,14 @@ fn p_cell(c: &Comparison) -> Cell {
     }
 }
 
-/// Per-variant statistics of one metric.
-pub(crate) fn metric_table(m: &MetricAnalysis) -> Table {
-    let baseline = &m.rows[0].label;
+/// Per-variant statistics of one metric, by condition.
+pub(crate) fn metric_table(a: &Analysis, m: &MetricAnalysis) -> Table {
+    let l = &a.layout;
+    let against = if l.compared {
+        format!("median ratio vs {} [95% CI]", l.groups[0])
+    } else {
+        format!("median ratio vs {} [95% CI]", l.short[0])
+    };
     let header = vec![
         "variant".to_string(),
         "n".to_string(),
@@ -82,16 +87,21 @@ pub(crate) fn metric_table(m: &MetricAnalysis) -> Table {
         "p90".to_string(),
         "mean [95% CI]".to_string(),
         "median 95% CI".to_string(),
-        format!("median ratio vs {baseline} [95% CI]"),
+        against,
         "Mann–Whitney p".to_string(),
     ];
     let numeric = vec![false, true, true, true, true, true, true, false, false];
-    let rows = m
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(i, row)| {
-            let label = if i == 0 {
+    let rows = l
+        .display_order()
+        .into_iter()
+        .map(|i| {
+            let row = &m.rows[i];
+            let is_baseline = if l.compared {
+                l.group_of[i] == 0
+            } else {
+                i == 0
+            };
+            let label = if is_baseline {
                 format!("{} (baseline)", row.label)
             } else {
                 row.label.clone()
@@ -111,13 +121,16 @@ pub(crate) fn metric_table(m: &MetricAnalysis) -> Table {
                     cells.extend((0..5).map(|_| Cell::plain(DASH)));
                 }
             }
-            match (&row.vs_baseline, i) {
-                (_, 0) => cells.extend([Cell::plain(DASH), Cell::plain(DASH)]),
-                (Some(c), _) => {
+            match &row.vs_baseline {
+                _ if is_baseline => cells.extend([Cell::plain(DASH), Cell::plain(DASH)]),
+                Some(c) => {
                     cells.push(ratio_cell(c, m.metric.lower_is_better));
                     cells.push(p_cell(c));
                 }
-                (None, _) => cells.extend([Cell::plain("no data"), Cell::plain(DASH)]),
+                None if l.baseline_of[i].is_none() => {
+                    cells.extend([Cell::plain("no baseline"), Cell::plain(DASH)])
+                }
+                None => cells.extend([Cell::plain("no data"), Cell::plain(DASH)]),
             }
             cells
         })
@@ -127,6 +140,177 @@ pub(crate) fn metric_table(m: &MetricAnalysis) -> Table {
         numeric,
         rows,
     }
+}
+
+/// The legend: each short label with its value of every varying parameter;
+/// `None` when the variants have no design.
+pub(crate) fn legend_table(a: &Analysis) -> Option<Table> {
+    let l = &a.layout;
+    if l.legend_header.is_empty() {
+        return None;
+    }
+    Some(Table {
+        header: l.legend_header.clone(),
+        numeric: vec![false; l.legend_header.len()],
+        rows: l
+            .display_order()
+            .into_iter()
+            .map(|i| l.legend_rows[i].iter().map(Cell::plain).collect())
+            .collect(),
+    })
+}
+
+/// One findings cell: the ratio, its interval and the p-value, marked when
+/// significant.
+fn finding_cell(c: &Comparison) -> Cell {
+    let significant = c.test.p_two_sided < ALPHA;
+    let flag = if significant { " ✱" } else { "" };
+    let p = p_value(c.test.p_two_sided);
+    let p = if p.starts_with('<') {
+        format!("p {p}")
+    } else {
+        format!("p = {p}")
+    };
+    let text = match &c.ratio {
+        Ok(r) => format!("{} {}, {p}{flag}", ratio(r.ratio), ratio_interval(r.ci95)),
+        Err(why) => format!("{DASH} ({why}), {p}{flag}"),
+    };
+    Cell {
+        text,
+        strong: significant,
+    }
+}
+
+/// A findings table of one headline metric: one row per condition with
+/// data, the baseline's median, then per compared value its median ratio
+/// against the baseline of the same condition; `None` when nothing is
+/// compared or no condition has data.
+pub(crate) fn findings_table(a: &Analysis, m: &MetricAnalysis) -> Option<Table> {
+    let l = &a.layout;
+    if !l.compared || l.groups.len() < 2 {
+        return None;
+    }
+    let unit = if m.metric.unit.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", m.metric.unit)
+    };
+    let mut header = vec![
+        "condition".to_string(),
+        format!("{} median{unit}", l.groups[0]),
+    ];
+    header.extend(
+        l.groups[1..]
+            .iter()
+            .map(|g| format!("{g} / {} [95% CI], p", l.groups[0])),
+    );
+    let mut numeric = vec![false, true];
+    numeric.extend(vec![false; l.groups.len() - 1]);
+    let has_data = |i: &Option<usize>| i.is_some_and(|i| m.rows[i].summary.is_some());
+    let rows: Vec<Vec<Cell>> = l
+        .conditions
+        .iter()
+        .filter(|c| c.members.iter().any(has_data))
+        .map(|c| {
+            let mut cells = vec![Cell::plain(c.label.clone())];
+            cells.push(Cell::plain(
+                c.members[0]
+                    .and_then(|b| m.rows[b].summary.as_ref())
+                    .map_or(DASH.to_string(), |s| num(s.median)),
+            ));
+            for member in &c.members[1..] {
+                let cell = match member.map(|i| &m.rows[i]) {
+                    None => Cell::plain("not run"),
+                    Some(row) => match &row.vs_baseline {
+                        Some(cmp) => finding_cell(cmp),
+                        None if row.summary.is_none() => Cell::plain("no data"),
+                        None => Cell::plain(DASH),
+                    },
+                };
+                cells.push(cell);
+            }
+            cells
+        })
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    Some(Table {
+        header,
+        numeric,
+        rows,
+    })
+}
+
+/// The findings tables: per headline metric its title (with the direction
+/// that is better) and table.
+pub(crate) fn findings_tables(a: &Analysis) -> Vec<(String, Table)> {
+    a.metrics
+        .iter()
+        .filter(|m| m.metric.headline)
+        .filter_map(|m| {
+            let direction = if m.metric.lower_is_better {
+                "below 1: faster or smaller"
+            } else {
+                "above 1: better"
+            };
+            let t = findings_table(a, m)?;
+            Some((format!("{} ({direction})", m.metric.title), t))
+        })
+        .collect()
+}
+
+/// A table as aligned plain text (for a terminal).
+pub(crate) fn plain_text(t: &Table) -> String {
+    let width = |s: &str| s.chars().count();
+    let mut widths: Vec<usize> = t.header.iter().map(|h| width(h)).collect();
+    for r in &t.rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(width(&c.text));
+            }
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let pad = widths[i].saturating_sub(width(text));
+                if t.numeric.get(i).copied().unwrap_or(false) {
+                    format!("{}{text}", " ".repeat(pad))
+                } else {
+                    format!("{text}{}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        format!("{}\n", parts.join("  ").trim_end())
+    };
+    let mut out = line(t.header.iter().map(String::as_str).collect());
+    out.push_str(&format!(
+        "{}\n",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  ")
+    ));
+    for r in &t.rows {
+        out.push_str(&line(r.iter().map(|c| c.text.as_str()).collect()));
+    }
+    out
+}
+
+/// The findings tables as plain text.
+pub(crate) fn findings_text(a: &Analysis) -> String {
+    let mut out = String::new();
+    for (title, t) in findings_tables(a) {
+        out.push_str(&title);
+        out.push('\n');
+        out.push_str(&plain_text(&t));
+        out.push('\n');
+    }
+    out
 }
 
 /// Event counts per variant.
@@ -147,15 +331,17 @@ pub(crate) fn counts_table(a: &Analysis) -> Table {
     let mut numeric = vec![true; header.len()];
     numeric[0] = false;
     let rows = a
-        .counts
-        .iter()
-        .map(|c| {
+        .layout
+        .display_order()
+        .into_iter()
+        .map(|i| {
+            let c = &a.counts[i];
             let flagged = |v: u64| Cell {
                 text: v.to_string(),
                 strong: v > 0,
             };
             vec![
-                Cell::plain(c.variant.clone()),
+                Cell::plain(a.layout.short[i].clone()),
                 Cell::plain(c.repetitions.to_string()),
                 Cell::plain(c.transfers.to_string()),
                 Cell::plain(c.errors.to_string()),
@@ -181,6 +367,19 @@ pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
         .iter()
         .map(|m| m.rows.iter().filter(|r| r.vs_baseline.is_some()).count())
         .sum();
+    let against = if a.layout.compared {
+        format!(
+            "each variant against the variant of the same condition with {} = {}",
+            a.input
+                .design
+                .compare
+                .as_ref()
+                .map_or("", |c| c.parameter.as_str()),
+            a.layout.groups[0]
+        )
+    } else {
+        "each variant against the first".to_string()
+    };
     vec![
         "Quantiles (median, p10, p90, quartiles) are sample quantiles of type 7 (linear interpolation between order statistics, R's and NumPy's default).".to_string(),
         format!(
@@ -189,14 +388,14 @@ pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
         ),
         "Median 95% CI: distribution-free, from order statistics (binomial); a side shown as ∞ cannot be bounded with so few values (fewer than 6 for the median).".to_string(),
         format!(
-            "Median ratio: median(variant) / median(baseline) with a 95% percentile-bootstrap interval ({} resamples, each sample resampled independently); \"lower\"/\"higher\" is shown when the interval excludes 1.",
+            "Median ratio: median(variant) / median(baseline), {against}, with a 95% percentile-bootstrap interval ({} resamples, each sample resampled independently); \"lower\"/\"higher\" is shown when the interval excludes 1.",
             onionlab_stats::BOOTSTRAP_RESAMPLES
         ),
         format!(
-            "Mann–Whitney U test, two-sided, variant against baseline: exact p without ties for at most {} values in all, otherwise the normal approximation with tie and continuity corrections. ✱ marks p < {ALPHA}; the {comparisons} comparison(s) in this report are not corrected for multiple testing.",
+            "Mann–Whitney U test, two-sided, {against}: exact p without ties for at most {} values in all, otherwise the normal approximation with tie and continuity corrections. ✱ marks p < {ALPHA}; the {comparisons} comparison(s) in this report are not corrected for multiple testing.",
             onionlab_stats::EXACT_MAX_TOTAL
         ),
-        "CDF plots: empirical CDF per variant; the shaded band is the pointwise 95% distribution-free confidence interval of each quantile (order statistics), clipped to the plot.".to_string(),
+        "CDF plots: one panel per condition, one colour per compared variant (the same colour in every figure); the empirical CDF per variant, and a light band for the pointwise 95% distribution-free confidence interval of each quantile (order statistics), clipped to the plot.".to_string(),
         "Box plots: box from the first to the third quartile, black line at the median, × at the mean, whiskers to the most extreme values within 1.5 IQR of the box (Tukey), circles for values beyond the whiskers.".to_string(),
     ]
 }

@@ -31,6 +31,7 @@ fn synthetic() -> ReportInput {
                 title: "Time to first byte".to_string(),
                 unit: "ms".to_string(),
                 lower_is_better: true,
+                headline: false,
                 values: vec![
                     ("tls".to_string(), tls_ttfb()),
                     ("quic".to_string(), quic_ttfb()),
@@ -42,6 +43,7 @@ fn synthetic() -> ReportInput {
                 title: "Goodput".to_string(),
                 unit: "MiB/s".to_string(),
                 lower_is_better: false,
+                headline: false,
                 values: vec![
                     (
                         "tls".to_string(),
@@ -73,6 +75,7 @@ fn synthetic() -> ReportInput {
         ],
         notes: vec!["3 repetitions ran on a saturated CPU".to_string()],
         findings: vec!["stall rate: tls 0.0%".to_string()],
+        design: Design::default(),
     }
 }
 
@@ -84,6 +87,14 @@ fn check_png(path: &Path) {
     let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
     assert_eq!((w, h), FIGURE_SIZE, "{}", path.display());
     assert_eq!(FIGURE_SIZE, (800, 500));
+}
+
+fn png_size(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
+    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    (w, h)
 }
 
 /// Decodes a PNG into RGB(A) rows.
@@ -261,6 +272,7 @@ fn empty_and_single_value_inputs_do_not_panic() {
             title: "Nothing".to_string(),
             unit: String::new(),
             lower_is_better: true,
+            headline: true,
             values: vec![],
         }],
         ..ReportInput::default()
@@ -353,4 +365,208 @@ fn sample_report_for_inspection() {
     if let Some(dir) = std::env::var_os("ONIONLAB_REPORT_SAMPLE_DIR") {
         write_report(&synthetic(), Path::new(&dir)).unwrap();
     }
+}
+
+/// Two losses crossed with two transports, compared on the transport.
+fn designed() -> ReportInput {
+    let labels = [
+        "loss=0% transport=tls",
+        "loss=0% transport=quic",
+        "loss=1% transport=tls",
+        "loss=1% transport=quic",
+    ];
+    let values = |base: f64| -> Vec<f64> { (0..20).map(|i| base + i as f64).collect() };
+    ReportInput {
+        title: "designed".to_string(),
+        variants: labels.map(String::from).to_vec(),
+        metrics: vec![Metric {
+            key: "ttlb_ms".to_string(),
+            title: "time to last byte".to_string(),
+            unit: "ms".to_string(),
+            lower_is_better: true,
+            headline: true,
+            values: vec![
+                (labels[0].to_string(), values(100.0)),
+                (labels[1].to_string(), values(100.0)),
+                (labels[2].to_string(), values(200.0)),
+                (labels[3].to_string(), values(400.0)),
+            ],
+        }],
+        design: Design {
+            parameters: vec![
+                Parameter {
+                    name: "loss".to_string(),
+                    short: "loss".to_string(),
+                },
+                Parameter {
+                    name: "transport".to_string(),
+                    short: String::new(),
+                },
+            ],
+            assignments: vec![
+                vec!["0%".to_string(), "tls".to_string()],
+                vec!["0%".to_string(), "quic".to_string()],
+                vec!["1%".to_string(), "tls".to_string()],
+                vec!["1%".to_string(), "quic".to_string()],
+            ],
+            compare: Some(Compare {
+                parameter: "transport".to_string(),
+                baseline: "tls".to_string(),
+            }),
+        },
+        ..ReportInput::default()
+    }
+}
+
+#[test]
+fn short_labels_name_the_varying_parameters_compared_one_first() {
+    let d = designed();
+    assert_eq!(
+        short_labels(&d.design, &d.variants),
+        [
+            "tls, loss 0%",
+            "quic, loss 0%",
+            "tls, loss 1%",
+            "quic, loss 1%"
+        ]
+    );
+    // A parameter with one value is left out of the labels.
+    let mut one = d.clone();
+    for a in &mut one.design.assignments {
+        a[0] = "0%".to_string();
+    }
+    one.design.assignments[2][1] = "pctcp".to_string();
+    one.design.assignments[3][1] = "auto".to_string();
+    assert_eq!(
+        short_labels(&one.design, &one.variants),
+        ["tls", "quic", "pctcp", "auto"]
+    );
+}
+
+#[test]
+fn findings_compare_each_variant_with_the_baseline_of_its_condition() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_report(&designed(), dir.path()).unwrap();
+    let md = std::fs::read_to_string(&files.markdown).unwrap();
+    // The legend defines each short label once.
+    assert!(
+        md.contains("## Variants\n\n| label | transport | loss | full label |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| quic, loss 1% | quic | 1% | loss=1% transport=quic |"),
+        "{md}"
+    );
+    // One row per condition, one column per compared value: at 1% loss
+    // quic's median 409.5 against tls's 209.5 (not against the first
+    // variant's 109.5).
+    assert!(
+        md.contains("| condition | tls median (ms) | quic / tls \\[95% CI\\], p |"),
+        "{md}"
+    );
+    assert!(md.contains("| loss 0% | 109.5 | 1.000 \\["), "{md}");
+    assert!(md.contains("| loss 1% | 209.5 | **1.955 \\["), "{md}");
+    assert!(md.contains("p \\< 0.0001 ✱**"), "{md}");
+    // The metric table compares with the same condition's baseline too.
+    assert!(md.contains("| quic, loss 1% | 20 | 409.5 |"), "{md}");
+    assert!(
+        md.contains("| tls, loss 1% (baseline) | 20 | 209.5 |"),
+        "{md}"
+    );
+    // The same tables as plain text for the terminal.
+    assert!(
+        files.findings_text.starts_with("time to last byte"),
+        "{}",
+        files.findings_text
+    );
+    assert!(
+        files.findings_text.contains("loss 1%"),
+        "{}",
+        files.findings_text
+    );
+    // Two conditions: two panels side by side, the legend above them.
+    for f in &files.figures {
+        assert_eq!(f.size, (840, 368), "{}", f.png.display());
+        assert_eq!(png_size(&f.png), f.size);
+        check_svg(&f.svg);
+    }
+    let html = std::fs::read_to_string(&files.html).unwrap();
+    assert!(html.contains("width=\"840\" height=\"368\""), "{html}");
+}
+
+#[test]
+fn a_design_that_does_not_fit_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut bad = designed();
+    bad.design.assignments.pop();
+    assert!(matches!(write_report(&bad, &out), Err(Error::BadDesign(_))));
+    let mut bad = designed();
+    bad.design.assignments[1] = bad.design.assignments[0].clone();
+    assert!(matches!(write_report(&bad, &out), Err(Error::BadDesign(_))));
+    let mut bad = designed();
+    bad.design.compare.as_mut().unwrap().parameter = "size".to_string();
+    assert!(matches!(write_report(&bad, &out), Err(Error::BadDesign(_))));
+    let mut bad = designed();
+    bad.design.assignments[2].push("x".to_string());
+    assert!(matches!(write_report(&bad, &out), Err(Error::BadDesign(_))));
+    assert!(!out.exists());
+}
+
+/// Writes the designed report to `$ONIONLAB_REPORT_SAMPLE_DIR/designed` for a
+/// person to look at (skipped when the variable is not set).
+#[test]
+fn designed_sample_report_for_inspection() {
+    if let Some(dir) = std::env::var_os("ONIONLAB_REPORT_SAMPLE_DIR") {
+        write_report(&designed(), &Path::new(&dir).join("designed")).unwrap();
+    }
+}
+
+#[test]
+fn two_runs_are_compared_variant_by_variant() {
+    let a = designed();
+    let mut b = designed();
+    // In B, quic at 1% loss takes twice as long.
+    for x in &mut b.metrics[0].values[3].1 {
+        *x *= 2.0;
+    }
+    let c = compare_runs(&a, &b, ("run-a", "run-b")).unwrap();
+    assert!(c.text.starts_with("time to last byte (ms)\n"), "{}", c.text);
+    let row = |label: &str| {
+        c.text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label}: {}", c.text))
+            .to_string()
+    };
+    let slower = row("quic, loss 1%");
+    assert!(
+        slower.contains("409.5") && slower.contains("819.0"),
+        "{slower}"
+    );
+    assert!(
+        slower.contains("2.000 [") && slower.contains("✱"),
+        "{slower}"
+    );
+    let same = row("tls, loss 0%");
+    assert!(same.contains("1.000 [") && !same.contains("✱"), "{same}");
+    assert!(c.markdown.contains("- **A**: run-a"), "{}", c.markdown);
+    assert!(
+        c.markdown
+            .contains("| quic, loss 1% | 409.5 | 819.0 | 2.000 \\["),
+        "{}",
+        c.markdown
+    );
+    // A variant in one run only is named, not compared.
+    let mut fewer = designed();
+    fewer.variants.pop();
+    fewer.design.assignments.pop();
+    fewer.metrics[0].values.pop();
+    let c = compare_runs(&a, &fewer, ("a", "b")).unwrap();
+    assert!(
+        c.text
+            .starts_with("Variants in one run only (not compared): quic, loss 1%"),
+        "{}",
+        c.text
+    );
 }

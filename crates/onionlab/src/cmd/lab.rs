@@ -43,6 +43,18 @@ pub enum LabCommand {
         /// The run's output directory.
         dir: PathBuf,
     },
+    /// Compare two runs of one scenario (e.g. two commits): per headline
+    /// metric and variant, B's median against A's with a 95% interval and
+    /// a Mann-Whitney test.
+    Compare {
+        /// Run directory A (the reference).
+        a: PathBuf,
+        /// Run directory B.
+        b: PathBuf,
+        /// Also write the comparison as Markdown to this file.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
     /// List the bundled scenarios.
     List,
     /// Check a scenario file and print its variants without running it.
@@ -104,9 +116,35 @@ fn bundled() -> Vec<(String, std::result::Result<Scenario, onionlab_lab::Error>)
 fn write_report(dir: &Path) -> Result<ExitCode> {
     let files = onionlab_lab::summary::report_dir(dir)
         .map_err(|e| Error::Usage(format!("lab report: {e}")))?;
+    print_findings(&files.findings_text);
     println!("report: {}", files.html.display());
     println!("        {}", files.markdown.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Findings tables shown on the terminal at most; the report has them all.
+const TERMINAL_FINDINGS: usize = 6;
+
+/// Prints the report's first findings tables (ratios against the baseline
+/// of each condition).
+fn print_findings(text: &str) {
+    let tables: Vec<&str> = text
+        .split("\n\n")
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    if tables.is_empty() {
+        return;
+    }
+    println!("\nFindings (median ratio against the baseline of the same condition [95% CI], Mann-Whitney p; ✱: p < 0.05):\n");
+    for t in tables.iter().take(TERMINAL_FINDINGS) {
+        println!("{t}\n");
+    }
+    if tables.len() > TERMINAL_FINDINGS {
+        println!(
+            "({} more findings tables in the report)\n",
+            tables.len() - TERMINAL_FINDINGS
+        );
+    }
 }
 
 /// Let a listing piped into `head` end quietly (the default action of
@@ -122,7 +160,10 @@ fn quiet_on_closed_stdout() {
 
 /// Run a lab command.
 pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
-    if matches!(cmd, LabCommand::List | LabCommand::Check { .. }) {
+    if matches!(
+        cmd,
+        LabCommand::List | LabCommand::Check { .. } | LabCommand::Compare { .. }
+    ) {
         quiet_on_closed_stdout();
     }
     match cmd {
@@ -150,8 +191,16 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             let s = Scenario::from_file(&scenario_path(&scenario))?;
             println!("{}: {}", s.name, s.description);
             println!("{} repetitions of each variant:", s.repetitions);
-            for v in s.variants() {
-                println!("  {}", v.label);
+            let variants = s.variants();
+            let full: Vec<String> = variants.iter().map(|v| v.label.clone()).collect();
+            let short = s.short_labels();
+            let width = short.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+            for (l, f) in short.iter().zip(&full) {
+                if l == f {
+                    println!("  {f}");
+                } else {
+                    println!("  {l:<width$}  ({f})");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -210,6 +259,18 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             write_report(&outcome.out)
         }
         LabCommand::Report { dir } => write_report(&dir),
+        LabCommand::Compare { a, b, markdown } => {
+            let c = onionlab_lab::summary::compare_dirs(&a, &b)
+                .map_err(|e| Error::Usage(format!("lab compare: {e}")))?;
+            print!("{}", c.text);
+            if let Some(path) = markdown {
+                std::fs::write(&path, &c.markdown).map_err(|e| {
+                    Error::Usage(format!("lab compare: writing {}: {e}", path.display()))
+                })?;
+                println!("written: {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         LabCommand::Serve {
             listen,
             tcp_congestion,
