@@ -139,3 +139,78 @@ fn findings_tables_compare_each_transport_with_tls_of_the_same_condition() {
         "{md}"
     );
 }
+
+/// A copy of the stored run `tests/data/demo-run` (the demo scenario, 3
+/// repetitions, recorded at commit b4b6224) in a fresh directory.
+fn stored_run() -> tempfile::TempDir {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/demo-run");
+    let dir = tempfile::tempdir().unwrap();
+    for f in [
+        "records.jsonl",
+        "repetitions.jsonl",
+        "scenario.toml",
+        "segments.jsonl",
+    ] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_stored_run_gives_findings_per_condition() {
+    let run = stored_run();
+    let files = onionlab_lab::summary::report_dir(run.path()).unwrap();
+    let text = &files.findings_text;
+    let light = text
+        .split("\n\n")
+        .find(|t| t.starts_with("light: time to first byte"))
+        .unwrap_or_else(|| panic!("no light TTFB table: {text}"));
+    // Under 1% loss the light client's first byte comes sooner over QUIC,
+    // with a stream (0.325) or a connection (0.288) per circuit.
+    let row = light.lines().find(|l| l.starts_with("loss 1%")).unwrap();
+    assert!(row.contains("428.7"), "{row}");
+    assert!(row.contains("0.325 [0.227, 0.414], p < 0.0001 ✱"), "{row}");
+    assert!(row.contains("0.288 [0.210, 0.359], p < 0.0001 ✱"), "{row}");
+    let md = std::fs::read_to_string(&files.markdown).unwrap();
+    assert!(md.contains("| **commit** | b4b622448f50-dirty |"), "{md}");
+    assert!(md.contains("| quic-conn-per-circuit, loss 1% |"), "{md}");
+}
+
+#[test]
+fn stored_runs_are_compared_and_mismatches_refused() {
+    let (a, b) = (stored_run(), stored_run());
+    let same = onionlab_lab::summary::compare_dirs(a.path(), b.path()).unwrap();
+    let rows: Vec<&str> = same
+        .text
+        .lines()
+        .filter(|l| l.starts_with("quic") || l.starts_with("tls"))
+        .collect();
+    // 5 headline metrics x 6 variants, every one equal to itself (the
+    // bootstrap resamples the two sides apart, so only the point is exact).
+    assert_eq!(rows.len(), 30, "{}", same.text);
+    for r in rows {
+        assert!(
+            r.contains("1.000 [") && r.contains("1.00") && !r.contains('✱'),
+            "{r}"
+        );
+    }
+    // A changed scenario file is compared, with a warning first.
+    let scenario = b.path().join("scenario.toml");
+    let text = std::fs::read_to_string(&scenario).unwrap();
+    std::fs::write(&scenario, format!("{text}# changed\n")).unwrap();
+    let changed = onionlab_lab::summary::compare_dirs(a.path(), b.path()).unwrap();
+    assert!(changed
+        .text
+        .starts_with("WARNING: the two runs' scenario files differ"));
+    // Runs of two scenarios are not compared.
+    std::fs::write(
+        &scenario,
+        text.replace("name = \"demo\"", "name = \"other\""),
+    )
+    .unwrap();
+    let e = onionlab_lab::summary::compare_dirs(a.path(), b.path()).unwrap_err();
+    assert!(
+        e.to_string().contains("compare runs of one scenario"),
+        "{e}"
+    );
+}
