@@ -308,11 +308,7 @@ pub fn report_input(
         }
         counts.push(c);
     }
-    let short = if facts.design.parameters.is_empty() {
-        variants.to_vec()
-    } else {
-        onionlab_report::short_labels(&facts.design, variants)
-    };
+    let short = onionlab_report::short_labels(&facts.design, variants);
     let findings = stall_rate_notes(&counts, &short);
     // CPU saturation is flagged per variant by the report from `counts`.
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
@@ -365,23 +361,6 @@ pub fn stall_rate_notes(counts: &[VariantCounts], short: &[String]) -> Vec<Strin
         "Stall rate (transfers with a stall, of all transfers) of the variants that stalled: {}; the others had none.",
         parts.join("; ")
     )]
-}
-
-/// The label of the variant that differs from `label` only in having
-/// `transport=tls`, if `label` has another transport.
-pub fn tls_counterpart(label: &str) -> Option<String> {
-    let mut found = false;
-    let parts: Vec<String> = label
-        .split(' ')
-        .map(|p| match p.strip_prefix("transport=") {
-            Some(t) if t != "tls" => {
-                found = true;
-                "transport=tls".to_string()
-            }
-            _ => p.to_string(),
-        })
-        .collect();
-    found.then(|| parts.join(" "))
 }
 
 /// Facts about this machine and build, for the report.

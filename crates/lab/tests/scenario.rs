@@ -486,10 +486,22 @@ fn bundled_quic_scenarios() {
                 "{name} {l}"
             );
         }
-        // Every TLS variant has a QUIC twin, for the overhead comparison.
+        // Every QUIC variant has a TLS twin (the same parameters but the
+        // transport), its baseline in the report.
+        let without_transport = |v: &onionlab_lab::Variant| -> Vec<(String, String)> {
+            v.params
+                .iter()
+                .filter(|(k, _)| k != "transport")
+                .cloned()
+                .collect()
+        };
         for q in v.iter().filter(|v| v.transport == "quic") {
-            let tls = onionlab_lab::summary::tls_counterpart(&q.label).expect("counterpart");
-            assert!(v.iter().any(|v| v.label == tls), "{name}: {tls}");
+            assert!(
+                v.iter()
+                    .any(|t| t.transport == "tls" && without_transport(t) == without_transport(q)),
+                "{name}: {} has no TLS twin",
+                q.label
+            );
         }
     }
     let q = load("quic-quick");

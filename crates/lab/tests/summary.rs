@@ -4,7 +4,7 @@
 use onionlab_lab::agent::TransferRecord;
 use onionlab_lab::labels::{combinations, full_label, ReportSettings};
 use onionlab_lab::run::RepetitionRecord;
-use onionlab_lab::summary::{report_input, stall_rate_notes, tls_counterpart, RunFacts};
+use onionlab_lab::summary::{report_input, stall_rate_notes, RunFacts};
 use onionlab_report::VariantCounts;
 
 fn rep(variant: &str, repetition: u32, wire_overhead: Option<f64>) -> RepetitionRecord {
@@ -23,21 +23,6 @@ fn rep(variant: &str, repetition: u32, wire_overhead: Option<f64>) -> Repetition
         wire_overhead,
         ..RepetitionRecord::default()
     }
-}
-
-#[test]
-fn counterparts() {
-    assert_eq!(
-        tls_counterpart("latency=20ms transport=quic").as_deref(),
-        Some("latency=20ms transport=tls")
-    );
-    assert_eq!(
-        tls_counterpart("transport=quic-conn-per-circuit size=5 MiB").as_deref(),
-        Some("transport=tls size=5 MiB")
-    );
-    assert_eq!(tls_counterpart("latency=20ms transport=tls"), None);
-    assert_eq!(tls_counterpart("default"), None);
-    assert_eq!(tls_counterpart("scheduler=ewma"), None);
 }
 
 #[test]

@@ -35,11 +35,17 @@ fn median_cell(values: &[f64]) -> Cell {
     }
 }
 
-/// One metric's table: a row per variant both runs have.
-fn metric_table(a: &ReportInput, b: &ReportInput, ma: &Metric, mb: &Metric) -> Table {
-    let short = layout(a).short;
+/// One metric's table: a row per variant both runs have, named by its
+/// short label in run A (`short_a`).
+fn metric_table(
+    a: &ReportInput,
+    short_a: &[String],
+    b: &ReportInput,
+    ma: &Metric,
+    mb: &Metric,
+) -> Table {
     let mut rows = Vec::new();
-    for (label, full) in short.iter().zip(&a.variants) {
+    for (label, full) in short_a.iter().zip(&a.variants) {
         if !b.variants.contains(full) {
             continue;
         }
@@ -142,7 +148,7 @@ pub fn compare_runs(
         let Some(mb) = b.metrics.iter().find(|m| m.key == ma.key) else {
             continue;
         };
-        let t = metric_table(a, b, ma, mb);
+        let t = metric_table(a, &la.short, b, ma, mb);
         if t.rows.is_empty() {
             continue;
         }

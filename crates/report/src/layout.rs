@@ -110,7 +110,8 @@ pub(crate) fn validate(input: &ReportInput) -> Result<()> {
 /// Short labels of variants: their values of the parameters that vary,
 /// the compared parameter first, each as `short value` (the value alone
 /// when the short name is empty), joined by `, `. A variant whose
-/// parameters do not vary keeps its full label.
+/// parameters do not vary keeps its full label, as does every variant of a
+/// design without parameters.
 ///
 /// `design` must be valid for `variants` (one assignment per variant).
 pub fn short_labels(design: &Design, variants: &[String]) -> Vec<String> {

@@ -358,12 +358,14 @@ fn checksum_failures_become_a_warning() {
     );
 }
 
-/// Writes the synthetic report to `$ONIONLAB_REPORT_SAMPLE_DIR` for a
-/// person to look at (skipped when the variable is not set).
+/// Writes the synthetic report to `$ONIONLAB_REPORT_SAMPLE_DIR` and the
+/// designed one (small multiples, findings tables) to its `designed/`, for
+/// a person to look at (skipped when the variable is not set).
 #[test]
 fn sample_report_for_inspection() {
     if let Some(dir) = std::env::var_os("ONIONLAB_REPORT_SAMPLE_DIR") {
         write_report(&synthetic(), Path::new(&dir)).unwrap();
+        write_report(&designed(), &Path::new(&dir).join("designed")).unwrap();
     }
 }
 
@@ -511,15 +513,6 @@ fn a_design_that_does_not_fit_is_rejected() {
     bad.design.assignments[2].push("x".to_string());
     assert!(matches!(write_report(&bad, &out), Err(Error::BadDesign(_))));
     assert!(!out.exists());
-}
-
-/// Writes the designed report to `$ONIONLAB_REPORT_SAMPLE_DIR/designed` for a
-/// person to look at (skipped when the variable is not set).
-#[test]
-fn designed_sample_report_for_inspection() {
-    if let Some(dir) = std::env::var_os("ONIONLAB_REPORT_SAMPLE_DIR") {
-        write_report(&designed(), &Path::new(&dir).join("designed")).unwrap();
-    }
 }
 
 #[test]
