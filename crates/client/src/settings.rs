@@ -85,7 +85,7 @@ pub struct ClientSettings {
     /// 30 s half-life, as tor clients do.
     pub scheduler: SchedulerKind,
     /// Which transport guard channels use (default: TLS).
-    pub transport: onionlab_transport::any::Choice,
+    pub transport: onionlab_transport::Choice,
     /// QUIC settings (the mode follows `transport`; keep-alive and idle
     /// timeout). Its `handshake_timeout` is replaced by
     /// `link_handshake_timeout`.
@@ -123,7 +123,7 @@ impl ClientSettings {
             stream_retries: DEFAULT_STREAM_RETRIES,
             relay_failure_avoidance: DEFAULT_RELAY_FAILURE_AVOIDANCE,
             scheduler: SchedulerKind::default(),
-            transport: onionlab_transport::any::Choice::Tls,
+            transport: onionlab_transport::Choice::Only(onionlab_transport::TransportKind::TLS),
             quic: onionlab_transport::quic::QuicSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
@@ -151,12 +151,8 @@ impl ClientSettings {
             usize::try_from(config.max_socks_connections).unwrap_or(usize::MAX);
         s.stream_retries = config.stream_retries;
         s.relay_failure_avoidance = Duration::from_secs(config.relay_failure_avoidance_s);
-        // The configuration's names are the transport crate's.
-        s.transport = onionlab_transport::any::Choice::from_name(config.transport.as_str())
-            .unwrap_or_default();
-        s.quic.congestion =
-            onionlab_transport::quic::Congestion::from_name(config.quic_congestion.as_str())
-                .unwrap_or_default();
+        s.transport = config.transport;
+        s.quic.congestion = config.quic_congestion.into();
         s.quic.keep_alive = Duration::from_millis(config.quic_keep_alive_ms);
         s.quic.initial_mtu = config.quic_initial_mtu;
         s.quic.idle_timeout = Duration::from_millis(config.quic_idle_timeout_ms);

@@ -19,9 +19,9 @@ use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::scheduler::CircuitScheduler;
 use onionlab_circuit::stream::StreamEvent;
-use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
+use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
-use onionlab_transport::any::{Connector, PeerAddrs};
+use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
 use onionlab_transport::quic::QuicTransport;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellWriter, Ordering};
@@ -346,14 +346,15 @@ pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
 fn connector(settings: &crate::ClientSettings) -> Connector {
     let quic = settings.transport.may_use_quic().then(|| {
         let mut quic = settings.quic;
-        quic.mode = settings.transport.quic_mode();
         quic.handshake_timeout = settings.link_handshake_timeout;
         QuicTransport::client(quic)
     });
-    let tls = TlsTransport::client()
+    let tcp = TlsTransport::client()
         .with_handshake_timeout(settings.link_handshake_timeout)
         .with_tcp_congestion(settings.tcp_congestion.clone());
-    Connector::new(tls, quic, settings.transport)
+    // A client has every endpoint its choice may use, so this cannot fail.
+    Connector::new(Endpoints { tcp, quic }, settings.transport)
+        .expect("a client has the endpoints of its transport")
 }
 
 impl State {
@@ -533,10 +534,7 @@ impl State {
         );
         self.by_guard.insert(guard, key);
         let identity = Ed25519Identity::new(relay.ed_identity);
-        let addrs = PeerAddrs {
-            tls: relay.address(TRANSPORT_TLS),
-            quic: relay.address(TRANSPORT_QUIC),
-        };
+        let addrs = PeerAddrs::from_document(|name| relay.address(name));
         match addrs.tls.or(addrs.quic) {
             Some(addr) => {
                 tracing::debug!(guard = %relay.nickname, %addr, "opening channel");

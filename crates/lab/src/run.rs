@@ -21,6 +21,7 @@ use onionlab_netdoc::config::{DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU};
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
+use onionlab_transport::Choice as TransportChoice;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -422,16 +423,15 @@ fn write_csv(path: &Path, records: &[TransferRecord]) -> Result<(), RunError> {
 }
 
 /// The addresses a relay listening on `addr` advertises for a variant's
-/// transport: `tls` only for `"tls"`; otherwise `tls` and `quic` on the same
-/// port (TCP and UDP), so that `quic`, `quic-conn-per-circuit` and `auto`
-/// all find a QUIC address and the TLS listener stays (and `wait_ready` can
-/// check it).
-pub fn relay_addresses(transport: &str, addr: SocketAddr) -> Vec<TransportAddress> {
+/// transport: its TCP (`tls`) address always (EXTEND2 names it, and
+/// `wait_ready` checks it), and a `quic` address on the same port (UDP)
+/// when the transport may use the QUIC endpoint.
+pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<TransportAddress> {
     let mut v = vec![TransportAddress {
         transport: TRANSPORT_TLS.into(),
         addr,
     }];
-    if transport != "tls" {
+    if transport.may_use_quic() {
         v.push(TransportAddress {
             transport: TRANSPORT_QUIC.into(),
             addr,
@@ -442,12 +442,13 @@ pub fn relay_addresses(transport: &str, addr: SocketAddr) -> Vec<TransportAddres
 
 /// The `transport`, `quic_congestion`, `quic_initial_mtu` and
 /// `tcp_congestion` lines of the configuration of a node on `host` for a
-/// variant (no QUIC lines for TLS, where they do not apply). QUIC's first
+/// variant (no QUIC lines for transports without QUIC, where they do not
+/// apply). QUIC's first
 /// packets fill the links' MTU as TCP's do ([`quic_initial_mtu`]).
 pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
     let tcp = format!("tcp_congestion = \"{}\"\n", variant.tcp_congestion_of(host));
-    if variant.transport == "tls" {
-        format!("transport = \"tls\"\n{tcp}")
+    if !variant.transport.may_use_quic() {
+        format!("transport = \"{}\"\n{tcp}", variant.transport)
     } else {
         format!(
             "transport = \"{}\"\nquic_congestion = \"{}\"\nquic_initial_mtu = {}\n{tcp}",
@@ -482,7 +483,7 @@ pub fn relay_config_text(
         "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\n",
         variant.scheduler
     );
-    if variant.transport != "tls" {
+    if variant.transport.may_use_quic() {
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));
     }
     config.push_str(&transport_config_lines(variant, nickname));
@@ -524,7 +525,7 @@ fn write_network(
         let ip = IpAddr::V4(net.address(&r.host)?);
         let addr = SocketAddr::new(ip, RELAY_PORT);
         let mut e = RelayEntry::new(r.host.clone(), &keys.public());
-        e.addresses = relay_addresses(&variant.transport, addr);
+        e.addresses = relay_addresses(variant.transport, addr);
         e.flags = Flags {
             guard: r.guard,
             exit: r.exit,

@@ -52,7 +52,7 @@
 //! trace = "traces/interactive.csv"   # CSV `time_ms,bytes`; relative to this file
 //!
 //! [matrix]                     # every combination is a variant
-//! transport = ["tls", "quic"]  # also "quic-conn-per-circuit", "auto"
+//! transport = ["tls", "quic"]  # "auto" or any transport: onionlab lab run --help lists them
 //! congestion = ["cubic", "bbr"] # QUIC congestion control: cubic (default), newreno, bbr
 //! tcp_congestion = ["cubic"]   # kernel TCP congestion control of every host: cubic, reno,
 //!                              # bbr, system; default: congestion's match (cubic, reno, bbr)
@@ -82,6 +82,8 @@ use std::time::Duration;
 
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, LossModel, PathUpdate, Topology};
+use onionlab_transport::registry::UnknownTransport;
+use onionlab_transport::{Choice as TransportChoice, TransportKind};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -107,10 +109,6 @@ fn check_small_file(path: &Path, max: u64) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Transports of the matrix's `transport` (the nodes' `transport` setting,
-/// [`onionlab_netdoc::TransportChoice`]): `tls` advertises and uses TLS
-/// only; the others advertise TLS and QUIC and open connections as named.
-pub const TRANSPORTS: &[&str] = &["tls", "quic", "quic-conn-per-circuit", "auto"];
 /// QUIC congestion controls of the matrix's `congestion`
 /// ([`onionlab_netdoc::Congestion`]).
 pub const CONGESTIONS: &[&str] = &["cubic", "newreno", "bbr"];
@@ -335,9 +333,9 @@ pub struct Variant {
     pub label: String,
     /// Parameter values of this variant.
     pub params: Vec<(String, String)>,
-    /// Transport of every channel: the nodes' `transport` setting (one of
-    /// [`TRANSPORTS`]).
-    pub transport: String,
+    /// Transport of every channel: the nodes' `transport` setting (`auto`
+    /// or a registered transport).
+    pub transport: TransportChoice,
     /// QUIC congestion control of every node (one of [`CONGESTIONS`];
     /// default `cubic`; no effect on TLS).
     pub congestion: String,
@@ -840,7 +838,7 @@ impl Scenario {
     fn resolve(&self, params: Vec<(String, String)>) -> Variant {
         let mut v = Variant {
             label: String::new(),
-            transport: "tls".into(),
+            transport: TransportChoice::Only(TransportKind::TLS),
             congestion: "cubic".into(),
             scheduler: "ewma".into(),
             circuit_cc: "fixed".into(),
@@ -923,10 +921,10 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
     check_key(key, hosts)?;
     let name = key.split(':').next().unwrap_or(key);
     match name {
-        "transport" if !TRANSPORTS.contains(&value) => Err(format!(
-            "unknown transport {value:?} (available: {})",
-            TRANSPORTS.join(", ")
-        )),
+        "transport" => value
+            .parse::<TransportChoice>()
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         "congestion" if !CONGESTIONS.contains(&value) => Err(format!(
             "unknown congestion control {value:?} ({})",
             CONGESTIONS.join(", ")
@@ -960,7 +958,7 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
     };
     let update = match name {
         "transport" => {
-            v.transport = value.into();
+            v.transport = value.parse().map_err(|e: UnknownTransport| e.to_string())?;
             return Ok(());
         }
         "congestion" => {

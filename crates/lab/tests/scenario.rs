@@ -355,7 +355,7 @@ fn transport_congestion_and_block_parameters() {
     // Defaults: tls, cubic, nothing blocked.
     let d = &parse(BASE).expect("valid").variants()[0];
     assert_eq!(
-        (d.transport.as_str(), d.congestion.as_str()),
+        (d.transport.name(), d.congestion.as_str()),
         ("tls", "cubic")
     );
     assert!(d.topology.path(g, m).block.is_none());
@@ -371,7 +371,7 @@ fn bad_transport_congestion_and_block_values() {
     assert_error(
         &format!("{BASE}\n[matrix]\ntransport = [\"tls\", \"udp\"]\n"),
         31,
-        "unknown transport \"udp\" (available: tls, quic, quic-conn-per-circuit, auto)",
+        "unknown transport `udp`: expected one of `auto`, `tls`, `quic`, `quic-conn-per-circuit`",
     );
     assert_error(
         &format!("{BASE}\n[matrix]\ncongestion = [\"reno\"]\n"),
@@ -411,7 +411,7 @@ fn configs_follow_the_transport() {
         "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\", \"quic-conn-per-circuit\", \"auto\"]\ncongestion = [\"newreno\"]\n"
     );
     for v in parse(&text).expect("valid").variants() {
-        let names: Vec<String> = relay_addresses(&v.transport, addr)
+        let names: Vec<String> = relay_addresses(v.transport, addr)
             .into_iter()
             .map(|a| {
                 assert_eq!(a.addr, addr);
@@ -431,12 +431,15 @@ fn configs_follow_the_transport() {
         assert!(!cfg
             .exit_allow_private
             .contains("10.77.0.9:8001".parse().expect("addr")));
-        assert_eq!(cfg.transport.to_string(), v.transport);
+        assert_eq!(cfg.transport, v.transport);
         assert_eq!(cfg.listen, addr);
         if v.transport == "tls" {
             assert_eq!(names, ["tls"]);
             assert_eq!(cfg.quic_listen, None);
-            assert_eq!(cfg.transport, TransportChoice::Tls);
+            assert_eq!(
+                cfg.transport,
+                "tls".parse::<TransportChoice>().expect("tls")
+            );
         } else {
             assert_eq!(names, ["tls", "quic"]);
             assert_eq!(cfg.quic_listen, Some(addr));
@@ -505,7 +508,11 @@ fn bundled_quic_scenarios() {
         }
     }
     let q = load("quic-quick");
-    let t: Vec<String> = q.variants().into_iter().map(|v| v.transport).collect();
+    let t: Vec<String> = q
+        .variants()
+        .into_iter()
+        .map(|v| v.transport.to_string())
+        .collect();
     assert_eq!(t, ["tls", "quic", "quic-conn-per-circuit"]);
 
     let f = load("quic-fallback");

@@ -11,8 +11,8 @@
 //! keys = "keys.secret"            # relay secret keys, see crate::keys
 //! listen = "127.0.0.1:9001"       # TLS transport listener (TCP)
 //! quic_listen = "127.0.0.1:9001"  # optional: QUIC endpoint (UDP); none = no QUIC
-//! transport = "auto"              # connections this relay opens: "auto" (default),
-//!                                 # "tls", "quic" or "quic-conn-per-circuit"
+//! transport = "auto"              # connections this relay opens: "auto" (default)
+//!                                 # or a transport: `onionlab relay --help` lists them
 //! quic_congestion = "cubic"       # or "newreno", "bbr"; default "cubic"
 //! tcp_congestion = "cubic"        # kernel algorithm of every TCP socket, or "system";
 //!                                 # default: quic_congestion's match (cubic, reno, bbr)
@@ -73,10 +73,11 @@
 //! `transport` chooses the transport of the connections a node opens (see
 //! [`TransportChoice`]): `"auto"` uses QUIC with one stream per circuit when
 //! the peer advertises a `quic` address in the network document and falls
-//! back to TLS when QUIC cannot connect (UDP blocked, for example); `"tls"`
-//! uses TLS only; `"quic"` and `"quic-conn-per-circuit"` use QUIC only, in
-//! that mode, with no fallback (for experiments). A client never listens, so
-//! it has no `quic_listen`.
+//! back to TLS when QUIC cannot connect (UDP blocked, for example); the name
+//! of a transport (`"tls"`, `"quic"`, `"quic-conn-per-circuit"`...: the
+//! list is [`onionlab_transport::registry`]'s) uses that transport only,
+//! with no fallback (for experiments). A client never listens, so it has no
+//! `quic_listen`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -295,65 +296,15 @@ impl fmt::Display for Scheduler {
 }
 
 /// Which transport a node uses for the connections it opens (TOML field
-/// `transport`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TransportChoice {
-    /// `"auto"`: QUIC, one stream per circuit, when the peer advertises a
-    /// `quic` address ([`crate::doc::TRANSPORT_QUIC`]) in the network
-    /// document; TLS otherwise, and TLS as a fallback when QUIC cannot
-    /// connect.
-    #[default]
-    Auto,
-    /// `"tls"`: TLS over TCP only.
-    Tls,
-    /// `"quic"`: QUIC only, one connection per relay pair and one stream per
-    /// circuit; no fallback to TLS (for experiments).
-    Quic,
-    /// `"quic-conn-per-circuit"`: QUIC only, one QUIC connection per circuit
-    /// (over the same UDP socket); no fallback to TLS (for experiments that
-    /// separate head-of-line blocking from the shared congestion window).
-    QuicConnPerCircuit,
-}
+/// `transport`): `"auto"` or the name of a registered transport
+/// ([`onionlab_transport::registry`]); any other name is an error listing
+/// the valid ones.
+pub use onionlab_transport::Choice as TransportChoice;
 
-impl TransportChoice {
-    /// Every choice, in the order of the documentation.
-    pub const ALL: [TransportChoice; 4] = [
-        TransportChoice::Auto,
-        TransportChoice::Tls,
-        TransportChoice::Quic,
-        TransportChoice::QuicConnPerCircuit,
-    ];
-
-    /// The TOML string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TransportChoice::Auto => "auto",
-            TransportChoice::Tls => "tls",
-            TransportChoice::Quic => "quic",
-            TransportChoice::QuicConnPerCircuit => "quic-conn-per-circuit",
-        }
-    }
-
-    /// Whether connections may use QUIC (every choice but `tls`).
-    pub fn may_use_quic(self) -> bool {
-        self != TransportChoice::Tls
-    }
-}
-
-impl fmt::Display for TransportChoice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for TransportChoice {
-    type Err = String;
-
-    /// The TOML string; the error lists the valid ones.
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        parse_choice(s, &Self::ALL, Self::as_str, "transport")
-    }
+/// Deserialize a [`TransportChoice`] from its name.
+fn de_transport<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<TransportChoice, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map_err(serde::de::Error::custom)
 }
 
 /// QUIC congestion control algorithm (TOML field `quic_congestion`).
@@ -404,6 +355,16 @@ impl fmt::Display for Congestion {
     }
 }
 
+impl From<Congestion> for onionlab_transport::quic::Congestion {
+    fn from(c: Congestion) -> Self {
+        match c {
+            Congestion::Cubic => onionlab_transport::quic::Congestion::Cubic,
+            Congestion::NewReno => onionlab_transport::quic::Congestion::NewReno,
+            Congestion::Bbr => onionlab_transport::quic::Congestion::Bbr,
+        }
+    }
+}
+
 impl std::str::FromStr for Congestion {
     type Err = String;
 
@@ -444,7 +405,7 @@ pub struct RelayConfig {
     pub quic_listen: Option<SocketAddr>,
     /// Transport of the connections this relay opens; default
     /// [`TransportChoice::Auto`].
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_transport")]
     pub transport: TransportChoice,
     /// QUIC congestion control; default [`Congestion::Cubic`].
     #[serde(default)]
@@ -628,7 +589,7 @@ pub struct ClientConfig {
     pub build_retries: u32,
     /// Transport of the connections to guards; default
     /// [`TransportChoice::Auto`].
-    #[serde(default)]
+    #[serde(default, deserialize_with = "de_transport")]
     pub transport: TransportChoice,
     /// QUIC congestion control; default [`Congestion::Cubic`].
     #[serde(default)]

@@ -62,6 +62,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use onionlab_crypto::identity::RelayPublicKeys;
+use onionlab_transport::registry::Endpoint;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
@@ -95,12 +96,13 @@ const SIGNATURE_KEYWORD: &str = "signature";
 /// Origin used in errors for a document given as text.
 const TEXT_ORIGIN: &str = "network document";
 
-/// Transport name of the vanilla TLS-over-TCP transport.
-pub const TRANSPORT_TLS: &str = "tls";
+/// Address name of a relay's TCP endpoint: TLS and the transports built
+/// on it ([`onionlab_transport::registry::Endpoint::Tcp`]).
+pub const TRANSPORT_TLS: &str = Endpoint::Tcp.doc_name();
 
-/// Transport name of the QUIC transport (UDP); a relay advertising it runs a
-/// QUIC endpoint at that address.
-pub const TRANSPORT_QUIC: &str = "quic";
+/// Address name of a relay's QUIC endpoint (UDP); a relay advertising it
+/// runs a QUIC endpoint at that address, for every QUIC transport.
+pub const TRANSPORT_QUIC: &str = Endpoint::Quic.doc_name();
 
 /// A network document: the relays of one network.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -352,6 +352,15 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
     })
 }
 
+/// The registered transports' names, quoted, for comments.
+fn transport_names() -> String {
+    let names: Vec<String> = onionlab_transport::TransportKind::names()
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect();
+    names.join(", ")
+}
+
 /// The `relay.toml` of one relay; `exit_allow_private` for an exit.
 fn relay_toml(
     nick: &str,
@@ -384,6 +393,7 @@ fn relay_toml(
         }
         None => String::new(),
     };
+    let transports = transport_names();
     format!(
         "\
 # onionlab relay configuration, written by `onionlab network init`.
@@ -397,8 +407,8 @@ listen = \"{listen}\"
 # Address of the QUIC endpoint (UDP); remove to run without QUIC.
 quic_listen = \"{listen}\"
 # Transport of the connections this relay opens: \"auto\" (QUIC when the
-# peer advertises it, else or on failure TLS), \"tls\", \"quic\" or
-# \"quic-conn-per-circuit\" (the last two without fallback).
+# peer advertises it, else or on failure TLS) or one transport without
+# fallback: {transports}.
 transport = \"auto\"
 # QUIC congestion control: \"cubic\", \"newreno\" or \"bbr\".
 quic_congestion = \"cubic\"
@@ -468,6 +478,7 @@ fn client_toml(socks: SocketAddr, key_hex: &str, relays: &[InitRelay]) -> String
         _ => relays.iter().map(|r| r.nickname.clone()).collect(),
     };
     let example: Vec<String> = example.iter().map(|n| toml_string(n)).collect();
+    let transports = transport_names();
     format!(
         "\
 # onionlab client configuration, written by `onionlab network init`.
@@ -485,8 +496,8 @@ network_key = \"{key_hex}\"
 circuit_build_timeout_ms = {timeout}
 max_circuit_dirtiness_s = {dirtiness}
 build_retries = {retries}
-# Transport of the connections to guards: \"auto\", \"tls\", \"quic\" or
-# \"quic-conn-per-circuit\"; QUIC congestion control: \"cubic\", \"newreno\", \"bbr\".
+# Transport of the connections to guards: \"auto\" or {transports};
+# QUIC congestion control: \"cubic\", \"newreno\", \"bbr\".
 transport = \"auto\"
 quic_congestion = \"cubic\"
 

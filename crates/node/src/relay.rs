@@ -19,13 +19,13 @@ use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{
-    AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Choice, Connector, PeerAddrs,
+    AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Connector, Endpoints, PeerAddrs,
 };
 use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::{CellReader, CellWriter, Ordering, Transport, TransportKind};
+use onionlab_transport::{CellReader, CellWriter, Choice, Ordering, Transport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
@@ -104,7 +104,7 @@ impl RelaySettings {
             keys,
             listen,
             quic_listen: None,
-            transport: Choice::Tls,
+            transport: Choice::Only(onionlab_transport::TransportKind::TLS),
             quic: QuicSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             node,
@@ -247,7 +247,6 @@ impl Relay {
             None => (None, None),
             Some(addr) => {
                 let mut quic_settings = settings.quic;
-                quic_settings.mode = settings.transport.quic_mode();
                 quic_settings.handshake_timeout = settings.link_handshake_timeout;
                 quic_settings.handshakes = quic_handshake_limits(&settings.dos, quic_settings);
                 let quic = QuicTransport::relay(&settings.keys, my_addrs, addr, quic_settings)
@@ -269,19 +268,16 @@ impl Relay {
                 (Some(quic), Some(listener))
             }
         };
-        if quic.is_none()
-            && matches!(
-                settings.transport,
-                Choice::Quic | Choice::QuicConnPerCircuit
-            )
-        {
-            return Err(Error::Transport(onionlab_transport::Error::Config(
-                "transport forces QUIC but quic_listen is not set".into(),
-            )));
-        }
-        Ok(Relay {
+        let endpoints = Endpoints {
+            tcp: tls,
             quic: quic.clone(),
-            connector: Connector::new(tls, quic, settings.transport),
+        };
+        // A transport forced on a relay without its endpoint (QUIC
+        // without quic_listen) fails here, with the transport's name.
+        let connector = Connector::new(endpoints, settings.transport).map_err(Error::Transport)?;
+        Ok(Relay {
+            quic,
+            connector,
             listener: AnyListener::new(tls_listener, quic_listener),
             settings,
         })
@@ -925,10 +921,7 @@ pub fn extend_target(
             hex_id(&id)
         )
     })?;
-    let peer = PeerAddrs {
-        tls: entry.address(TransportKind::Tls.name()),
-        quic: entry.address(TransportKind::Quic.name()),
-    };
+    let peer = PeerAddrs::from_document(|name| entry.address(name));
     let listed: Vec<SocketAddr> = entry.addresses.iter().map(|a| a.addr).collect();
     if listed.is_empty() {
         return Err(format!("relay {} has no address", entry.nickname));

@@ -197,8 +197,8 @@ impl LocalNetwork {
         })
     }
 
-    /// Make every node use transport `name` (`auto`, `tls`, `quic`,
-    /// `quic-conn-per-circuit`) for the links it opens, by rewriting the
+    /// Make every node use transport `name` (`auto` or a registered
+    /// transport; the nodes refuse other names) for the links it opens, by rewriting the
     /// `transport` line of the relay and client configurations. Call
     /// before starting nodes.
     pub fn set_transport(&mut self, name: &str) -> Result<(), Error> {

@@ -1,21 +1,23 @@
-//! Choosing a transport per connection: a node's TLS transport, its QUIC
-//! transport if it has one, and the rule that picks between them
-//! ([`Choice`]), with fallback from QUIC to TLS (seed 000's deployability
-//! requirement: use QUIC only when both ends support it and it connects).
+//! Links of any registered transport behind one type, a node's endpoints,
+//! and the per-link choice of transport with fallback ([`Connector`]):
+//! seed 000's deployability requirement, use QUIC only when both ends
+//! support it and it connects.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
-use crate::quic::{QuicIncomingLink, QuicListener, QuicReader, QuicTransport, QuicWriter};
-use crate::tls::{TlsIncoming, TlsListener, TlsReader, TlsTransport, TlsWriter};
+use crate::quic::{QuicIncomingLink, QuicListener, QuicTransport};
+use crate::registry::{Choice, Endpoint, TransportKind};
+use crate::tls::{TlsIncoming, TlsListener, TlsTransport};
 use crate::{
     AnyChanCell, CellReader, CellWriter, CircId, Error, Incoming, Link, Listener, Ordering,
-    Transport, TransportKind,
 };
 
 /// How long an `auto` connection waits for QUIC before trying TLS.
@@ -23,180 +25,210 @@ pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
 /// How long a peer whose QUIC failed is reached over TLS only.
 pub const QUIC_RETRY_AFTER: Duration = Duration::from_secs(600);
 
-/// Which transport a node uses for the links it opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Choice {
-    /// QUIC (stream per circuit) when the peer advertises it and it
-    /// connects within [`QUIC_FALLBACK_AFTER`]; TLS otherwise.
-    #[default]
-    Auto,
-    /// TLS only.
-    Tls,
-    /// QUIC, stream per circuit, no fallback (experiments).
-    Quic,
-    /// QUIC, connection per circuit, no fallback (experiments).
-    QuicConnPerCircuit,
-}
+type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
-impl Choice {
-    /// Parse the configuration name (`auto`, `tls`, `quic`,
-    /// `quic-conn-per-circuit`).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "auto" => Choice::Auto,
-            "tls" => Choice::Tls,
-            "quic" => Choice::Quic,
-            "quic-conn-per-circuit" => Choice::QuicConnPerCircuit,
-            _ => return None,
-        })
-    }
-
-    /// Whether links may use QUIC.
-    pub fn may_use_quic(self) -> bool {
-        self != Choice::Tls
-    }
-
-    /// The QUIC mode of the links opened under this choice.
-    pub fn quic_mode(self) -> crate::quic::Mode {
-        match self {
-            Choice::QuicConnPerCircuit => crate::quic::Mode::ConnPerCircuit,
-            _ => crate::quic::Mode::StreamPerCircuit,
-        }
-    }
-}
-
-/// A peer's addresses per transport (from the network document).
+/// A peer's addresses per endpoint (from the network document).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PeerAddrs {
-    /// TLS (TCP) address.
+    /// TCP (TLS endpoint) address.
     pub tls: Option<SocketAddr>,
     /// QUIC (UDP) address.
     pub quic: Option<SocketAddr>,
 }
 
-/// Incoming cells of a link of either transport.
-pub enum AnyReader {
-    /// A TLS link.
-    Tls(TlsReader),
-    /// A QUIC link.
-    Quic(QuicReader),
-}
+impl PeerAddrs {
+    /// The addresses `lookup` gives for each endpoint's name in the
+    /// network document ([`Endpoint::doc_name`]).
+    pub fn from_document(lookup: impl Fn(&str) -> Option<SocketAddr>) -> Self {
+        PeerAddrs {
+            tls: lookup(Endpoint::Tcp.doc_name()),
+            quic: lookup(Endpoint::Quic.doc_name()),
+        }
+    }
 
-/// Outgoing cells of a link of either transport.
-pub enum AnyWriter {
-    /// A TLS link.
-    Tls(TlsWriter),
-    /// A QUIC link.
-    Quic(QuicWriter),
-}
-
-/// A link of either transport.
-pub type AnyLink = Link<AnyReader, AnyWriter>;
-
-impl From<Link<TlsReader, TlsWriter>> for AnyLink {
-    fn from(l: Link<TlsReader, TlsWriter>) -> Self {
-        Link {
-            peer: l.peer,
-            link_version: l.link_version,
-            reader: AnyReader::Tls(l.reader),
-            writer: AnyWriter::Tls(l.writer),
+    /// The address of `endpoint`, if the peer has one.
+    pub fn get(&self, endpoint: Endpoint) -> Option<SocketAddr> {
+        match endpoint {
+            Endpoint::Tcp => self.tls,
+            Endpoint::Quic => self.quic,
         }
     }
 }
 
-impl From<Link<QuicReader, QuicWriter>> for AnyLink {
-    fn from(l: Link<QuicReader, QuicWriter>) -> Self {
+/// [`CellReader`] as an object (its future boxed).
+trait DynReader {
+    fn read_cells<'a>(
+        &'a mut self,
+        out: &'a mut Vec<AnyChanCell>,
+    ) -> LocalFuture<'a, Result<(), Error>>;
+    fn buffered_bytes(&self) -> usize;
+}
+
+impl<R: CellReader> DynReader for R {
+    fn read_cells<'a>(
+        &'a mut self,
+        out: &'a mut Vec<AnyChanCell>,
+    ) -> LocalFuture<'a, Result<(), Error>> {
+        Box::pin(CellReader::read_cells(self, out))
+    }
+    fn buffered_bytes(&self) -> usize {
+        CellReader::buffered_bytes(self)
+    }
+}
+
+/// [`CellWriter`] as an object (its futures boxed).
+trait DynWriter {
+    fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error>;
+    fn has_room(&self) -> bool;
+    fn has_pending(&self) -> bool;
+    fn flush(&mut self) -> LocalFuture<'_, Result<(), Error>>;
+    fn shutdown(&mut self) -> LocalFuture<'_, Result<(), Error>>;
+    fn ordering(&self) -> Ordering;
+    fn has_room_for(&self, circ_id: CircId) -> bool;
+    fn writable(&mut self) -> LocalFuture<'_, ()>;
+    fn buffered_bytes(&self) -> usize;
+    fn set_lane_priority(&mut self, circ_id: CircId, priority: i32);
+}
+
+impl<W: CellWriter> DynWriter for W {
+    fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
+        CellWriter::queue(self, cell)
+    }
+    fn has_room(&self) -> bool {
+        CellWriter::has_room(self)
+    }
+    fn has_pending(&self) -> bool {
+        CellWriter::has_pending(self)
+    }
+    fn flush(&mut self) -> LocalFuture<'_, Result<(), Error>> {
+        Box::pin(CellWriter::flush(self))
+    }
+    fn shutdown(&mut self) -> LocalFuture<'_, Result<(), Error>> {
+        Box::pin(CellWriter::shutdown(self))
+    }
+    fn ordering(&self) -> Ordering {
+        CellWriter::ordering(self)
+    }
+    fn has_room_for(&self, circ_id: CircId) -> bool {
+        CellWriter::has_room_for(self, circ_id)
+    }
+    fn writable(&mut self) -> LocalFuture<'_, ()> {
+        Box::pin(CellWriter::writable(self))
+    }
+    fn buffered_bytes(&self) -> usize {
+        CellWriter::buffered_bytes(self)
+    }
+    fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
+        CellWriter::set_lane_priority(self, circ_id, priority)
+    }
+}
+
+/// Incoming cells of a link of any transport.
+pub struct AnyReader(Box<dyn DynReader>);
+
+/// Outgoing cells of a link of any transport.
+pub struct AnyWriter {
+    inner: Box<dyn DynWriter>,
+    kind: TransportKind,
+}
+
+/// A link of any transport.
+pub type AnyLink = Link<AnyReader, AnyWriter>;
+
+impl AnyLink {
+    /// A link of transport `kind` with concrete reader and writer types.
+    pub fn erase<R, W>(kind: TransportKind, link: Link<R, W>) -> Self
+    where
+        R: CellReader + 'static,
+        W: CellWriter + 'static,
+    {
         Link {
-            peer: l.peer,
-            link_version: l.link_version,
-            reader: AnyReader::Quic(l.reader),
-            writer: AnyWriter::Quic(l.writer),
+            peer: link.peer,
+            link_version: link.link_version,
+            reader: AnyReader(Box::new(link.reader)),
+            writer: AnyWriter {
+                inner: Box::new(link.writer),
+                kind,
+            },
         }
     }
 }
 
 impl AnyWriter {
-    /// Bytes the link buffers outside the circuit queues: the TLS send
-    /// buffer, or a QUIC link's lane buffers.
-    pub fn buffered_bytes(&self) -> usize {
-        match self {
-            AnyWriter::Tls(w) => w.buffered_bytes(),
-            AnyWriter::Quic(w) => w.buffered_bytes(),
-        }
-    }
-
     /// Which transport carries this link.
     pub fn kind(&self) -> TransportKind {
-        match self {
-            AnyWriter::Tls(_) => TransportKind::Tls,
-            AnyWriter::Quic(w) => w.kind(),
-        }
+        self.kind
     }
 }
 
 impl CellReader for AnyReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
-        match self {
-            AnyReader::Tls(r) => r.read_cells(out).await,
-            AnyReader::Quic(r) => r.read_cells(out).await,
-        }
+        self.0.read_cells(out).await
     }
 
     fn buffered_bytes(&self) -> usize {
-        match self {
-            AnyReader::Tls(r) => r.buffered_bytes(),
-            AnyReader::Quic(r) => r.buffered_bytes(),
-        }
+        self.0.buffered_bytes()
     }
 }
 
 impl CellWriter for AnyWriter {
     fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
-        match self {
-            AnyWriter::Tls(w) => w.queue(cell),
-            AnyWriter::Quic(w) => w.queue(cell),
-        }
+        self.inner.queue(cell)
     }
     fn has_room(&self) -> bool {
-        match self {
-            AnyWriter::Tls(w) => w.has_room(),
-            AnyWriter::Quic(w) => w.has_room(),
-        }
+        self.inner.has_room()
     }
     fn has_pending(&self) -> bool {
-        match self {
-            AnyWriter::Tls(w) => w.has_pending(),
-            AnyWriter::Quic(w) => w.has_pending(),
-        }
+        self.inner.has_pending()
     }
     async fn flush(&mut self) -> Result<(), Error> {
-        match self {
-            AnyWriter::Tls(w) => w.flush().await,
-            AnyWriter::Quic(w) => w.flush().await,
-        }
+        self.inner.flush().await
     }
     async fn shutdown(&mut self) -> Result<(), Error> {
-        match self {
-            AnyWriter::Tls(w) => w.shutdown().await,
-            AnyWriter::Quic(w) => w.shutdown().await,
-        }
+        self.inner.shutdown().await
     }
     fn ordering(&self) -> Ordering {
-        match self {
-            AnyWriter::Tls(w) => w.ordering(),
-            AnyWriter::Quic(w) => w.ordering(),
-        }
+        self.inner.ordering()
     }
     fn has_room_for(&self, circ_id: CircId) -> bool {
-        match self {
-            AnyWriter::Tls(w) => w.has_room_for(circ_id),
-            AnyWriter::Quic(w) => w.has_room_for(circ_id),
-        }
+        self.inner.has_room_for(circ_id)
     }
     async fn writable(&mut self) {
-        match self {
-            AnyWriter::Tls(w) => w.writable().await,
-            AnyWriter::Quic(w) => w.writable().await,
+        self.inner.writable().await
+    }
+    fn buffered_bytes(&self) -> usize {
+        self.inner.buffered_bytes()
+    }
+    fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
+        self.inner.set_lane_priority(circ_id, priority)
+    }
+}
+
+/// A node's endpoints: its TCP (TLS) transport always, its QUIC transport
+/// if it has one. Every registered transport opens its links with these.
+#[derive(Clone)]
+pub struct Endpoints {
+    /// The TCP endpoint (TLS and the transports built on TLS).
+    pub tcp: TlsTransport,
+    /// The QUIC endpoint (one UDP socket), if any.
+    pub quic: Option<QuicTransport>,
+}
+
+impl Endpoints {
+    /// The QUIC endpoint, or an error naming what needs it.
+    pub fn quic(&self, what: TransportKind) -> Result<&QuicTransport, Error> {
+        self.quic.as_ref().ok_or_else(|| {
+            Error::Config(format!(
+                "transport {what} needs a QUIC endpoint, and this node has none"
+            ))
+        })
+    }
+
+    /// Whether the node has `endpoint`.
+    pub fn has(&self, endpoint: Endpoint) -> bool {
+        match endpoint {
+            Endpoint::Tcp => true,
+            Endpoint::Quic => self.quic.is_some(),
         }
     }
 }
@@ -204,24 +236,33 @@ impl CellWriter for AnyWriter {
 /// Opens links with the transport [`Choice`] picks.
 #[derive(Clone)]
 pub struct Connector {
-    tls: TlsTransport,
-    quic: Option<QuicTransport>,
+    endpoints: Endpoints,
     choice: Choice,
     /// Peers whose QUIC failed under `auto`, and when.
     quic_failed: Arc<Mutex<HashMap<SocketAddr, Instant>>>,
 }
 
 impl Connector {
-    /// A connector using `tls`, and `quic` where `choice` allows. With
-    /// [`Choice::Quic`] or [`Choice::QuicConnPerCircuit`], `quic` must be
-    /// given, in the matching mode.
-    pub fn new(tls: TlsTransport, quic: Option<QuicTransport>, choice: Choice) -> Self {
-        Connector {
-            tls,
-            quic,
+    /// A connector opening links under `choice` with `endpoints`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if `choice` forces a transport whose endpoint the
+    /// node lacks.
+    pub fn new(endpoints: Endpoints, choice: Choice) -> Result<Self, Error> {
+        if let Choice::Only(kind) = choice {
+            if !endpoints.has(kind.endpoint()) {
+                return Err(Error::Config(format!(
+                    "transport {kind} needs a {} endpoint, and this node has none",
+                    kind.endpoint().doc_name()
+                )));
+            }
+        }
+        Ok(Connector {
+            endpoints,
             choice,
             quic_failed: Arc::default(),
-        }
+        })
     }
 
     /// The rule in use.
@@ -235,49 +276,53 @@ impl Connector {
         addrs: PeerAddrs,
         expected: Ed25519Identity,
     ) -> Result<AnyLink, Error> {
-        let quic_only = matches!(self.choice, Choice::Quic | Choice::QuicConnPerCircuit);
-        if quic_only {
-            let quic = self.quic.as_ref().ok_or_else(|| {
-                Error::Config("QUIC is forced but this node has no QUIC transport".into())
-            })?;
-            let addr = addrs.quic.ok_or_else(|| {
-                Error::Config("QUIC is forced but the peer advertises no quic address".into())
-            })?;
-            return Ok(quic.connect(addr, expected).await?.into());
-        }
+        let kind = match self.choice {
+            Choice::Only(kind) => kind,
+            Choice::Auto => return self.connect_auto(addrs, expected).await,
+        };
+        let addr = addrs.get(kind.endpoint()).ok_or_else(|| {
+            Error::Config(format!(
+                "transport {kind} is forced but the peer advertises no {} address",
+                kind.endpoint().doc_name()
+            ))
+        })?;
+        (kind.info().open)(&self.endpoints, addr, expected).await
+    }
+
+    async fn connect_auto(
+        &self,
+        addrs: PeerAddrs,
+        expected: Ed25519Identity,
+    ) -> Result<AnyLink, Error> {
         let tls_addr = addrs.tls;
-        if self.choice == Choice::Auto {
-            if let (Some(quic), Some(addr)) = (&self.quic, addrs.quic) {
-                if !self.recently_failed(addr) {
-                    let attempt =
-                        tokio::time::timeout(QUIC_FALLBACK_AFTER, quic.connect(addr, expected))
-                            .await;
-                    match attempt {
-                        Ok(Ok(link)) => return Ok(link.into()),
-                        // The peer proved the wrong key: TLS would not help.
-                        Ok(Err(e @ Error::WrongIdentity { .. })) => return Err(e),
-                        Ok(Err(e)) if tls_addr.is_none() => return Err(e),
-                        Err(_) if tls_addr.is_none() => {
-                            return Err(Error::HandshakeTimeout { peer: addr })
-                        }
-                        Ok(Err(e)) => {
-                            info!(peer = %addr, "QUIC failed ({e}): falling back to TLS");
-                            self.mark_failed(addr);
-                        }
-                        Err(_) => {
-                            info!(
-                                peer = %addr,
-                                "QUIC did not connect in {QUIC_FALLBACK_AFTER:?}: falling back to TLS"
-                            );
-                            self.mark_failed(addr);
-                        }
+        if let (Some(_), Some(addr)) = (&self.endpoints.quic, addrs.quic) {
+            if !self.recently_failed(addr) {
+                let open = (TransportKind::QUIC.info().open)(&self.endpoints, addr, expected);
+                match tokio::time::timeout(QUIC_FALLBACK_AFTER, open).await {
+                    Ok(Ok(link)) => return Ok(link),
+                    // The peer proved the wrong key: TLS would not help.
+                    Ok(Err(e @ Error::WrongIdentity { .. })) => return Err(e),
+                    Ok(Err(e)) if tls_addr.is_none() => return Err(e),
+                    Err(_) if tls_addr.is_none() => {
+                        return Err(Error::HandshakeTimeout { peer: addr })
+                    }
+                    Ok(Err(e)) => {
+                        info!(peer = %addr, "QUIC failed ({e}): falling back to TLS");
+                        self.mark_failed(addr);
+                    }
+                    Err(_) => {
+                        info!(
+                            peer = %addr,
+                            "QUIC did not connect in {QUIC_FALLBACK_AFTER:?}: falling back to TLS"
+                        );
+                        self.mark_failed(addr);
                     }
                 }
             }
         }
         let addr =
             tls_addr.ok_or_else(|| Error::Config("the peer advertises no tls address".into()))?;
-        Ok(self.tls.connect(addr, expected).await?.into())
+        (TransportKind::TLS.info().open)(&self.endpoints, addr, expected).await
     }
 
     fn recently_failed(&self, addr: SocketAddr) -> bool {
@@ -294,16 +339,16 @@ impl Connector {
     }
 }
 
-/// A relay's listeners: TLS always, QUIC if configured.
+/// A relay's listeners: TCP (TLS) always, QUIC if configured.
 pub struct AnyListener {
     tls: TlsListener,
     quic: Option<QuicListener>,
 }
 
-/// An accepted connection of either transport, before its handshake.
+/// An accepted connection of any transport, before its handshake.
 pub enum AnyIncoming {
     /// A TCP connection.
-    Tls(TlsIncoming),
+    Tcp(TlsIncoming),
     /// A QUIC connection.
     Quic(QuicIncomingLink),
 }
@@ -314,7 +359,7 @@ impl AnyListener {
         AnyListener { tls, quic }
     }
 
-    /// The TLS listener's address.
+    /// The TCP listener's address.
     pub fn tls_addr(&self) -> SocketAddr {
         self.tls.local_addr()
     }
@@ -327,9 +372,9 @@ impl AnyListener {
     /// The next connection on either listener.
     pub async fn accept(&mut self) -> Result<AnyIncoming, Error> {
         match &mut self.quic {
-            None => Ok(AnyIncoming::Tls(self.tls.accept().await?)),
+            None => Ok(AnyIncoming::Tcp(self.tls.accept().await?)),
             Some(quic) => tokio::select! {
-                t = self.tls.accept() => Ok(AnyIncoming::Tls(t?)),
+                t = self.tls.accept() => Ok(AnyIncoming::Tcp(t?)),
                 q = quic.accept() => Ok(AnyIncoming::Quic(q?)),
             },
         }
@@ -340,16 +385,19 @@ impl AnyIncoming {
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddr {
         match self {
-            AnyIncoming::Tls(i) => i.peer_addr(),
+            AnyIncoming::Tcp(i) => i.peer_addr(),
             AnyIncoming::Quic(i) => i.peer_addr(),
         }
     }
 
     /// Run the handshake.
     pub async fn handshake(self) -> Result<AnyLink, Error> {
-        Ok(match self {
-            AnyIncoming::Tls(i) => i.handshake().await?.into(),
-            AnyIncoming::Quic(i) => i.handshake().await?.into(),
-        })
+        match self {
+            AnyIncoming::Tcp(i) => Ok(AnyLink::erase(TransportKind::TLS, i.handshake().await?)),
+            AnyIncoming::Quic(i) => {
+                let kind = i.kind();
+                Ok(AnyLink::erase(kind, i.handshake().await?))
+            }
+        }
     }
 }

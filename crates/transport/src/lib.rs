@@ -56,10 +56,12 @@ pub mod any;
 mod err;
 pub mod link;
 pub mod quic;
+pub mod registry;
 pub mod tcp;
 pub mod tls;
 
 pub use err::Error;
+pub use registry::{Choice, TransportKind};
 
 /// How a transport orders cells (see the crate docs, point 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,47 +70,6 @@ pub enum Ordering {
     PerConnection,
     /// Only the cells of one circuit are ordered among themselves.
     PerCircuit,
-}
-
-/// The transports onionlab knows, by the name used in network documents
-/// and configuration files.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TransportKind {
-    /// One TLS 1.3 over TCP connection per relay pair (vanilla Tor).
-    Tls,
-    /// One QUIC connection per relay pair, one stream per circuit.
-    Quic,
-    /// One QUIC connection per circuit, over one UDP socket per relay.
-    QuicConnPerCircuit,
-}
-
-impl TransportKind {
-    /// The name used in network documents (`"tls"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportKind::Tls => "tls",
-            TransportKind::Quic => "quic",
-            TransportKind::QuicConnPerCircuit => "quic-conn-per-circuit",
-        }
-    }
-
-    /// Parse a name used in network documents.
-    pub fn from_name(name: &str) -> Option<Self> {
-        match name {
-            "tls" => Some(TransportKind::Tls),
-            "quic" => Some(TransportKind::Quic),
-            "quic-conn-per-circuit" => Some(TransportKind::QuicConnPerCircuit),
-            _ => None,
-        }
-    }
-
-    /// How this transport orders cells.
-    pub fn ordering(self) -> Ordering {
-        match self {
-            TransportKind::Tls => Ordering::PerConnection,
-            TransportKind::Quic | TransportKind::QuicConnPerCircuit => Ordering::PerCircuit,
-        }
-    }
 }
 
 /// Who is at the other end of a link.
@@ -161,6 +122,11 @@ pub trait CellWriter {
     /// Whether anything is queued and not yet flushed.
     fn has_pending(&self) -> bool;
 
+    /// Bytes this writer holds that are not yet written to the network
+    /// (its send buffer, or a per-circuit writer's lane buffers), for a
+    /// relay's memory cap.
+    fn buffered_bytes(&self) -> usize;
+
     /// Write everything queued to the network.
     fn flush(&mut self) -> impl Future<Output = Result<(), Error>>;
 
@@ -190,6 +156,15 @@ pub trait CellWriter {
     /// resolves.
     fn writable(&mut self) -> impl Future<Output = ()> {
         std::future::pending()
+    }
+
+    /// How urgent circuit `circ_id`'s lane is, from the circuit scheduler
+    /// (higher goes first; equal priorities share). A per-circuit writer
+    /// whose lanes share one congestion-controlled connection (QUIC
+    /// streams) hands it to that connection's stream scheduler, so the
+    /// circuit scheduler's order holds on the wire; others ignore it.
+    fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
+        let _ = (circ_id, priority);
     }
 }
 

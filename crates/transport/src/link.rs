@@ -282,13 +282,6 @@ pub struct StreamCellWriter<W> {
     peer: SocketAddr,
 }
 
-impl<W> StreamCellWriter<W> {
-    /// Encoded bytes waiting to be flushed.
-    pub fn buffered_bytes(&self) -> usize {
-        self.buf.len()
-    }
-}
-
 impl<W: AsyncWrite + Unpin> StreamCellWriter<W> {
     /// A writer for link version `link_version`.
     pub fn new(io: W, link_version: u16, peer: SocketAddr) -> Self {
@@ -315,6 +308,10 @@ impl<W: AsyncWrite + Unpin> CellWriter for StreamCellWriter<W> {
 
     fn has_pending(&self) -> bool {
         !self.buf.is_empty()
+    }
+
+    fn buffered_bytes(&self) -> usize {
+        self.buf.len()
     }
 
     async fn flush(&mut self) -> Result<(), Error> {

@@ -9,9 +9,10 @@ use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
 };
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{Choice, Connector, PeerAddrs};
+use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
 use onionlab_transport::quic::{Mode, QuicLink, QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::Choice;
 use onionlab_transport::{
     CellReader, CellWriter, Error, Incoming, Listener, Ordering, Transport, TransportKind,
 };
@@ -209,24 +210,30 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
         }
     });
     let connector = Connector::new(
-        TlsTransport::client(),
-        Some(QuicTransport::client(QuicSettings::default())),
+        Endpoints {
+            tcp: TlsTransport::client(),
+            quic: Some(QuicTransport::client(QuicSettings::default())),
+        },
         Choice::Auto,
-    );
+    )
+    .expect("connector");
     let link = connector
         .connect(addrs, r.public().ed_identity)
         .await
         .expect("fallback");
-    assert_eq!(link.writer.kind(), TransportKind::Tls);
+    assert_eq!(link.writer.kind(), TransportKind::TLS);
 
     let forced = Connector::new(
-        TlsTransport::client(),
-        Some(QuicTransport::client(QuicSettings {
-            handshake_timeout: Duration::from_millis(500),
-            ..QuicSettings::default()
-        })),
-        Choice::Quic,
-    );
+        Endpoints {
+            tcp: TlsTransport::client(),
+            quic: Some(QuicTransport::client(QuicSettings {
+                handshake_timeout: Duration::from_millis(500),
+                ..QuicSettings::default()
+            })),
+        },
+        Choice::Only(TransportKind::QUIC),
+    )
+    .expect("connector");
     assert!(forced.connect(addrs, r.public().ed_identity).await.is_err());
 }
 

@@ -79,8 +79,10 @@ pub struct ChainArgs {
     /// directory under the system's temp dir).
     #[arg(long)]
     workdir: Option<PathBuf>,
-    /// Transport of every link: tls, quic, quic-conn-per-circuit or auto.
-    #[arg(long, default_value = "tls", value_parser = ["tls", "quic", "quic-conn-per-circuit", "auto"])]
+    /// Transport of every link: `auto` or a registered transport.
+    #[arg(long, default_value = "tls",
+          long_help = format!("Transport of every link.\n\n{}", onionlab_transport::registry::help_text()),
+          value_parser = clap::builder::PossibleValuesParser::new(onionlab_transport::Choice::names()))]
     transport: String,
     /// Circuit-level flow control of the network: fixed or vegas.
     #[arg(long, default_value = "fixed", value_parser = ["fixed", "vegas"])]

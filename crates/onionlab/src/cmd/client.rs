@@ -9,6 +9,7 @@ use crate::error::Result;
 
 /// Arguments of `onionlab client`.
 #[derive(Args, Debug)]
+#[command(after_long_help = onionlab_transport::registry::help_text())]
 pub struct ClientArgs {
     /// The client's config file (written by `onionlab network init`).
     #[arg(long)]

@@ -23,6 +23,7 @@ const SCENARIO_DIR: &str = "scenarios";
 pub enum LabCommand {
     /// Run a scenario: every variant, every repetition, fresh processes
     /// each time (needs root: network namespaces and TUN).
+    #[command(after_long_help = onionlab_transport::registry::help_text())]
     Run {
         /// The scenario file (or the name of a bundled one, see `lab list`).
         scenario: String,

@@ -9,8 +9,6 @@ use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
 use onionlab_node::{DosLimits, Relay, RelaySettings};
-use onionlab_transport::any::Choice;
-use onionlab_transport::quic::Congestion;
 use onionlab_transport::tcp::TcpCongestion;
 
 use crate::cmd::runtime;
@@ -18,6 +16,7 @@ use crate::error::{Error, Result};
 
 /// Arguments of `onionlab relay`.
 #[derive(Args, Debug)]
+#[command(after_long_help = onionlab_transport::registry::help_text())]
 pub struct RelayArgs {
     /// The relay's config file (written by `onionlab network init`).
     #[arg(long)]
@@ -64,10 +63,8 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         let doc = load_network(&cfg.network, &network_key).await?;
         let mut settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
         settings.quic_listen = cfg.quic_listen;
-        // The configuration's names are the transport crate's.
-        settings.transport = Choice::from_name(cfg.transport.as_str()).unwrap_or_default();
-        settings.quic.congestion =
-            Congestion::from_name(cfg.quic_congestion.as_str()).unwrap_or_default();
+        settings.transport = cfg.transport;
+        settings.quic.congestion = cfg.quic_congestion.into();
         settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);
         settings.quic.initial_mtu = cfg.quic_initial_mtu;
         settings.quic.idle_timeout = Duration::from_millis(cfg.quic_idle_timeout_ms);

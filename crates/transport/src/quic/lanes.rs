@@ -74,6 +74,11 @@ struct LaneState {
     closing: bool,
     /// The stream failed: drop what is queued.
     dead: bool,
+    /// The circuit scheduler's priority for this lane's stream, when it
+    /// changed and the lane's task has not applied it yet.
+    new_priority: Option<i32>,
+    /// The last priority asked for (quinn's default is 0).
+    priority: i32,
 }
 
 impl Lane {
@@ -515,12 +520,17 @@ async fn lane_task(link: Arc<LinkShared>, lane: Arc<Lane>, stream: Option<SendSt
         },
     };
     loop {
-        let (chunk, closing) = {
+        let (chunk, closing, priority) = {
             let mut st = lane.state();
             let chunk = st.buf.split();
             st.in_flight = chunk.len();
-            (chunk, st.closing)
+            (chunk, st.closing, st.new_priority.take())
         };
+        if let Some(p) = priority {
+            // Only fails on a stream already closed, which the write
+            // below reports.
+            let _ = send.set_priority(p);
+        }
         if !chunk.is_empty() {
             tracing::trace!(circ_id = lane.circ_id, bytes = chunk.len(), "lane write");
             if let Err(e) = send.write_all(&chunk).await {
@@ -744,16 +754,7 @@ impl QuicWriter {
 
     /// Which QUIC mode this link uses.
     pub fn kind(&self) -> crate::TransportKind {
-        match self.link().mode {
-            Mode::StreamPerCircuit => crate::TransportKind::Quic,
-            Mode::ConnPerCircuit => crate::TransportKind::QuicConnPerCircuit,
-        }
-    }
-
-    /// Bytes buffered in all send lanes, including those of closed
-    /// circuits still draining (for memory accounting; O(1)).
-    pub fn buffered_bytes(&self) -> usize {
-        self.link().memory.send.load(AtomicOrdering::Relaxed)
+        self.link().mode.kind()
     }
 
     /// Circuit lanes open for sending (the control stream not counted).
@@ -797,6 +798,12 @@ impl CellWriter for QuicWriter {
         false
     }
 
+    /// Bytes buffered in all send lanes, including those of closed
+    /// circuits still draining (for memory accounting; O(1)).
+    fn buffered_bytes(&self) -> usize {
+        self.link().memory.send.load(AtomicOrdering::Relaxed)
+    }
+
     async fn flush(&mut self) -> Result<(), Error> {
         Ok(())
     }
@@ -826,6 +833,22 @@ impl CellWriter for QuicWriter {
         lock(&self.link().lanes)
             .get(&u32::from(circ_id))
             .is_none_or(|l| l.buffered() < LANE_HIGH_WATER)
+    }
+
+    /// Streams of one connection share its congestion window, so quinn's
+    /// stream priorities carry the circuit scheduler's order onto the
+    /// wire. Lanes that are connections of their own have nothing to
+    /// share, and ignore it.
+    fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
+        if self.link().mode != Mode::StreamPerCircuit {
+            return;
+        }
+        let lane = self.lane(u32::from(circ_id));
+        let mut st = lane.state();
+        if st.priority != priority {
+            st.priority = priority;
+            st.new_priority = Some(priority);
+        }
     }
 
     async fn writable(&mut self) {

@@ -138,15 +138,82 @@ use tokio::sync::mpsc;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::{debug, info};
 
+use crate::any::AnyLink;
 use crate::link::{self, Role};
+use crate::registry::{self, SettingInfo, TransportInfo};
 use crate::tls::identity;
-use crate::{Error, Link, PeerInfo, TransportKind};
+use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
 use gate::{GateCounters, HandshakeGate, HandshakeLimits, Verdict};
 
 use lanes::{LinkShared, LinkSpec};
 pub use lanes::{QuicReader, QuicWriter};
 use wire::Preamble;
+
+/// Settings every QUIC transport reads.
+const QUIC_SETTINGS: &[SettingInfo] = &[
+    SettingInfo {
+        key: "quic_listen",
+        default: "none (no QUIC endpoint)",
+        about: "relays: UDP address of the QUIC endpoint",
+    },
+    SettingInfo {
+        key: "quic_congestion",
+        default: "cubic",
+        about: "congestion control of every QUIC connection: cubic, newreno or bbr",
+    },
+    SettingInfo {
+        key: "quic_initial_mtu",
+        default: "1200",
+        about: "UDP payload of the first packets",
+    },
+    SettingInfo {
+        key: "quic_keep_alive_ms",
+        default: "2000",
+        about: "PING after this long without traffic",
+    },
+    SettingInfo {
+        key: "quic_idle_timeout_ms",
+        default: "8000",
+        about: "a connection silent this long is closed",
+    },
+];
+
+/// The registry's description of QUIC with a stream per circuit.
+pub(crate) static STREAM_PER_CIRCUIT: TransportInfo = TransportInfo {
+    name: "quic",
+    about: "one QUIC connection per relay pair, one stream per circuit (seeds 000, 001)",
+    ordering: Ordering::PerCircuit,
+    endpoint: registry::Endpoint::Quic,
+    settings: QUIC_SETTINGS,
+    open: |endpoints, addr, expected| {
+        Box::pin(open_link(endpoints, addr, expected, Mode::StreamPerCircuit))
+    },
+};
+
+/// The registry's description of QUIC with a connection per circuit.
+pub(crate) static CONN_PER_CIRCUIT: TransportInfo = TransportInfo {
+    name: "quic-conn-per-circuit",
+    about:
+        "one QUIC connection per circuit over one UDP socket (own congestion window per circuit)",
+    ordering: Ordering::PerCircuit,
+    endpoint: registry::Endpoint::Quic,
+    settings: QUIC_SETTINGS,
+    open: |endpoints, addr, expected| {
+        Box::pin(open_link(endpoints, addr, expected, Mode::ConnPerCircuit))
+    },
+};
+
+async fn open_link(
+    endpoints: &crate::any::Endpoints,
+    addr: SocketAddr,
+    expected: Ed25519Identity,
+    mode: Mode,
+) -> Result<AnyLink, Error> {
+    let quic = endpoints.quic(mode.kind())?;
+    let link = quic.connect_mode(addr, expected, mode).await?;
+    Ok(AnyLink::erase(mode.kind(), link))
+}
 
 /// An open QUIC link.
 pub type QuicLink = Link<QuicReader, QuicWriter>;
@@ -200,6 +267,14 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The registered transport of this mode.
+    pub fn kind(self) -> TransportKind {
+        match self {
+            Mode::StreamPerCircuit => TransportKind::QUIC,
+            Mode::ConnPerCircuit => TransportKind::QUIC_CONN_PER_CIRCUIT,
+        }
+    }
+
     fn byte(self) -> u8 {
         match self {
             Mode::StreamPerCircuit => 0,
@@ -243,8 +318,10 @@ impl Congestion {
 /// Settings of a QUIC transport.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QuicSettings {
-    /// How circuits map onto QUIC for the links this node opens (the
-    /// accepting side follows the opener).
+    /// How circuits map onto QUIC for the links opened with
+    /// [`Transport::connect`](crate::Transport::connect) (the registry's
+    /// transports choose their mode themselves; the accepting side
+    /// follows the opener).
     pub mode: Mode,
     /// Congestion controller of every connection this node opens or
     /// accepts.
@@ -669,15 +746,31 @@ impl QuicTransport {
         })
     }
 
+    /// Open a link to `addr` in `mode` (whatever the settings' mode),
+    /// requiring the peer to prove `expected`.
+    pub async fn connect_mode(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+        mode: Mode,
+    ) -> Result<QuicLink, Error> {
+        tokio::time::timeout(
+            self.inner.settings.handshake_timeout,
+            self.connect_inner(addr, expected, mode),
+        )
+        .await
+        .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+
     async fn connect_inner(
         &self,
         addr: SocketAddr,
         expected: Ed25519Identity,
+        mode: Mode,
     ) -> Result<QuicLink, Error> {
         let conn = self.open_connection(addr, expected).await?;
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| quic_err(addr, e))?;
         let token: [u8; TOKEN_LEN] = rand::random();
-        let mode = self.inner.settings.mode;
         let mut preamble = LINK_MAGIC.to_vec();
         preamble.push(mode.byte());
         preamble.extend_from_slice(&token);
@@ -885,10 +978,7 @@ impl crate::Transport for QuicTransport {
     type Listener = QuicListener;
 
     fn kind(&self) -> TransportKind {
-        match self.inner.settings.mode {
-            Mode::StreamPerCircuit => TransportKind::Quic,
-            Mode::ConnPerCircuit => TransportKind::QuicConnPerCircuit,
-        }
+        self.inner.settings.mode.kind()
     }
 
     async fn connect(
@@ -896,12 +986,8 @@ impl crate::Transport for QuicTransport {
         addr: SocketAddr,
         expected: Ed25519Identity,
     ) -> Result<QuicLink, Error> {
-        tokio::time::timeout(
-            self.inner.settings.handshake_timeout,
-            self.connect_inner(addr, expected),
-        )
-        .await
-        .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+        self.connect_mode(addr, expected, self.inner.settings.mode)
+            .await
     }
 
     async fn bind(&self, addr: SocketAddr) -> Result<QuicListener, Error> {
@@ -971,6 +1057,11 @@ pub struct QuicIncomingLink {
 }
 
 impl QuicIncomingLink {
+    /// The transport the peer opened this link with.
+    pub fn kind(&self) -> TransportKind {
+        self.incoming.mode.kind()
+    }
+
     async fn handshake_inner(self) -> Result<QuicLink, Error> {
         let QuicIncoming {
             conn,

@@ -27,9 +27,30 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
+use crate::any::AnyLink;
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
+use crate::registry::{Endpoint, SettingInfo, TransportInfo};
 use crate::tcp::TcpCongestion;
-use crate::{Error, Link, PeerInfo, TransportKind};
+use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
+
+/// The registry's description of this transport.
+pub(crate) static INFO: TransportInfo = TransportInfo {
+    name: "tls",
+    about: "one TLS 1.3 over TCP connection per relay pair, every circuit in it (vanilla Tor)",
+    ordering: Ordering::PerConnection,
+    endpoint: Endpoint::Tcp,
+    settings: &[SettingInfo {
+        key: "tcp_congestion",
+        default: "the match of quic_congestion",
+        about: "kernel congestion control of every TCP socket, or \"system\"",
+    }],
+    open: |endpoints, addr, expected| {
+        Box::pin(async move {
+            let link = endpoints.tcp.connect(addr, expected).await?;
+            Ok(AnyLink::erase(TransportKind::TLS, link))
+        })
+    },
+};
 
 /// Incoming cells of a TLS link.
 pub type TlsReader = StreamCellReader<ReadHalf<TlsStream<TcpStream>>>;
@@ -285,7 +306,7 @@ impl crate::Transport for TlsTransport {
     type Listener = TlsListener;
 
     fn kind(&self) -> TransportKind {
-        TransportKind::Tls
+        TransportKind::TLS
     }
 
     async fn connect(&self, addr: SocketAddr, expected: Ed25519Identity) -> Result<TlsLink, Error> {

@@ -1,0 +1,339 @@
+//! The one list of transports onionlab knows.
+//!
+//! Each transport is described once, by a [`TransportInfo`] in its own
+//! module: its name (as used in configuration files, network documents,
+//! scenario matrices and on the command line), how it orders cells, which
+//! of a node's listening endpoints it uses (and so which address a relay
+//! must advertise in the network document for it), its settings, and how
+//! a link of it is opened. Everything that names a transport (config
+//! parsing, relay and client start-up, path selection, the lab's matrix
+//! validation, `--help` texts) reads [`TransportKind::all`] and
+//! [`TransportKind::from_name`].
+//!
+//! Adding a transport is a module that defines its `INFO` and one line in
+//! [`REGISTRY`].
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::str::FromStr;
+
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+use crate::any::{AnyLink, Endpoints};
+use crate::{Error, Ordering};
+
+/// Every transport, in the order documentation and `--help` list them.
+/// The first is the baseline the others are compared with.
+static REGISTRY: &[&TransportInfo] = &[
+    &crate::tls::INFO,
+    &crate::quic::STREAM_PER_CIRCUIT,
+    &crate::quic::CONN_PER_CIRCUIT,
+];
+
+/// The name of [`Choice::Auto`] in configuration files.
+pub const AUTO: &str = "auto";
+
+/// A future returned by [`TransportInfo::open`].
+pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<AnyLink, Error>> + 'a>>;
+
+/// Which of a node's listening endpoints carries a transport, and so which
+/// address a relay advertises for it in the network document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// The node's TCP listener (its TLS endpoint); the document's `tls`
+    /// address.
+    Tcp,
+    /// The node's QUIC endpoint (one UDP socket); the document's `quic`
+    /// address.
+    Quic,
+}
+
+impl Endpoint {
+    /// The address's name in the network document (`"tls"`, `"quic"`).
+    pub const fn doc_name(self) -> &'static str {
+        match self {
+            Endpoint::Tcp => "tls",
+            Endpoint::Quic => "quic",
+        }
+    }
+}
+
+/// One setting of a transport, for documentation and `--help`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingInfo {
+    /// The key in `relay.toml` and `client.toml`.
+    pub key: &'static str,
+    /// Its default, as written in the file.
+    pub default: &'static str,
+    /// What it does.
+    pub about: &'static str,
+}
+
+/// The description of one transport (see the module docs).
+pub struct TransportInfo {
+    /// The name used everywhere (`"tls"`).
+    pub name: &'static str,
+    /// One line for `--help` and documentation.
+    pub about: &'static str,
+    /// How it orders cells.
+    pub ordering: Ordering,
+    /// The endpoint it uses.
+    pub endpoint: Endpoint,
+    /// The settings that apply to it (beyond the link handshake timeout
+    /// every transport has).
+    pub settings: &'static [SettingInfo],
+    /// Open a link to `addr` (the peer's address for
+    /// [`endpoint`](Self::endpoint)) that must prove `expected`, with the
+    /// node's endpoints.
+    pub open: for<'a> fn(&'a Endpoints, SocketAddr, Ed25519Identity) -> OpenFuture<'a>,
+}
+
+/// A registered transport: a cheap handle on its [`TransportInfo`].
+#[derive(Clone, Copy)]
+pub struct TransportKind(&'static TransportInfo);
+
+impl TransportKind {
+    /// TLS over TCP, one connection per relay pair (vanilla Tor).
+    pub const TLS: TransportKind = TransportKind(&crate::tls::INFO);
+    /// QUIC, one connection per relay pair, one stream per circuit.
+    pub const QUIC: TransportKind = TransportKind(&crate::quic::STREAM_PER_CIRCUIT);
+    /// QUIC, one connection per circuit.
+    pub const QUIC_CONN_PER_CIRCUIT: TransportKind = TransportKind(&crate::quic::CONN_PER_CIRCUIT);
+
+    /// Every registered transport.
+    pub fn all() -> impl Iterator<Item = TransportKind> {
+        REGISTRY.iter().map(|info| TransportKind(info))
+    }
+
+    /// Every registered transport's name.
+    pub fn names() -> Vec<&'static str> {
+        Self::all().map(TransportKind::name).collect()
+    }
+
+    /// The transport called `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTransport`], which lists the valid names.
+    pub fn from_name(name: &str) -> Result<Self, UnknownTransport> {
+        Self::all()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| UnknownTransport::new(name, Self::names()))
+    }
+
+    /// Its description.
+    pub fn info(self) -> &'static TransportInfo {
+        self.0
+    }
+
+    /// Its name (`"tls"`).
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// How it orders cells.
+    pub fn ordering(self) -> Ordering {
+        self.0.ordering
+    }
+
+    /// The endpoint it uses.
+    pub fn endpoint(self) -> Endpoint {
+        self.0.endpoint
+    }
+}
+
+impl PartialEq for TransportKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for TransportKind {}
+
+impl std::hash::Hash for TransportKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl fmt::Debug for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TransportKind {
+    type Err = UnknownTransport;
+
+    fn from_str(s: &str) -> Result<Self, UnknownTransport> {
+        Self::from_name(s)
+    }
+}
+
+/// A transport name that names no transport.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown transport `{name}`: expected one of {}", quoted(.valid))]
+pub struct UnknownTransport {
+    /// The name given.
+    pub name: String,
+    /// The names that would have been accepted.
+    pub valid: Vec<&'static str>,
+}
+
+impl UnknownTransport {
+    fn new(name: &str, valid: Vec<&'static str>) -> Self {
+        UnknownTransport {
+            name: name.to_string(),
+            valid,
+        }
+    }
+}
+
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Which transport a node uses for the links it opens (the `transport`
+/// setting of relays and clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Choice {
+    /// `"auto"`: QUIC (stream per circuit) when the peer advertises a
+    /// `quic` address and it connects within
+    /// [`QUIC_FALLBACK_AFTER`](crate::any::QUIC_FALLBACK_AFTER); TLS
+    /// otherwise (seed 000's deployability rule).
+    #[default]
+    Auto,
+    /// This transport only, no fallback (experiments).
+    Only(TransportKind),
+}
+
+impl Choice {
+    /// Every choice: `auto`, then each transport.
+    pub fn all() -> impl Iterator<Item = Choice> {
+        std::iter::once(Choice::Auto).chain(TransportKind::all().map(Choice::Only))
+    }
+
+    /// Every choice's name.
+    pub fn names() -> Vec<&'static str> {
+        Self::all().map(Choice::name).collect()
+    }
+
+    /// The choice called `name` (`"auto"` or a transport's name).
+    ///
+    /// # Errors
+    ///
+    /// [`UnknownTransport`], which lists the valid names.
+    pub fn from_name(name: &str) -> Result<Self, UnknownTransport> {
+        if name == AUTO {
+            return Ok(Choice::Auto);
+        }
+        TransportKind::from_name(name)
+            .map(Choice::Only)
+            .map_err(|e| UnknownTransport::new(&e.name, Self::names()))
+    }
+
+    /// The name (`"auto"`, `"tls"`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Choice::Auto => AUTO,
+            Choice::Only(kind) => kind.name(),
+        }
+    }
+
+    /// The endpoints links opened under this choice may use.
+    pub fn endpoints(self) -> Vec<Endpoint> {
+        match self {
+            Choice::Auto => vec![Endpoint::Quic, Endpoint::Tcp],
+            Choice::Only(kind) => vec![kind.endpoint()],
+        }
+    }
+
+    /// Whether links may use the QUIC endpoint.
+    pub fn may_use_quic(self) -> bool {
+        self.endpoints().contains(&Endpoint::Quic)
+    }
+}
+
+/// Compare with a name (`choice == "tls"`).
+impl PartialEq<&str> for Choice {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Choice {
+    type Err = UnknownTransport;
+
+    fn from_str(s: &str) -> Result<Self, UnknownTransport> {
+        Self::from_name(s)
+    }
+}
+
+/// `--help` text listing every choice, its description and its settings.
+pub fn help_text() -> String {
+    let width = Choice::names().iter().map(|n| n.len()).max().unwrap_or(0);
+    let mut text = String::from("Transports (the `transport` setting of relays and clients):\n");
+    text.push_str(&format!(
+        "  {AUTO:width$}  QUIC (stream per circuit) where the peer advertises it and it connects, else TLS\n"
+    ));
+    for kind in TransportKind::all() {
+        let info = kind.info();
+        text.push_str(&format!("  {:width$}  {}\n", info.name, info.about));
+        for s in info.settings {
+            text.push_str(&format!(
+                "  {:width$}    {} (default {}): {}\n",
+                "", s.key, s.default, s.about
+            ));
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_round_trip() {
+        let names = Choice::names();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len(), "{names:?}");
+        for choice in Choice::all() {
+            assert_eq!(Choice::from_name(choice.name()), Ok(choice));
+            assert_eq!(choice.to_string().parse::<Choice>(), Ok(choice));
+        }
+        assert_eq!(TransportKind::all().next(), Some(TransportKind::TLS));
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_valid_ones() {
+        let err = Choice::from_name("QUIC").unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("unknown transport `QUIC`"), "{text}");
+        for name in Choice::names() {
+            assert!(text.contains(&format!("`{name}`")), "{text}");
+        }
+        let err = TransportKind::from_name("auto").unwrap_err();
+        assert!(!err.valid.contains(&AUTO), "{err}");
+    }
+}
