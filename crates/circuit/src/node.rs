@@ -17,13 +17,26 @@
 //!   picks (round robin or EWMA). It calls it whenever the connection can
 //!   take a cell, for the channels [`RelayNode::channels_with_work`] lists.
 //! * A transport that gives each circuit its own lane (a QUIC stream, or a
-//!   TCP connection, per circuit) has no single order to choose: lanes are
-//!   independent and each has its own back-pressure. It asks
-//!   [`RelayNode::circuits_with_work`] which circuits of a channel have
-//!   cells, and writes each lane from
-//!   [`RelayNode::poll_transmit_circuit`] when that lane can take a cell.
-//!   The scheduler is bypassed (the transport's lanes share the link), but
-//!   its state is kept consistent, so the two styles may be mixed.
+//!   TCP connection, per circuit) writes each cell on the lane of its
+//!   circuit ID. It still lets the channel's scheduler choose which lane
+//!   gets the next cell: [`RelayNode::poll_transmit_lanes`] is
+//!   `poll_transmit` restricted to the circuits whose lane has room; a
+//!   circuit behind a full lane is set aside until
+//!   [`RelayNode::lanes_writable`] (a lane drained) puts it back. A
+//!   transport that multiplexes its lanes by priority itself (quinn's
+//!   stream priorities) gives each lane [`RelayNode::lane_priority`], so
+//!   EWMA's preference for light circuits holds on the connection too.
+//!   The older style bypasses the scheduler:
+//!   [`RelayNode::circuits_with_work`] lists the circuits of a channel with
+//!   cells, and [`RelayNode::poll_transmit_circuit`] gives a lane its
+//!   circuit's next cell; the scheduler's state is kept consistent, so the
+//!   styles may be mixed.
+//!
+//! # Determinism
+//!
+//! Outputs depend only on inputs and the seeded RNG, never on a hash seed:
+//! whatever the node iterates in an order that can show (channels,
+//! circuits, a channel's circuits) is an ordered map.
 //!
 //! # Memory limit
 //!
@@ -36,7 +49,7 @@
 //! `MaxMemInQueues`. Below the limit this costs O(1) per input.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::net::IpAddr;
 use std::time::Instant;
 
@@ -195,7 +208,7 @@ struct Channel {
     initiated_by_us: bool,
     /// Who is at the other end.
     peer: ChannelPeer,
-    circuits: HashMap<CircId, SchedKey>,
+    circuits: ChanCircuits,
     scheduler: Box<dyn CircuitScheduler<SchedKey>>,
     /// Link-level cells waiting (DESTROYs for circuits already gone).
     control: VecDeque<AnyChanCell>,
@@ -210,6 +223,36 @@ struct Channel {
     transport_recv: usize,
 }
 
+/// The circuits of one channel, by circuit ID, iterated in ID order: when
+/// the channel closes (which orders the circuits' DESTROYs and events) and
+/// in [`RelayNode::circuits_with_work`] and [`RelayNode::lanes_writable`].
+/// An ordered map, so the order never depends on a hash seed (`CircId` is
+/// not `Ord`: the key is its value).
+#[derive(Default)]
+struct ChanCircuits(BTreeMap<u32, (CircId, SchedKey)>);
+
+impl ChanCircuits {
+    fn get(&self, id: &CircId) -> Option<&SchedKey> {
+        self.0.get(&u32::from(*id)).map(|(_, k)| k)
+    }
+    fn insert(&mut self, id: CircId, key: SchedKey) {
+        self.0.insert(u32::from(id), (id, key));
+    }
+    fn remove(&mut self, id: &CircId) -> Option<SchedKey> {
+        self.0.remove(&u32::from(*id)).map(|(_, k)| k)
+    }
+    fn contains_key(&self, id: &CircId) -> bool {
+        self.0.contains_key(&u32::from(*id))
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// In ascending circuit-ID order.
+    fn iter(&self) -> impl Iterator<Item = (CircId, SchedKey)> + '_ {
+        self.0.values().copied()
+    }
+}
+
 struct CircEntry {
     circ: RelayCircuit,
     inbound: (ChannelId, CircId),
@@ -219,11 +262,17 @@ struct CircEntry {
 }
 
 /// A relay: channels, circuits and their scheduling.
+///
+/// Deterministic: given the same inputs (and the same seeded RNG), it gives
+/// the same outputs in the same order. Every collection whose iteration
+/// order can reach an output (channels, circuits, a channel's circuits) is
+/// an ordered map, never a `HashMap`, whose order varies with its random
+/// seed.
 pub struct RelayNode {
     keys: RelaySecretKeys,
     config: NodeConfig,
-    channels: HashMap<ChannelId, Channel>,
-    circuits: HashMap<CircKey, CircEntry>,
+    channels: BTreeMap<ChannelId, Channel>,
+    circuits: BTreeMap<CircKey, CircEntry>,
     next_key: u64,
     events: VecDeque<NodeEvent>,
     rng: StdRng,
@@ -255,8 +304,8 @@ impl RelayNode {
         RelayNode {
             keys,
             config,
-            channels: HashMap::new(),
-            circuits: HashMap::new(),
+            channels: BTreeMap::new(),
+            circuits: BTreeMap::new(),
             next_key: 1,
             events: VecDeque::new(),
             rng,
@@ -281,7 +330,7 @@ impl RelayNode {
             Channel {
                 initiated_by_us,
                 peer,
-                circuits: HashMap::new(),
+                circuits: ChanCircuits::default(),
                 scheduler: self.config.scheduler.build(),
                 control: VecDeque::new(),
                 // A random start, so IDs do not reveal how many circuits
@@ -309,7 +358,7 @@ impl RelayNode {
         self.control_cells -= ch.control.len();
         self.transport_bytes -= ch.transport_send + ch.transport_recv;
         self.transport_recv -= ch.transport_recv;
-        for (_, (key, side)) in ch.circuits {
+        for (_, (key, side)) in ch.circuits.iter() {
             let Some(entry) = self.circuits.get_mut(&key) else {
                 continue;
             };
@@ -329,7 +378,11 @@ impl RelayNode {
         }
     }
 
-    /// Channels with something to send.
+    /// Channels with something to send, in ascending ID order.
+    ///
+    /// A circuit behind a full lane is not counted (see
+    /// [`poll_transmit_lanes`](Self::poll_transmit_lanes)), so a channel
+    /// whose only busy circuits wait for their lanes is not listed.
     pub fn channels_with_work(&self) -> impl Iterator<Item = ChannelId> + '_ {
         self.channels
             .iter()
@@ -471,14 +524,45 @@ impl RelayNode {
         self.enforce_mem_limit(now);
     }
 
-    /// The next cell to write on `chan`, chosen by its circuit scheduler.
+    /// The next cell to write on `chan`, chosen by its circuit scheduler:
+    /// link-level DESTROYs first, then one cell of the circuit the
+    /// scheduler picks. For transports that carry a channel as one ordered
+    /// byte stream.
     pub fn poll_transmit(&mut self, now: Instant, chan: ChannelId) -> Option<AnyChanCell> {
+        self.poll_transmit_lanes(now, chan, &mut |_| true)
+    }
+
+    /// The next cell to write on `chan` for a transport that gives each
+    /// circuit its own lane (a QUIC stream per circuit): chosen by the
+    /// channel's circuit scheduler as [`poll_transmit`](Self::poll_transmit)
+    /// does, but only among circuits whose lane has room
+    /// (`has_room(circ_id)`). Link-level DESTROYs (of circuits that are
+    /// gone) come first whatever the room, since one held back behind a
+    /// full lane would keep the channel busy for ever. The cell goes on
+    /// the lane of its circuit ID.
+    ///
+    /// A circuit the scheduler picks whose lane is full leaves the active
+    /// set (keeping its EWMA history, as [`lane_full`](Self::lane_full)
+    /// does) and the next one is tried, so once this returns `None` the
+    /// channel is out of [`channels_with_work`](Self::channels_with_work)
+    /// unless new input arrives: a writer that fills until `None` sleeps
+    /// instead of spinning on full lanes. The circuits set aside this way
+    /// are not lost: [`lanes_writable`](Self::lanes_writable) (called when a
+    /// lane drains, or before each fill) puts them back, and so does the
+    /// circuit's next input.
+    pub fn poll_transmit_lanes(
+        &mut self,
+        now: Instant,
+        chan: ChannelId,
+        has_room: &mut dyn FnMut(CircId) -> bool,
+    ) -> Option<AnyChanCell> {
         let ch = self.channels.get_mut(&chan)?;
         if let Some(cell) = ch.control.pop_front() {
             self.control_cells -= 1;
             return Some(cell);
         }
         loop {
+            // `next` takes the circuit out of the active set.
             let (key, side) = self.channels.get_mut(&chan)?.scheduler.next(now)?;
             let Some(entry) = self.circuits.get_mut(&key) else {
                 continue;
@@ -490,6 +574,11 @@ impl RelayNode {
                     None => continue,
                 },
             };
+            if !has_room(circid) {
+                // Its lane is full: it stays out of the active set until
+                // `lanes_writable` or its next input puts it back.
+                continue;
+            }
             let Some(msg) = entry.circ.poll_transmit(now, side) else {
                 // Nothing after all: handle its events but do not put it
                 // back in the scheduler, or a disagreement between
@@ -505,23 +594,72 @@ impl RelayNode {
         }
     }
 
-    /// Circuit IDs on `chan` with a cell to send: circuits with queued
-    /// cells on that side, and IDs with a link-level DESTROY waiting. For
-    /// transports that carry each circuit on its own lane; pass each to
-    /// [`poll_transmit_circuit`](Self::poll_transmit_circuit). O(circuits on
-    /// the channel). The iterator does not borrow the node.
+    /// Lanes of `chan` may have room again (one drained, or the driver is
+    /// about to fill them): every circuit on `chan` that still has cells to
+    /// send becomes active again, including those
+    /// [`poll_transmit_lanes`](Self::poll_transmit_lanes) or
+    /// [`lane_full`](Self::lane_full) set aside. Idempotent (an active
+    /// circuit keeps its place); O(circuits on the channel).
+    pub fn lanes_writable(&mut self, now: Instant, chan: ChannelId) {
+        let Some(ch) = self.channels.get_mut(&chan) else {
+            return;
+        };
+        for (_, (key, side)) in ch.circuits.iter() {
+            let busy = self
+                .circuits
+                .get(&key)
+                .is_some_and(|e| e.circ.wants_transmit(side));
+            if busy {
+                ch.scheduler.activate((key, side), now);
+            }
+        }
+    }
+
+    /// The priority to give circuit `circ_id`'s lane on `chan`, for
+    /// transports that share a connection among lanes by priority (quinn's
+    /// `SendStream::set_priority`: higher goes first, equal priorities
+    /// share fairly). From the channel's scheduler
+    /// ([`CircuitScheduler::priority`]): 0 for every circuit under round
+    /// robin; under EWMA `-floor(log2(1 + recent cells))`, at most
+    /// [`MAX_LANE_PRIORITY_LEVEL`](crate::scheduler::MAX_LANE_PRIORITY_LEVEL)
+    /// below 0, so light circuits go before bulk ones and bulk circuits of
+    /// similar weight share. Changes slowly: a driver may refresh it
+    /// whenever it fills the lane. 0 for an unknown channel or circuit.
+    pub fn lane_priority(&self, now: Instant, chan: ChannelId, circ_id: CircId) -> i32 {
+        let Some(ch) = self.channels.get(&chan) else {
+            return 0;
+        };
+        ch.circuits
+            .get(&circ_id)
+            .map_or(0, |key| ch.scheduler.priority(key, now))
+    }
+
+    /// Circuit IDs on `chan` with a cell to send: IDs with a link-level
+    /// DESTROY waiting (in the order they were queued), then circuits with
+    /// queued cells on that side, by ascending circuit ID; each ID once.
+    /// For transports that carry each circuit on its own lane and write
+    /// them without the channel's scheduler; pass each to
+    /// [`poll_transmit_circuit`](Self::poll_transmit_circuit) (or use
+    /// [`poll_transmit_lanes`](Self::poll_transmit_lanes), which keeps the
+    /// scheduler's order). O(circuits on the channel). The iterator does
+    /// not borrow the node.
     pub fn circuits_with_work(&self, chan: ChannelId) -> impl Iterator<Item = CircId> {
         let mut ids = Vec::new();
         if let Some(ch) = self.channels.get(&chan) {
-            let mut seen = HashSet::new();
+            // Only for membership: the order comes from `ids`.
+            let mut seen = BTreeSet::new();
             let destroys = ch.control.iter().filter_map(ChanCell::circid);
             let busy = ch.circuits.iter().filter_map(|(id, (key, side))| {
                 self.circuits
-                    .get(key)
-                    .is_some_and(|e| e.circ.wants_transmit(*side))
-                    .then_some(*id)
+                    .get(&key)
+                    .is_some_and(|e| e.circ.wants_transmit(side))
+                    .then_some(id)
             });
-            ids.extend(destroys.chain(busy).filter(|id| seen.insert(*id)));
+            ids.extend(
+                destroys
+                    .chain(busy)
+                    .filter(|id| seen.insert(u32::from(*id))),
+            );
         }
         ids.into_iter()
     }
@@ -582,8 +720,11 @@ impl RelayNode {
     /// The lane of `circ_id` on `chan` is full: take the circuit out of
     /// the channel's active set, so [`channels_with_work`](Self::channels_with_work)
     /// stops reporting the channel for it and its writer sleeps until the
-    /// lane drains (or the circuit's next input activates it again).
+    /// lane drains ([`lanes_writable`](Self::lanes_writable)) or the
+    /// circuit's next input activates it again. Its EWMA history is kept.
     /// [`circuits_with_work`](Self::circuits_with_work) still lists it.
+    /// ([`poll_transmit_lanes`](Self::poll_transmit_lanes) does this
+    /// itself.)
     pub fn lane_full(&mut self, chan: ChannelId, circ_id: CircId) {
         if let Some(ch) = self.channels.get_mut(&chan) {
             if let Some(&(key, side)) = ch.circuits.get(&circ_id) {

@@ -5,6 +5,11 @@
 //! for a circuit, writes one of its cells, reports it with
 //! [`CircuitScheduler::on_sent`], and re-activates the circuit if it still
 //! has cells queued.
+//!
+//! Schedulers are deterministic: the order they give depends only on the
+//! calls made, never on a hash seed. Their `HashMap`s are only looked up
+//! (and swept with `retain`, whose order cannot show); the order lives in a
+//! queue (round robin) or a heap of distinct keys (EWMA).
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -29,6 +34,43 @@ pub trait CircuitScheduler<K>: std::fmt::Debug + Send {
     }
     /// Is no circuit active?
     fn is_idle(&self) -> bool;
+    /// The priority of `key`'s lane for a transport that multiplexes one
+    /// lane per circuit by priority itself (quinn's
+    /// `SendStream::set_priority`: higher goes first, equal priorities
+    /// share fairly), at `now`. It ranks circuits as [`next`](Self::next)
+    /// does, coarsely: of two circuits, the one with the higher priority is
+    /// the one `next` would take first. The default, for schedulers
+    /// without a ranking (round robin), is 0 for every circuit: all lanes
+    /// share fairly.
+    fn priority(&self, key: &K, now: Instant) -> i32 {
+        let _ = (key, now);
+        0
+    }
+}
+
+/// Lowest lane priority (negated) that [`Ewma`]'s
+/// [`CircuitScheduler::priority`] gives: `-MAX_LANE_PRIORITY_LEVEL`, for a
+/// circuit with 2^31 or more recent cells.
+pub const MAX_LANE_PRIORITY_LEVEL: i32 = 31;
+
+/// The lane priority of a circuit whose decayed cell count is `count`:
+/// `-floor(log2(1 + count))`, between `-MAX_LANE_PRIORITY_LEVEL` and 0
+/// (NaN or negative counts as 0).
+///
+/// Why coarse levels and not the EWMA itself: a transport that honours
+/// priorities strictly (quinn sends from the highest-priority stream while
+/// it has data) would let the bulk circuit with the lowest count hog the
+/// connection, and starve the other bulk circuits, until the driver next
+/// re-prioritises it. Buckets of doubling width keep tor's rule where it
+/// matters (a light circuit, with a small fraction of a bulk circuit's
+/// cells, lands in a strictly higher level and goes first) while bulk
+/// circuits of similar weight share a level and so share the connection
+/// fairly, as quinn does for equal priorities.
+pub fn lane_priority_level(count: f64) -> i32 {
+    let level = (1.0 + count.max(0.0)).log2().floor();
+    // `max` drops NaN; infinity is clamped here.
+    let level = level.clamp(0.0, f64::from(MAX_LANE_PRIORITY_LEVEL));
+    -(level as i32)
 }
 
 /// Which scheduler a channel uses.
@@ -78,7 +120,8 @@ pub struct RoundRobin<K> {
     /// Activation order; entries whose sequence number no longer matches
     /// `active` are stale and skipped.
     order: VecDeque<(K, u64)>,
-    /// Active circuits and the sequence number of their activation.
+    /// Active circuits and the sequence number of their activation. Only
+    /// looked up: the order is `order`'s.
     active: HashMap<K, u64>,
     next_seq: u64,
 }
@@ -170,9 +213,13 @@ const RESCALE_AFTER_HALF_LIVES: f64 = 40.0;
 pub struct Ewma<K> {
     half_life_secs: f64,
     epoch: Option<Instant>,
+    /// Looked up, and scaled all alike by `rescale` (order cannot show).
     weights: HashMap<K, f64>,
     /// Min-heap on (weight, activation sequence); entries whose sequence no
-    /// longer matches `active` are stale and skipped.
+    /// longer matches `active` are stale and skipped. Its entries are
+    /// distinct (sequence numbers are unique), so the order it pops them
+    /// in does not depend on the order they were pushed in: rebuilding it
+    /// from `active` in hash order is deterministic.
     heap: BinaryHeap<std::cmp::Reverse<(Weight, u64, K)>>,
     /// Active circuits and the sequence number of their activation.
     active: HashMap<K, u64>,
@@ -224,6 +271,18 @@ impl<K: Copy + Eq + Hash + Ord> Ewma<K> {
     pub fn queue_len(&self) -> usize {
         self.heap.len()
     }
+
+    /// `key`'s decayed cell count at `now`: each cell it sent weighs 1
+    /// when sent and half as much every half-life since. Every circuit's
+    /// count is its stored weight times the same factor, so ranking by
+    /// count is ranking by weight, as [`CircuitScheduler::next`] does.
+    pub fn decayed_count(&self, key: &K, now: Instant) -> f64 {
+        let Some(epoch) = self.epoch else {
+            return 0.0;
+        };
+        let half_lives = now.saturating_duration_since(epoch).as_secs_f64() / self.half_life_secs;
+        self.weights.get(key).copied().unwrap_or(0.0) * (-half_lives).exp2()
+    }
 }
 
 impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for Ewma<K> {
@@ -266,5 +325,9 @@ impl<K: Copy + Eq + Hash + Ord + std::fmt::Debug + Send> CircuitScheduler<K> for
     }
     fn is_idle(&self) -> bool {
         self.active.is_empty()
+    }
+    /// [`lane_priority_level`] of the circuit's decayed cell count.
+    fn priority(&self, key: &K, now: Instant) -> i32 {
+        lane_priority_level(self.decayed_count(key, now))
     }
 }

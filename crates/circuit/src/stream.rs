@@ -204,10 +204,13 @@ pub enum StreamEvent {
 pub(crate) struct StreamMap {
     config: StreamConfig,
     flow: StreamFlowKind,
+    /// Only looked up (and summed): the packaging order is `rr`'s, so the
+    /// map's random hash order never shows.
     streams: HashMap<u16, Stream>,
     /// Streams we ended whose peer may still have cells in flight.
     half_closed: VecDeque<u16>,
     /// Streams ended by the peer with data not yet read by the application.
+    /// Only looked up (and summed).
     draining: HashMap<u16, VecDeque<Bytes>>,
     /// Round-robin order for packaging DATA.
     rr: VecDeque<u16>,

@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::{HashMap, HashSet};
 
-use common::{decrypt, RawCirc, TestRelay};
+use common::{assert_pattern, data_of, RawCirc, TestRelay};
 use onionlab_cell::chan::{AnyChanMsg, CircId, Create2, DestroyReason, HandshakeType};
 use onionlab_cell::msg::AnyRelayMsg;
 use onionlab_cell::msg::{FlowCtrlVersion, Xoff, Xon, XonKBpsEwma};
@@ -43,54 +43,10 @@ fn relay_with(scheduler: SchedulerKind, cc: CircuitCc) -> TestRelay {
     r
 }
 
-/// Bytes circuit `i` sends: a pattern that shows reordering.
-fn pattern(i: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|j| ((i * 7 + j) % 251) as u8).collect()
-}
-
-/// Open exit circuits with one stream each, then queue `lens[i]` bytes
-/// from the target on circuit `i` (after all are open: opening writes the
-/// whole channel).
+/// One-hop exit circuits on `CLIENTS` with `lens[i]` bytes queued on
+/// circuit `i`.
 fn exit_circuits(r: &mut TestRelay, lens: &[usize]) -> Vec<RawCirc> {
-    let mut circs = Vec::new();
-    for i in 0..lens.len() {
-        let mut c = r.open(CLIENTS, 0x8000_0001 + i as u32);
-        let sid = r.begin(&mut c, 1);
-        let got = r.receive(&mut c);
-        assert!(
-            matches!(got.as_slice(), [Ok((Some(_), AnyRelayMsg::Connected(_)))]),
-            "{got:?}"
-        );
-        circs.push((c, sid));
-    }
-    for (i, (c, sid)) in circs.iter().enumerate() {
-        let n = r
-            .node
-            .exit_write(r.now, c.key, *sid, &pattern(i, lens[i]))
-            .expect("write");
-        assert_eq!(n, lens[i]);
-    }
-    r.collect_events();
-    circs.into_iter().map(|(c, _)| c).collect()
-}
-
-/// `got` is circuit `i`'s pattern of `len` bytes.
-fn assert_pattern(got: &[u8], i: usize, len: usize) {
-    assert_eq!(got.len(), len, "circuit {i}");
-    assert!(
-        got == pattern(i, len).as_slice(),
-        "circuit {i}: bytes differ"
-    );
-}
-
-/// The stream bytes of DATA cells, decrypting in order.
-fn data_of(c: &mut RawCirc, msgs: Vec<AnyChanMsg>, into: &mut Vec<u8>) {
-    for m in msgs {
-        match decrypt(c, m) {
-            Ok((Some(_), AnyRelayMsg::Data(d))) => into.extend_from_slice(d.as_ref()),
-            other => panic!("unexpected {other:?}"),
-        }
-    }
+    r.open_exit_circuits(CLIENTS, 0x8000_0001, lens)
 }
 
 fn lanes_deliver_every_circuit_in_order(scheduler: SchedulerKind) {

@@ -6,7 +6,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use onionlab_circuit::scheduler::{CircuitScheduler, Ewma, RoundRobin, SchedulerKind};
+use onionlab_circuit::scheduler::{
+    lane_priority_level, CircuitScheduler, Ewma, RoundRobin, SchedulerKind, MAX_LANE_PRIORITY_LEVEL,
+};
 
 const LIGHT: u32 = 0;
 const SLOT: Duration = Duration::from_millis(1);
@@ -229,4 +231,52 @@ fn stale_entries_are_swept_without_next() {
     }
     assert!(rr.queue_len() <= 100 && ewma.queue_len() <= 100);
     assert!(rr.is_idle() && ewma.is_idle());
+}
+
+#[test]
+fn lane_priority_levels_are_log2_buckets() {
+    assert_eq!(lane_priority_level(0.0), 0);
+    assert_eq!(lane_priority_level(0.99), 0);
+    assert_eq!(lane_priority_level(1.0), -1);
+    assert_eq!(lane_priority_level(2.9), -1);
+    assert_eq!(lane_priority_level(3.0), -2);
+    assert_eq!(lane_priority_level(1000.0), -9);
+    assert_eq!(lane_priority_level(1500.0), -10);
+    // Hostile or broken values stay in range.
+    for max in [1e300, f64::INFINITY] {
+        assert_eq!(lane_priority_level(max), -MAX_LANE_PRIORITY_LEVEL);
+    }
+    for zero in [f64::NAN, -5.0, f64::NEG_INFINITY] {
+        assert_eq!(lane_priority_level(zero), 0);
+    }
+}
+
+#[test]
+fn ewma_priorities_follow_the_decayed_count() {
+    let start = Instant::now();
+    let mut ewma = Ewma::new(Duration::from_secs(1));
+    assert_eq!(ewma.priority(&1, start), 0, "no history yet");
+    ewma.on_sent(3, 1, start);
+    // 45 half-lives later: the stored weights are rescaled on this send.
+    let t = start + Duration::from_secs(45);
+    ewma.on_sent(1, 100, t);
+    ewma.on_sent(2, 3, t);
+    let later = t + Duration::from_secs(1);
+    assert!((ewma.decayed_count(&1, later) - 50.0).abs() < 1e-6);
+    assert!((ewma.decayed_count(&2, later) - 1.5).abs() < 1e-6);
+    assert!(ewma.decayed_count(&3, later) < 1e-9);
+    assert_eq!(ewma.priority(&1, later), -5);
+    assert_eq!(ewma.priority(&2, later), -1);
+    assert_eq!(ewma.priority(&3, later), 0);
+    // The same ranking as `next`: 3, then 2, then 1.
+    for k in [1, 2, 3] {
+        ewma.activate(k, later);
+    }
+    assert_eq!(ewma.next(later), Some(3));
+    assert_eq!(ewma.next(later), Some(2));
+    assert_eq!(ewma.next(later), Some(1));
+    // Round robin has no ranking.
+    let mut rr = RoundRobin::default();
+    rr.on_sent(1, 100, later);
+    assert_eq!(rr.priority(&1, later), 0);
 }

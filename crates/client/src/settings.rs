@@ -90,6 +90,8 @@ pub struct ClientSettings {
     /// timeout). Its `handshake_timeout` is replaced by
     /// `link_handshake_timeout`.
     pub quic: onionlab_transport::quic::QuicSettings,
+    /// The pctcp transport's lane cap.
+    pub pctcp: onionlab_transport::pctcp::PctcpSettings,
     /// Bound on a link handshake with a guard, TLS or QUIC.
     pub link_handshake_timeout: Duration,
     /// Congestion control of the TCP sockets to guards (default: the
@@ -125,6 +127,7 @@ impl ClientSettings {
             scheduler: SchedulerKind::default(),
             transport: onionlab_transport::Choice::Only(onionlab_transport::TransportKind::TLS),
             quic: onionlab_transport::quic::QuicSettings::default(),
+            pctcp: onionlab_transport::pctcp::PctcpSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
         }
@@ -155,6 +158,7 @@ impl ClientSettings {
         s.quic.congestion = config.quic_congestion.into();
         s.quic.keep_alive = Duration::from_millis(config.quic_keep_alive_ms);
         s.quic.initial_mtu = config.quic_initial_mtu;
+        s.pctcp.max_lanes = usize::try_from(config.pctcp_max_lanes).unwrap_or(usize::MAX);
         s.quic.idle_timeout = Duration::from_millis(config.quic_idle_timeout_ms);
         s.link_handshake_timeout = Duration::from_millis(config.link_handshake_timeout_ms);
         s.tcp_congestion =

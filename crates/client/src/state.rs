@@ -351,7 +351,8 @@ fn connector(settings: &crate::ClientSettings) -> Connector {
     });
     let tcp = TlsTransport::client()
         .with_handshake_timeout(settings.link_handshake_timeout)
-        .with_tcp_congestion(settings.tcp_congestion.clone());
+        .with_tcp_congestion(settings.tcp_congestion.clone())
+        .with_pctcp(settings.pctcp);
     // A client has every endpoint its choice may use, so this cannot fail.
     Connector::new(Endpoints { tcp, quic }, settings.transport)
         .expect("a client has the endpoints of its transport")
@@ -951,6 +952,11 @@ impl State {
                 continue;
             };
             let mut sent = false;
+            // Lanes sharing one connection (QUIC streams) go in the
+            // scheduler's order on the wire.
+            if let Some(ch) = self.channels.get(&chan) {
+                w.set_lane_priority(id, ch.scheduler.priority(&key, now));
+            }
             while w.has_room_for(id) {
                 let Some(c) = self.circuits.get_mut(&key) else {
                     break;

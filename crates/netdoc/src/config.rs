@@ -24,6 +24,7 @@
 //! link_handshake_timeout_ms = 10000 # default 10000
 //! quic_keep_alive_ms = 2000       # default 2000; below quic_idle_timeout_ms
 //! quic_initial_mtu = 1200         # default 1200 (QUIC's minimum); at most 8972
+//! pctcp_max_lanes = 512           # pctcp: per-circuit connections kept open at most
 //! quic_idle_timeout_ms = 8000     # default 8000
 //! exit_connect_timeout_ms = 10000 # exits: default 10000
 //! exit_reject_private = true      # exits: default true (see crate::exit_targets)
@@ -63,6 +64,7 @@
 //! link_handshake_timeout_ms = 10000     # as for a relay
 //! quic_keep_alive_ms = 2000             # as for a relay
 //! quic_initial_mtu = 1200               # as for a relay
+//! pctcp_max_lanes = 512                 # as for a relay
 //! quic_idle_timeout_ms = 8000           # as for a relay
 //! log = "info"                          # optional tracing filter
 //! ```
@@ -454,6 +456,14 @@ pub struct RelayConfig {
         deserialize_with = "de_quic_initial_mtu"
     )]
     pub quic_initial_mtu: u16,
+    /// pctcp: lane connections (one per circuit) the node keeps open at
+    /// most (default 512); above it new circuits share the main
+    /// connection. At least 1.
+    #[serde(
+        default = "default_pctcp_max_lanes",
+        deserialize_with = "de_pctcp_max_lanes"
+    )]
+    pub pctcp_max_lanes: u64,
     /// QUIC keep-alive: a PING after this many quiet milliseconds (default
     /// 2000); must be positive and below `quic_idle_timeout_ms`.
     #[serde(
@@ -647,6 +657,12 @@ pub struct ClientConfig {
         deserialize_with = "de_quic_initial_mtu"
     )]
     pub quic_initial_mtu: u16,
+    /// As for a relay (default 512).
+    #[serde(
+        default = "default_pctcp_max_lanes",
+        deserialize_with = "de_pctcp_max_lanes"
+    )]
+    pub pctcp_max_lanes: u64,
     /// As for a relay (default 2000 ms).
     #[serde(
         default = "default_quic_keep_alive_ms",
@@ -728,6 +744,21 @@ fn de_quic_initial_mtu<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u
         return Err(serde::de::Error::custom(format!(
             "must be between {DEFAULT_QUIC_INITIAL_MTU} and {MAX_QUIC_INITIAL_MTU}"
         )));
+    }
+    Ok(v)
+}
+
+/// Default `pctcp_max_lanes` (relays and clients).
+pub const DEFAULT_PCTCP_MAX_LANES: u64 = onionlab_transport::pctcp::DEFAULT_MAX_LANES as u64;
+
+fn default_pctcp_max_lanes() -> u64 {
+    DEFAULT_PCTCP_MAX_LANES
+}
+
+fn de_pctcp_max_lanes<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+    let v = u64::deserialize(d)?;
+    if v == 0 {
+        return Err(serde::de::Error::custom("must be at least 1"));
     }
     Ok(v)
 }

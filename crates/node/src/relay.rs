@@ -21,6 +21,7 @@ use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{
     AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Connector, Endpoints, PeerAddrs,
 };
+use onionlab_transport::pctcp::PctcpSettings;
 use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tcp::TcpCongestion;
@@ -71,6 +72,8 @@ pub struct RelaySettings {
     /// Congestion control of every TCP socket: TLS links either way and
     /// an exit's connections to targets (default: the kernel's).
     pub tcp_congestion: TcpCongestion,
+    /// The pctcp transport's lane cap.
+    pub pctcp: PctcpSettings,
 }
 
 /// Default [`RelaySettings::channel_idle_timeout`]: 3 minutes, as C tor
@@ -112,6 +115,7 @@ impl RelaySettings {
             dos: DosLimits::default(),
             channel_idle_timeout: DEFAULT_CHANNEL_IDLE_TIMEOUT,
             tcp_congestion: TcpCongestion::System,
+            pctcp: PctcpSettings::default(),
             doc,
         })
     }
@@ -235,7 +239,10 @@ impl Relay {
         let tls = TlsTransport::relay(&settings.keys, my_addrs.clone())
             .map_err(Error::Transport)?
             .with_handshake_timeout(settings.link_handshake_timeout)
-            .with_tcp_congestion(settings.tcp_congestion.clone());
+            .with_tcp_congestion(settings.tcp_congestion.clone())
+            .with_pctcp(settings.pctcp)
+            // Peers open pctcp lanes to the address they know us by.
+            .with_lane_address(settings.listen);
         let tls_listener = tls
             .bind(settings.listen)
             .await
@@ -488,7 +495,9 @@ async fn accept_link(shared: Shared, incoming: AnyIncoming) {
     let mut st = shared.borrow_mut();
     st.dos.handshake_done();
     match result {
-        Ok(link) => {
+        // A pctcp lane joined its link: not a channel of its own.
+        Ok(None) => st.dos.closed(addr.ip(), false),
+        Ok(Some(link)) => {
             let relay = link
                 .peer
                 .identity
@@ -727,9 +736,11 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
     }
 }
 
-/// Move cells from the channel's circuits to its writer while it has room:
-/// in the scheduler's order on a per-connection transport, lane by lane on
-/// a per-circuit one (a full lane holds back only its own circuit).
+/// Move cells from the channel's circuits to its writer while it has room,
+/// in the circuit scheduler's order: one buffer for the whole connection on
+/// a per-connection transport; on a per-circuit one, each circuit's lane
+/// (a full lane holds back only its own circuit), with the scheduler's
+/// priority handed to transports whose lanes share a connection.
 fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Result<(), String> {
     let now = Instant::now();
     match writer.ordering() {
@@ -742,25 +753,18 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
             }
         }
         Ordering::PerCircuit => {
-            // DESTROYs of circuits that are gone first, whatever their
-            // lane's room: a lane left full by the dead circuit must not
-            // hold them (the channel would stay busy and its writer spin).
-            while let Some(cell) = st.node.poll_link_control(chan) {
-                writer.queue(cell).map_err(|e| e.to_string())?;
-            }
-            let circuits: Vec<_> = st.node.circuits_with_work(chan).collect();
-            for circ_id in circuits {
-                loop {
-                    if !writer.has_room_for(circ_id) {
-                        // Sleep on this lane until it drains.
-                        st.node.lane_full(chan, circ_id);
-                        break;
-                    }
-                    let Some(cell) = st.node.poll_transmit_circuit(now, chan, circ_id) else {
-                        break;
-                    };
-                    writer.queue(cell).map_err(|e| e.to_string())?;
+            // Circuits set aside behind full lanes come back; those whose
+            // lane is still full are set aside again.
+            st.node.lanes_writable(now, chan);
+            loop {
+                let cell = st
+                    .node
+                    .poll_transmit_lanes(now, chan, &mut |id| writer.has_room_for(id));
+                let Some(cell) = cell else { break };
+                if let Some(id) = cell.circid() {
+                    writer.set_lane_priority(id, st.node.lane_priority(now, chan, id));
                 }
+                writer.queue(cell).map_err(|e| e.to_string())?;
             }
         }
     }

@@ -51,6 +51,10 @@ macro_rules! transports {
             async fn quic_conn_per_circuit() {
                 super::$name("quic-conn-per-circuit").await
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn pctcp() {
+                super::$name("pctcp").await
+            }
         }
     )*};
 }
@@ -71,7 +75,7 @@ fn assert_channels_used(net: &LocalNetwork, transport: &str) {
         log.contains(&want),
         "the middle relay opened no {transport} channel:\n{log}"
     );
-    for other in ["tls", "quic", "quic-conn-per-circuit"] {
+    for other in onionlab_transport::TransportKind::names() {
         if other != transport {
             let bad = format!("transport=\"{other}\"");
             assert!(
@@ -381,6 +385,60 @@ fn channels_opened(p: &testnet::NodeProcess) -> Vec<(String, String, bool)> {
             }
         })
         .collect()
+}
+
+/// A circuit over pctcp, QUIC and pctcp hops: client->relay0 pctcp (the
+/// client opens a lane per circuit to its guard), relay0->relay1 QUIC,
+/// relay1->relay2 pctcp; relay0 and relay2 accept the lanes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_pctcp_quic_pctcp_circuit_moves_data_intact() {
+    let dir = workdir("mixed-pctcp-quic-pctcp");
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    for (node, transport) in [(None, "pctcp"), (Some(0), "quic"), (Some(1), "pctcp")] {
+        net.set_node_transport(node, transport).expect("transport");
+    }
+    net.set_log_filter("info,onionlab_node::relay=debug,onionlab_transport::pctcp=debug");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    testnet::download(socks, server, 5 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}\n{}", log_of(net.client.as_ref().unwrap())));
+    testnet::upload(socks, server, 5 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}"));
+    let relay_addr = |i: usize| net.relay_addr(i).to_string();
+    let r0 = channels_opened(&net.relays[0]);
+    assert!(
+        r0.iter().any(|(t, _, relay)| t == "pctcp" && !relay),
+        "no pctcp channel from the client at relay0:\n{}",
+        log_of(&net.relays[0])
+    );
+    assert!(
+        r0.iter()
+            .any(|(t, p, _)| t == "quic" && *p == relay_addr(1)),
+        "no QUIC channel from relay0 to relay1"
+    );
+    let r1 = channels_opened(&net.relays[1]);
+    assert!(
+        r1.iter()
+            .any(|(t, p, _)| t == "pctcp" && *p == relay_addr(2)),
+        "no pctcp channel from relay1 to relay2:\n{}",
+        log_of(&net.relays[1])
+    );
+    // The lanes: accepted by relay0 (from the client) and relay2.
+    for i in [0, 2] {
+        assert!(
+            log_of(&net.relays[i]).contains("pctcp lane accepted"),
+            "relay{i} accepted no lane:\n{}",
+            log_of(&net.relays[i])
+        );
+    }
+    assert!(log_of(&net.relays[1]).contains("pctcp lane opened"));
+    net.stop();
+    let _ = fs::remove_dir_all(&dir);
 }
 
 /// A circuit whose hops use different transports: client->relay0 QUIC,

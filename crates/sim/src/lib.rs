@@ -6,6 +6,10 @@
 //! interleavings vary with the seed while each run is exactly repeatable.
 //! Time is simulated: nothing sleeps, and a run takes as long as the CPU
 //! needs to push the cells through the real cell, crypto and circuit code.
+//! [`Net::enable_trace`] records an event log (every cell sent and
+//! delivered, every event) that is byte-identical across runs of the same
+//! seed: nothing the network or the nodes iterate in an order that shows
+//! depends on a hash seed.
 //!
 //! The tests of the circuit layer run on it, and so does `onionlab demo`
 //! ([`demo`]).
@@ -27,6 +31,9 @@ pub enum SimError {
     /// A client circuit the caller named does not exist.
     #[error("no client circuit {0:#x}")]
     NoCircuit(u32),
+    /// A path after the guard must name relays `1..n`, each once.
+    #[error("bad path after the guard: {0:?}")]
+    BadPath(Vec<usize>),
     /// A circuit refused an operation.
     #[error("circuit: {0}")]
     Circuit(#[from] onionlab_circuit::Error),

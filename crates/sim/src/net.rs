@@ -1,9 +1,9 @@
 //! The simulated network: endpoints, links and the event loop.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId};
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, ChanMsg, CircId};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::flow::CircuitCc;
@@ -13,6 +13,7 @@ use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
 use rand::rngs::StdRng;
 use rand::{Rng, RngExt, SeedableRng};
+use sha2::{Digest, Sha256};
 
 use crate::SimError;
 
@@ -50,9 +51,13 @@ pub struct Net {
     pub client_events: Vec<(u32, ClientEvent)>,
     /// Relay events not yet taken, with their relay index.
     pub node_events: Vec<(usize, NodeEvent)>,
-    /// (from, to) -> link. Channel IDs: the same number at both ends.
-    links: HashMap<(End, End), Link>,
+    /// (from, to) -> link. Iterated (in key order, then shuffled with the
+    /// seeded RNG) to deliver cells, hence ordered.
+    links: BTreeMap<(End, End), Link>,
+    /// Channel IDs: the same number at both ends. Only looked up, never
+    /// iterated, so its (randomly seeded) order cannot show.
     chan_ids: HashMap<(End, End), ChannelId>,
+    /// Who is at the other end of relay `i`'s channel. Only looked up.
     chan_peer: HashMap<(usize, ChannelId), End>,
     next_chan: ChannelId,
     next_client_circ: u32,
@@ -66,9 +71,11 @@ pub struct Net {
     /// (true) or leaves that to the test.
     pub auto_connect: bool,
     /// Relays killed by [`Net::kill_relay`]: they neither send nor receive.
-    dead: std::collections::BTreeSet<usize>,
+    dead: BTreeSet<usize>,
     /// Circuit-level flow control of new client circuits.
     cc: CircuitCc,
+    /// The event log, when enabled with [`Net::enable_trace`].
+    trace: Option<Vec<String>>,
 }
 
 pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
@@ -115,7 +122,7 @@ impl Net {
             circuits: BTreeMap::new(),
             client_events: Vec::new(),
             node_events: Vec::new(),
-            links: HashMap::new(),
+            links: BTreeMap::new(),
             chan_ids: HashMap::new(),
             chan_peer: HashMap::new(),
             next_chan: 1,
@@ -126,6 +133,7 @@ impl Net {
             auto_connect: true,
             dead: Default::default(),
             cc,
+            trace: None,
         }
     }
 
@@ -138,6 +146,7 @@ impl Net {
         let Some(chan) = self.chan_ids.remove(&(me, peer)) else {
             return;
         };
+        self.log(|| format!("drop channel {chan} {me:?}-{peer:?}"));
         self.chan_ids.remove(&(peer, me));
         self.chan_peer.remove(&(at, chan));
         self.links.remove(&(me, peer));
@@ -151,6 +160,7 @@ impl Net {
     /// guard) gets DESTROY, as the client's channel layer reports a closed
     /// channel. The dead relay sends and receives nothing from now on.
     pub fn kill_relay(&mut self, i: usize) {
+        self.log(|| format!("kill relay {i}"));
         self.dead.insert(i);
         for j in 0..self.relays.len() {
             if j != i {
@@ -168,6 +178,30 @@ impl Net {
             for c in self.circuits.values_mut() {
                 c.handle_cell(now, destroy.clone());
             }
+        }
+    }
+
+    /// Start recording the event log (see [`Net::take_trace`]).
+    pub fn enable_trace(&mut self) {
+        self.trace.get_or_insert_with(Vec::new);
+    }
+
+    /// The event log recorded since [`Net::enable_trace`] or the last call
+    /// (empty if not enabled), one line per event, in order: every cell
+    /// sent on a link (simulated time, link, due time, circuit, command and
+    /// a digest of the whole cell), every cell delivered, every relay and
+    /// client event (their `Debug` rendering), every channel dropped and
+    /// relay killed. Two runs with the same seed and the same inputs give
+    /// byte-identical logs.
+    pub fn take_trace(&mut self) -> Vec<String> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Append a line to the event log if it is enabled (`line` is only
+    /// built then).
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if let Some(t) = &mut self.trace {
+            t.push(format!("{:>10} {}", self.now.as_micros(), line()));
         }
     }
 
@@ -219,19 +253,38 @@ impl Net {
 
     /// Build circuit `id` through all relays.
     pub fn build(&mut self, id: u32) -> Result<(), SimError> {
+        let after_guard: Vec<usize> = (1..self.relays.len()).collect();
+        self.build_via(id, &after_guard)
+    }
+
+    /// Build circuit `id` from the guard (relay 0) through the relays
+    /// `after_guard`, in order (the last is where its streams exit; only
+    /// the last relay of the network serves BEGIN). Circuits built through
+    /// different relays give relays more than two channels. Relay 0 and
+    /// repeated relays are refused ([`SimError::BadPath`]).
+    pub fn build_via(&mut self, id: u32, after_guard: &[usize]) -> Result<(), SimError> {
+        let mut seen = BTreeSet::new();
         let n = self.relays.len();
+        if !after_guard
+            .iter()
+            .all(|&i| (1..n).contains(&i) && seen.insert(i))
+        {
+            return Err(SimError::BadPath(after_guard.to_vec()));
+        }
         self.run_until(Duration::from_secs(10), |net| {
             net.circuits.get(&id).is_some_and(|c| c.n_hops() >= 1)
         })?;
-        for hop in 1..n {
-            let target = self.public(hop);
-            let specs = linkspecs(&target, 9000 + hop as u16);
+        for (i, &relay) in after_guard.iter().enumerate() {
+            let target = self.public(relay);
+            let specs = linkspecs(&target, 9000 + relay as u16);
             self.circuits
                 .get_mut(&id)
                 .ok_or(SimError::NoCircuit(id))?
                 .extend(&target, specs)?;
+            // The guard, and the relays up to this one.
+            let hops = i + 2;
             self.run_until(Duration::from_secs(10), |net| {
-                net.circuits.get(&id).is_some_and(|c| c.n_hops() > hop)
+                net.circuits.get(&id).is_some_and(|c| c.n_hops() >= hops)
             })?;
         }
         Ok(())
@@ -343,20 +396,30 @@ impl Net {
             None => cell,
         };
         let delay = Duration::from_micros(self.rng.random_range(100..=self.max_delay_us));
+        let described = self.trace.is_some().then(|| describe(&cell));
         let link = self.links.entry((from, to)).or_default();
         // Channels are ordered: a cell never overtakes an earlier one.
         let at = (self.now + delay).max(link.last_delivery);
         link.last_delivery = at;
         link.in_flight.push_back((at, cell));
+        if let Some(cell) = described {
+            let due = at.as_micros();
+            self.log(|| format!("send {from:?}>{to:?} due {due} {cell}"));
+        }
     }
 
     fn deliver_due(&mut self) {
+        // In key order (a BTreeMap), then shuffled with the seeded RNG.
         let mut keys: Vec<(End, End)> = self.links.keys().copied().collect();
-        keys.sort();
         shuffle(&mut self.rng, &mut keys);
         let now = self.instant();
         for (from, to) in keys {
             while let Some(cell) = self.pop_due(from, to) {
+                self.log(|| {
+                    let circ = cell.circid().map_or(0, u32::from);
+                    let cmd = cell.msg().cmd();
+                    format!("deliver {from:?}>{to:?} circ {circ:#x} {cmd}")
+                });
                 match to {
                     End::Client => {
                         let (circid, msg) = cell.into_circid_and_msg();
@@ -390,11 +453,18 @@ impl Net {
         for (id, circ) in self.circuits.iter_mut() {
             circ.handle_timeout(now);
             while let Some(ev) = circ.poll_event() {
+                if let Some(t) = &mut self.trace {
+                    t.push(format!(
+                        "{:>10} client {id:#x} {ev:?}",
+                        self.now.as_micros()
+                    ));
+                }
                 self.client_events.push((*id, ev));
             }
         }
         for i in 0..self.relays.len() {
             while let Some(ev) = self.relays[i].poll_event() {
+                self.log(|| format!("relay {i} {ev:?}"));
                 match &ev {
                     NodeEvent::ConnectRelay { circ, linkspecs } => {
                         match self.resolve_linkspecs(linkspecs) {
@@ -434,6 +504,15 @@ impl Net {
         self.client_events = rest;
         mine.into_iter().map(|(_, e)| e).collect()
     }
+}
+
+/// A cell for the event log: circuit ID, command, and a digest of its
+/// whole content (the `Debug` rendering, which shows every byte).
+fn describe(cell: &AnyChanCell) -> String {
+    let circ = cell.circid().map_or(0, u32::from);
+    let digest = Sha256::digest(format!("{cell:?}").as_bytes());
+    let short: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("circ {circ:#x} {} {short}", cell.msg().cmd())
 }
 
 /// Fisher-Yates shuffle with the network's RNG.

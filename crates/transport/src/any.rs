@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
+use crate::pctcp::Accepted;
 use crate::quic::{QuicIncomingLink, QuicListener, QuicTransport};
 use crate::registry::{Choice, Endpoint, TransportKind};
 use crate::tls::{TlsIncoming, TlsListener, TlsTransport};
@@ -25,7 +26,7 @@ pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
 /// How long a peer whose QUIC failed is reached over TLS only.
 pub const QUIC_RETRY_AFTER: Duration = Duration::from_secs(600);
 
-type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A peer's addresses per endpoint (from the network document).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,7 +57,7 @@ impl PeerAddrs {
 }
 
 /// [`CellReader`] as an object (its future boxed).
-trait DynReader {
+trait DynReader: Send {
     fn read_cells<'a>(
         &'a mut self,
         out: &'a mut Vec<AnyChanCell>,
@@ -77,7 +78,7 @@ impl<R: CellReader> DynReader for R {
 }
 
 /// [`CellWriter`] as an object (its futures boxed).
-trait DynWriter {
+trait DynWriter: Send {
     fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error>;
     fn has_room(&self) -> bool;
     fn has_pending(&self) -> bool;
@@ -390,13 +391,17 @@ impl AnyIncoming {
         }
     }
 
-    /// Run the handshake.
-    pub async fn handshake(self) -> Result<AnyLink, Error> {
+    /// Run the handshake: the link, or `None` for a connection that
+    /// joined a link it belongs to (a pctcp lane).
+    pub async fn handshake(self) -> Result<Option<AnyLink>, Error> {
         match self {
-            AnyIncoming::Tcp(i) => Ok(AnyLink::erase(TransportKind::TLS, i.handshake().await?)),
+            AnyIncoming::Tcp(i) => match i.accept_any().await? {
+                Accepted::Link(link) => Ok(Some(link)),
+                Accepted::Lane => Ok(None),
+            },
             AnyIncoming::Quic(i) => {
                 let kind = i.kind();
-                Ok(AnyLink::erase(kind, i.handshake().await?))
+                Ok(Some(AnyLink::erase(kind, i.handshake().await?)))
             }
         }
     }

@@ -55,10 +55,12 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 pub mod any;
 mod err;
 pub mod link;
+pub mod pctcp;
 pub mod quic;
 pub mod registry;
 pub mod tcp;
 pub mod tls;
+pub mod torchestra;
 
 pub use err::Error;
 pub use registry::{Choice, TransportKind};
@@ -95,14 +97,16 @@ pub struct Link<R, W> {
 }
 
 /// The receiving half of a link.
-pub trait CellReader {
+pub trait CellReader: Send {
     /// Wait until at least one circuit cell is available and append the
     /// cells now available (at most a small batch) to `out`.
     ///
     /// Returns [`Error::Closed`] when the peer closed the link cleanly, and
     /// another error when the link is broken; either way the link is done.
-    fn read_cells(&mut self, out: &mut Vec<AnyChanCell>)
-        -> impl Future<Output = Result<(), Error>>;
+    fn read_cells(
+        &mut self,
+        out: &mut Vec<AnyChanCell>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Bytes received but not yet returned by
     /// [`read_cells`](Self::read_cells) that this process holds (the
@@ -111,7 +115,7 @@ pub trait CellReader {
 }
 
 /// The sending half of a link.
-pub trait CellWriter {
+pub trait CellWriter: Send {
     /// Encode `cell` into the send buffer. Never blocks; call
     /// [`CellWriter::has_room`] first to respect back-pressure.
     fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error>;
@@ -128,10 +132,10 @@ pub trait CellWriter {
     fn buffered_bytes(&self) -> usize;
 
     /// Write everything queued to the network.
-    fn flush(&mut self) -> impl Future<Output = Result<(), Error>>;
+    fn flush(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Flush, then close the sending direction.
-    fn shutdown(&mut self) -> impl Future<Output = Result<(), Error>>;
+    fn shutdown(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// How this writer orders cells. With [`Ordering::PerCircuit`] the
     /// driver fills each circuit's lane on its own: it asks
@@ -154,7 +158,7 @@ pub trait CellWriter {
     /// writers), so the driver can pull more cells. A per-connection
     /// writer makes room only by [`CellWriter::flush`], and this never
     /// resolves.
-    fn writable(&mut self) -> impl Future<Output = ()> {
+    fn writable(&mut self) -> impl Future<Output = ()> + Send {
         std::future::pending()
     }
 

@@ -67,7 +67,21 @@ pub async fn handshake<S>(io: &mut S, role: Role, peer: SocketAddr) -> Result<Ne
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut buf = BytesMut::with_capacity(4096);
+    handshake_after(io, role, peer, BytesMut::with_capacity(4096)).await
+}
+
+/// [`handshake`] when the first bytes of the peer's input were read
+/// already (`read`, to tell a link from other uses of the connection).
+pub async fn handshake_after<S>(
+    io: &mut S,
+    role: Role,
+    peer: SocketAddr,
+    read: BytesMut,
+) -> Result<Negotiated, Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf = read;
     let versions =
         encode_versions(LINK_PROTOCOLS).map_err(|source| Error::Cell { peer, source })?;
     let (my_addrs, relay) = match &role {
@@ -236,7 +250,7 @@ impl<R: AsyncRead + Unpin> StreamCellReader<R> {
     }
 }
 
-impl<R: AsyncRead + Unpin> CellReader for StreamCellReader<R> {
+impl<R: AsyncRead + Unpin + Send> CellReader for StreamCellReader<R> {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
         loop {
             if self.decode_available(out)? > 0 {
@@ -294,7 +308,7 @@ impl<W: AsyncWrite + Unpin> StreamCellWriter<W> {
     }
 }
 
-impl<W: AsyncWrite + Unpin> CellWriter for StreamCellWriter<W> {
+impl<W: AsyncWrite + Unpin + Send> CellWriter for StreamCellWriter<W> {
     fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
         let peer = self.peer;
         self.codec

@@ -11,7 +11,7 @@
 //! [`TransportKind::from_name`].
 //!
 //! Adding a transport is a module that defines its `INFO` and one line in
-//! [`REGISTRY`].
+//! `REGISTRY` (this file).
 
 use std::fmt;
 use std::future::Future;
@@ -30,6 +30,7 @@ static REGISTRY: &[&TransportInfo] = &[
     &crate::tls::INFO,
     &crate::quic::STREAM_PER_CIRCUIT,
     &crate::quic::CONN_PER_CIRCUIT,
+    &crate::pctcp::INFO,
 ];
 
 /// The name of [`Choice::Auto`] in configuration files.
@@ -101,6 +102,8 @@ impl TransportKind {
     pub const QUIC: TransportKind = TransportKind(&crate::quic::STREAM_PER_CIRCUIT);
     /// QUIC, one connection per circuit.
     pub const QUIC_CONN_PER_CIRCUIT: TransportKind = TransportKind(&crate::quic::CONN_PER_CIRCUIT);
+    /// One TLS over TCP connection per circuit.
+    pub const PCTCP: TransportKind = TransportKind(&crate::pctcp::INFO);
 
     /// Every registered transport.
     pub fn all() -> impl Iterator<Item = TransportKind> {

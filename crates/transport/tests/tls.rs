@@ -31,7 +31,7 @@ fn loopback() -> SocketAddr {
 /// Accept one connection and run its handshake.
 async fn accept_one(
     listener: &mut onionlab_transport::tls::TlsListener,
-) -> Result<onionlab_transport::tls::TlsLink, Error> {
+) -> Result<onionlab_transport::any::AnyLink, Error> {
     listener.accept().await?.handshake().await
 }
 

@@ -17,6 +17,7 @@ use onionlab_circuit::CloseReason;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_crypto::ntor::NtorClient;
 use onionlab_crypto::relay_crypto::ClientCircuitCrypto;
+use onionlab_crypto::SendmeTag;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -291,12 +292,69 @@ impl TestRelay {
                 * onionlab_circuit::QUEUED_CELL_BYTES
     }
 
+    /// Open one-hop exit circuits on `chan` (IDs from `first_id` up) with
+    /// one stream each (its CONNECTED taken), then queue `lens[i]` bytes of
+    /// [`pattern`]`(i, ..)` from the target on circuit `i` (after all are
+    /// open: opening writes the whole channel). Needs an exit that allows
+    /// one-hop streams.
+    pub fn open_exit_circuits(
+        &mut self,
+        chan: ChannelId,
+        first_id: u32,
+        lens: &[usize],
+    ) -> Vec<RawCirc> {
+        let mut circs = Vec::new();
+        for i in 0..lens.len() {
+            let mut c = self.open(chan, first_id + i as u32);
+            let sid = self.begin(&mut c, 1);
+            let got = self.receive(&mut c);
+            assert!(
+                matches!(got.as_slice(), [Ok((Some(_), AnyRelayMsg::Connected(_)))]),
+                "{got:?}"
+            );
+            circs.push((c, sid));
+        }
+        for (i, (c, sid)) in circs.iter().enumerate() {
+            let n = self
+                .node
+                .exit_write(self.now, c.key, *sid, &pattern(i, lens[i]))
+                .expect("write");
+            assert_eq!(n, lens[i]);
+        }
+        self.collect_events();
+        circs.into_iter().map(|(c, _)| c).collect()
+    }
+
     /// Bytes queued by circuit `key` (0 if gone).
     pub fn circ_bytes(&self, key: CircKey) -> usize {
         self.node
             .queued_bytes()
             .find(|(k, _)| *k == key)
             .map_or(0, |(_, b)| b)
+    }
+}
+
+/// Bytes circuit `i` sends: a pattern that shows reordering.
+pub fn pattern(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| ((i * 7 + j) % 251) as u8).collect()
+}
+
+/// `got` is circuit `i`'s [`pattern`] of `len` bytes.
+pub fn assert_pattern(got: &[u8], i: usize, len: usize) {
+    assert_eq!(got.len(), len, "circuit {i}");
+    assert!(
+        got == pattern(i, len).as_slice(),
+        "circuit {i}: bytes differ"
+    );
+}
+
+/// Append the stream bytes of DATA cells to `into`, decrypting in order.
+pub fn data_of(c: &mut RawCirc, msgs: Vec<AnyChanMsg>, into: &mut Vec<u8>) {
+    for m in msgs {
+        match decrypt(c, m) {
+            Ok((Some(_), AnyRelayMsg::Data(d))) => into.extend_from_slice(d.as_ref()),
+            other => panic!("unexpected {other:?}"),
+        }
     }
 }
 
@@ -313,11 +371,21 @@ pub fn decrypt(
     c: &mut RawCirc,
     msg: AnyChanMsg,
 ) -> Result<(Option<StreamId>, AnyRelayMsg), AnyChanMsg> {
+    decrypt_with_tag(c, msg).map(|(id, m, _)| (id, m))
+}
+
+/// [`decrypt`], also giving the cell's SENDME tag (what a circuit SENDME
+/// acknowledging it must carry).
+pub fn decrypt_with_tag(
+    c: &mut RawCirc,
+    msg: AnyChanMsg,
+) -> Result<(Option<StreamId>, AnyRelayMsg, SendmeTag), AnyChanMsg> {
     match msg {
         AnyChanMsg::Relay(r) => {
             let mut body = r.into_relay_body();
-            c.crypto.decrypt_inbound(&mut body).expect("recognized");
-            Ok(relay::decode(body).expect("decode"))
+            let (_, tag) = c.crypto.decrypt_inbound(&mut body).expect("recognized");
+            let (id, m) = relay::decode(body).expect("decode");
+            Ok((id, m, tag))
         }
         other => Err(other),
     }

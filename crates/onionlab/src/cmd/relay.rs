@@ -67,6 +67,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.quic.congestion = cfg.quic_congestion.into();
         settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);
         settings.quic.initial_mtu = cfg.quic_initial_mtu;
+        settings.pctcp.max_lanes = usize::try_from(cfg.pctcp_max_lanes).unwrap_or(usize::MAX);
         settings.quic.idle_timeout = Duration::from_millis(cfg.quic_idle_timeout_ms);
         settings.link_handshake_timeout = Duration::from_millis(cfg.link_handshake_timeout_ms);
         settings.exit.connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);

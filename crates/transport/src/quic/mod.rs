@@ -113,7 +113,7 @@
 
 pub mod gate;
 mod lanes;
-mod wire;
+pub(crate) mod wire;
 
 /// The pure parsing of the QUIC transport's reads (preambles, lane
 /// headers, lane cells), reachable for the fuzz targets (`fuzz/`); not a

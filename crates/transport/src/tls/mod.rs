@@ -22,13 +22,14 @@ use rustls::pki_types::ServerName;
 use rustls::server::AlwaysResolvesServerRawPublicKeys;
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ServerConfig};
-use tokio::io::{ReadHalf, WriteHalf};
+use tokio::io::{AsyncReadExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::any::AnyLink;
+use crate::any::{AnyLink, AnyReader, AnyWriter};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
+use crate::pctcp::{self, Accepted, NodeLanes, PctcpSettings};
 use crate::registry::{Endpoint, SettingInfo, TransportInfo};
 use crate::tcp::TcpCongestion;
 use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
@@ -44,12 +45,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
         default: "the match of quic_congestion",
         about: "kernel congestion control of every TCP socket, or \"system\"",
     }],
-    open: |endpoints, addr, expected| {
-        Box::pin(async move {
-            let link = endpoints.tcp.connect(addr, expected).await?;
-            Ok(AnyLink::erase(TransportKind::TLS, link))
-        })
-    },
+    open: |endpoints, addr, expected| Box::pin(endpoints.tcp.connect(addr, expected)),
 };
 
 /// Incoming cells of a TLS link.
@@ -105,6 +101,10 @@ struct Inner {
     /// Source address of the connections we open; `None`: the kernel's
     /// choice.
     bind: Option<IpAddr>,
+    /// Where this node accepts pctcp lanes (a relay's listener).
+    lane_address: Option<SocketAddr>,
+    /// The pctcp links' shared state (tokens, lane cap).
+    pctcp: Arc<NodeLanes>,
 }
 
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -127,6 +127,8 @@ impl TlsTransport {
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
                 tcp_congestion: TcpCongestion::System,
                 bind: None,
+                lane_address: None,
+                pctcp: NodeLanes::new(PctcpSettings::default()),
             }),
         })
     }
@@ -143,6 +145,8 @@ impl TlsTransport {
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
                 tcp_congestion: TcpCongestion::System,
                 bind: None,
+                lane_address: None,
+                pctcp: NodeLanes::new(PctcpSettings::default()),
             }),
         }
     }
@@ -168,11 +172,82 @@ impl TlsTransport {
         self
     }
 
+    /// Use these pctcp settings (a fresh lane count: call before use).
+    pub fn with_pctcp(mut self, settings: PctcpSettings) -> Self {
+        Arc::make_mut(&mut self.inner).pctcp = NodeLanes::new(settings);
+        self
+    }
+
+    /// Accept pctcp lanes at `addr` (a relay's listener, as its peers can
+    /// reach it); without it the node opens lanes but accepts none.
+    pub fn with_lane_address(mut self, addr: SocketAddr) -> Self {
+        Arc::make_mut(&mut self.inner).lane_address = Some(addr);
+        self
+    }
+
+    /// Circuits that used a pctcp link's main connection because the
+    /// lane cap was reached, so far.
+    pub fn pctcp_fallbacks(&self) -> u64 {
+        self.inner.pctcp.fallbacks()
+    }
+
+    /// pctcp lane connections open now.
+    pub fn pctcp_open_lanes(&self) -> usize {
+        self.inner
+            .pctcp
+            .open
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn pctcp_lanes(&self) -> &Arc<NodeLanes> {
+        &self.inner.pctcp
+    }
+
+    pub(crate) fn lane_address(&self) -> Option<SocketAddr> {
+        self.inner.lane_address
+    }
+
+    pub(crate) fn handshake_timeout(&self) -> Duration {
+        self.inner.handshake_timeout
+    }
+
+    pub(crate) fn initiator_role(&self) -> Role {
+        Role::Initiator {
+            my_addrs: self.inner.my_addrs.clone(),
+            relay: self.inner.our_key.is_some(),
+        }
+    }
+
+    pub(crate) fn responder_role(&self) -> Role {
+        Role::Responder {
+            my_addrs: self.inner.my_addrs.clone(),
+        }
+    }
+
     async fn connect_inner(
         &self,
         addr: SocketAddr,
         expected: Ed25519Identity,
     ) -> Result<TlsLink, Error> {
+        let mut tls = self.connect_tls(addr, expected).await?;
+        let negotiated = link::handshake(&mut tls, self.initiator_role(), addr).await?;
+        Ok(split(
+            tls,
+            negotiated,
+            PeerInfo {
+                identity: Some(expected),
+                addr,
+            },
+        ))
+    }
+
+    /// A TCP connection to `addr` with TLS on it, whose peer proved
+    /// `expected` (no link handshake yet).
+    pub(crate) async fn connect_tls(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> Result<TlsStream<TcpStream>, Error> {
         let tcp = connect_tcp(self.inner.bind, addr, &self.inner.tcp_congestion).await?;
         tcp.set_nodelay(true).map_err(|source| Error::Io {
             what: "TCP_NODELAY",
@@ -205,20 +280,7 @@ impl TlsTransport {
                 })
             }
         };
-        let mut tls = TlsStream::Client(tls);
-        let role = Role::Initiator {
-            my_addrs: self.inner.my_addrs.clone(),
-            relay: self.inner.our_key.is_some(),
-        };
-        let negotiated = link::handshake(&mut tls, role, addr).await?;
-        Ok(split(
-            tls,
-            negotiated,
-            PeerInfo {
-                identity: Some(expected),
-                addr,
-            },
-        ))
+        Ok(TlsStream::Client(tls))
     }
 }
 
@@ -300,22 +362,25 @@ fn split(tls: TlsStream<TcpStream>, negotiated: link::Negotiated, peer: PeerInfo
     }
 }
 
+/// A `tls` link (the type-erased form, as the listener also hands out
+/// `pctcp` links).
 impl crate::Transport for TlsTransport {
-    type Reader = TlsReader;
-    type Writer = TlsWriter;
+    type Reader = AnyReader;
+    type Writer = AnyWriter;
     type Listener = TlsListener;
 
     fn kind(&self) -> TransportKind {
         TransportKind::TLS
     }
 
-    async fn connect(&self, addr: SocketAddr, expected: Ed25519Identity) -> Result<TlsLink, Error> {
-        tokio::time::timeout(
+    async fn connect(&self, addr: SocketAddr, expected: Ed25519Identity) -> Result<AnyLink, Error> {
+        let link = tokio::time::timeout(
             self.inner.handshake_timeout,
             self.connect_inner(addr, expected),
         )
         .await
-        .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+        .map_err(|_| Error::HandshakeTimeout { peer: addr })??;
+        Ok(AnyLink::erase(TransportKind::TLS, link))
     }
 
     async fn bind(&self, addr: SocketAddr) -> Result<TlsListener, Error> {
@@ -343,9 +408,7 @@ impl crate::Transport for TlsTransport {
             listener,
             local_addr,
             acceptor: TlsAcceptor::from(config),
-            my_addrs: self.inner.my_addrs.clone(),
-            handshake_timeout: self.inner.handshake_timeout,
-            tcp_congestion: self.inner.tcp_congestion.clone(),
+            transport: self.clone(),
         })
     }
 }
@@ -355,14 +418,12 @@ pub struct TlsListener {
     listener: TcpListener,
     local_addr: SocketAddr,
     acceptor: TlsAcceptor,
-    my_addrs: Vec<IpAddr>,
-    handshake_timeout: Duration,
-    tcp_congestion: TcpCongestion,
+    transport: TlsTransport,
 }
 
 impl crate::Listener for TlsListener {
-    type Reader = TlsReader;
-    type Writer = TlsWriter;
+    type Reader = AnyReader;
+    type Writer = AnyWriter;
     type Incoming = TlsIncoming;
 
     fn local_addr(&self) -> SocketAddr {
@@ -380,15 +441,15 @@ impl crate::Listener for TlsListener {
         // Inherited from the listener already; a refusal here would be a
         // kernel surprise, and a measurement must not run on another
         // algorithm unnoticed.
-        if let Err(e) = self.tcp_congestion.apply(&tcp) {
-            tracing::warn!(peer = %addr, "TCP_CONGESTION {} not set: {e}", self.tcp_congestion);
+        let congestion = &self.transport.inner.tcp_congestion;
+        if let Err(e) = congestion.apply(&tcp) {
+            tracing::warn!(peer = %addr, "TCP_CONGESTION {congestion} not set: {e}");
         }
         Ok(TlsIncoming {
             tcp,
             addr,
             acceptor: self.acceptor.clone(),
-            my_addrs: self.my_addrs.clone(),
-            handshake_timeout: self.handshake_timeout,
+            transport: self.transport.clone(),
         })
     }
 }
@@ -398,12 +459,22 @@ pub struct TlsIncoming {
     tcp: TcpStream,
     addr: SocketAddr,
     acceptor: TlsAcceptor,
-    my_addrs: Vec<IpAddr>,
-    handshake_timeout: Duration,
+    transport: TlsTransport,
 }
 
 impl TlsIncoming {
-    async fn handshake_inner(self) -> Result<TlsLink, Error> {
+    /// Run the TLS handshake, then, by what the peer sends first, the
+    /// link handshake of a `tls` or `pctcp` link, or hand a pctcp lane to
+    /// its link; bounded by the handshake timeout.
+    pub(crate) async fn accept_any(self) -> Result<Accepted, Error> {
+        let addr = self.addr;
+        let timeout = self.transport.inner.handshake_timeout;
+        tokio::time::timeout(timeout, self.accept_inner())
+            .await
+            .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+
+    async fn accept_inner(self) -> Result<Accepted, Error> {
         let addr = self.addr;
         let tls = self
             .acceptor
@@ -417,32 +488,44 @@ impl TlsIncoming {
             .and_then(|certs| certs.first())
             .and_then(|cert| identity::identity_from_spki(cert));
         let mut tls = TlsStream::Server(tls);
-        let negotiated = link::handshake(
+        let mut first = [0u8; 4];
+        tls.read_exact(&mut first)
+            .await
+            .map_err(|source| Error::Tls { peer: addr, source })?;
+        if pctcp::wire::classify(&first) != pctcp::wire::Start::Plain {
+            return pctcp::accept(&self.transport, tls, first, identity, addr).await;
+        }
+        let negotiated = link::handshake_after(
             &mut tls,
-            Role::Responder {
-                my_addrs: self.my_addrs,
-            },
+            self.transport.responder_role(),
             addr,
+            pctcp::prefix(first),
         )
         .await?;
-        Ok(split(tls, negotiated, PeerInfo { identity, addr }))
+        let link = split(tls, negotiated, PeerInfo { identity, addr });
+        Ok(Accepted::Link(AnyLink::erase(TransportKind::TLS, link)))
     }
 }
 
 impl crate::Incoming for TlsIncoming {
-    type Reader = TlsReader;
-    type Writer = TlsWriter;
+    type Reader = AnyReader;
+    type Writer = AnyWriter;
 
     fn peer_addr(&self) -> SocketAddr {
         self.addr
     }
 
-    async fn handshake(self) -> Result<TlsLink, Error> {
+    /// A `tls` or `pctcp` link; a pctcp lane is an error here (it belongs
+    /// to a link: use [`AnyIncoming`](crate::any::AnyIncoming)).
+    async fn handshake(self) -> Result<AnyLink, Error> {
         let addr = self.addr;
-        let timeout = self.handshake_timeout;
-        tokio::time::timeout(timeout, self.handshake_inner())
-            .await
-            .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+        match self.accept_any().await? {
+            Accepted::Link(link) => Ok(link),
+            Accepted::Lane => Err(Error::Protocol {
+                peer: addr,
+                detail: "a pctcp lane where a link was expected".into(),
+            }),
+        }
     }
 }
 

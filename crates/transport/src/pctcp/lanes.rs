@@ -1,0 +1,774 @@
+//! A pctcp link's connections and its reader and writer halves: the
+//! main TLS connection (link-level cells, and circuits that have no lane)
+//! and one TLS connection (lane) per circuit. See [`super`] for the layout.
+//!
+//! Sending: [`PctcpWriter::queue`] encodes a cell into its route's buffer
+//! (its circuit's lane, or the main connection); one task per connection
+//! writes that buffer. Receiving: one task per connection decodes cells
+//! and hands batches to [`PctcpReader`] through a bounded channel.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
+use onionlab_cell::codec::CellCodec;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsStream;
+use tracing::debug;
+
+use super::wire::{self, LanePreamble, TOKEN_LEN};
+use super::{NodeLanes, MAX_LANES_PER_LINK};
+use crate::link::StreamCellReader;
+use crate::quic::wire::{lane_end, next_lane_cell};
+use crate::tls::TlsTransport;
+use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
+
+/// Bytes of encoded cells a connection's buffer holds before it reports
+/// no room.
+pub const LANE_HIGH_WATER: usize = 16 * 1024;
+/// Bytes asked of a lane's socket per read.
+const READ_CHUNK: usize = 16 * 1024;
+/// Most cells per batch handed to the reader.
+const MAX_BATCH: usize = 64;
+/// Batches waiting for the reader, at most (then connection tasks wait).
+const READER_QUEUE: usize = 64;
+/// How long shutdown waits for the connections to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an accepted lane waits for the lane its opener opened before
+/// it for the same circuit ID; a peer that never opens that one broke the
+/// protocol.
+const ORDER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long cells for a circuit whose DESTROY arrived on its lane are
+/// dropped instead of opening a lane again (the peer has forgotten it).
+const ENDED_GRACE: Duration = Duration::from_secs(60);
+
+type Tls = TlsStream<TcpStream>;
+
+/// Everything needed to start a link after its handshakes.
+pub(crate) struct LinkSpec {
+    pub(crate) tls: Tls,
+    pub(crate) leftover: BytesMut,
+    pub(crate) link_version: u16,
+    pub(crate) peer: PeerInfo,
+    pub(crate) our_token: [u8; TOKEN_LEN],
+    pub(crate) peer_token: [u8; TOKEN_LEN],
+    /// Where lanes to the peer go (`None`: the peer accepts none).
+    pub(crate) lane_target: Option<SocketAddr>,
+}
+
+/// One connection's send buffer, shared by the writer and its task.
+struct Lane {
+    circ_id: u32,
+    state: Mutex<LaneState>,
+    data: Notify,
+}
+
+#[derive(Default)]
+struct LaneState {
+    buf: BytesMut,
+    in_flight: usize,
+    closing: bool,
+    dead: bool,
+}
+
+impl Lane {
+    fn new(circ_id: u32) -> Arc<Self> {
+        Arc::new(Lane {
+            circ_id,
+            state: Mutex::default(),
+            data: Notify::new(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, LaneState> {
+        lock(&self.state)
+    }
+
+    fn buffered(&self) -> usize {
+        let st = self.state();
+        st.buf.len() + st.in_flight
+    }
+
+    fn close(&self) {
+        self.state().closing = true;
+        self.data.notify_one();
+    }
+}
+
+/// Where the circuits' incoming lanes stand in their receive order.
+#[derive(Default)]
+struct RecvOrder {
+    /// Lanes the peer opened that took their slot, by their number,
+    /// until the next lane of the same circuit ID took its own.
+    admitted: HashSet<u64>,
+    /// The latest receive slot per circuit ID.
+    slots: HashMap<u32, (u64, oneshot::Receiver<()>)>,
+    next_slot: u64,
+}
+
+/// Lane numbers of the lanes we open.
+#[derive(Default)]
+struct SendSeq {
+    next: u64,
+    last_of: HashMap<u32, u64>,
+}
+
+/// State shared by a link's reader, writer and tasks.
+pub(crate) struct LinkShared {
+    pub(crate) peer: PeerInfo,
+    link_version: u16,
+    transport: TlsTransport,
+    node: Arc<NodeLanes>,
+    our_token: [u8; TOKEN_LEN],
+    peer_token: [u8; TOKEN_LEN],
+    lane_target: Option<SocketAddr>,
+    main: Arc<Lane>,
+    /// Send lanes by circuit ID.
+    lanes: Mutex<HashMap<u32, Arc<Lane>>>,
+    /// Circuits carried on the main connection (no lane, or received
+    /// there): both directions stay there.
+    on_main: Mutex<HashSet<u32>>,
+    /// Circuits whose DESTROY arrived on their lane, and when.
+    ended: Mutex<HashMap<u32, Instant>>,
+    send_seq: Mutex<SendSeq>,
+    order: Mutex<RecvOrder>,
+    admitted: Notify,
+    /// Lane connections of this link, open or opening.
+    lanes_open: AtomicUsize,
+    cells: mpsc::Sender<Batch>,
+    failure: Mutex<Option<Error>>,
+    failed: Notify,
+    room: Notify,
+    send_bytes: AtomicUsize,
+    recv_bytes: AtomicUsize,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+struct Batch {
+    cells: Vec<AnyChanCell>,
+    bytes: usize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LinkShared {
+    fn addr(&self) -> SocketAddr {
+        self.peer.addr
+    }
+
+    /// The link is broken: tell the reader, stop every connection.
+    fn fail(&self, e: Error) {
+        debug!(peer = %self.addr(), "pctcp link failed: {e}");
+        lock(&self.failure).get_or_insert(e);
+        self.failed.notify_one();
+        for t in lock(&self.tasks).iter() {
+            t.abort();
+        }
+    }
+
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    /// Take the next receive slot of `circ_id`: the previous lane's end
+    /// to wait for, and our own end signal.
+    fn order_slot(&self, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
+        let (tx, rx) = oneshot::channel();
+        let mut order = lock(&self.order);
+        let serial = order.next_slot;
+        order.next_slot += 1;
+        let prev = order.slots.insert(circ_id, (serial, rx));
+        (
+            prev.map(|p| p.1),
+            ReadSlot {
+                circ_id,
+                serial,
+                _done: tx,
+            },
+        )
+    }
+
+    fn release_slot(&self, slot: &ReadSlot) {
+        let mut order = lock(&self.order);
+        if order.slots.get(&slot.circ_id).map(|s| s.0) == Some(slot.serial) {
+            order.slots.remove(&slot.circ_id);
+        }
+    }
+
+    /// Finish our lane of `circ_id` after what it holds, if open.
+    fn close_lane(&self, circ_id: u32) {
+        if let Some(lane) = lock(&self.lanes).remove(&circ_id) {
+            lane.close();
+        }
+    }
+
+    /// Count a new lane connection of this link and node.
+    fn lane_opened(self: &Arc<Self>) -> LaneCount {
+        self.lanes_open.fetch_add(1, AtomicOrdering::Relaxed);
+        self.node.open.fetch_add(1, AtomicOrdering::Relaxed);
+        LaneCount(self.clone())
+    }
+}
+
+/// Counts one lane connection while it lives (held by its tasks).
+struct LaneCount(Arc<LinkShared>);
+
+impl Drop for LaneCount {
+    fn drop(&mut self) {
+        self.0.lanes_open.fetch_sub(1, AtomicOrdering::Relaxed);
+        self.0.node.open.fetch_sub(1, AtomicOrdering::Relaxed);
+    }
+}
+
+/// A lane's place in its circuit ID's receive order.
+struct ReadSlot {
+    circ_id: u32,
+    serial: u64,
+    /// Dropped when the lane's reading ends, releasing the next one.
+    _done: oneshot::Sender<()>,
+}
+
+/// Start a link's tasks and return its halves.
+pub(crate) fn start(
+    spec: LinkSpec,
+    transport: TlsTransport,
+    node: Arc<NodeLanes>,
+) -> (Link<PctcpReader, PctcpWriter>, Arc<LinkShared>) {
+    let (tx, rx) = mpsc::channel(READER_QUEUE);
+    let shared = Arc::new(LinkShared {
+        peer: spec.peer.clone(),
+        link_version: spec.link_version,
+        transport,
+        node,
+        our_token: spec.our_token,
+        peer_token: spec.peer_token,
+        lane_target: spec.lane_target,
+        main: Lane::new(0),
+        lanes: Mutex::default(),
+        on_main: Mutex::default(),
+        ended: Mutex::default(),
+        send_seq: Mutex::default(),
+        order: Mutex::default(),
+        admitted: Notify::new(),
+        lanes_open: AtomicUsize::new(0),
+        cells: tx,
+        failure: Mutex::new(None),
+        failed: Notify::new(),
+        room: Notify::new(),
+        send_bytes: AtomicUsize::new(0),
+        recv_bytes: AtomicUsize::new(0),
+        tasks: Mutex::default(),
+    });
+    let (r, w) = tokio::io::split(spec.tls);
+    shared.spawn(write_task(shared.clone(), shared.main.clone(), w, None));
+    let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
+    shared.spawn(read_main(shared.clone(), reader));
+    let end = Arc::new(LinkEnd {
+        shared: shared.clone(),
+    });
+    let link = Link {
+        peer: spec.peer,
+        link_version: spec.link_version,
+        reader: PctcpReader {
+            rx,
+            end: end.clone(),
+        },
+        writer: PctcpWriter {
+            end,
+            codec: CellCodec::new(spec.link_version),
+        },
+    };
+    (link, shared)
+}
+
+/// Stops the link's tasks when both its reader and writer are gone.
+struct LinkEnd {
+    shared: Arc<LinkShared>,
+}
+
+impl Drop for LinkEnd {
+    fn drop(&mut self) {
+        for t in lock(&self.shared.tasks).drain(..) {
+            t.abort();
+        }
+        lock(&self.shared.node.links).remove(&self.shared.our_token);
+    }
+}
+
+/// Write a connection's buffer until it closes, then shut it down.
+async fn write_task(
+    link: Arc<LinkShared>,
+    lane: Arc<Lane>,
+    mut w: WriteHalf<Tls>,
+    count: Option<Arc<LaneCount>>,
+) {
+    loop {
+        let (chunk, closing) = {
+            let mut st = lane.state();
+            let chunk = st.buf.split();
+            st.in_flight = chunk.len();
+            (chunk, st.closing)
+        };
+        if !chunk.is_empty() {
+            let written = async {
+                w.write_all(&chunk).await?;
+                w.flush().await
+            };
+            if let Err(source) = written.await {
+                lane.state().dead = true;
+                link.fail(Error::Tls {
+                    peer: link.addr(),
+                    source,
+                });
+                return;
+            }
+            lane.state().in_flight = 0;
+            link.send_bytes
+                .fetch_sub(chunk.len(), AtomicOrdering::Relaxed);
+            link.room.notify_one();
+            continue;
+        }
+        if closing {
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, w.shutdown()).await;
+            drop(count);
+            return;
+        }
+        lane.data.notified().await;
+    }
+}
+
+/// Read the main connection: cells of any circuit. Its end is the link's.
+async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<ReadHalf<Tls>>) {
+    let mut cells = Vec::new();
+    loop {
+        cells.clear();
+        if let Err(e) = reader.read_cells(&mut cells).await {
+            link.fail(e);
+            return;
+        }
+        {
+            let lanes = lock(&link.lanes);
+            let mut on_main = lock(&link.on_main);
+            for cell in &cells {
+                let Some(id) = cell.circid().map(u32::from) else {
+                    continue;
+                };
+                if matches!(cell.msg(), AnyChanMsg::Destroy(_)) {
+                    on_main.remove(&id);
+                } else if !lanes.contains_key(&id) {
+                    on_main.insert(id);
+                }
+            }
+        }
+        if !deliver(&link, std::mem::take(&mut cells)).await {
+            return;
+        }
+    }
+}
+
+/// Hand decoded cells to the reader; false if the link is gone.
+async fn deliver(link: &LinkShared, cells: Vec<AnyChanCell>) -> bool {
+    let bytes = cells.len() * 514;
+    link.recv_bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
+    if link.cells.send(Batch { cells, bytes }).await.is_err() {
+        link.recv_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
+        return false;
+    }
+    true
+}
+
+/// Open a lane to the peer for `lane` and run it: connect (the peer must
+/// prove the link's identity), send the lane preamble, then read the
+/// peer's side of the circuit in its order and write ours.
+async fn open_lane(
+    link: Arc<LinkShared>,
+    lane: Arc<Lane>,
+    preamble: LanePreamble,
+    slot: (Option<oneshot::Receiver<()>>, ReadSlot),
+    count: Arc<LaneCount>,
+) {
+    let opened = async {
+        let target = link.lane_target.ok_or_else(|| Error::Protocol {
+            peer: link.addr(),
+            detail: "a lane to a peer that accepts none".into(),
+        })?;
+        let identity = link.peer.identity.ok_or_else(|| Error::Protocol {
+            peer: link.addr(),
+            detail: "a lane to an anonymous peer".into(),
+        })?;
+        let mut tls = link.transport.connect_tls(target, identity).await?;
+        tls.write_all(&wire::encode_lane_preamble(&preamble))
+            .await
+            .map_err(|source| Error::Tls {
+                peer: target,
+                source,
+            })?;
+        Ok::<_, Error>(tls)
+    };
+    let tls = match opened.await {
+        Ok(tls) => tls,
+        Err(e) => {
+            lane.state().dead = true;
+            link.fail(e);
+            return;
+        }
+    };
+    debug!(peer = %link.addr(), circ_id = lane.circ_id, seq = preamble.seq, "pctcp lane opened");
+    let (r, w) = tokio::io::split(tls);
+    let (prev, slot) = slot;
+    link.spawn(read_lane(
+        link.clone(),
+        lane.circ_id,
+        r,
+        BytesMut::new(),
+        prev,
+        slot,
+        count.clone(),
+    ));
+    write_task(link, lane, w, Some(count)).await;
+}
+
+/// A lane the peer opened (its preamble read and checked): wait for its
+/// turn among the peer's lanes of the same circuit ID, read it, and send
+/// our side of the circuit on it unless we have a lane of our own.
+pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, tls: Tls) {
+    if link.lanes_open.load(AtomicOrdering::Relaxed) >= MAX_LANES_PER_LINK {
+        link.fail(Error::Protocol {
+            peer: link.addr(),
+            detail: format!("more than {MAX_LANES_PER_LINK} lanes on one link"),
+        });
+        return;
+    }
+    let count = Arc::new(link.lane_opened());
+    let link2 = link.clone();
+    link.spawn(async move {
+        let link = link2;
+        if !wait_for_predecessor(&link, &preamble).await {
+            return;
+        }
+        let (prev, slot) = link.order_slot(preamble.circ_id);
+        {
+            let mut order = lock(&link.order);
+            order.admitted.remove(&preamble.prev);
+            order.admitted.insert(preamble.seq);
+        }
+        link.admitted.notify_waiters();
+        debug!(peer = %link.addr(), circ_id = preamble.circ_id, seq = preamble.seq, "pctcp lane accepted");
+        let (r, mut w) = tokio::io::split(tls);
+        let circ_id = preamble.circ_id;
+        let ours = match lock(&link.lanes).entry(circ_id) {
+            std::collections::hash_map::Entry::Occupied(_) => None,
+            std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(Lane::new(circ_id)).clone()),
+        };
+        match ours {
+            Some(lane) => link.spawn(write_task(link.clone(), lane, w, Some(count.clone()))),
+            // We opened one for this circuit too: keep ours.
+            None => {
+                let _ = w.shutdown().await;
+            }
+        }
+        read_lane(link, circ_id, r, BytesMut::new(), prev, slot, count).await;
+    });
+}
+
+/// Wait until the lane the peer opened before this one for the same
+/// circuit ID took its slot; false (the link failed) after
+/// [`ORDER_TIMEOUT`].
+async fn wait_for_predecessor(link: &LinkShared, p: &LanePreamble) -> bool {
+    let deadline = tokio::time::Instant::now() + ORDER_TIMEOUT;
+    loop {
+        let notified = link.admitted.notified();
+        if p.prev == 0 || lock(&link.order).admitted.contains(&p.prev) {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            link.fail(Error::Protocol {
+                peer: link.addr(),
+                detail: format!(
+                    "lane {} of circuit {} came without its predecessor {}",
+                    p.seq, p.circ_id, p.prev
+                ),
+            });
+            return false;
+        }
+    }
+}
+
+/// Read one lane's cells (all of circuit `circ_id`) after the previous
+/// lane of that circuit ID ended.
+async fn read_lane(
+    link: Arc<LinkShared>,
+    circ_id: u32,
+    mut r: ReadHalf<Tls>,
+    mut buf: BytesMut,
+    prev: Option<oneshot::Receiver<()>>,
+    slot: ReadSlot,
+    count: Arc<LaneCount>,
+) {
+    if let Some(prev) = prev {
+        let _ = prev.await;
+    }
+    let peer = link.addr();
+    let mut codec = CellCodec::new(link.link_version);
+    loop {
+        let mut batch = Vec::new();
+        let mut destroy = false;
+        loop {
+            match next_lane_cell(&mut codec, circ_id, &mut buf, peer) {
+                Ok(Some(cell)) => {
+                    destroy |= matches!(cell.msg(), AnyChanMsg::Destroy(_));
+                    batch.push(cell);
+                    if batch.len() == MAX_BATCH {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => return link.fail(e),
+            }
+        }
+        if destroy {
+            // The peer forgot the circuit: end our side of the lane.
+            lock(&link.ended).insert(circ_id, Instant::now());
+            link.close_lane(circ_id);
+        }
+        if !batch.is_empty() {
+            if !deliver(&link, batch).await {
+                return;
+            }
+            continue;
+        }
+        buf.reserve(READ_CHUNK);
+        match r.read_buf(&mut buf).await {
+            Ok(0) => {
+                if let Err(e) = lane_end(circ_id, buf.len(), peer) {
+                    link.fail(e);
+                }
+                link.release_slot(&slot);
+                drop(count);
+                return;
+            }
+            Ok(_) => {}
+            Err(source) => return link.fail(Error::Tls { peer, source }),
+        }
+    }
+}
+
+/// Incoming cells of a pctcp link, from every connection.
+pub struct PctcpReader {
+    rx: mpsc::Receiver<Batch>,
+    end: Arc<LinkEnd>,
+}
+
+impl CellReader for PctcpReader {
+    async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
+        let link = &self.end.shared;
+        loop {
+            if let Some(e) = lock(&link.failure).take() {
+                return Err(e);
+            }
+            let failed = link.failed.notified();
+            tokio::select! {
+                batch = self.rx.recv() => {
+                    let Some(batch) = batch else { return Err(Error::Closed) };
+                    link.recv_bytes.fetch_sub(batch.bytes, AtomicOrdering::Relaxed);
+                    out.extend(batch.cells);
+                    return Ok(());
+                }
+                () = failed => {}
+            }
+        }
+    }
+
+    fn buffered_bytes(&self) -> usize {
+        self.end.shared.recv_bytes.load(AtomicOrdering::Relaxed)
+    }
+}
+
+/// Outgoing cells of a pctcp link: one lane per circuit, the main
+/// connection for the rest.
+pub struct PctcpWriter {
+    end: Arc<LinkEnd>,
+    codec: CellCodec,
+}
+
+impl PctcpWriter {
+    fn link(&self) -> &Arc<LinkShared> {
+        &self.end.shared
+    }
+
+    /// The buffer `circ_id`'s cells go to, a new lane opened if the
+    /// circuit has none yet and the caps allow; `None`: drop the cell
+    /// (its circuit ended at the peer).
+    fn route(&self, circ_id: u32, creates: bool) -> Option<Arc<Lane>> {
+        let link = self.link();
+        if circ_id == 0 {
+            return Some(link.main.clone());
+        }
+        if let Some(lane) = lock(&link.lanes).get(&circ_id) {
+            return Some(lane.clone());
+        }
+        if lock(&link.on_main).contains(&circ_id) {
+            return Some(link.main.clone());
+        }
+        {
+            let mut ended = lock(&link.ended);
+            ended.retain(|_, at| at.elapsed() < ENDED_GRACE);
+            if !creates && ended.contains_key(&circ_id) {
+                return None;
+            }
+            ended.remove(&circ_id);
+        }
+        if !self.may_open_lane() {
+            lock(&link.on_main).insert(circ_id);
+            return Some(link.main.clone());
+        }
+        Some(self.new_lane(circ_id))
+    }
+
+    /// Whether a new circuit may have a lane: the peer accepts lanes and
+    /// neither this link's bound nor the node's cap is reached (the
+    /// fallback to the main connection is counted and logged).
+    fn may_open_lane(&self) -> bool {
+        let link = self.link();
+        if link.lane_target.is_none() || link.peer.identity.is_none() {
+            return false;
+        }
+        let node_full = link.node.open.load(AtomicOrdering::Relaxed) >= link.node.max;
+        let link_full = link.lanes_open.load(AtomicOrdering::Relaxed) >= MAX_LANES_PER_LINK;
+        if node_full || link_full {
+            link.node.fell_back(link.addr());
+            return false;
+        }
+        true
+    }
+
+    fn new_lane(&self, circ_id: u32) -> Arc<Lane> {
+        let link = self.link();
+        let lane = Lane::new(circ_id);
+        lock(&link.lanes).insert(circ_id, lane.clone());
+        let (seq, prev) = {
+            let mut s = lock(&link.send_seq);
+            s.next += 1;
+            let seq = s.next;
+            (seq, s.last_of.insert(circ_id, seq).unwrap_or(0))
+        };
+        let preamble = LanePreamble {
+            token: link.peer_token,
+            circ_id,
+            seq,
+            prev,
+        };
+        // The receive slot is taken now, so a circuit ID's lanes are read
+        // in the order they were opened here.
+        let slot = link.order_slot(circ_id);
+        let count = Arc::new(link.lane_opened());
+        link.spawn(open_lane(link.clone(), lane.clone(), preamble, slot, count));
+        lane
+    }
+
+    /// Lane connections open on this link.
+    pub fn open_lanes(&self) -> usize {
+        self.link().lanes_open.load(AtomicOrdering::Relaxed)
+    }
+}
+
+impl CellWriter for PctcpWriter {
+    fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
+        let peer = self.link().addr();
+        let circ_id = cell.circid().map_or(0, u32::from);
+        let msg = cell.msg();
+        let destroy = circ_id != 0 && matches!(msg, AnyChanMsg::Destroy(_));
+        let creates = matches!(msg, AnyChanMsg::Create2(_) | AnyChanMsg::CreateFast(_));
+        let Some(lane) = self.route(circ_id, creates) else {
+            return Ok(());
+        };
+        {
+            let mut st = lane.state();
+            if st.dead {
+                return Ok(());
+            }
+            let before = st.buf.len();
+            self.codec
+                .encode(cell, &mut st.buf)
+                .map_err(|source| Error::Cell { peer, source })?;
+            let added = st.buf.len() - before;
+            self.link()
+                .send_bytes
+                .fetch_add(added, AtomicOrdering::Relaxed);
+        }
+        if destroy {
+            let link = self.link();
+            if lane.circ_id == 0 {
+                lock(&link.on_main).remove(&circ_id);
+            } else {
+                link.close_lane(circ_id);
+            }
+        }
+        lane.data.notify_one();
+        Ok(())
+    }
+
+    fn has_room(&self) -> bool {
+        self.link().main.buffered() < LANE_HIGH_WATER
+    }
+
+    fn has_pending(&self) -> bool {
+        false
+    }
+
+    fn buffered_bytes(&self) -> usize {
+        self.link().send_bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> Result<(), Error> {
+        let link = self.link().clone();
+        for (_, lane) in lock(&link.lanes).drain() {
+            lane.close();
+        }
+        link.main.close();
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
+        let drain = async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        Ok(())
+    }
+
+    fn ordering(&self) -> Ordering {
+        Ordering::PerCircuit
+    }
+
+    fn has_room_for(&self, circ_id: CircId) -> bool {
+        let link = self.link();
+        let id = u32::from(circ_id);
+        if let Some(lane) = lock(&link.lanes).get(&id) {
+            return lane.buffered() < LANE_HIGH_WATER;
+        }
+        if lock(&link.on_main).contains(&id) {
+            return self.has_room();
+        }
+        true
+    }
+
+    async fn writable(&mut self) {
+        self.link().room.notified().await
+    }
+}

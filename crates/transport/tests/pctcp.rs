@@ -1,0 +1,279 @@
+//! The pctcp transport on loopback: one TLS connection per circuit, every
+//! cell of every circuit delivered in order both ways, lanes closed by
+//! DESTROY, reused circuit IDs ordered across lanes, the lane cap and its
+//! fallback, and lanes refused to and from the wrong identity.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use onionlab_cell::chan::{
+    AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
+};
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
+use onionlab_transport::pctcp::PctcpSettings;
+use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::{
+    CellReader, CellWriter, Choice, Error, Listener, Transport, TransportKind,
+};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::mpsc;
+
+fn keys(seed: u64) -> RelaySecretKeys {
+    RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed))
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("literal")
+}
+
+/// Cell `i` of circuit `circ`: its index in the first body bytes.
+fn cell(circ: u32, i: u32) -> AnyChanCell {
+    let mut body = [0u8; 509];
+    body[..4].copy_from_slice(&i.to_be_bytes());
+    body[4..8].copy_from_slice(&circ.to_be_bytes());
+    ChanCell::new(CircId::new(circ), AnyChanMsg::Relay(Relay::new(body)))
+}
+
+fn destroy(circ: u32) -> AnyChanCell {
+    ChanCell::new(
+        CircId::new(circ),
+        AnyChanMsg::Destroy(Destroy::new(DestroyReason::FINISHED)),
+    )
+}
+
+/// (circuit, index) of a cell from [`cell`]; `None` for others.
+fn index_of(c: &AnyChanCell) -> Option<(u32, u32)> {
+    let AnyChanMsg::Relay(r) = c.msg().clone() else {
+        return None;
+    };
+    let body = r.into_relay_body();
+    let i = u32::from_be_bytes(body[..4].try_into().ok()?);
+    Some((c.circid().map(u32::from)?, i))
+}
+
+/// A relay node for the tests: its TCP transport, listening, handing the
+/// links it accepts to a channel (lanes join their links on their own).
+struct Node {
+    id: tor_llcrypto::pk::ed25519::Ed25519Identity,
+    tcp: TlsTransport,
+    addr: SocketAddr,
+    accepted: mpsc::UnboundedReceiver<Result<AnyLink, Error>>,
+}
+
+async fn node(seed: u64, max_lanes: usize, lanes_at: Option<SocketAddr>) -> Node {
+    let k = keys(seed);
+    let mut tcp = TlsTransport::relay(&k, vec![])
+        .expect("tls")
+        .with_pctcp(PctcpSettings { max_lanes });
+    let listener = tcp.bind(loopback()).await.expect("bind");
+    let addr = Listener::local_addr(&listener);
+    // Links this node opens tell the peer where its lanes go (shares the
+    // listener's pctcp state).
+    tcp = tcp.with_lane_address(lanes_at.unwrap_or(addr));
+    let (tx, accepted) = mpsc::unbounded_channel();
+    let mut any = AnyListener::new(listener, None);
+    tokio::spawn(async move {
+        while let Ok(incoming) = any.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match incoming.handshake().await {
+                    Ok(Some(link)) => {
+                        let _ = tx.send(Ok(link));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            });
+        }
+    });
+    Node {
+        id: k.public().ed_identity,
+        tcp,
+        addr,
+        accepted,
+    }
+}
+
+async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
+    let endpoints = Endpoints {
+        tcp: from.tcp.clone(),
+        quic: None,
+    };
+    let connector =
+        Connector::new(endpoints, Choice::Only(TransportKind::PCTCP)).expect("connector");
+    let addrs = PeerAddrs {
+        tls: Some(to.addr),
+        quic: None,
+    };
+    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
+    let ours = ours.expect("link opens");
+    let theirs = theirs.expect("accepted").expect("link accepted");
+    assert_eq!(ours.writer.kind(), TransportKind::PCTCP);
+    assert_eq!(theirs.writer.kind(), TransportKind::PCTCP);
+    assert_eq!(theirs.peer.identity, Some(from.id));
+    (ours, theirs)
+}
+
+/// Queue `cells` on `w` respecting each lane's room.
+async fn send(w: &mut impl CellWriter, cells: Vec<AnyChanCell>) {
+    for c in cells {
+        let id = c.circid().expect("circuit cell");
+        while !w.has_room_for(id) {
+            tokio::time::timeout(Duration::from_secs(10), w.writable())
+                .await
+                .expect("a lane drains");
+        }
+        w.queue(c).expect("queue");
+    }
+}
+
+/// Read until `n` cells arrived.
+async fn receive(r: &mut impl CellReader, n: usize) -> Vec<AnyChanCell> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        tokio::time::timeout(Duration::from_secs(10), r.read_cells(&mut got))
+            .await
+            .expect("cells arrive in time")
+            .expect("link alive");
+    }
+    got
+}
+
+/// Cells of each circuit, in the order received.
+fn per_circuit(cells: &[AnyChanCell]) -> std::collections::BTreeMap<u32, Vec<u32>> {
+    let mut m = std::collections::BTreeMap::<u32, Vec<u32>>::new();
+    for c in cells {
+        if let Some((circ, i)) = index_of(c) {
+            m.entry(circ).or_default().push(i);
+        }
+    }
+    m
+}
+
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..200 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("never: {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_circuit_gets_its_own_connection_and_its_cells_in_order() {
+    let a = node(1, 64, None).await;
+    let mut b = node(2, 64, None).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    let circs: Vec<u32> = (1..=8).map(|i| 0x8000_0000 | i).collect();
+    let n = 300;
+    let cells: Vec<AnyChanCell> = (0..n)
+        .flat_map(|i| circs.iter().map(move |&c| cell(c, i)))
+        .collect();
+    let (_, got) = tokio::join!(
+        send(&mut ab.writer, cells),
+        receive(&mut ba.reader, circs.len() * n as usize)
+    );
+    for (circ, idx) in per_circuit(&got) {
+        assert_eq!(idx, (0..n).collect::<Vec<_>>(), "circuit {circ:#x}");
+    }
+    assert_eq!(a.tcp.pctcp_open_lanes(), circs.len());
+    eventually("b counts the lanes", || {
+        b.tcp.pctcp_open_lanes() == circs.len()
+    })
+    .await;
+    // Replies go back on the same lanes: no new connection.
+    let replies: Vec<AnyChanCell> = circs.iter().map(|&c| cell(c, 7)).collect();
+    let (_, got) = tokio::join!(
+        send(&mut ba.writer, replies),
+        receive(&mut ab.reader, circs.len())
+    );
+    assert_eq!(got.len(), circs.len());
+    assert_eq!(a.tcp.pctcp_open_lanes(), circs.len());
+    // A DESTROY each way ends a lane.
+    send(&mut ab.writer, vec![destroy(circs[0])]).await;
+    let got = receive(&mut ba.reader, 1).await;
+    assert!(matches!(got[0].msg(), AnyChanMsg::Destroy(_)));
+    eventually("the destroyed circuit's lane closes", || {
+        a.tcp.pctcp_open_lanes() == circs.len() - 1 && b.tcp.pctcp_open_lanes() == circs.len() - 1
+    })
+    .await;
+    assert_eq!(a.tcp.pctcp_fallbacks(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_circuit_id_is_delivered_after_the_old_circuits_destroy() {
+    let a = node(3, 64, None).await;
+    let mut b = node(4, 64, None).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    let circ = 0x8000_0042;
+    // Each round: a circuit's cells and DESTROY, then the same ID again
+    // on a new lane. The receiver must see every DESTROY before the next
+    // round's cells.
+    let rounds = 20u32;
+    let mut cells = Vec::new();
+    for r in 0..rounds {
+        for i in 0..20 {
+            cells.push(cell(circ, r * 100 + i));
+        }
+        cells.push(destroy(circ));
+    }
+    let n = cells.len();
+    let (_, got) = tokio::join!(send(&mut ab.writer, cells), receive(&mut ba.reader, n));
+    let mut want = Vec::new();
+    for r in 0..rounds {
+        want.extend((0..20).map(|i| Some(r * 100 + i)));
+        want.push(None);
+    }
+    let seen: Vec<Option<u32>> = got.iter().map(|c| index_of(c).map(|x| x.1)).collect();
+    assert_eq!(seen, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn above_the_cap_circuits_share_the_main_connection() {
+    let a = node(5, 3, None).await;
+    let mut b = node(6, 64, None).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    let circs: Vec<u32> = (1..=6).map(|i| 0x8000_0100 | i).collect();
+    let cells: Vec<AnyChanCell> = (0..50)
+        .flat_map(|i| circs.iter().map(move |&c| cell(c, i)))
+        .collect();
+    let (_, got) = tokio::join!(send(&mut ab.writer, cells), receive(&mut ba.reader, 300));
+    for (circ, idx) in per_circuit(&got) {
+        assert_eq!(idx, (0..50).collect::<Vec<_>>(), "circuit {circ:#x}");
+    }
+    assert_eq!(a.tcp.pctcp_open_lanes(), 3);
+    assert_eq!(a.tcp.pctcp_fallbacks(), 3);
+    // Replies to the circuits on the main connection stay there.
+    let replies: Vec<AnyChanCell> = circs.iter().map(|&c| cell(c, 99)).collect();
+    let (_, got) = tokio::join!(send(&mut ba.writer, replies), receive(&mut ab.reader, 6));
+    assert_eq!(got.len(), 6);
+    assert_eq!(a.tcp.pctcp_open_lanes(), 3);
+    eventually("b opened no lane of its own", || {
+        b.tcp.pctcp_open_lanes() == 3
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_to_a_relay_that_is_not_the_link_peer_is_refused() {
+    // Relay c listens; relay a claims c's address as where it accepts
+    // lanes. When b opens a lane toward a, c answers with its own key:
+    // b refuses it, and the link fails rather than deliver to c.
+    let c = node(7, 64, None).await;
+    let a = node(8, 64, Some(c.addr)).await;
+    let mut b = node(9, 64, None).await;
+    let (_ab, mut ba) = link(&a, &mut b).await;
+    // b sends first on a circuit of its own: it opens the lane.
+    ba.writer.queue(cell(0x0000_0077, 1)).expect("queue");
+    let mut cells = Vec::new();
+    let err = tokio::time::timeout(Duration::from_secs(10), ba.reader.read_cells(&mut cells))
+        .await
+        .expect("the failure is reported in time")
+        .expect_err("the link fails");
+    assert!(matches!(err, Error::WrongIdentity { .. }), "{err}");
+}
