@@ -14,7 +14,8 @@
 //!   congestion control ([`flow::CircuitCc`]);
 //! * [`vegas`]: TOR_VEGAS circuit congestion control of proposal 324;
 //! * [`scheduler`]: round-robin and EWMA circuit schedulers;
-//! * [`xonxoff`]: XON/XOFF stream flow control of proposal 324.
+//! * [`xonxoff`]: XON/XOFF stream flow control of proposal 324;
+//! * [`torchestra`]: Torchestra's light/heavy circuit classifier (seed 003).
 
 pub mod client;
 mod err;
@@ -23,6 +24,7 @@ pub mod node;
 pub mod relay;
 pub mod scheduler;
 pub mod stream;
+pub mod torchestra;
 pub mod vegas;
 pub mod xonxoff;
 

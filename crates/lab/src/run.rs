@@ -487,6 +487,7 @@ pub fn relay_config_text(
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));
     }
     config.push_str(&transport_config_lines(variant, nickname));
+    config.push_str(&variant.relay_settings);
     let allowed: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
     config.push_str(&format!("exit_allow_private = [{}]\n", allowed.join(", ")));
     config

@@ -10,6 +10,9 @@
 //! transfer_timeout = "120s"    # a transfer not done by then is a timeout
 //! stall_threshold = "5s"       # no payload progress for this long is a stall
 //!
+//! [relay_settings]             # optional: more relay.toml settings for every relay
+//! torchestra_thresh_light = 0.4 # (not those the lab writes, such as transport)
+//!
 //! [[relay]]                    # nickname = host name
 //! host = "guard"
 //! guard = true
@@ -148,6 +151,55 @@ struct RawScenario {
     matrix: BTreeMap<String, Spanned<Vec<Spanned<toml::Value>>>>,
     #[serde(default)]
     report: Option<Spanned<ReportSettings>>,
+    #[serde(default)]
+    relay_settings: Option<Spanned<toml::Table>>,
+}
+
+/// Settings the lab writes itself into every `relay.toml`: a scenario's
+/// `[relay_settings]` may not set them (the matrix does).
+const LAB_RELAY_SETTINGS: &[&str] = &[
+    "nickname",
+    "keys",
+    "listen",
+    "network",
+    "network_key",
+    "scheduler",
+    "quic_listen",
+    "transport",
+    "quic_congestion",
+    "quic_initial_mtu",
+    "tcp_congestion",
+    "exit_allow_private",
+];
+
+/// A scenario's `[relay_settings]` as `relay.toml` lines, checked now:
+/// the lab's own keys are refused, and the lines must make a valid
+/// relay configuration (unknown keys, wrong types and ranges are errors
+/// here, not when the relays start).
+fn relay_settings(ctx: &Ctx<'_>, raw: Option<&Spanned<toml::Table>>) -> Result<String> {
+    let Some(table) = raw else {
+        return Ok(String::new());
+    };
+    let span = table.span();
+    if let Some(key) = table
+        .get_ref()
+        .keys()
+        .find(|k| LAB_RELAY_SETTINGS.contains(&k.as_str()))
+    {
+        return Err(ctx.err(
+            span,
+            format!("[relay_settings] may not set {key:?}: the lab writes it (use the matrix)"),
+        ));
+    }
+    let lines = toml::to_string(table.get_ref())
+        .map_err(|e| ctx.err(span.clone(), format!("[relay_settings]: {e}")))?;
+    let probe = format!(
+        "nickname = \"probe\"\nkeys = \"k\"\nlisten = \"127.0.0.1:1\"\nnetwork = \"n\"\nnetwork_key = \"{}\"\n{lines}",
+        "0".repeat(64)
+    );
+    onionlab_netdoc::RelayConfig::from_toml_str(&probe, "[relay_settings]", Path::new("/"))
+        .map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
+    Ok(lines)
 }
 
 fn default_repetitions() -> Spanned<u32> {
@@ -318,6 +370,10 @@ pub struct Scenario {
     pub clients: Vec<ClientSpec>,
     /// Servers.
     pub servers: Vec<ServerSpec>,
+    /// Settings written into every relay's `relay.toml` (the scenario's
+    /// `[relay_settings]`, as TOML lines), such as Torchestra's
+    /// thresholds.
+    pub relay_settings: String,
     /// Workloads, as written (sizes may be replaced by a variant).
     pub workloads: Vec<Workload>,
     /// The matrix: parameter name and its values, in name order.
@@ -355,6 +411,9 @@ pub struct Variant {
     pub topology: Topology,
     /// The workloads with this variant's changes.
     pub workloads: Vec<Workload>,
+    /// The scenario's `[relay_settings]` lines, written into every
+    /// `relay.toml`.
+    pub relay_settings: String,
 }
 
 impl Variant {
@@ -527,6 +586,7 @@ impl Scenario {
                 }
             }
         };
+        let relay_settings = relay_settings(&ctx, raw.relay_settings.as_ref())?;
         let transfer_timeout = duration(&raw.transfer_timeout, Duration::from_secs(120))?;
         let stall_threshold = duration(&raw.stall_threshold, Duration::from_secs(5))?;
 
@@ -807,6 +867,7 @@ impl Scenario {
             workloads,
             matrix,
             report,
+            relay_settings,
         })
     }
 
@@ -848,6 +909,7 @@ impl Scenario {
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
             params: Vec::new(),
+            relay_settings: self.relay_settings.clone(),
         };
         for (key, value) in &params {
             // Values were checked when the file was read.

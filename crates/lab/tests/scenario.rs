@@ -590,3 +590,44 @@ fn report_settings_name_and_compare_the_variants() {
     );
     assert_error(&bad, line + 2, "unknown field");
 }
+
+/// `[relay_settings]` reach every relay.toml, and are checked when the
+/// scenario is read: unknown keys, bad values and the lab's own settings
+/// are errors naming the file.
+#[test]
+fn relay_settings_are_checked_and_written() {
+    use onionlab_lab::run::relay_config_text;
+    use onionlab_netdoc::config::RelayConfig;
+    let text = format!(
+        "{BASE}\n[relay_settings]\ntorchestra_thresh_light = 0.4\ntorchestra_window_ms = 500\n\n[matrix]\ntransport = [\"torchestra\"]\n"
+    );
+    let v = parse(&text).expect("valid").variants().remove(0);
+    let key = "0".repeat(64);
+    let addr: std::net::SocketAddr = "10.77.0.3:9001".parse().expect("addr");
+    let cfg = RelayConfig::from_toml_str(
+        &relay_config_text("guard", addr, &key, &v, &[]),
+        "r",
+        Path::new("."),
+    )
+    .expect("a valid relay.toml");
+    assert_eq!(cfg.torchestra_thresh_light.0, 0.4);
+    assert_eq!(cfg.torchestra_window_ms, 500);
+    assert_eq!(cfg.transport.name(), "torchestra");
+    for (bad, needle) in [
+        ("torchestra_thresh_light = 1.5", "not in (0, 1]"),
+        ("no_such_setting = 1", "unknown field"),
+        ("transport = \"tls\"", "the lab writes it"),
+        ("scheduler = \"ewma\"", "the lab writes it"),
+    ] {
+        let text = format!("{BASE}\n[relay_settings]\n{bad}\n");
+        match parse(&text) {
+            Err(Error::Scenario {
+                origin, message, ..
+            }) => {
+                assert_eq!(origin, "t.toml");
+                assert!(message.contains(needle), "{bad}: {message}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+}

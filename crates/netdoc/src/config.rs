@@ -39,6 +39,12 @@
 //! dos_create_min_conns = 3           # for addresses with at least 3 connections
 //! dos_quic_retry_rate = 100          # QUIC handshakes per second before Retry
 //! channel_idle_timeout_ms = 180000   # channels without circuits closed after this
+//! torchestra_window_ms = 2000        # torchestra: the exit's classification window;
+//! torchestra_alpha = 0.18            # EWMA multipliers (busy, idle circuits) and
+//! torchestra_beta = 0.36             # thresholds, all in (0, 1] (docs/torchestra.md)
+//! torchestra_thresh_light = 0.7
+//! torchestra_thresh_heavy = 0.7
+//! torchestra_thresh_verylight = 0.9
 //! log = "info"                    # optional tracing filter
 //! ```
 //!
@@ -560,6 +566,32 @@ pub struct RelayConfig {
         deserialize_with = "de_positive"
     )]
     pub channel_idle_timeout_ms: u64,
+    /// Torchestra (`transport = "torchestra"`): the exit's classification
+    /// window in milliseconds (default 2000, the thesis's).
+    #[serde(
+        default = "default_torchestra_window_ms",
+        deserialize_with = "de_positive"
+    )]
+    pub torchestra_window_ms: u64,
+    /// Torchestra: EWMA multiplier of circuits with cells in the window
+    /// and of the connection (default 0.18; in (0, 1]).
+    #[serde(default = "default_torchestra_alpha")]
+    pub torchestra_alpha: Fraction,
+    /// Torchestra: EWMA multiplier of idle circuits (default 0.36).
+    #[serde(default = "default_torchestra_beta")]
+    pub torchestra_beta: Fraction,
+    /// Torchestra: a light circuit this far above its fair share turns
+    /// heavy (default 0.7).
+    #[serde(default = "default_torchestra_thresh")]
+    pub torchestra_thresh_light: Fraction,
+    /// Torchestra: a heavy circuit this far below its fair share turns
+    /// light (default 0.7).
+    #[serde(default = "default_torchestra_thresh")]
+    pub torchestra_thresh_heavy: Fraction,
+    /// Torchestra: a circuit this far below its fair share is not counted
+    /// active (default 0.9).
+    #[serde(default = "default_torchestra_verylight")]
+    pub torchestra_thresh_verylight: Fraction,
     /// Log filter in `tracing_subscriber::EnvFilter` syntax (for example
     /// `"info"` or `"info,onionlab_node=debug"`); none means the program's
     /// default.
@@ -815,6 +847,43 @@ fn default_dos_quic_retry_rate() -> u64 {
 
 fn default_channel_idle_timeout_ms() -> u64 {
     DEFAULT_CHANNEL_IDLE_TIMEOUT_MS
+}
+
+/// A number in (0, 1] (Torchestra's multipliers and thresholds). `Eq`
+/// holds because NaN is refused.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Fraction(pub f64);
+
+impl Eq for Fraction {}
+
+impl<'de> Deserialize<'de> for Fraction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(v > 0.0 && v <= 1.0) {
+            return Err(serde::de::Error::custom(format!("{v} is not in (0, 1]")));
+        }
+        Ok(Fraction(v))
+    }
+}
+
+fn default_torchestra_window_ms() -> u64 {
+    2000
+}
+
+fn default_torchestra_alpha() -> Fraction {
+    Fraction(0.18)
+}
+
+fn default_torchestra_beta() -> Fraction {
+    Fraction(0.36)
+}
+
+fn default_torchestra_thresh() -> Fraction {
+    Fraction(0.7)
+}
+
+fn default_torchestra_verylight() -> Fraction {
+    Fraction(0.9)
 }
 
 fn default_true() -> bool {

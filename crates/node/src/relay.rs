@@ -26,7 +26,7 @@ use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::{CellReader, CellWriter, Choice, Ordering, Transport};
+use onionlab_transport::{CellReader, CellWriter, Choice, LinkEvent, Ordering, Transport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
@@ -390,9 +390,22 @@ impl Relay {
         let idle_timeout = settings.channel_idle_timeout;
         let mut idle_check = tokio::time::interval((idle_timeout / 4).min(IDLE_CHECK_INTERVAL));
         idle_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Torchestra's classification windows (never, when it is off).
+        let mut window_end = shared.borrow_mut().node.torchestra_tick(Instant::now());
         loop {
+            let window = async {
+                match window_end {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = &mut shutdown => break,
+                () = window => {
+                    let mut st = shared.borrow_mut();
+                    window_end = st.node.torchestra_tick(Instant::now());
+                    process(&shared, &mut st);
+                }
                 _ = idle_check.tick() => {
                     close_idle_channels(&mut shared.borrow_mut(), Instant::now(), idle_timeout);
                 }
@@ -716,6 +729,9 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
                     }
                     st.node.handle_cell(now, chan, cell);
                 }
+                while let Some(event) = reader.poll_event() {
+                    on_link_event(&mut st, now, chan, event);
+                }
                 let unknown = st.node.unknown_circuit_cells(chan);
                 if unknown > unknown_before && unknown_before == 0 {
                     // Once per channel: tor drops such cells too (a circuit
@@ -736,6 +752,23 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
     }
 }
 
+/// What a link's transport reports besides cells (Torchestra's switches).
+fn on_link_event(st: &mut State, now: Instant, chan: ChannelId, event: LinkEvent) {
+    match event {
+        LinkEvent::Switched {
+            circ_id,
+            heavy,
+            propagate,
+        } => st
+            .node
+            .transport_switched(now, chan, circ_id, heavy, propagate),
+        LinkEvent::CircuitViolation { circ_id, detail } => {
+            debug!(chan, %circ_id, "transport violation: {detail}");
+            st.node.transport_violation(now, chan, circ_id, &detail);
+        }
+    }
+}
+
 /// Move cells from the channel's circuits to its writer while it has room,
 /// in the circuit scheduler's order: one buffer for the whole connection on
 /// a per-connection transport; on a per-circuit one, each circuit's lane
@@ -743,6 +776,20 @@ async fn read_loop(shared: Shared, chan: ChannelId, mut reader: AnyReader) {
 /// priority handed to transports whose lanes share a connection.
 fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Result<(), String> {
     let now = Instant::now();
+    // Circuits the classifier (or the exit, through us) moved between the
+    // link's connections: before their next cells.
+    while let Some(m) = st.node.poll_move(chan) {
+        // Rare (a circuit changing class), and what a Torchestra result
+        // rests on: always in the log.
+        info!(
+            chan,
+            circ_id = %m.circ_id,
+            heavy = m.heavy,
+            propagate = m.propagate,
+            "torchestra: moving a circuit"
+        );
+        writer.move_circuit(m.circ_id, m.heavy, m.propagate);
+    }
     match writer.ordering() {
         Ordering::PerConnection => {
             while writer.has_room() {

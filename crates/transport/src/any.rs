@@ -18,7 +18,8 @@ use crate::quic::{QuicIncomingLink, QuicListener, QuicTransport};
 use crate::registry::{Choice, Endpoint, TransportKind};
 use crate::tls::{TlsIncoming, TlsListener, TlsTransport};
 use crate::{
-    AnyChanCell, CellReader, CellWriter, CircId, Error, Incoming, Link, Listener, Ordering,
+    AnyChanCell, CellReader, CellWriter, CircId, Error, Incoming, Link, LinkEvent, Listener,
+    Ordering,
 };
 
 /// How long an `auto` connection waits for QUIC before trying TLS.
@@ -63,6 +64,7 @@ trait DynReader: Send {
         out: &'a mut Vec<AnyChanCell>,
     ) -> LocalFuture<'a, Result<(), Error>>;
     fn buffered_bytes(&self) -> usize;
+    fn poll_event(&mut self) -> Option<LinkEvent>;
 }
 
 impl<R: CellReader> DynReader for R {
@@ -74,6 +76,9 @@ impl<R: CellReader> DynReader for R {
     }
     fn buffered_bytes(&self) -> usize {
         CellReader::buffered_bytes(self)
+    }
+    fn poll_event(&mut self) -> Option<LinkEvent> {
+        CellReader::poll_event(self)
     }
 }
 
@@ -89,6 +94,7 @@ trait DynWriter: Send {
     fn writable(&mut self) -> LocalFuture<'_, ()>;
     fn buffered_bytes(&self) -> usize;
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32);
+    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool);
 }
 
 impl<W: CellWriter> DynWriter for W {
@@ -121,6 +127,9 @@ impl<W: CellWriter> DynWriter for W {
     }
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
         CellWriter::set_lane_priority(self, circ_id, priority)
+    }
+    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
+        CellWriter::move_circuit(self, circ_id, heavy, propagate)
     }
 }
 
@@ -170,6 +179,10 @@ impl CellReader for AnyReader {
     fn buffered_bytes(&self) -> usize {
         self.0.buffered_bytes()
     }
+
+    fn poll_event(&mut self) -> Option<LinkEvent> {
+        self.0.poll_event()
+    }
 }
 
 impl CellWriter for AnyWriter {
@@ -202,6 +215,9 @@ impl CellWriter for AnyWriter {
     }
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
         self.inner.set_lane_priority(circ_id, priority)
+    }
+    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
+        self.inner.move_circuit(circ_id, heavy, propagate)
     }
 }
 

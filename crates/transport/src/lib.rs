@@ -58,6 +58,7 @@ pub mod link;
 pub mod pctcp;
 pub mod quic;
 pub mod registry;
+mod sendbuf;
 pub mod tcp;
 pub mod tls;
 pub mod torchestra;
@@ -96,6 +97,31 @@ pub struct Link<R, W> {
     pub writer: W,
 }
 
+/// Something a link's transport tells the node besides cells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkEvent {
+    /// The peer moved circuit `circ_id` to the link's heavy connection
+    /// (`heavy`) or back to the light one, and the switch completed on
+    /// our side (Torchestra, `docs/torchestra.md`). With `propagate` the
+    /// node switches the circuit on its own inward link too.
+    Switched {
+        /// The circuit.
+        circ_id: CircId,
+        /// Whether it is now on the heavy connection.
+        heavy: bool,
+        /// Whether to switch it on the inward link as well.
+        propagate: bool,
+    },
+    /// The peer broke the transport's per-circuit protocol for
+    /// `circ_id`: the node closes that circuit.
+    CircuitViolation {
+        /// The circuit.
+        circ_id: CircId,
+        /// What happened.
+        detail: String,
+    },
+}
+
 /// The receiving half of a link.
 pub trait CellReader: Send {
     /// Wait until at least one circuit cell is available and append the
@@ -112,6 +138,13 @@ pub trait CellReader: Send {
     /// [`read_cells`](Self::read_cells) that this process holds (the
     /// kernel's socket buffers not included), for a relay's memory cap.
     fn buffered_bytes(&self) -> usize;
+
+    /// The next event besides cells, if any; the driver asks after every
+    /// [`read_cells`](Self::read_cells). Transports without any say
+    /// `None`.
+    fn poll_event(&mut self) -> Option<LinkEvent> {
+        None
+    }
 }
 
 /// The sending half of a link.
@@ -169,6 +202,14 @@ pub trait CellWriter: Send {
     /// circuit scheduler's order holds on the wire; others ignore it.
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
         let _ = (circ_id, priority);
+    }
+
+    /// Move circuit `circ_id` to the link's heavy connection (`heavy`) or
+    /// back to the light one, telling the peer to do the same on its
+    /// inward link if `propagate` (Torchestra's switch; the node's
+    /// classifier decides). Transports with one connection ignore it.
+    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
+        let _ = (circ_id, heavy, propagate);
     }
 }
 

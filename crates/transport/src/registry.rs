@@ -31,6 +31,7 @@ static REGISTRY: &[&TransportInfo] = &[
     &crate::quic::STREAM_PER_CIRCUIT,
     &crate::quic::CONN_PER_CIRCUIT,
     &crate::pctcp::INFO,
+    &crate::torchestra::INFO,
 ];
 
 /// The name of [`Choice::Auto`] in configuration files.
@@ -104,6 +105,8 @@ impl TransportKind {
     pub const QUIC_CONN_PER_CIRCUIT: TransportKind = TransportKind(&crate::quic::CONN_PER_CIRCUIT);
     /// One TLS over TCP connection per circuit.
     pub const PCTCP: TransportKind = TransportKind(&crate::pctcp::INFO);
+    /// Two TLS connections per relay pair, light and heavy.
+    pub const TORCHESTRA: TransportKind = TransportKind(&crate::torchestra::INFO);
 
     /// Every registered transport.
     pub fn all() -> impl Iterator<Item = TransportKind> {

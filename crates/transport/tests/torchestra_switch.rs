@@ -92,7 +92,8 @@ impl Net {
         self.push(from, conn, cell);
     }
 
-    /// Side 0 (the circuits' inward side) starts a switch of `circ`.
+    /// Side 0 (for which the link is the circuits' inbound channel) starts
+    /// a switch of `circ`.
     fn switch(&mut self, circ: u32, to: Conn) {
         let circ_id = CircId::new(circ).expect("nonzero");
         for (conn, cell) in self.sides[0].sw.start(circ_id, to, true) {
@@ -152,7 +153,7 @@ impl Net {
 enum Step {
     /// A side sends a data cell of a circuit.
     Send(usize, u32),
-    /// The inward side switches a circuit.
+    /// Side 0 switches a circuit.
     Switch(u32, bool),
     /// One cell of a connection arrives.
     Deliver(usize, bool),

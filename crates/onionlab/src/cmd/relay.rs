@@ -7,9 +7,11 @@ use std::time::Duration;
 use clap::Args;
 use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_circuit::torchestra::ClassifierParams;
 use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
 use onionlab_node::{DosLimits, Relay, RelaySettings};
 use onionlab_transport::tcp::TcpCongestion;
+use onionlab_transport::{Choice, TransportKind};
 
 use crate::cmd::runtime;
 use crate::error::{Error, Result};
@@ -31,9 +33,21 @@ pub fn node_config(cfg: &RelayConfig) -> NodeConfig {
         },
         Scheduler::RoundRobin => SchedulerKind::RoundRobin,
     };
+    // The exit's classifier runs when the relay opens torchestra links
+    // (the lab gives every node the same transport).
+    let torchestra =
+        (cfg.transport == Choice::Only(TransportKind::TORCHESTRA)).then(|| ClassifierParams {
+            window: Duration::from_millis(cfg.torchestra_window_ms),
+            alpha: cfg.torchestra_alpha.0,
+            beta: cfg.torchestra_beta.0,
+            thresh_light: cfg.torchestra_thresh_light.0,
+            thresh_heavy: cfg.torchestra_thresh_heavy.0,
+            thresh_verylight: cfg.torchestra_thresh_verylight.0,
+        });
     NodeConfig {
         scheduler,
         max_mem_in_queues: usize::try_from(cfg.max_mem_in_queues).unwrap_or(usize::MAX),
+        torchestra,
         ..NodeConfig::default()
     }
 }

@@ -16,17 +16,16 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_cell::codec::CellCodec;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsStream;
 use tracing::debug;
 
 use super::wire::{self, LanePreamble, TOKEN_LEN};
 use super::{NodeLanes, MAX_LANES_PER_LINK};
 use crate::link::StreamCellReader;
 use crate::quic::wire::{lane_end, next_lane_cell};
+use crate::sendbuf::{write_task, Owner, SendBuffer, Tls};
 use crate::tls::TlsTransport;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
@@ -49,8 +48,6 @@ const ORDER_TIMEOUT: Duration = Duration::from_secs(30);
 /// dropped instead of opening a lane again (the peer has forgotten it).
 const ENDED_GRACE: Duration = Duration::from_secs(60);
 
-type Tls = TlsStream<TcpStream>;
-
 /// Everything needed to start a link after its handshakes.
 pub(crate) struct LinkSpec {
     pub(crate) tls: Tls,
@@ -61,45 +58,6 @@ pub(crate) struct LinkSpec {
     pub(crate) peer_token: [u8; TOKEN_LEN],
     /// Where lanes to the peer go (`None`: the peer accepts none).
     pub(crate) lane_target: Option<SocketAddr>,
-}
-
-/// One connection's send buffer, shared by the writer and its task.
-struct Lane {
-    circ_id: u32,
-    state: Mutex<LaneState>,
-    data: Notify,
-}
-
-#[derive(Default)]
-struct LaneState {
-    buf: BytesMut,
-    in_flight: usize,
-    closing: bool,
-    dead: bool,
-}
-
-impl Lane {
-    fn new(circ_id: u32) -> Arc<Self> {
-        Arc::new(Lane {
-            circ_id,
-            state: Mutex::default(),
-            data: Notify::new(),
-        })
-    }
-
-    fn state(&self) -> MutexGuard<'_, LaneState> {
-        lock(&self.state)
-    }
-
-    fn buffered(&self) -> usize {
-        let st = self.state();
-        st.buf.len() + st.in_flight
-    }
-
-    fn close(&self) {
-        self.state().closing = true;
-        self.data.notify_one();
-    }
 }
 
 /// Where the circuits' incoming lanes stand in their receive order.
@@ -129,9 +87,9 @@ pub(crate) struct LinkShared {
     our_token: [u8; TOKEN_LEN],
     peer_token: [u8; TOKEN_LEN],
     lane_target: Option<SocketAddr>,
-    main: Arc<Lane>,
+    main: Arc<SendBuffer>,
     /// Send lanes by circuit ID.
-    lanes: Mutex<HashMap<u32, Arc<Lane>>>,
+    lanes: Mutex<HashMap<u32, Arc<SendBuffer>>>,
     /// Circuits carried on the main connection (no lane, or received
     /// there): both directions stay there.
     on_main: Mutex<HashSet<u32>>,
@@ -158,6 +116,21 @@ struct Batch {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Owner for LinkShared {
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer.addr
+    }
+
+    fn fail(&self, e: Error) {
+        LinkShared::fail(self, e)
+    }
+
+    fn drained(&self, bytes: usize) {
+        self.send_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
+        self.room.notify_one();
+    }
 }
 
 impl LinkShared {
@@ -255,7 +228,7 @@ pub(crate) fn start(
         our_token: spec.our_token,
         peer_token: spec.peer_token,
         lane_target: spec.lane_target,
-        main: Lane::new(0),
+        main: SendBuffer::new(0),
         lanes: Mutex::default(),
         on_main: Mutex::default(),
         ended: Mutex::default(),
@@ -272,7 +245,12 @@ pub(crate) fn start(
         tasks: Mutex::default(),
     });
     let (r, w) = tokio::io::split(spec.tls);
-    shared.spawn(write_task(shared.clone(), shared.main.clone(), w, None));
+    shared.spawn(write_task::<_, LaneCount>(
+        shared.clone(),
+        shared.main.clone(),
+        w,
+        None,
+    ));
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
     shared.spawn(read_main(shared.clone(), reader));
     let end = Arc::new(LinkEnd {
@@ -304,48 +282,6 @@ impl Drop for LinkEnd {
             t.abort();
         }
         lock(&self.shared.node.links).remove(&self.shared.our_token);
-    }
-}
-
-/// Write a connection's buffer until it closes, then shut it down.
-async fn write_task(
-    link: Arc<LinkShared>,
-    lane: Arc<Lane>,
-    mut w: WriteHalf<Tls>,
-    count: Option<Arc<LaneCount>>,
-) {
-    loop {
-        let (chunk, closing) = {
-            let mut st = lane.state();
-            let chunk = st.buf.split();
-            st.in_flight = chunk.len();
-            (chunk, st.closing)
-        };
-        if !chunk.is_empty() {
-            let written = async {
-                w.write_all(&chunk).await?;
-                w.flush().await
-            };
-            if let Err(source) = written.await {
-                lane.state().dead = true;
-                link.fail(Error::Tls {
-                    peer: link.addr(),
-                    source,
-                });
-                return;
-            }
-            lane.state().in_flight = 0;
-            link.send_bytes
-                .fetch_sub(chunk.len(), AtomicOrdering::Relaxed);
-            link.room.notify_one();
-            continue;
-        }
-        if closing {
-            let _ = tokio::time::timeout(DRAIN_TIMEOUT, w.shutdown()).await;
-            drop(count);
-            return;
-        }
-        lane.data.notified().await;
     }
 }
 
@@ -394,7 +330,7 @@ async fn deliver(link: &LinkShared, cells: Vec<AnyChanCell>) -> bool {
 /// peer's side of the circuit in its order and write ours.
 async fn open_lane(
     link: Arc<LinkShared>,
-    lane: Arc<Lane>,
+    lane: Arc<SendBuffer>,
     preamble: LanePreamble,
     slot: (Option<oneshot::Receiver<()>>, ReadSlot),
     count: Arc<LaneCount>,
@@ -470,7 +406,7 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, tls: T
         let circ_id = preamble.circ_id;
         let ours = match lock(&link.lanes).entry(circ_id) {
             std::collections::hash_map::Entry::Occupied(_) => None,
-            std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(Lane::new(circ_id)).clone()),
+            std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(SendBuffer::new(circ_id)).clone()),
         };
         match ours {
             Some(lane) => link.spawn(write_task(link.clone(), lane, w, Some(count.clone()))),
@@ -611,7 +547,7 @@ impl PctcpWriter {
     /// The buffer `circ_id`'s cells go to, a new lane opened if the
     /// circuit has none yet and the caps allow; `None`: drop the cell
     /// (its circuit ended at the peer).
-    fn route(&self, circ_id: u32, creates: bool) -> Option<Arc<Lane>> {
+    fn route(&self, circ_id: u32, creates: bool) -> Option<Arc<SendBuffer>> {
         let link = self.link();
         if circ_id == 0 {
             return Some(link.main.clone());
@@ -654,9 +590,9 @@ impl PctcpWriter {
         true
     }
 
-    fn new_lane(&self, circ_id: u32) -> Arc<Lane> {
+    fn new_lane(&self, circ_id: u32) -> Arc<SendBuffer> {
         let link = self.link();
-        let lane = Lane::new(circ_id);
+        let lane = SendBuffer::new(circ_id);
         lock(&link.lanes).insert(circ_id, lane.clone());
         let (seq, prev) = {
             let mut s = lock(&link.send_seq);
@@ -716,7 +652,7 @@ impl CellWriter for PctcpWriter {
                 link.close_lane(circ_id);
             }
         }
-        lane.data.notify_one();
+        lane.wake();
         Ok(())
     }
 

@@ -139,12 +139,47 @@ impl Default for PctcpSettings {
     }
 }
 
-/// A node's pctcp state, shared by its links: their tokens, and the
-/// lane count against the cap.
+/// A token reserved by a link in its handshake (see
+/// [`NodeLanes::reserve`]).
+pub(crate) struct Reservation {
+    node: Arc<NodeLanes>,
+    token: [u8; TOKEN_LEN],
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.node.unreserve(&self.token);
+    }
+}
+
+/// A link that accepts more connections, by its token.
+enum LinkRef {
+    Pctcp(Weak<LinkShared>),
+    Torchestra(Weak<crate::torchestra::link::LinkShared>),
+}
+
+impl LinkRef {
+    fn alive(&self) -> bool {
+        match self {
+            LinkRef::Pctcp(l) => l.strong_count() > 0,
+            LinkRef::Torchestra(l) => l.strong_count() > 0,
+        }
+    }
+}
+
+/// A node's state for its links with several TCP connections (pctcp,
+/// torchestra), shared by its links: their tokens, and the pctcp lane
+/// count against the cap.
 pub(crate) struct NodeLanes {
-    links: Mutex<HashMap<[u8; TOKEN_LEN], Weak<LinkShared>>>,
+    links: Mutex<HashMap<[u8; TOKEN_LEN], LinkRef>>,
+    /// Tokens handed out by links still in their handshake: a connection
+    /// for one of them waits for the link (the peer may open it the
+    /// moment its own handshake ends, before ours does).
+    reserved: Mutex<HashMap<[u8; TOKEN_LEN], Arc<tokio::sync::Notify>>>,
     /// Lane connections open (opened or accepted).
     pub(crate) open: AtomicUsize,
+    /// Torchestra heavy connections attached so far.
+    pub(crate) heavy_attached: AtomicU64,
     pub(crate) max: usize,
     fallbacks: AtomicU64,
     log: Mutex<LogLimiter>,
@@ -154,7 +189,9 @@ impl NodeLanes {
     pub(crate) fn new(settings: PctcpSettings) -> Arc<Self> {
         Arc::new(NodeLanes {
             links: Mutex::default(),
+            reserved: Mutex::default(),
             open: AtomicUsize::new(0),
+            heavy_attached: AtomicU64::new(0),
             max: settings.max_lanes,
             fallbacks: AtomicU64::new(0),
             log: Mutex::default(),
@@ -186,15 +223,80 @@ impl NodeLanes {
         self.fallbacks.load(AtomicOrdering::Relaxed)
     }
 
-    fn register(&self, token: [u8; TOKEN_LEN], link: &Arc<LinkShared>) {
+    fn register(&self, token: [u8; TOKEN_LEN], link: LinkRef) {
         let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        links.retain(|_, l| l.strong_count() > 0);
-        links.insert(token, Arc::downgrade(link));
+        links.retain(|_, l| l.alive());
+        links.insert(token, link);
+        drop(links);
+        self.unreserve(&token);
+    }
+
+    /// `token` will name a link once its handshake completes; the
+    /// reservation ends when the guard is dropped (the link registered,
+    /// or its handshake failed or was abandoned).
+    pub(crate) fn reserve(self: &Arc<Self>, token: [u8; TOKEN_LEN]) -> Reservation {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        reserved.insert(token, Arc::new(tokio::sync::Notify::new()));
+        Reservation {
+            node: self.clone(),
+            token,
+        }
+    }
+
+    /// The link of `token` registered, or its handshake failed.
+    pub(crate) fn unreserve(&self, token: &[u8; TOKEN_LEN]) {
+        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = reserved.remove(token) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Wait (within the caller's handshake timeout) while `token` is
+    /// reserved by a link still in its handshake.
+    async fn settled(&self, token: &[u8; TOKEN_LEN]) {
+        let waiting = {
+            let reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
+            reserved.get(token).cloned()
+        };
+        if let Some(n) = waiting {
+            let notified = n.notified();
+            let still = self
+                .reserved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(token);
+            if still {
+                notified.await;
+            }
+        }
     }
 
     fn find(&self, token: &[u8; TOKEN_LEN]) -> Option<Arc<LinkShared>> {
         let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        links.get(token).and_then(Weak::upgrade)
+        match links.get(token) {
+            Some(LinkRef::Pctcp(l)) => l.upgrade(),
+            _ => None,
+        }
+    }
+
+    /// Register a torchestra link under our token.
+    pub(crate) fn register_torchestra(
+        &self,
+        token: [u8; TOKEN_LEN],
+        link: &Arc<crate::torchestra::link::LinkShared>,
+    ) {
+        self.register(token, LinkRef::Torchestra(Arc::downgrade(link)));
+    }
+
+    fn find_torchestra(
+        &self,
+        token: &[u8; TOKEN_LEN],
+    ) -> Option<Arc<crate::torchestra::link::LinkShared>> {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        match links.get(token) {
+            Some(LinkRef::Torchestra(l)) => l.upgrade(),
+            _ => None,
+        }
     }
 }
 
@@ -253,7 +355,7 @@ fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWri
     let node = transport.pctcp_lanes().clone();
     let token = spec.our_token;
     let (link, shared) = lanes::start(spec, transport.clone(), node.clone());
-    node.register(token, &shared);
+    node.register(token, LinkRef::Pctcp(Arc::downgrade(&shared)));
     link
 }
 
@@ -261,7 +363,8 @@ fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWri
 pub(crate) enum Accepted {
     /// A link, complete.
     Link(AnyLink),
-    /// A lane, handed to its link.
+    /// A connection joining a link (a pctcp lane, a torchestra heavy
+    /// connection), handed to it.
     Lane,
 }
 
@@ -295,6 +398,24 @@ pub(crate) async fn accept(
             lanes::accept_lane(&link, p, tls);
             Ok(Accepted::Lane)
         }
+        Start::Heavy => {
+            let mut bytes = [0u8; wire::HEAVY_PREAMBLE_LEN];
+            bytes[..4].copy_from_slice(&first);
+            tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
+            let token = wire::parse_heavy_preamble(&bytes).map_err(protocol)?;
+            transport.pctcp_lanes().settled(&token).await;
+            let link = transport
+                .pctcp_lanes()
+                .find_torchestra(&token)
+                .ok_or_else(|| protocol("heavy connection for an unknown link".into()))?;
+            if link.peer.identity != identity || identity.is_none() {
+                return Err(protocol(
+                    "heavy connection from another identity than its link's".into(),
+                ));
+            }
+            link.attach_heavy(tls)?;
+            Ok(Accepted::Lane)
+        }
         Start::Link => {
             let mut bytes = vec![0u8; wire::FAMILY_OFFSET + 1];
             bytes[..4].copy_from_slice(&first);
@@ -306,6 +427,10 @@ pub(crate) async fn accept(
                 .await
                 .map_err(tls_err)?;
             let p = wire::parse_link_preamble(&bytes).map_err(protocol)?;
+            if p.mode == wire::MODE_TORCHESTRA {
+                let link = crate::torchestra::accept(transport, tls, p, identity, addr).await?;
+                return Ok(Accepted::Link(link));
+            }
             // Lanes go only to relays: an anonymous peer's address is
             // ignored.
             let lane_target = p.lanes_at.filter(|_| identity.is_some());

@@ -19,6 +19,17 @@ pub const LINK_ANSWER_LEN: usize = 4 + TOKEN_LEN;
 pub const LANE_PREAMBLE_LEN: usize = 4 + TOKEN_LEN + 4 + 8 + 8;
 /// Mode byte of a pctcp link.
 pub const MODE_PCTCP: u8 = 1;
+/// Mode byte of a torchestra link.
+pub const MODE_TORCHESTRA: u8 = 2;
+/// Magic of a torchestra link's heavy connection.
+pub const HEAVY_MAGIC: &[u8; 4] = b"OLTH";
+/// Length of a heavy connection's preamble: magic and the receiver's token.
+pub const HEAVY_PREAMBLE_LEN: usize = 4 + TOKEN_LEN;
+/// Length of the answer to a torchestra link preamble: `OLT1`, the token
+/// and a flags byte.
+pub const FLAGGED_ANSWER_LEN: usize = LINK_ANSWER_LEN + 1;
+/// Answer flag: the acceptor switches circuits (torchestra).
+pub const FLAG_SWITCHES: u8 = 1;
 
 /// What a connection a relay accepted starts with, after TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +41,9 @@ pub enum Start {
     Link,
     /// `OLTL`: a lane of an existing link; [`LANE_PREAMBLE_LEN`] bytes.
     Lane,
+    /// `OLTH`: the heavy connection of a torchestra link;
+    /// [`HEAVY_PREAMBLE_LEN`] bytes.
+    Heavy,
 }
 
 /// Classify a connection by its first 4 bytes. A VERSIONS cell starts
@@ -39,6 +53,8 @@ pub fn classify(first: &[u8; 4]) -> Start {
         Start::Link
     } else if first == LANE_MAGIC {
         Start::Lane
+    } else if first == HEAVY_MAGIC {
+        Start::Heavy
     } else {
         Start::Plain
     }
@@ -47,7 +63,7 @@ pub fn classify(first: &[u8; 4]) -> Start {
 /// A link preamble: the opener's mode, token and lane address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkPreamble {
-    /// Which transport ([`MODE_PCTCP`]).
+    /// Which transport ([`MODE_PCTCP`], [`MODE_TORCHESTRA`]).
     pub mode: u8,
     /// The opener's link token (lanes to the opener carry it).
     pub token: [u8; TOKEN_LEN],
@@ -115,7 +131,7 @@ pub fn parse_link_preamble(bytes: &[u8]) -> Result<LinkPreamble, String> {
         ));
     }
     let mode = bytes[4];
-    if mode != MODE_PCTCP {
+    if mode != MODE_PCTCP && mode != MODE_TORCHESTRA {
         return Err(format!("unknown TCP link mode {mode}"));
     }
     let mut token = [0; TOKEN_LEN];
@@ -164,6 +180,51 @@ pub fn parse_link_answer(answer: &[u8]) -> Result<[u8; TOKEN_LEN], String> {
     }
     let mut token = [0; TOKEN_LEN];
     token.copy_from_slice(&answer[4..]);
+    Ok(token)
+}
+
+/// Encode the answer to a torchestra link preamble, with `flags`.
+pub fn encode_flagged_answer(token: &[u8; TOKEN_LEN], flags: u8) -> Vec<u8> {
+    let mut out = encode_link_answer(token);
+    out.push(flags);
+    out
+}
+
+/// Parse the answer to our torchestra link preamble
+/// ([`FLAGGED_ANSWER_LEN`] bytes): the token and the flags.
+///
+/// # Errors
+///
+/// A wrong length or magic, or unknown flags.
+pub fn parse_flagged_answer(answer: &[u8]) -> Result<([u8; TOKEN_LEN], u8), String> {
+    let (&flags, rest) = answer.split_last().ok_or("empty answer")?;
+    if answer.len() != FLAGGED_ANSWER_LEN {
+        return Err("bad torchestra link answer".into());
+    }
+    if flags & !FLAG_SWITCHES != 0 {
+        return Err(format!("unknown answer flags {flags:#x}"));
+    }
+    Ok((parse_link_answer(rest)?, flags))
+}
+
+/// Encode a heavy connection's preamble.
+pub fn encode_heavy_preamble(token: &[u8; TOKEN_LEN]) -> Vec<u8> {
+    let mut out = HEAVY_MAGIC.to_vec();
+    out.extend_from_slice(token);
+    out
+}
+
+/// Parse a heavy connection's preamble: the receiver's link token.
+///
+/// # Errors
+///
+/// A wrong length or magic.
+pub fn parse_heavy_preamble(bytes: &[u8]) -> Result<[u8; TOKEN_LEN], String> {
+    if bytes.len() != HEAVY_PREAMBLE_LEN || &bytes[..4] != HEAVY_MAGIC {
+        return Err("bad heavy connection preamble".into());
+    }
+    let mut token = [0; TOKEN_LEN];
+    token.copy_from_slice(&bytes[4..]);
     Ok(token)
 }
 

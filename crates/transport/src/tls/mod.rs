@@ -105,6 +105,8 @@ struct Inner {
     lane_address: Option<SocketAddr>,
     /// The pctcp links' shared state (tokens, lane cap).
     pctcp: Arc<NodeLanes>,
+    /// Whether this node switches circuits on torchestra links.
+    torchestra_switches: bool,
 }
 
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -129,6 +131,7 @@ impl TlsTransport {
                 bind: None,
                 lane_address: None,
                 pctcp: NodeLanes::new(PctcpSettings::default()),
+                torchestra_switches: true,
             }),
         })
     }
@@ -147,6 +150,7 @@ impl TlsTransport {
                 bind: None,
                 lane_address: None,
                 pctcp: NodeLanes::new(PctcpSettings::default()),
+                torchestra_switches: true,
             }),
         }
     }
@@ -183,6 +187,32 @@ impl TlsTransport {
     pub fn with_lane_address(mut self, addr: SocketAddr) -> Self {
         Arc::make_mut(&mut self.inner).lane_address = Some(addr);
         self
+    }
+
+    /// Whether this node switches circuits on the torchestra links it
+    /// opens or accepts (default yes); without, its torchestra links run
+    /// as tls (for tests of a peer that does not switch).
+    pub fn with_torchestra_switching(mut self, on: bool) -> Self {
+        Arc::make_mut(&mut self.inner).torchestra_switches = on;
+        self
+    }
+
+    pub(crate) fn torchestra_switches(&self) -> bool {
+        self.inner.torchestra_switches
+    }
+
+    /// Torchestra heavy connections this node attached so far (opened or
+    /// accepted).
+    pub fn torchestra_heavy_connections(&self) -> u64 {
+        self.inner
+            .pctcp
+            .heavy_attached
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether this is a relay's transport (it proves an identity).
+    pub(crate) fn is_relay(&self) -> bool {
+        self.inner.our_key.is_some()
     }
 
     /// Circuits that used a pctcp link's main connection because the

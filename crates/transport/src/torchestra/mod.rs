@@ -1,9 +1,169 @@
-//! Torchestra (seed 003; Gopal, "Torchestra: Reducing interactive traffic
-//! delays over Tor", M.S. thesis, UC San Diego, 2012): two TLS
-//! connections per relay pair, one for light circuits and one for heavy
-//! ones, and an in-band protocol that moves a circuit between them.
+//! The `torchestra` transport (seed 003; Gopal, "Torchestra: Reducing
+//! interactive traffic delays over Tor", M.S. thesis, UC San Diego, 2012):
+//! two TLS connections per relay pair, one for light circuits and one for
+//! heavy ones, and an in-band protocol that moves a circuit between them
+//! without pausing, reordering or losing a cell. The exit's classifier
+//! (in the circuit layer) decides which circuits are heavy; the middle
+//! passes the switch on to the entrance; a client's link is never split.
 //!
-//! This module holds the switch protocol's state machine ([`switch`]); the
-//! protocol is specified in `docs/torchestra.md`.
+//! The protocol is specified in `docs/torchestra.md`: the link (a
+//! [`pctcp`](crate::pctcp)-style preamble with mode 2, then a heavy
+//! connection opened by the link's opener between relays), the messages
+//! and the exchange ([`switch`], sans-IO), and every error case. Here: the
+//! link's connections (`link.rs`): [`TorchestraReader`], [`TorchestraWriter`].
 
+pub(crate) mod link;
 pub mod switch;
+
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+use link::LinkSpec;
+pub use link::{TorchestraReader, TorchestraWriter};
+
+use crate::any::{AnyLink, Endpoints};
+use crate::link as handshake;
+use crate::pctcp::wire::{self, LinkPreamble, TOKEN_LEN};
+use crate::registry::{Endpoint, SettingInfo, TransportInfo};
+use crate::sendbuf::Tls;
+use crate::tls::TlsTransport;
+use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
+
+/// The registry's description of this transport.
+pub(crate) static INFO: TransportInfo = TransportInfo {
+    name: "torchestra",
+    about: "two TLS connections per relay pair, light and heavy; the exit moves heavy circuits (Torchestra, Gopal 2012; seed 003)",
+    ordering: Ordering::PerCircuit,
+    endpoint: Endpoint::Tcp,
+    settings: &[
+        SettingInfo {
+            key: "torchestra_window_ms",
+            default: "2000",
+            about: "the exit's classification window",
+        },
+        SettingInfo {
+            key: "torchestra_alpha",
+            default: "0.18",
+            about: "EWMA multiplier of circuits with cells in the window (and of the connection)",
+        },
+        SettingInfo {
+            key: "torchestra_beta",
+            default: "0.36",
+            about: "EWMA multiplier of idle circuits",
+        },
+        SettingInfo {
+            key: "torchestra_thresh_light",
+            default: "0.7",
+            about: "a light circuit this far above its fair share turns heavy",
+        },
+        SettingInfo {
+            key: "torchestra_thresh_heavy",
+            default: "0.7",
+            about: "a heavy circuit this far below its fair share turns light",
+        },
+        SettingInfo {
+            key: "torchestra_thresh_verylight",
+            default: "0.9",
+            about: "a circuit this far below its fair share is not counted active",
+        },
+    ],
+    open: |endpoints, addr, expected| Box::pin(open_link(endpoints, addr, expected)),
+};
+
+async fn open_link(
+    endpoints: &Endpoints,
+    addr: SocketAddr,
+    expected: Ed25519Identity,
+) -> Result<AnyLink, Error> {
+    let tcp = &endpoints.tcp;
+    let link = tokio::time::timeout(tcp.handshake_timeout(), connect(tcp, addr, expected))
+        .await
+        .map_err(|_| Error::HandshakeTimeout { peer: addr })??;
+    Ok(AnyLink::erase(TransportKind::TORCHESTRA, link))
+}
+
+/// Open a torchestra link to `addr`, whose peer must prove `expected`.
+async fn connect(
+    transport: &TlsTransport,
+    addr: SocketAddr,
+    expected: Ed25519Identity,
+) -> Result<Link<TorchestraReader, TorchestraWriter>, Error> {
+    let mut tls = transport.connect_tls(addr, expected).await?;
+    let tls_err = |source| Error::Tls { peer: addr, source };
+    let our_token: [u8; TOKEN_LEN] = rand::random();
+    let preamble = LinkPreamble {
+        mode: wire::MODE_TORCHESTRA,
+        token: our_token,
+        lanes_at: transport.lane_address(),
+    };
+    tls.write_all(&wire::encode_link_preamble(&preamble))
+        .await
+        .map_err(tls_err)?;
+    let mut answer = [0u8; wire::FLAGGED_ANSWER_LEN];
+    tls.read_exact(&mut answer).await.map_err(tls_err)?;
+    let (peer_token, flags) = wire::parse_flagged_answer(&answer)
+        .map_err(|detail| Error::Protocol { peer: addr, detail })?;
+    let negotiated = handshake::handshake(&mut tls, transport.initiator_role(), addr).await?;
+    // Only between relays that both switch: a client's link is never
+    // split (the thesis), and a peer that does not switch makes it tls.
+    let switching =
+        flags & wire::FLAG_SWITCHES != 0 && transport.is_relay() && transport.torchestra_switches();
+    Ok(start(
+        transport,
+        LinkSpec {
+            tls,
+            leftover: negotiated.leftover,
+            link_version: negotiated.link_version,
+            peer: PeerInfo {
+                identity: Some(expected),
+                addr,
+            },
+            our_token,
+            peer_token,
+            switching,
+            opener: true,
+        },
+    ))
+}
+
+/// Accept a torchestra link whose preamble `p` was read.
+pub(crate) async fn accept(
+    transport: &TlsTransport,
+    mut tls: Tls,
+    p: LinkPreamble,
+    identity: Option<Ed25519Identity>,
+    addr: SocketAddr,
+) -> Result<AnyLink, Error> {
+    let switching = identity.is_some() && transport.is_relay() && transport.torchestra_switches();
+    let our_token: [u8; TOKEN_LEN] = rand::random();
+    let flags = if switching { wire::FLAG_SWITCHES } else { 0 };
+    // Held until the link is registered, whatever happens meanwhile.
+    let _reservation = transport.pctcp_lanes().reserve(our_token);
+    tls.write_all(&wire::encode_flagged_answer(&our_token, flags))
+        .await
+        .map_err(|source| Error::Tls { peer: addr, source })?;
+    let negotiated = handshake::handshake(&mut tls, transport.responder_role(), addr).await?;
+    let link = start(
+        transport,
+        LinkSpec {
+            tls,
+            leftover: negotiated.leftover,
+            link_version: negotiated.link_version,
+            peer: PeerInfo { identity, addr },
+            our_token,
+            peer_token: p.token,
+            switching,
+            opener: false,
+        },
+    );
+    Ok(AnyLink::erase(TransportKind::TORCHESTRA, link))
+}
+
+fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<TorchestraReader, TorchestraWriter> {
+    let token = spec.our_token;
+    let (link, shared) = link::start(spec, transport.clone());
+    transport.pctcp_lanes().register_torchestra(token, &shared);
+    link
+}

@@ -13,11 +13,12 @@
 //! it started the switch, SWITCHED if it answers one) and a start marker
 //! (SWITCHED_CONN) first on B. Its peer takes the circuit's cells from A
 //! until the end marker, and holds those that arrive on B meanwhile; at
-//! the end marker it releases them. Only the side for which the link is
-//! the circuit's inward (towards the client) side starts switches, so two
-//! switches of one circuit never cross.
+//! the end marker it releases them. Only the node for which the link is
+//! the circuit's inbound channel (the exit on its link to the middle, the
+//! middle on its link to the entrance) starts switches, so two switches of
+//! one circuit never cross.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, ChanCmd, ChanMsg, CircId};
 use tor_cell::chancell::msg::Unrecognized;
@@ -30,7 +31,7 @@ pub const CMD_SWITCH: u8 = 125;
 pub const CMD_SWITCHED_CONN: u8 = 126;
 /// Command of SWITCHED.
 pub const CMD_SWITCHED: u8 = 127;
-/// SWITCH flag: the receiver switches the circuit on its own inward link
+/// SWITCH flag: the receiver switches the circuit on its own inbound link
 /// too (set by the exit, clear from the middle).
 pub const FLAG_PROPAGATE: u8 = 1;
 
@@ -76,7 +77,7 @@ pub enum Control {
     Switch {
         /// The connection the circuit moves to.
         to: Conn,
-        /// Whether the receiver switches the circuit on its inward link too.
+        /// Whether the receiver switches the circuit on its inbound link too.
         propagate: bool,
     },
     /// First cell of the circuit on the connection it moved to (`to`).
@@ -201,16 +202,28 @@ pub struct Received {
     pub send: Vec<(Conn, AnyChanCell)>,
     /// A switch the peer started completed on our side: the circuit now
     /// runs on the connection given, and if the flag is set the node
-    /// switches it on its inward link as well.
+    /// switches it on its inbound link as well.
     pub switched: Option<(CircId, Conn, bool)>,
     /// The peer broke the protocol for this circuit: close it.
     pub violation: Option<Violation>,
 }
 
+/// Circuits remembered as destroyed, at most (the oldest is forgotten
+/// first).
+pub const TOMBSTONES: usize = 4096;
+
 /// The switch state of every circuit of one link, one side.
 #[derive(Debug)]
 pub struct Switches {
     circuits: BTreeMap<u32, Circuit>,
+    /// Circuits destroyed recently (either way), oldest first: the switch
+    /// messages and heavy-connection cells of theirs still in flight are
+    /// stale (the peer may have answered a switch, or started one, before
+    /// it read the DESTROY). A new circuit with the same ID (its CREATE
+    /// cell) clears it; IDs are not reused soon by honest nodes.
+    tombstones: VecDeque<u32>,
+    /// Lookups only (the order is `tombstones`').
+    tombstoned: HashSet<u32>,
     /// Cells held and early start markers, over all circuits.
     pending: usize,
     /// Bound on `pending` (the receiver's buffer).
@@ -229,6 +242,8 @@ impl Switches {
     pub fn new(max_pending: usize, max_circuits: usize) -> Self {
         Switches {
             circuits: BTreeMap::new(),
+            tombstones: VecDeque::new(),
+            tombstoned: HashSet::new(),
             pending: 0,
             max_pending,
             max_circuits,
@@ -272,14 +287,16 @@ impl Switches {
             return Conn::Light;
         };
         let conn = self.send_on(circ);
-        if matches!(cell.msg(), AnyChanMsg::Destroy(_)) {
-            self.forget(circ);
+        match cell.msg() {
+            AnyChanMsg::Destroy(_) => self.forget(circ),
+            AnyChanMsg::Create2(_) | AnyChanMsg::CreateFast(_) => self.revive(circ),
+            _ => {}
         }
         conn
     }
 
-    /// Move our sending of `circ` to `to` (we are the circuit's inward
-    /// side on this link, the one that starts switches). Returns the
+    /// Move our sending of `circ` to `to` (the link is the circuit's
+    /// inbound channel here: we start its switches). Returns the
     /// control cells to queue, in order; nothing if it is there already.
     /// While a switch is in progress the request waits for its end.
     pub fn start(&mut self, circ: CircId, to: Conn, propagate: bool) -> Vec<(Conn, AnyChanCell)> {
@@ -311,6 +328,10 @@ impl Switches {
             out.deliver.push(cell);
             return out;
         };
+        if self.tombstoned.contains(&u32::from(circ)) {
+            self.receive_destroyed(conn, circ, cell, &mut out);
+            return out;
+        }
         let result = match Control::parse(cell.msg()) {
             None => self.data(conn, circ, cell, &mut out),
             Some(Err(detail)) => Err(detail),
@@ -335,10 +356,53 @@ impl Switches {
         out
     }
 
-    /// The circuit is gone: forget its state and what it held.
+    /// The circuit is gone: forget its state and what it held, and
+    /// remember it as destroyed.
     pub fn forget(&mut self, circ: CircId) {
-        if let Some(c) = self.circuits.remove(&u32::from(circ)) {
+        let id = u32::from(circ);
+        if let Some(c) = self.circuits.remove(&id) {
             self.pending -= c.pending();
+        }
+        if self.tombstoned.insert(id) {
+            self.tombstones.push_back(id);
+            if self.tombstones.len() > TOMBSTONES {
+                if let Some(old) = self.tombstones.pop_front() {
+                    self.tombstoned.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// A new circuit takes `circ`'s ID.
+    fn revive(&mut self, circ: CircId) {
+        let id = u32::from(circ);
+        if self.tombstoned.remove(&id) {
+            self.tombstones.retain(|t| *t != id);
+        }
+    }
+
+    /// A cell of a destroyed circuit: the light connection's go to the
+    /// node (a new circuit's CREATE, or cells the node drops as for an
+    /// unknown circuit); switch messages and heavy-connection cells are
+    /// stale.
+    fn receive_destroyed(
+        &mut self,
+        conn: Conn,
+        circ: CircId,
+        cell: AnyChanCell,
+        out: &mut Received,
+    ) {
+        let creates = matches!(
+            cell.msg(),
+            AnyChanMsg::Create2(_) | AnyChanMsg::CreateFast(_)
+        );
+        if conn == Conn::Light && Control::parse(cell.msg()).is_none() {
+            if creates {
+                self.revive(circ);
+            }
+            out.deliver.push(cell);
+        } else {
+            self.stale += 1;
         }
     }
 

@@ -65,6 +65,7 @@ use crate::err::{CloseReason, Error};
 use crate::relay::{RelayCircEvent, RelayCircuit, RelayConfig, Side};
 use crate::scheduler::{CircuitScheduler, SchedulerKind};
 use crate::stream::StreamEvent;
+use crate::torchestra::ClassifierParams;
 
 /// Identifies a channel (one link to a peer) for the driver and the node.
 pub type ChannelId = u64;
@@ -89,6 +90,11 @@ pub struct NodeConfig {
     /// (tor's low-water mark). `0` or `usize::MAX`: no limit. Default
     /// [`DEFAULT_MAX_MEM_IN_QUEUES`] (256 MiB).
     pub max_mem_in_queues: usize,
+    /// Torchestra's exit classifier (`None`: off): every window, the
+    /// circuits this node is the exit of are classified light or heavy on
+    /// each link to a middle, and the link's transport is asked to move
+    /// them ([`RelayNode::poll_move`]).
+    pub torchestra: Option<ClassifierParams>,
 }
 
 /// Default [`NodeConfig::max_mem_in_queues`]: 256 MiB.
@@ -101,6 +107,7 @@ impl Default for NodeConfig {
             circuit: RelayConfig::default(),
             max_circuits_per_channel: 4096,
             max_mem_in_queues: DEFAULT_MAX_MEM_IN_QUEUES,
+            torchestra: None,
         }
     }
 }
@@ -189,6 +196,9 @@ enum OomVictim {
     Channel(ChannelId),
 }
 
+mod torchestra;
+pub use torchestra::CircuitMove;
+
 /// Key a channel's scheduler orders: a circuit and which of its sides
 /// (a circuit could in principle have both sides on one channel).
 type SchedKey = (CircKey, Side);
@@ -259,6 +269,18 @@ struct CircEntry {
     outbound: Option<(ChannelId, CircId)>,
     /// `circ.queued_bytes()` when last added to [`RelayNode::circ_bytes`].
     accounted: usize,
+    /// Cells on each side's channel in the current classification window
+    /// (Torchestra; counted only when the classifier is on), indexed by
+    /// [`side_index`].
+    window_cells: [u64; 2],
+}
+
+/// Index of a side in [`CircEntry::window_cells`].
+fn side_index(side: Side) -> usize {
+    match side {
+        Side::Inbound => 0,
+        Side::Outbound => 1,
+    }
 }
 
 /// A relay: channels, circuits and their scheduling.
@@ -287,6 +309,10 @@ pub struct RelayNode {
     /// Circuits killed by the out-of-memory handler.
     oom_killed: u64,
     oom_channels_closed: u64,
+    /// Torchestra's exit classifiers (`None`: off).
+    torchestra: Option<torchestra::Torchestra>,
+    /// Circuits to move between a link's connections (Torchestra).
+    moves: torchestra::Moves,
 }
 
 impl std::fmt::Debug for RelayNode {
@@ -303,7 +329,6 @@ impl RelayNode {
     pub fn new(keys: RelaySecretKeys, config: NodeConfig, rng: StdRng) -> Self {
         RelayNode {
             keys,
-            config,
             channels: BTreeMap::new(),
             circuits: BTreeMap::new(),
             next_key: 1,
@@ -315,6 +340,9 @@ impl RelayNode {
             control_cells: 0,
             oom_killed: 0,
             oom_channels_closed: 0,
+            torchestra: config.torchestra.map(torchestra::Torchestra::new),
+            moves: torchestra::Moves::new(),
+            config,
         }
     }
 
@@ -386,7 +414,9 @@ impl RelayNode {
     pub fn channels_with_work(&self) -> impl Iterator<Item = ChannelId> + '_ {
         self.channels
             .iter()
-            .filter(|(_, c)| !c.control.is_empty() || !c.scheduler.is_idle())
+            .filter(|(id, c)| {
+                !c.control.is_empty() || !c.scheduler.is_idle() || self.has_moves(**id)
+            })
             .map(|(id, _)| *id)
     }
 
@@ -432,6 +462,9 @@ impl RelayNode {
                 return;
             }
             if let Some(entry) = self.circuits.get_mut(&key) {
+                if self.torchestra.is_some() {
+                    entry.window_cells[side_index(side)] += 1;
+                }
                 match side {
                     Side::Inbound => entry.circ.handle_inbound(now, msg),
                     Side::Outbound => entry.circ.handle_outbound(now, msg),
@@ -477,6 +510,7 @@ impl RelayNode {
                                 inbound: (chan, circid),
                                 outbound: None,
                                 accounted: 0,
+                                window_cells: [0; 2],
                             },
                         );
                         self.refresh(now, key);
@@ -586,6 +620,9 @@ impl RelayNode {
                 self.refresh_events(key);
                 continue;
             };
+            if self.torchestra.is_some() {
+                entry.window_cells[side_index(side)] += 1;
+            }
             if let Some(ch) = self.channels.get_mut(&chan) {
                 ch.scheduler.on_sent((key, side), 1, now);
             }
@@ -703,6 +740,9 @@ impl RelayNode {
         let msg = entry.circ.poll_transmit(now, side);
         if msg.is_some() {
             ch.scheduler.on_sent((key, side), 1, now);
+            if self.torchestra.is_some() {
+                entry.window_cells[side_index(side)] += 1;
+            }
         }
         self.refresh(now, key);
         let still_busy = self

@@ -1,0 +1,125 @@
+//! A TLS connection's send buffer and the task that writes it: what the
+//! transports with several TCP connections per link (pctcp, torchestra)
+//! share. The link's writer encodes cells into a [`SendBuffer`] without
+//! blocking; one [`write_task`] per connection moves the buffer to the
+//! socket, so a blocked connection holds up only its own buffer.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncWriteExt, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_rustls::TlsStream;
+
+use crate::Error;
+
+/// A TLS-over-TCP connection.
+pub(crate) type Tls = TlsStream<TcpStream>;
+
+/// How long a closing connection's shutdown may take.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What a connection's writer task reports to its link.
+pub(crate) trait Owner: Send + Sync + 'static {
+    /// The peer (for errors).
+    fn peer_addr(&self) -> SocketAddr;
+    /// Writing failed: the link is broken.
+    fn fail(&self, e: Error);
+    /// `bytes` left a buffer for the socket: there is room again.
+    fn drained(&self, bytes: usize);
+}
+
+/// One connection's buffer of encoded cells, shared by the link's writer
+/// and the connection's task.
+pub(crate) struct SendBuffer {
+    /// The circuit the connection carries (0: several).
+    pub(crate) circ_id: u32,
+    state: Mutex<State>,
+    data: Notify,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    /// Encoded cells not yet handed to the socket.
+    pub(crate) buf: BytesMut,
+    in_flight: usize,
+    closing: bool,
+    /// The connection failed: what is queued is dropped.
+    pub(crate) dead: bool,
+}
+
+impl SendBuffer {
+    pub(crate) fn new(circ_id: u32) -> Arc<Self> {
+        Arc::new(SendBuffer {
+            circ_id,
+            state: Mutex::default(),
+            data: Notify::new(),
+        })
+    }
+
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes queued or being written.
+    pub(crate) fn buffered(&self) -> usize {
+        let st = self.state();
+        st.buf.len() + st.in_flight
+    }
+
+    /// Wake the task: something was queued.
+    pub(crate) fn wake(&self) {
+        self.data.notify_one();
+    }
+
+    /// Shut the connection down once what is queued is written.
+    pub(crate) fn close(&self) {
+        self.state().closing = true;
+        self.data.notify_one();
+    }
+}
+
+/// Write `buffer` to `w` until it closes, then shut the connection's
+/// sending side down. `guard` lives as long as the task (a count of open
+/// connections, say).
+pub(crate) async fn write_task<O: Owner, G: Send + Sync>(
+    owner: Arc<O>,
+    buffer: Arc<SendBuffer>,
+    mut w: WriteHalf<Tls>,
+    guard: Option<Arc<G>>,
+) {
+    loop {
+        let (chunk, closing) = {
+            let mut st = buffer.state();
+            let chunk = st.buf.split();
+            st.in_flight = chunk.len();
+            (chunk, st.closing)
+        };
+        if !chunk.is_empty() {
+            let written = async {
+                w.write_all(&chunk).await?;
+                w.flush().await
+            };
+            if let Err(source) = written.await {
+                buffer.state().dead = true;
+                owner.fail(Error::Tls {
+                    peer: owner.peer_addr(),
+                    source,
+                });
+                return;
+            }
+            buffer.state().in_flight = 0;
+            owner.drained(chunk.len());
+            continue;
+        }
+        if closing {
+            let _ = tokio::time::timeout(SHUTDOWN_TIMEOUT, w.shutdown()).await;
+            drop(guard);
+            return;
+        }
+        buffer.data.notified().await;
+    }
+}

@@ -1,0 +1,453 @@
+//! A torchestra link: the light connection (the link's first) and the
+//! heavy one, the switch protocol between them ([`super::switch`]), and
+//! the link's reader and writer halves. Layout and rules:
+//! `docs/torchestra.md`.
+//!
+//! Both connections' read tasks pass every cell through the link's
+//! [`Switches`] and append what it releases to one inbox under the same
+//! lock, so the order the state machine decides is the order the node
+//! reads. The writer routes each cell by the same state, so a circuit's
+//! cells follow its switches exactly.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use onionlab_cell::chan::AnyChanCell;
+use onionlab_cell::codec::CellCodec;
+use tokio::io::{AsyncWriteExt, ReadHalf};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tracing::debug;
+
+use super::switch::{Conn, Switches};
+use crate::link::StreamCellReader;
+use crate::pctcp::wire::{self, TOKEN_LEN};
+use crate::sendbuf::{write_task, Owner, SendBuffer, Tls};
+use crate::tls::TlsTransport;
+use crate::{CellReader, CellWriter, CircId, Error, Link, LinkEvent, Ordering, PeerInfo};
+
+/// Bytes of encoded cells a connection's buffer holds before it reports
+/// no room.
+pub const HIGH_WATER: usize = 32 * 1024;
+/// Cells waiting for the node at most before the connections stop being
+/// read (one batch more may arrive).
+const INBOX_CELLS: usize = 256;
+/// Cells held for switches at most per link (about 2 MiB): a peer holding
+/// more back loses the circuit.
+pub const MAX_PENDING: usize = 4096;
+/// Circuits with a switch state at most per link.
+pub const MAX_SWITCH_STATES: usize = 65_536;
+/// How long shutdown waits for the connections to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Encoded size counted per cell held or waiting (a fixed cell; the
+/// memory cap's estimate).
+const CELL_BYTES: usize = 514;
+
+/// Everything needed to start a link after its handshakes.
+pub(crate) struct LinkSpec {
+    pub(crate) tls: Tls,
+    pub(crate) leftover: BytesMut,
+    pub(crate) link_version: u16,
+    pub(crate) peer: PeerInfo,
+    pub(crate) our_token: [u8; TOKEN_LEN],
+    pub(crate) peer_token: [u8; TOKEN_LEN],
+    /// Both ends switch circuits, and the peer is a relay.
+    pub(crate) switching: bool,
+    /// We opened the link: we open the heavy connection.
+    pub(crate) opener: bool,
+}
+
+/// What the read tasks and the writer share under one lock.
+struct State {
+    switches: Switches,
+    inbox: VecDeque<AnyChanCell>,
+    events: VecDeque<LinkEvent>,
+    codec: CellCodec,
+}
+
+/// State shared by a link's reader, writer and tasks.
+pub(crate) struct LinkShared {
+    pub(crate) peer: PeerInfo,
+    link_version: u16,
+    transport: TlsTransport,
+    peer_token: [u8; TOKEN_LEN],
+    switching: bool,
+    state: Mutex<State>,
+    light: Arc<SendBuffer>,
+    heavy: Arc<SendBuffer>,
+    heavy_up: AtomicBool,
+    /// Switches asked for that could not run (no heavy connection yet).
+    pub(crate) refused_moves: AtomicU64,
+    inbox_ready: Notify,
+    inbox_room: Notify,
+    failure: Mutex<Option<Error>>,
+    room: Notify,
+    send_bytes: AtomicUsize,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Owner for LinkShared {
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer.addr
+    }
+
+    fn fail(&self, e: Error) {
+        debug!(peer = %self.peer.addr, "torchestra link failed: {e}");
+        lock(&self.failure).get_or_insert(e);
+        self.inbox_ready.notify_one();
+        for t in lock(&self.tasks).iter() {
+            t.abort();
+        }
+    }
+
+    fn drained(&self, bytes: usize) {
+        self.send_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
+        self.room.notify_one();
+    }
+}
+
+impl LinkShared {
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        let mut tasks = lock(&self.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    fn buffer(&self, conn: Conn) -> &Arc<SendBuffer> {
+        match conn {
+            Conn::Light => &self.light,
+            Conn::Heavy => &self.heavy,
+        }
+    }
+
+    /// Encode `cell` onto `conn`'s buffer (the state lock held, so the
+    /// order of buffers and state agree).
+    fn push(&self, st: &mut State, conn: Conn, cell: AnyChanCell) -> Result<(), Error> {
+        let buffer = self.buffer(conn);
+        let mut b = buffer.state();
+        if b.dead {
+            return Ok(());
+        }
+        let before = b.buf.len();
+        st.codec
+            .encode(cell, &mut b.buf)
+            .map_err(|source| Error::Cell {
+                peer: self.peer.addr,
+                source,
+            })?;
+        let added = b.buf.len() - before;
+        drop(b);
+        self.send_bytes.fetch_add(added, AtomicOrdering::Relaxed);
+        buffer.wake();
+        Ok(())
+    }
+
+    /// The heavy connection is open: start its tasks.
+    pub(crate) fn attach_heavy(self: &Arc<Self>, tls: Tls) -> Result<(), Error> {
+        if self.heavy_up.swap(true, AtomicOrdering::AcqRel) {
+            return Err(Error::Protocol {
+                peer: self.peer.addr,
+                detail: "a second heavy connection".into(),
+            });
+        }
+        let (r, w) = tokio::io::split(tls);
+        self.spawn(write_task::<_, ()>(
+            self.clone(),
+            self.heavy.clone(),
+            w,
+            None,
+        ));
+        let reader = StreamCellReader::new(r, self.link_version, BytesMut::new(), self.peer.addr);
+        self.spawn(read_conn(self.clone(), Conn::Heavy, reader));
+        self.transport
+            .pctcp_lanes()
+            .heavy_attached
+            .fetch_add(1, AtomicOrdering::Relaxed);
+        debug!(peer = %self.peer.addr, "torchestra heavy connection up");
+        Ok(())
+    }
+}
+
+/// Start a link's tasks (and, as its opener between relays, its heavy
+/// connection) and return its halves.
+pub(crate) fn start(
+    spec: LinkSpec,
+    transport: TlsTransport,
+) -> (Link<TorchestraReader, TorchestraWriter>, Arc<LinkShared>) {
+    let shared = Arc::new(LinkShared {
+        peer: spec.peer.clone(),
+        link_version: spec.link_version,
+        transport,
+        peer_token: spec.peer_token,
+        switching: spec.switching,
+        state: Mutex::new(State {
+            switches: Switches::new(MAX_PENDING, MAX_SWITCH_STATES),
+            inbox: VecDeque::new(),
+            events: VecDeque::new(),
+            codec: CellCodec::new(spec.link_version),
+        }),
+        light: SendBuffer::new(0),
+        heavy: SendBuffer::new(0),
+        heavy_up: AtomicBool::new(false),
+        refused_moves: AtomicU64::new(0),
+        inbox_ready: Notify::new(),
+        inbox_room: Notify::new(),
+        failure: Mutex::new(None),
+        room: Notify::new(),
+        send_bytes: AtomicUsize::new(0),
+        tasks: Mutex::default(),
+    });
+    let (r, w) = tokio::io::split(spec.tls);
+    shared.spawn(write_task::<_, ()>(
+        shared.clone(),
+        shared.light.clone(),
+        w,
+        None,
+    ));
+    let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
+    shared.spawn(read_conn(shared.clone(), Conn::Light, reader));
+    if spec.switching && spec.opener {
+        shared.spawn(open_heavy(shared.clone()));
+    }
+    let _ = spec.our_token;
+    let end = Arc::new(LinkEnd {
+        shared: shared.clone(),
+    });
+    let link = Link {
+        peer: spec.peer,
+        link_version: spec.link_version,
+        reader: TorchestraReader { end: end.clone() },
+        writer: TorchestraWriter { end },
+    };
+    (link, shared)
+}
+
+/// Open the heavy connection to the peer, which must prove the link's
+/// identity; a failure fails the link.
+async fn open_heavy(link: Arc<LinkShared>) {
+    let opened = async {
+        let identity = link.peer.identity.ok_or_else(|| Error::Protocol {
+            peer: link.peer.addr,
+            detail: "a heavy connection to an anonymous peer".into(),
+        })?;
+        let mut tls = link.transport.connect_tls(link.peer.addr, identity).await?;
+        tls.write_all(&wire::encode_heavy_preamble(&link.peer_token))
+            .await
+            .map_err(|source| Error::Tls {
+                peer: link.peer.addr,
+                source,
+            })?;
+        Ok::<_, Error>(tls)
+    };
+    match opened.await.and_then(|tls| link.attach_heavy(tls)) {
+        Ok(()) => {}
+        Err(e) => link.fail(e),
+    }
+}
+
+/// Stops the link's tasks when both its reader and writer are gone.
+struct LinkEnd {
+    shared: Arc<LinkShared>,
+}
+
+impl Drop for LinkEnd {
+    fn drop(&mut self) {
+        for t in lock(&self.shared.tasks).drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// Read one connection: every cell through the switch state, what it
+/// releases into the inbox, its answers onto the buffers.
+async fn read_conn(link: Arc<LinkShared>, conn: Conn, mut reader: StreamCellReader<ReadHalf<Tls>>) {
+    let mut cells = Vec::new();
+    loop {
+        // Back-pressure: stop reading while the node is behind.
+        loop {
+            let room = link.inbox_room.notified();
+            if lock(&link.state).inbox.len() < INBOX_CELLS {
+                break;
+            }
+            room.await;
+        }
+        cells.clear();
+        if let Err(e) = reader.read_cells(&mut cells).await {
+            link.fail(e);
+            return;
+        }
+        if let Err(e) = take_cells(&link, conn, cells.drain(..)) {
+            link.fail(e);
+            return;
+        }
+        link.inbox_ready.notify_one();
+    }
+}
+
+fn take_cells(
+    link: &LinkShared,
+    conn: Conn,
+    cells: impl Iterator<Item = AnyChanCell>,
+) -> Result<(), Error> {
+    let mut guard = lock(&link.state);
+    let st = &mut *guard;
+    for cell in cells {
+        let r = st.switches.receive(conn, cell);
+        st.inbox.extend(r.deliver);
+        for (to, cell) in r.send {
+            link.push(st, to, cell)?;
+        }
+        if let Some((circ_id, to, propagate)) = r.switched {
+            st.events.push_back(LinkEvent::Switched {
+                circ_id,
+                heavy: to == Conn::Heavy,
+                propagate,
+            });
+        }
+        if let Some(v) = r.violation {
+            st.events.push_back(LinkEvent::CircuitViolation {
+                circ_id: v.circ,
+                detail: v.detail,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Incoming cells of a torchestra link, from both connections, in the
+/// order the switch protocol releases them.
+pub struct TorchestraReader {
+    end: Arc<LinkEnd>,
+}
+
+impl CellReader for TorchestraReader {
+    async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
+        let link = &self.end.shared;
+        loop {
+            let ready = link.inbox_ready.notified();
+            {
+                let mut st = lock(&link.state);
+                if !st.inbox.is_empty() || !st.events.is_empty() {
+                    let n = st.inbox.len().min(64);
+                    out.extend(st.inbox.drain(..n));
+                    drop(st);
+                    link.inbox_room.notify_waiters();
+                    return Ok(());
+                }
+            }
+            if let Some(e) = lock(&link.failure).take() {
+                return Err(e);
+            }
+            ready.await;
+        }
+    }
+
+    fn buffered_bytes(&self) -> usize {
+        let st = lock(&self.end.shared.state);
+        (st.inbox.len() + st.switches.pending()) * CELL_BYTES
+    }
+
+    fn poll_event(&mut self) -> Option<LinkEvent> {
+        lock(&self.end.shared.state).events.pop_front()
+    }
+}
+
+/// Outgoing cells of a torchestra link: each circuit's cells on the
+/// connection the switch protocol says.
+pub struct TorchestraWriter {
+    end: Arc<LinkEnd>,
+}
+
+impl TorchestraWriter {
+    fn link(&self) -> &Arc<LinkShared> {
+        &self.end.shared
+    }
+
+    /// Whether the heavy connection is open (switches can run).
+    pub fn heavy_up(&self) -> bool {
+        self.link().heavy_up.load(AtomicOrdering::Acquire)
+    }
+}
+
+impl CellWriter for TorchestraWriter {
+    fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
+        let link = self.link();
+        let mut guard = lock(&link.state);
+        let st = &mut *guard;
+        let conn = st.switches.route(&cell);
+        link.push(st, conn, cell)
+    }
+
+    fn has_room(&self) -> bool {
+        self.link().light.buffered() < HIGH_WATER
+    }
+
+    fn has_pending(&self) -> bool {
+        false
+    }
+
+    fn buffered_bytes(&self) -> usize {
+        self.link().send_bytes.load(AtomicOrdering::Relaxed)
+    }
+
+    async fn flush(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> Result<(), Error> {
+        let link = self.link().clone();
+        link.light.close();
+        link.heavy.close();
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
+        let drain = async {
+            for t in tasks {
+                let _ = t.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        Ok(())
+    }
+
+    /// Per circuit: the two connections are two lanes, each circuit on
+    /// one of them; the circuit scheduler orders the circuits of each.
+    fn ordering(&self) -> Ordering {
+        Ordering::PerCircuit
+    }
+
+    fn has_room_for(&self, circ_id: CircId) -> bool {
+        let link = self.link();
+        let conn = lock(&link.state).switches.send_on(circ_id);
+        link.buffer(conn).buffered() < HIGH_WATER
+    }
+
+    async fn writable(&mut self) {
+        self.link().room.notified().await
+    }
+
+    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
+        let link = self.link();
+        if !link.switching || !self.heavy_up() {
+            link.refused_moves.fetch_add(1, AtomicOrdering::Relaxed);
+            return;
+        }
+        let to = if heavy { Conn::Heavy } else { Conn::Light };
+        let mut guard = lock(&link.state);
+        let st = &mut *guard;
+        for (conn, cell) in st.switches.start(circ_id, to, propagate) {
+            if let Err(e) = link.push(st, conn, cell) {
+                drop(guard);
+                link.fail(e);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The torchestra transport on loopback: the heavy connection opens
+//! between relays, circuits move to it and back while cells flow both
+//! ways, and every cell arrives once and in order; the peer learns of
+//! each switch (with the propagate flag); a peer that does not switch
+//! makes the link a plain one.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
+use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::{
+    CellReader, CellWriter, Choice, Error, LinkEvent, Listener, Transport, TransportKind,
+};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::mpsc;
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+fn cell(circ: u32, i: u32) -> AnyChanCell {
+    let mut body = [0u8; 509];
+    body[..4].copy_from_slice(&i.to_be_bytes());
+    ChanCell::new(CircId::new(circ), AnyChanMsg::Relay(Relay::new(body)))
+}
+
+fn index_of(c: &AnyChanCell) -> Option<(u32, u32)> {
+    let AnyChanMsg::Relay(r) = c.msg().clone() else {
+        return None;
+    };
+    let body = r.into_relay_body();
+    Some((
+        u32::from(c.circid()?),
+        u32::from_be_bytes(body[..4].try_into().ok()?),
+    ))
+}
+
+struct Node {
+    id: Ed25519Identity,
+    tcp: TlsTransport,
+    addr: SocketAddr,
+    accepted: mpsc::UnboundedReceiver<Result<AnyLink, Error>>,
+}
+
+async fn node(seed: u64, switches: bool) -> Node {
+    let k = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed));
+    let tcp = TlsTransport::relay(&k, vec![])
+        .expect("tls")
+        .with_torchestra_switching(switches);
+    let listener = tcp
+        .bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .expect("bind");
+    let addr = Listener::local_addr(&listener);
+    let tcp = tcp.with_lane_address(addr);
+    let (tx, accepted) = mpsc::unbounded_channel();
+    let mut any = AnyListener::new(listener, None);
+    tokio::spawn(async move {
+        while let Ok(incoming) = any.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                match incoming.handshake().await {
+                    Ok(Some(link)) => {
+                        let _ = tx.send(Ok(link));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            });
+        }
+    });
+    Node {
+        id: k.public().ed_identity,
+        tcp,
+        addr,
+        accepted,
+    }
+}
+
+async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
+    let connector = Connector::new(
+        Endpoints {
+            tcp: from.tcp.clone(),
+            quic: None,
+        },
+        Choice::Only(TransportKind::TORCHESTRA),
+    )
+    .expect("connector");
+    let addrs = PeerAddrs {
+        tls: Some(to.addr),
+        quic: None,
+    };
+    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
+    (
+        ours.expect("link opens"),
+        theirs.expect("accepted").expect("link accepted"),
+    )
+}
+
+/// Send `n` cells on each circuit from `w`, moving circuit `moves[k].0`
+/// to heavy (`true`) or light at cell `moves[k].1`.
+async fn send(w: &mut impl CellWriter, circs: &[u32], n: u32, moves: &[(u32, u32, bool)]) {
+    for i in 0..n {
+        for &(circ, at, heavy) in moves {
+            if at == i {
+                w.move_circuit(CircId::new(circ).unwrap(), heavy, true);
+            }
+        }
+        for &c in circs {
+            let id = CircId::new(c).unwrap();
+            while !w.has_room_for(id) {
+                tokio::time::timeout(Duration::from_secs(10), w.writable())
+                    .await
+                    .expect("room");
+            }
+            w.queue(cell(c, i)).expect("queue");
+        }
+        if i % 50 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Read until `n` data cells arrived; the events seen.
+async fn receive(r: &mut impl CellReader, n: usize) -> (BTreeMap<u32, Vec<u32>>, Vec<LinkEvent>) {
+    let mut got = BTreeMap::<u32, Vec<u32>>::new();
+    let mut events = Vec::new();
+    let mut count = 0;
+    let mut cells = Vec::new();
+    while count < n {
+        cells.clear();
+        tokio::time::timeout(Duration::from_secs(10), r.read_cells(&mut cells))
+            .await
+            .expect("cells in time")
+            .expect("link alive");
+        while let Some(e) = r.poll_event() {
+            events.push(e);
+        }
+        for c in &cells {
+            if let Some((circ, i)) = index_of(c) {
+                got.entry(circ).or_default().push(i);
+                count += 1;
+            }
+        }
+    }
+    while let Some(e) = r.poll_event() {
+        events.push(e);
+    }
+    (got, events)
+}
+
+/// The writer refuses moves until the heavy connection is up (it opens
+/// right after the link handshake): wait for both ends to attach it.
+async fn wait_heavy(a: &Node, b: &Node) {
+    for _ in 0..500 {
+        if a.tcp.torchestra_heavy_connections() >= 1 && b.tcp.torchestra_heavy_connections() >= 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the heavy connection never came up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuits_move_to_heavy_and_back_without_losing_or_reordering_a_cell() {
+    let a = node(1, true).await;
+    let mut b = node(2, true).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    assert_eq!(ab.writer.kind(), TransportKind::TORCHESTRA);
+    wait_heavy(&a, &b).await;
+    let circs = [0x8000_0001u32, 0x8000_0002, 0x8000_0003];
+    let n = 400;
+    // Circuit 1 moves to heavy at 50 and back at 250; circuit 2 to heavy
+    // at 100 (and again, already there, at 101: nothing); circuit 3 stays.
+    let moves = [
+        (circs[0], 50, true),
+        (circs[0], 250, false),
+        (circs[1], 100, true),
+        (circs[1], 101, true),
+    ];
+    // b answers on the same circuits at the same time.
+    let total = circs.len() * n as usize;
+    let ((), (got_b, mut events_b), (), (got_a, _)) = tokio::join!(
+        send(&mut ab.writer, &circs, n, &moves),
+        receive(&mut ba.reader, total),
+        send(&mut ba.writer, &circs, n, &[]),
+        receive(&mut ab.reader, total),
+    );
+    for got in [&got_b, &got_a] {
+        for c in circs {
+            assert_eq!(got[&c], (0..n).collect::<Vec<_>>(), "circuit {c:#x}");
+        }
+    }
+    // A switch asked for mid-switch starts when SWITCHED comes back,
+    // which may be after the last data cell: wait for its event too.
+    let mut cells = Vec::new();
+    for _ in 0..100 {
+        if events_b.len() >= 3 {
+            break;
+        }
+        let _ =
+            tokio::time::timeout(Duration::from_millis(20), ba.reader.read_cells(&mut cells)).await;
+        while let Some(e) = ba.reader.poll_event() {
+            events_b.push(e);
+        }
+        assert!(cells.iter().all(|c| index_of(c).is_none()), "more data");
+    }
+    let switched: Vec<(u32, bool, bool)> = events_b
+        .iter()
+        .map(|e| match e {
+            LinkEvent::Switched {
+                circ_id,
+                heavy,
+                propagate,
+            } => (u32::from(*circ_id), *heavy, *propagate),
+            LinkEvent::CircuitViolation { .. } => panic!("{e:?}"),
+        })
+        .collect();
+    assert!(switched.contains(&(circs[0], true, true)), "{switched:?}");
+    assert!(switched.contains(&(circs[0], false, true)), "{switched:?}");
+    assert!(switched.contains(&(circs[1], true, true)), "{switched:?}");
+    assert_eq!(switched.len(), 3, "{switched:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_does_not_switch_makes_a_plain_link() {
+    let a = node(3, true).await;
+    let mut b = node(4, false).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    // No heavy connection between them.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.tcp.torchestra_heavy_connections(), 0);
+    assert_eq!(b.tcp.torchestra_heavy_connections(), 0);
+    let circs = [0x8000_0010u32];
+    let moves = [(circs[0], 10, true)];
+    let ((), (got, events)) = tokio::join!(
+        send(&mut ab.writer, &circs, 100, &moves),
+        receive(&mut ba.reader, 100),
+    );
+    assert_eq!(got[&circs[0]], (0..100).collect::<Vec<_>>());
+    assert!(events.is_empty(), "{events:?}");
+}
