@@ -124,7 +124,10 @@ impl<K: Ord + Copy> ConnClassifier<K> {
         self.count += cells;
         let c = self.circuits.entry(key).or_default();
         c.count += cells;
-        c.classify |= classify;
+        // Whether we are its exit is decided afresh every window (a
+        // middle's circuit looks like an exit's until its next hop is
+        // attached).
+        c.classify = classify;
     }
 
     /// The circuit left the connection.

@@ -257,6 +257,15 @@ async fn above_the_cap_circuits_share_the_main_connection() {
         b.tcp.pctcp_open_lanes() == 3
     })
     .await;
+    // b destroys a circuit on the main connection; a cell a still had
+    // queued for it is dropped, not given a lane of its own.
+    let on_main = circs[5];
+    send(&mut ba.writer, vec![destroy(on_main)]).await;
+    let got = receive(&mut ab.reader, 1).await;
+    assert!(matches!(got[0].msg(), AnyChanMsg::Destroy(_)));
+    ab.writer.queue(cell(on_main, 100)).expect("queue");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(a.tcp.pctcp_open_lanes(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

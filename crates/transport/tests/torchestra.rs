@@ -12,6 +12,7 @@ use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
 use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::torchestra::switch::{Conn, Control};
 use onionlab_transport::{
     CellReader, CellWriter, Choice, Error, LinkEvent, Listener, Transport, TransportKind,
 };
@@ -243,4 +244,30 @@ async fn a_peer_that_does_not_switch_makes_a_plain_link() {
     );
     assert_eq!(got[&circs[0]], (0..100).collect::<Vec<_>>());
     assert!(events.is_empty(), "{events:?}");
+    // A switch cell on such a link is the peer's mistake: its circuit is
+    // reported, nothing reaches the node, other circuits go on.
+    let c = CircId::new(circs[0]).unwrap();
+    let switch = Control::Switch {
+        to: Conn::Heavy,
+        propagate: true,
+    }
+    .cell(c);
+    ab.writer.queue(switch).expect("queue");
+    ab.writer.queue(cell(0x8000_0011, 0)).expect("queue");
+    let (got, events) = receive(&mut ba.reader, 1).await;
+    assert_eq!(got[&0x8000_0011], vec![0]);
+    let mut events = events;
+    for _ in 0..100 {
+        if !events.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        while let Some(e) = ba.reader.poll_event() {
+            events.push(e);
+        }
+    }
+    assert!(
+        matches!(events.as_slice(), [LinkEvent::CircuitViolation { circ_id, .. }] if *circ_id == c),
+        "{events:?}"
+    );
 }

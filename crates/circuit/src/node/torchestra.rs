@@ -95,7 +95,7 @@ impl RelayNode {
                 let ours = side == Side::Inbound && entry.outbound.is_none();
                 k.count(u32::from(circ_id), cells, ours);
             }
-            k.retain(|id| ch.circuits.iter().any(|(c, _)| u32::from(c) == *id));
+            k.retain(|id| CircId::new(*id).is_some_and(|c| ch.circuits.contains_key(&c)));
             for (id, class) in k.end_window() {
                 let Some(circ_id) = CircId::new(id) else {
                     continue;

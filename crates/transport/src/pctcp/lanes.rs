@@ -44,6 +44,12 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// it for the same circuit ID; a peer that never opens that one broke the
 /// protocol.
 const ORDER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Lanes remembered for ordering reused circuit IDs (numbers of recent
+/// lanes, per direction): the maps stay bounded on a long-lived link.
+const ORDER_MEMORY: usize = 65_536;
+/// Circuits remembered as carried on the main connection, at most (a
+/// peer's junk IDs must not grow the set).
+const MAX_ON_MAIN: usize = 65_536;
 /// How long cells for a circuit whose DESTROY arrived on its lane are
 /// dropped instead of opening a lane again (the peer has forgotten it).
 const ENDED_GRACE: Duration = Duration::from_secs(60);
@@ -66,6 +72,9 @@ struct RecvOrder {
     /// Lanes the peer opened that took their slot, by their number,
     /// until the next lane of the same circuit ID took its own.
     admitted: HashSet<u64>,
+    /// Lane numbers below this were forgotten from `admitted` (they count
+    /// as admitted).
+    forgotten_below: u64,
     /// The latest receive slot per circuit ID.
     slots: HashMap<u32, (u64, oneshot::Receiver<()>)>,
     next_slot: u64,
@@ -297,13 +306,17 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<ReadHalf<
         {
             let lanes = lock(&link.lanes);
             let mut on_main = lock(&link.on_main);
+            let mut ended = lock(&link.ended);
             for cell in &cells {
                 let Some(id) = cell.circid().map(u32::from) else {
                     continue;
                 };
                 if matches!(cell.msg(), AnyChanMsg::Destroy(_)) {
+                    // As on a lane: cells the node still sends for it are
+                    // dropped, not given a lane of their own.
                     on_main.remove(&id);
-                } else if !lanes.contains_key(&id) {
+                    ended.insert(id, Instant::now());
+                } else if !lanes.contains_key(&id) && on_main.len() < MAX_ON_MAIN {
                     on_main.insert(id);
                 }
             }
@@ -399,6 +412,14 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, tls: T
             let mut order = lock(&link.order);
             order.admitted.remove(&preamble.prev);
             order.admitted.insert(preamble.seq);
+            if order.admitted.len() > 2 * ORDER_MEMORY {
+                // Lanes whose circuit ID was not reused since: forget all
+                // but the latest; a predecessor older than that counts as
+                // admitted (`forgotten_below`).
+                let keep_from = preamble.seq.saturating_sub(ORDER_MEMORY as u64);
+                order.admitted.retain(|s| *s >= keep_from);
+                order.forgotten_below = order.forgotten_below.max(keep_from);
+            }
         }
         link.admitted.notify_waiters();
         debug!(peer = %link.addr(), circ_id = preamble.circ_id, seq = preamble.seq, "pctcp lane accepted");
@@ -426,7 +447,11 @@ async fn wait_for_predecessor(link: &LinkShared, p: &LanePreamble) -> bool {
     let deadline = tokio::time::Instant::now() + ORDER_TIMEOUT;
     loop {
         let notified = link.admitted.notified();
-        if p.prev == 0 || lock(&link.order).admitted.contains(&p.prev) {
+        let admitted = {
+            let order = lock(&link.order);
+            order.admitted.contains(&p.prev) || p.prev < order.forgotten_below
+        };
+        if p.prev == 0 || admitted {
             return true;
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -598,7 +623,13 @@ impl PctcpWriter {
             let mut s = lock(&link.send_seq);
             s.next += 1;
             let seq = s.next;
-            (seq, s.last_of.insert(circ_id, seq).unwrap_or(0))
+            let prev = s.last_of.insert(circ_id, seq).unwrap_or(0);
+            if s.last_of.len() > 2 * ORDER_MEMORY {
+                // Circuit IDs are not reused soon: only the latest lanes'
+                // numbers can still be someone's predecessor.
+                s.last_of.retain(|_, l| *l + ORDER_MEMORY as u64 > seq);
+            }
+            (seq, prev)
         };
         let preamble = LanePreamble {
             token: link.peer_token,
@@ -679,12 +710,17 @@ impl CellWriter for PctcpWriter {
         }
         link.main.close();
         let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
         let drain = async {
             for t in tasks {
                 let _ = t.await;
             }
         };
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        // Readers and writers stuck on a dead peer: none outlives the link.
+        for a in aborts {
+            a.abort();
+        }
         Ok(())
     }
 

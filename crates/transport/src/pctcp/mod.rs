@@ -386,6 +386,9 @@ pub(crate) async fn accept(
             bytes[..4].copy_from_slice(&first);
             tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
             let p = wire::parse_lane_preamble(&bytes).map_err(protocol)?;
+            // The opener may open a lane the moment its handshake ends,
+            // before ours has.
+            transport.pctcp_lanes().settled(&p.token).await;
             let link = transport
                 .pctcp_lanes()
                 .find(&p.token)
@@ -413,7 +416,7 @@ pub(crate) async fn accept(
                     "heavy connection from another identity than its link's".into(),
                 ));
             }
-            link.attach_heavy(tls)?;
+            link.accept_heavy(tls)?;
             Ok(Accepted::Lane)
         }
         Start::Link => {
@@ -435,6 +438,8 @@ pub(crate) async fn accept(
             // ignored.
             let lane_target = p.lanes_at.filter(|_| identity.is_some());
             let our_token: [u8; TOKEN_LEN] = rand::random();
+            // Held until the link is registered, whatever happens meanwhile.
+            let _reservation = transport.pctcp_lanes().reserve(our_token);
             tls.write_all(&wire::encode_link_answer(&our_token))
                 .await
                 .map_err(tls_err)?;

@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::debug;
 
-use super::switch::{Conn, Switches};
+use super::switch::{Conn, Control, Switches};
 use crate::link::StreamCellReader;
 use crate::pctcp::wire::{self, TOKEN_LEN};
 use crate::sendbuf::{write_task, Owner, SendBuffer, Tls};
@@ -36,9 +36,13 @@ pub const HIGH_WATER: usize = 32 * 1024;
 /// Cells waiting for the node at most before the connections stop being
 /// read (one batch more may arrive).
 const INBOX_CELLS: usize = 256;
-/// Cells held for switches at most per link (about 2 MiB): a peer holding
-/// more back loses the circuit.
-pub const MAX_PENDING: usize = 4096;
+/// Cells held for switches at most per link (about 32 MiB). An honest
+/// peer holds back at most the cells its switching circuits send while
+/// the old connection drains (their windows: the exit may move several
+/// bulk circuits at once); the held cells count toward the relay's memory
+/// cap as received data, which closes the link holding the most long
+/// before this bound. A peer past it loses the circuit.
+pub const MAX_PENDING: usize = 65_536;
 /// Circuits with a switch state at most per link.
 pub const MAX_SWITCH_STATES: usize = 65_536;
 /// How long shutdown waits for the connections to drain.
@@ -76,6 +80,10 @@ pub(crate) struct LinkShared {
     transport: TlsTransport,
     peer_token: [u8; TOKEN_LEN],
     switching: bool,
+    /// We opened the link (and so its heavy connection; we accept none).
+    opener: bool,
+    /// The reader half is gone: the read tasks stop.
+    reader_gone: AtomicBool,
     state: Mutex<State>,
     light: Arc<SendBuffer>,
     heavy: Arc<SendBuffer>,
@@ -111,6 +119,8 @@ impl Owner for LinkShared {
     fn drained(&self, bytes: usize) {
         self.send_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
         self.room.notify_one();
+        // Read tasks waiting for our answers to drain.
+        self.inbox_room.notify_waiters();
     }
 }
 
@@ -144,15 +154,29 @@ impl LinkShared {
                 peer: self.peer.addr,
                 source,
             })?;
-        let added = b.buf.len() - before;
+        // Counted before the buffer is released, so the writer task never
+        // subtracts bytes not yet added.
+        self.send_bytes
+            .fetch_add(b.buf.len() - before, AtomicOrdering::Relaxed);
         drop(b);
-        self.send_bytes.fetch_add(added, AtomicOrdering::Relaxed);
         buffer.wake();
         Ok(())
     }
 
+    /// The peer opened the link's heavy connection: accepted only when we
+    /// switch and did not open the link (the opener opens it).
+    pub(crate) fn accept_heavy(self: &Arc<Self>, tls: Tls) -> Result<(), Error> {
+        if !self.switching || self.opener {
+            return Err(Error::Protocol {
+                peer: self.peer.addr,
+                detail: "a heavy connection this link does not have".into(),
+            });
+        }
+        self.attach_heavy(tls)
+    }
+
     /// The heavy connection is open: start its tasks.
-    pub(crate) fn attach_heavy(self: &Arc<Self>, tls: Tls) -> Result<(), Error> {
+    fn attach_heavy(self: &Arc<Self>, tls: Tls) -> Result<(), Error> {
         if self.heavy_up.swap(true, AtomicOrdering::AcqRel) {
             return Err(Error::Protocol {
                 peer: self.peer.addr,
@@ -189,6 +213,8 @@ pub(crate) fn start(
         transport,
         peer_token: spec.peer_token,
         switching: spec.switching,
+        opener: spec.opener,
+        reader_gone: AtomicBool::new(false),
         state: Mutex::new(State {
             switches: Switches::new(MAX_PENDING, MAX_SWITCH_STATES),
             inbox: VecDeque::new(),
@@ -272,10 +298,17 @@ impl Drop for LinkEnd {
 async fn read_conn(link: Arc<LinkShared>, conn: Conn, mut reader: StreamCellReader<ReadHalf<Tls>>) {
     let mut cells = Vec::new();
     loop {
-        // Back-pressure: stop reading while the node is behind.
+        // Back-pressure: stop reading while the node is behind, or while
+        // our answers (switch cells) wait behind a full send buffer; stop
+        // for good once the node dropped the reader.
         loop {
             let room = link.inbox_room.notified();
-            if lock(&link.state).inbox.len() < INBOX_CELLS {
+            if link.reader_gone.load(AtomicOrdering::Acquire) {
+                return;
+            }
+            let answers_fit =
+                link.light.buffered() < 4 * HIGH_WATER && link.heavy.buffered() < 4 * HIGH_WATER;
+            if lock(&link.state).inbox.len() < INBOX_CELLS && answers_fit {
                 break;
             }
             room.await;
@@ -301,6 +334,21 @@ fn take_cells(
     let mut guard = lock(&link.state);
     let st = &mut *guard;
     for cell in cells {
+        if !link.switching {
+            // A link without a heavy connection (a client's, or a peer
+            // that does not switch): a switch cell is the peer's mistake.
+            // (On a switching link the peer's SWITCH may come before its
+            // heavy connection is attached here: our answers wait in the
+            // heavy buffer, whose writer starts when it is.)
+            match (cell.circid(), Control::parse(cell.msg())) {
+                (Some(circ_id), Some(_)) => st.events.push_back(LinkEvent::CircuitViolation {
+                    circ_id,
+                    detail: "a Torchestra switch cell on a link that does not switch".into(),
+                }),
+                _ => st.inbox.push_back(cell),
+            }
+            continue;
+        }
         let r = st.switches.receive(conn, cell);
         st.inbox.extend(r.deliver);
         for (to, cell) in r.send {
@@ -321,6 +369,31 @@ fn take_cells(
         }
     }
     Ok(())
+}
+
+/// Wait up to [`DRAIN_TIMEOUT`] for the tasks in `tasks` (writers finish
+/// what they hold), then abort whatever still runs (readers, a writer
+/// stuck on a dead peer): a closed link leaves no task behind.
+async fn drain_tasks(tasks: &Mutex<Vec<JoinHandle<()>>>) {
+    let handles: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(tasks));
+    let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
+    let drain = async {
+        for t in handles {
+            let _ = t.await;
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+    for a in aborts {
+        a.abort();
+    }
+}
+
+impl Drop for TorchestraReader {
+    fn drop(&mut self) {
+        let link = &self.end.shared;
+        link.reader_gone.store(true, AtomicOrdering::Release);
+        link.inbox_room.notify_waiters();
+    }
 }
 
 /// Incoming cells of a torchestra link, from both connections, in the
@@ -407,13 +480,7 @@ impl CellWriter for TorchestraWriter {
         let link = self.link().clone();
         link.light.close();
         link.heavy.close();
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
-        let drain = async {
-            for t in tasks {
-                let _ = t.await;
-            }
-        };
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        drain_tasks(&link.tasks).await;
         Ok(())
     }
 

@@ -301,6 +301,10 @@ impl Switches {
     /// While a switch is in progress the request waits for its end.
     pub fn start(&mut self, circ: CircId, to: Conn, propagate: bool) -> Vec<(Conn, AnyChanCell)> {
         let id = u32::from(circ);
+        if self.tombstoned.contains(&id) {
+            // A move decided before the circuit was destroyed.
+            return Vec::new();
+        }
         if !self.circuits.contains_key(&id) && self.circuits.len() >= self.max_circuits {
             return Vec::new();
         }
@@ -373,11 +377,15 @@ impl Switches {
         }
     }
 
-    /// A new circuit takes `circ`'s ID.
+    /// A new circuit takes `circ`'s ID: it starts on the light
+    /// connection with no switch state.
     fn revive(&mut self, circ: CircId) {
         let id = u32::from(circ);
         if self.tombstoned.remove(&id) {
             self.tombstones.retain(|t| *t != id);
+        }
+        if let Some(c) = self.circuits.remove(&id) {
+            self.pending -= c.pending();
         }
     }
 

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Summarise a seed 003 run (seed003-downloads or seed003-trace): per
+variant, the light clients' time to first byte and time per KB, or the
+trace's per-message delay, the heavy clients' goodput, relay CPU and peak
+memory, and Torchestra's moves; each median with a 95% bootstrap confidence
+interval, and the ratio of medians against "Normal Tor" (tls, round robin)
+and "Prioritized Tor" (tls, EWMA) with a 95% bootstrap interval (4000
+resamples, percentile).
+
+Workloads named `light-*` (downloads) or `interactive` (trace) are light,
+`heavy-*` heavy; every light (or heavy) workload of a variant is pooled.
+Failed transfers are left out and counted.
+
+Usage: scripts/seed003-summary.py RUN_DIR [--markdown]
+Standard library only.
+"""
+import glob
+import json
+import os
+import random
+import statistics
+import sys
+from collections import defaultdict
+
+RESAMPLES = 4000
+
+
+def median_ci(xs, seed=1):
+    rng = random.Random(seed)
+    boot = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(RESAMPLES))
+    return statistics.median(xs), boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+
+
+def ratio_ci(a, b, seed=2):
+    rng = random.Random(seed)
+    boot = sorted(
+        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+        for _ in range(RESAMPLES)
+    )
+    point = statistics.median(a) / statistics.median(b)
+    return point, boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+
+
+def label(variant):
+    p = dict(kv.split("=", 1) for kv in variant.split())
+    return f"{p.get('transport', 'tls')}, {p.get('scheduler', 'ewma')}"
+
+
+def load(run):
+    metrics = defaultdict(lambda: defaultdict(list))
+    failed = defaultdict(int)
+    with open(os.path.join(run, "records.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            v = label(r["variant"])
+            if r.get("error") or r.get("timed_out"):
+                failed[v] += 1
+                continue
+            w = r["workload"]
+            if w.startswith("light"):
+                metrics[v]["light TTFB (ms)"].append(r["ttfb_ms"])
+                metrics[v]["light time per KB (ms)"].append(r["ttlb_ms"] / (r["size"] / 1000))
+            elif w.startswith("heavy"):
+                metrics[v]["heavy goodput (KB/s)"].append(r["size"] / 1000 / (r["ttlb_ms"] / 1000))
+            elif r.get("kind") == "trace":
+                for d in r.get("probe_latency_ms") or []:
+                    metrics[v]["trace delay per message (ms)"].append(d)
+    with open(os.path.join(run, "repetitions.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            v = label(r["variant"])
+            metrics[v]["relay CPU (s, sum of 3)"].append(sum(c for _, c in r["relay_cpu_s"]))
+            metrics[v]["relay peak RSS (MiB, max)"].append(
+                max(m for _, m in r["relay_peak_rss"]) / 2**20
+            )
+    return metrics, failed
+
+
+def moves(run):
+    """Torchestra moves per variant label: (exit's, middle's) log lines."""
+    out = defaultdict(lambda: [0, 0])
+    variants = {}
+    with open(os.path.join(run, "repetitions.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            variants[(r["repetition"], r["variant"])] = label(r["variant"])
+    for d in glob.glob(os.path.join(run, "raw", "rep*-v*")):
+        for i, relay in enumerate(["exit", "middle"]):
+            path = os.path.join(d, f"{relay}.log")
+            if not os.path.exists(path):
+                continue
+            with open(path, errors="replace") as f:
+                n = sum("torchestra: moving a circuit" in l for l in f)
+            out[os.path.basename(d)][i] += n
+    return out
+
+
+def main():
+    run = sys.argv[1]
+    md = "--markdown" in sys.argv
+    metrics, failed = load(run)
+    order = sorted(metrics, key=lambda v: (v.split(", ")[1], v.split(", ")[0] != "tls", v))
+    names = sorted({m for v in metrics.values() for m in v}, key=lambda m: (
+        not m.startswith("light") and not m.startswith("trace"), not m.startswith("heavy"), m))
+    for m in names:
+        if md:
+            print(f"\n**{m}**\n")
+            print("| variant | n | median [95% CI] | / tls, round robin [95% CI] | / tls, ewma [95% CI] |")
+            print("|---|---|---|---|---|")
+        else:
+            print(f"\n{m}")
+        for v in order:
+            xs = metrics[v].get(m)
+            if not xs:
+                continue
+            med, lo, hi = median_ci(xs)
+            cells = [f"{med:.4g} [{lo:.4g}, {hi:.4g}]"]
+            for base in ("tls, round-robin", "tls, ewma"):
+                b = metrics.get(base, {}).get(m)
+                if b and v != base:
+                    r, rlo, rhi = ratio_ci(xs, b)
+                    cells.append(f"{r:.3f} [{rlo:.3f}, {rhi:.3f}]")
+                else:
+                    cells.append("")
+            if md:
+                print(f"| {v} | {len(xs)} | " + " | ".join(cells) + " |")
+            else:
+                print(f"  {v:32} n={len(xs):3}  " + "  ".join(cells))
+    if failed:
+        print("\nfailed transfers:", dict(failed))
+    mv = moves(run)
+    if any(sum(x) for x in mv.values()):
+        print("\nTorchestra moves (exit, middle) per repetition directory:")
+        for d in sorted(mv):
+            if sum(mv[d]):
+                print(f"  {d}: {mv[d][0]}, {mv[d][1]}")
+
+
+if __name__ == "__main__":
+    main()
