@@ -474,6 +474,62 @@ async fn torchestra_moves_a_bulk_circuit_to_the_heavy_connections() {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// A circuit over torchestra, pctcp and QUIC hops: client->relay0
+/// torchestra (a client's link: no heavy connection), relay0->relay1
+/// torchestra (relays: its heavy connection opens), relay1->relay2 pctcp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_torchestra_torchestra_pctcp_circuit_moves_data_intact() {
+    let dir = workdir("mixed-torchestra-pctcp");
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    for (node, transport) in [
+        (None, "torchestra"),
+        (Some(0), "torchestra"),
+        (Some(1), "pctcp"),
+        (Some(2), "quic"),
+    ] {
+        net.set_node_transport(node, transport).expect("transport");
+    }
+    net.set_log_filter("info,onionlab_node::relay=debug,onionlab_transport=debug");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    testnet::download(socks, server, 5 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}\n{}", log_of(net.client.as_ref().unwrap())));
+    testnet::upload(socks, server, 5 * MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}"));
+    let relay_addr = |i: usize| net.relay_addr(i).to_string();
+    let r0 = channels_opened(&net.relays[0]);
+    assert!(
+        r0.iter().any(|(t, _, relay)| t == "torchestra" && !relay),
+        "no torchestra channel from the client at relay0"
+    );
+    assert!(
+        r0.iter()
+            .any(|(t, p, _)| t == "torchestra" && *p == relay_addr(1)),
+        "no torchestra channel from relay0 to relay1"
+    );
+    let r1 = channels_opened(&net.relays[1]);
+    assert!(
+        r1.iter()
+            .any(|(t, p, _)| t == "pctcp" && *p == relay_addr(2)),
+        "no pctcp channel from relay1 to relay2"
+    );
+    // Only the relays' link got a heavy connection: relay0 opened it,
+    // relay1 accepted it; the client's link has none.
+    let heavy = |i: usize| {
+        log_of(&net.relays[i])
+            .matches("torchestra heavy connection up")
+            .count()
+    };
+    assert_eq!((heavy(0), heavy(1), heavy(2)), (1, 1, 0));
+    net.stop();
+    let _ = fs::remove_dir_all(&dir);
+}
+
 /// A circuit over pctcp, QUIC and pctcp hops: client->relay0 pctcp (the
 /// client opens a lane per circuit to its guard), relay0->relay1 QUIC,
 /// relay1->relay2 pctcp; relay0 and relay2 accept the lanes.
