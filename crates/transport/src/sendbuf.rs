@@ -123,3 +123,49 @@ pub(crate) async fn write_task<O: Owner, G: Send + Sync>(
         buffer.data.notified().await;
     }
 }
+
+/// How long a closing link waits for its tasks to drain.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The tasks of a link with several connections: spawned, aborted when
+/// the link fails or ends, drained (then aborted) when it shuts down.
+#[derive(Default)]
+pub(crate) struct LinkTasks(Mutex<Vec<tokio::task::JoinHandle<()>>>);
+
+impl LinkTasks {
+    fn handles(&self) -> MutexGuard<'_, Vec<tokio::task::JoinHandle<()>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run `task`, remembered until it finishes.
+    pub(crate) fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        let mut tasks = self.handles();
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    /// Stop every task now.
+    pub(crate) fn abort_all(&self) {
+        for t in self.handles().drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Wait up to [`DRAIN_TIMEOUT`] for the tasks (writers finish what they
+    /// hold), then abort whatever still runs (readers, a writer stuck on a
+    /// dead peer): a closed link leaves no task behind.
+    pub(crate) async fn drain(&self) {
+        let handles: Vec<_> = std::mem::take(&mut *self.handles());
+        let aborts: Vec<_> = handles.iter().map(|t| t.abort_handle()).collect();
+        let wait = async {
+            for t in handles {
+                let _ = t.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, wait).await;
+        for a in aborts {
+            a.abort();
+        }
+    }
+}

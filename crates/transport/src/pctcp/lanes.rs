@@ -18,14 +18,13 @@ use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_cell::codec::CellCodec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::wire::{self, LanePreamble, TOKEN_LEN};
 use super::{NodeLanes, MAX_LANES_PER_LINK};
 use crate::link::StreamCellReader;
 use crate::quic::wire::{lane_end, next_lane_cell};
-use crate::sendbuf::{write_task, Owner, SendBuffer, Tls};
+use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
 use crate::tls::TlsTransport;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
@@ -38,8 +37,6 @@ const READ_CHUNK: usize = 16 * 1024;
 const MAX_BATCH: usize = 64;
 /// Batches waiting for the reader, at most (then connection tasks wait).
 const READER_QUEUE: usize = 64;
-/// How long shutdown waits for the connections to drain.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an accepted lane waits for the lane its opener opened before
 /// it for the same circuit ID; a peer that never opens that one broke the
 /// protocol.
@@ -115,7 +112,7 @@ pub(crate) struct LinkShared {
     room: Notify,
     send_bytes: AtomicUsize,
     recv_bytes: AtomicUsize,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    tasks: LinkTasks,
 }
 
 struct Batch {
@@ -152,16 +149,11 @@ impl LinkShared {
         debug!(peer = %self.addr(), "pctcp link failed: {e}");
         lock(&self.failure).get_or_insert(e);
         self.failed.notify_one();
-        for t in lock(&self.tasks).iter() {
-            t.abort();
-        }
+        self.tasks.abort_all();
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let handle = tokio::spawn(task);
-        let mut tasks = lock(&self.tasks);
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+        self.tasks.spawn(task);
     }
 
     /// Take the next receive slot of `circ_id`: the previous lane's end
@@ -251,7 +243,7 @@ pub(crate) fn start(
         room: Notify::new(),
         send_bytes: AtomicUsize::new(0),
         recv_bytes: AtomicUsize::new(0),
-        tasks: Mutex::default(),
+        tasks: LinkTasks::default(),
     });
     let (r, w) = tokio::io::split(spec.tls);
     shared.spawn(write_task::<_, LaneCount>(
@@ -287,9 +279,7 @@ struct LinkEnd {
 
 impl Drop for LinkEnd {
     fn drop(&mut self) {
-        for t in lock(&self.shared.tasks).drain(..) {
-            t.abort();
-        }
+        self.shared.tasks.abort_all();
         lock(&self.shared.node.links).remove(&self.shared.our_token);
     }
 }
@@ -709,18 +699,7 @@ impl CellWriter for PctcpWriter {
             lane.close();
         }
         link.main.close();
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
-        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
-        let drain = async {
-            for t in tasks {
-                let _ = t.await;
-            }
-        };
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
-        // Readers and writers stuck on a dead peer: none outlives the link.
-        for a in aborts {
-            a.abort();
-        }
+        link.tasks.drain().await;
         Ok(())
     }
 

@@ -13,20 +13,18 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use bytes::BytesMut;
 use onionlab_cell::chan::AnyChanCell;
 use onionlab_cell::codec::CellCodec;
 use tokio::io::{AsyncWriteExt, ReadHalf};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::switch::{Conn, Control, Switches};
 use crate::link::StreamCellReader;
 use crate::pctcp::wire::{self, TOKEN_LEN};
-use crate::sendbuf::{write_task, Owner, SendBuffer, Tls};
+use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
 use crate::tls::TlsTransport;
 use crate::{CellReader, CellWriter, CircId, Error, Link, LinkEvent, Ordering, PeerInfo};
 
@@ -45,8 +43,6 @@ const INBOX_CELLS: usize = 256;
 pub const MAX_PENDING: usize = 65_536;
 /// Circuits with a switch state at most per link.
 pub const MAX_SWITCH_STATES: usize = 65_536;
-/// How long shutdown waits for the connections to drain.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Encoded size counted per cell held or waiting (a fixed cell; the
 /// memory cap's estimate).
 const CELL_BYTES: usize = 514;
@@ -95,7 +91,7 @@ pub(crate) struct LinkShared {
     failure: Mutex<Option<Error>>,
     room: Notify,
     send_bytes: AtomicUsize,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    tasks: LinkTasks,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -111,9 +107,7 @@ impl Owner for LinkShared {
         debug!(peer = %self.peer.addr, "torchestra link failed: {e}");
         lock(&self.failure).get_or_insert(e);
         self.inbox_ready.notify_one();
-        for t in lock(&self.tasks).iter() {
-            t.abort();
-        }
+        self.tasks.abort_all();
     }
 
     fn drained(&self, bytes: usize) {
@@ -126,10 +120,7 @@ impl Owner for LinkShared {
 
 impl LinkShared {
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let handle = tokio::spawn(task);
-        let mut tasks = lock(&self.tasks);
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+        self.tasks.spawn(task);
     }
 
     fn buffer(&self, conn: Conn) -> &Arc<SendBuffer> {
@@ -230,7 +221,7 @@ pub(crate) fn start(
         failure: Mutex::new(None),
         room: Notify::new(),
         send_bytes: AtomicUsize::new(0),
-        tasks: Mutex::default(),
+        tasks: LinkTasks::default(),
     });
     let (r, w) = tokio::io::split(spec.tls);
     shared.spawn(write_task::<_, ()>(
@@ -287,9 +278,7 @@ struct LinkEnd {
 
 impl Drop for LinkEnd {
     fn drop(&mut self) {
-        for t in lock(&self.shared.tasks).drain(..) {
-            t.abort();
-        }
+        self.shared.tasks.abort_all();
     }
 }
 
@@ -369,23 +358,6 @@ fn take_cells(
         }
     }
     Ok(())
-}
-
-/// Wait up to [`DRAIN_TIMEOUT`] for the tasks in `tasks` (writers finish
-/// what they hold), then abort whatever still runs (readers, a writer
-/// stuck on a dead peer): a closed link leaves no task behind.
-async fn drain_tasks(tasks: &Mutex<Vec<JoinHandle<()>>>) {
-    let handles: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(tasks));
-    let aborts: Vec<_> = handles.iter().map(JoinHandle::abort_handle).collect();
-    let drain = async {
-        for t in handles {
-            let _ = t.await;
-        }
-    };
-    let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
-    for a in aborts {
-        a.abort();
-    }
 }
 
 impl Drop for TorchestraReader {
@@ -480,7 +452,7 @@ impl CellWriter for TorchestraWriter {
         let link = self.link().clone();
         link.light.close();
         link.heavy.close();
-        drain_tasks(&link.tasks).await;
+        link.tasks.drain().await;
         Ok(())
     }
 
