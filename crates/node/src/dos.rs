@@ -8,6 +8,14 @@
 //! addresses with at least `DoSCircuitCreationMinConnections` 3 open
 //! connections, so a client on its one connection is never limited).
 //!
+//! Addresses of the network's relays (from the network document) are
+//! exempt from every per-address limit, as tor ignores addresses in its
+//! node list: transports that open a connection per circuit (pctcp,
+//! QUIC connection per circuit) open one per circuit between relays, and
+//! a busy relay pair would otherwise trip the connection rate. The total
+//! and handshake caps still apply to them. The price, as in tor, is that
+//! anyone sharing a relay's address shares its exemption.
+//!
 //! Sans-IO: the relay asks [`DosGuard::admit`] when it accepts a
 //! connection, tells it when the handshake ends and when the connection
 //! closes, and asks [`DosGuard::allow_create`] for each CREATE2 on a
@@ -15,7 +23,7 @@
 //! are [`DosGuard::exempt`]: they stop counting against their address, as
 //! tor exempts known relays.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -105,6 +113,8 @@ pub struct DosCounters {
 pub struct DosGuard {
     limits: DosLimits,
     addresses: HashMap<IpAddr, AddressState>,
+    /// Addresses of the network's relays: no per-address limits.
+    relay_addresses: HashSet<IpAddr>,
     total: usize,
     handshakes: usize,
     counters: DosCounters,
@@ -120,11 +130,23 @@ impl DosGuard {
         DosGuard {
             limits,
             addresses: HashMap::new(),
+            relay_addresses: HashSet::new(),
             total: 0,
             handshakes: 0,
             counters: DosCounters::default(),
             last_sweep: None,
         }
+    }
+
+    /// The addresses of the network's relays, exempt from per-address
+    /// limits (see the module docs). Set before the first connection.
+    pub fn set_relay_addresses(&mut self, ips: impl IntoIterator<Item = IpAddr>) {
+        self.relay_addresses = ips.into_iter().collect();
+    }
+
+    /// Is `ip` a relay's address (exempt from per-address limits)?
+    pub fn is_relay_address(&self, ip: IpAddr) -> bool {
+        self.relay_addresses.contains(&ip)
     }
 
     /// Refusal counters.
@@ -155,6 +177,8 @@ impl DosGuard {
             Some(ConnRefusal::Total)
         } else if self.handshakes >= self.limits.max_handshakes {
             Some(ConnRefusal::Handshakes)
+        } else if self.relay_addresses.contains(&ip) {
+            None
         } else {
             let (max, rate, burst) = (
                 self.limits.max_conns_per_address,
@@ -192,6 +216,9 @@ impl DosGuard {
     /// The admitted connection from `ip` authenticated as a relay of the
     /// network: it no longer counts against its address.
     pub fn exempt(&mut self, ip: IpAddr) {
+        if self.relay_addresses.contains(&ip) {
+            return; // never counted
+        }
         if let Some(a) = self.addresses.get_mut(&ip) {
             a.conns = a.conns.saturating_sub(1);
         }
@@ -201,7 +228,7 @@ impl DosGuard {
     /// had been [`exempt`](Self::exempt)ed.
     pub fn closed(&mut self, ip: IpAddr, exempt: bool) {
         self.total = self.total.saturating_sub(1);
-        if !exempt {
+        if !exempt && !self.relay_addresses.contains(&ip) {
             if let Some(a) = self.addresses.get_mut(&ip) {
                 a.conns = a.conns.saturating_sub(1);
             }
@@ -215,6 +242,9 @@ impl DosGuard {
             self.limits.create_burst,
             self.limits.create_min_conns,
         );
+        if self.relay_addresses.contains(&ip) {
+            return true;
+        }
         let a = self.entry(ip, now);
         if a.conns < min {
             return true;
@@ -294,6 +324,44 @@ mod tests {
             .expect("the relay's connection does not count");
         g.closed(ip(1), true);
         assert_eq!(g.admit(ip(1), t), Err(ConnRefusal::PerAddress));
+    }
+
+    #[test]
+    fn relay_addresses_have_no_per_address_limits() {
+        let mut g = DosGuard::new(DosLimits {
+            max_conns_per_address: 2,
+            conn_burst: 2.0,
+            create_min_conns: 1,
+            create_burst: 1.0,
+            max_conns_total: 1000,
+            ..DosLimits::default()
+        });
+        g.set_relay_addresses([ip(1)]);
+        let t = Instant::now();
+        // A relay opening a connection per circuit: far past the rate,
+        // the burst and the per-address cap in one instant.
+        for _ in 0..500 {
+            g.admit(ip(1), t).expect("a relay's address is not limited");
+            g.handshake_done();
+            assert!(g.allow_create(ip(1), t));
+        }
+        g.exempt(ip(1));
+        for _ in 0..500 {
+            g.closed(ip(1), false);
+        }
+        // Another address still is.
+        g.admit(ip(2), t).expect("1");
+        g.admit(ip(2), t).expect("2");
+        assert_eq!(g.admit(ip(2), t), Err(ConnRefusal::PerAddress));
+        // The total cap applies to relays too.
+        g.set_relay_addresses([ip(1)]);
+        let mut admitted = 0;
+        while g.admit(ip(1), t).is_ok() {
+            g.handshake_done();
+            admitted += 1;
+        }
+        assert_eq!(admitted, 998, "up to max_conns_total with ip(2)'s two");
+        assert_eq!(g.counters().conns_refused, 2);
     }
 
     #[test]

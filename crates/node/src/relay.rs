@@ -261,13 +261,7 @@ impl Relay {
                 // Relays of the network open a connection per circuit in
                 // conn-per-circuit mode: their addresses are exempt from
                 // the per-address handshake rate (as tor exempts relays).
-                quic.set_exempt_addresses(
-                    settings
-                        .doc
-                        .relays
-                        .iter()
-                        .flat_map(|r| r.addresses.iter().map(|a| a.addr.ip())),
-                );
+                quic.set_exempt_addresses(relay_addresses(&settings.doc));
                 let listener = quic
                     .bind(addr)
                     .await
@@ -380,7 +374,11 @@ impl Relay {
             exhaustion_log: LogLimiter::default(),
             handshake_log: LogLimiter::default(),
             circuit_failure_log: LogLimiter::default(),
-            dos: DosGuard::new(settings.dos.clone()),
+            dos: {
+                let mut dos = DosGuard::new(settings.dos.clone());
+                dos.set_relay_addresses(relay_addresses(&settings.doc));
+                dos
+            },
             dos_log: LogLimiter::default(),
             quic,
         }));
@@ -455,6 +453,14 @@ fn quic_handshake_limits(dos: &DosLimits, quic: QuicSettings) -> HandshakeLimits
         per_address_burst: dos.conn_burst,
         retry_rate: quic.handshakes.retry_rate,
     }
+}
+
+/// The IP addresses of the network's relays: exempt from per-address
+/// denial-of-service limits (see [`crate::dos`]).
+fn relay_addresses(doc: &NetworkDocument) -> impl Iterator<Item = IpAddr> + '_ {
+    doc.relays
+        .iter()
+        .flat_map(|r| r.addresses.iter().map(|a| a.addr.ip()))
 }
 
 /// Ask the denial-of-service limits to admit a connection from `ip`; a

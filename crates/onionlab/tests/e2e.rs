@@ -69,6 +69,7 @@ transports!(
     a_relay_with_the_wrong_identity_key_is_refused,
     garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer,
     curl_fetches_a_file_through_the_socks_proxy,
+    sixty_circuits_opened_at_once_are_all_served,
 );
 
 /// Assert that the middle relay's channels used `transport`.
@@ -295,6 +296,43 @@ async fn garbage_and_malformed_cells_at_a_relay_do_not_disturb_a_transfer(transp
     testnet::download(socks, server, MIB, Some(("fresh", "circuit")))
         .await
         .expect("a new circuit through the attacked relay");
+}
+
+/// Sixty isolated streams at once: sixty circuits, which per-circuit
+/// transports (pctcp, QUIC connection per circuit) open as sixty
+/// connections from the client to the guard and from relay to relay
+/// within a second. Relays' addresses are exempt from the per-address
+/// connection rate (burst 40), so none is refused.
+async fn sixty_circuits_opened_at_once_are_all_served(transport: &str) {
+    let mut net = network("sixty", transport);
+    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let downloads: Vec<_> = (0..60)
+        .map(|i| {
+            tokio::spawn(async move {
+                let user = format!("user{i}");
+                testnet::download(socks, server, 64 * 1024, Some((&user, "x"))).await
+            })
+        })
+        .collect();
+    for (i, d) in downloads.into_iter().enumerate() {
+        d.await.expect("task").unwrap_or_else(|e| {
+            panic!(
+                "download {i}: {e}\nguard:\n{}\nmiddle:\n{}",
+                log_of(&net.relays[0]),
+                log_of(&net.relays[1])
+            )
+        });
+    }
+    for relay in &net.relays {
+        assert!(
+            !log_of(relay).contains("denial-of-service limit"),
+            "a relay refused the network's own connections:\n{}",
+            log_of(relay)
+        );
+    }
 }
 
 /// A one-file HTTP/1.0 server for curl.
