@@ -54,6 +54,10 @@ pub struct HostTcp {
     pub kernel_default: String,
     /// `net.ipv4.tcp_no_metrics_save` as read back.
     pub no_metrics_save: String,
+    /// `net.ipv4.tcp_slow_start_after_idle` as read back (`1`: an idle
+    /// connection restarts from its initial window).
+    #[serde(default)]
+    pub slow_start_after_idle: String,
 }
 
 fn sysctl_path(name: &str) -> String {
@@ -84,17 +88,26 @@ pub fn recorded_sysctls() -> BTreeMap<String, String> {
 /// earlier connection learnt of a path (`tcp_no_metrics_save = 1`: no
 /// cached ssthresh or RTT carried from one connection to the next).
 /// Returns the host's set-up, its nodes using `congestion` per socket.
+/// `slow_start_after_idle`, if set, is written to
+/// `net.ipv4.tcp_slow_start_after_idle` (otherwise the kernel's value
+/// stays, and is recorded).
 ///
 /// Best effort: every repetition's namespaces are new, so their metrics
 /// cache starts empty anyway; a kernel that refuses the setting (an
 /// unprivileged user namespace) is logged, and the value read back is
 /// what the record shows.
-pub fn prepare_host(host: &str, congestion: &str) -> HostTcp {
+pub fn prepare_host(host: &str, congestion: &str, slow_start_after_idle: Option<bool>) -> HostTcp {
     if let Err(e) = write_sysctl("net.ipv4.tcp_no_metrics_save", "1") {
         tracing::warn!(
             host,
             "{e}; the namespace is new, so no metrics are cached yet"
         );
+    }
+    if let Some(on) = slow_start_after_idle {
+        let value = if on { "1" } else { "0" };
+        if let Err(e) = write_sysctl("net.ipv4.tcp_slow_start_after_idle", value) {
+            tracing::warn!(host, "{e}; the record shows the value in force");
+        }
     }
     let read = |n| read_sysctl(n).unwrap_or_default();
     let kernel_default = read("net.ipv4.tcp_congestion_control");
@@ -106,6 +119,44 @@ pub fn prepare_host(host: &str, congestion: &str) -> HostTcp {
         },
         kernel_default,
         no_metrics_save: read("net.ipv4.tcp_no_metrics_save"),
+        slow_start_after_idle: read("net.ipv4.tcp_slow_start_after_idle"),
+    }
+}
+
+/// What one host's TCP did during a repetition, from the namespace's
+/// counters (`/proc/net/snmp`, `/proc/net/netstat`): how much it
+/// retransmitted and why. A retransmission timeout is what a connection
+/// with too few packets in flight for fast retransmit pays for a loss.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct HostTcpCounters {
+    /// Host name.
+    pub host: String,
+    /// Segments sent (`Tcp: OutSegs`).
+    pub out_segs: u64,
+    /// Segments retransmitted (`Tcp: RetransSegs`).
+    pub retrans_segs: u64,
+    /// Retransmission timeouts (`TcpExt: TCPTimeouts`).
+    pub timeouts: u64,
+    /// Tail loss probes sent (`TcpExt: TCPLossProbes`).
+    pub loss_probes: u64,
+    /// Fast retransmits (`TcpExt: TCPFastRetrans`).
+    pub fast_retrans: u64,
+}
+
+/// This namespace's TCP counters, for the host named `host`. Counters this
+/// kernel lacks read as 0.
+pub fn read_tcp_counters(host: &str) -> HostTcpCounters {
+    let read = |f: &str| std::fs::read_to_string(format!("/proc/thread-self/net/{f}"));
+    let snmp = read("snmp").unwrap_or_default();
+    let netstat = read("netstat").unwrap_or_default();
+    let ext = |name| proto_counter(&netstat, "TcpExt", name).unwrap_or(0);
+    HostTcpCounters {
+        host: host.to_string(),
+        out_segs: proto_counter(&snmp, "Tcp", "OutSegs").unwrap_or(0),
+        retrans_segs: proto_counter(&snmp, "Tcp", "RetransSegs").unwrap_or(0),
+        timeouts: ext("TCPTimeouts"),
+        loss_probes: ext("TCPLossProbes"),
+        fast_retrans: ext("TCPFastRetrans"),
     }
 }
 
@@ -198,6 +249,9 @@ mod tests {
         assert!(dev_tx_dropped(&dev, "lo").is_some(), "{dev}");
         let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("snmp");
         assert!(proto_counter(&snmp, "Udp", "RcvbufErrors").is_some());
+        let netstat = std::fs::read_to_string("/proc/thread-self/net/netstat").expect("netstat");
+        assert!(proto_counter(&netstat, "TcpExt", "TCPTimeouts").is_some());
+        assert!(proto_counter(&snmp, "Tcp", "RetransSegs").is_some());
         let recorded = recorded_sysctls();
         assert!(recorded.contains_key("net.ipv4.tcp_congestion_control"));
         assert!(recorded.contains_key("net.ipv4.tcp_no_metrics_save"));

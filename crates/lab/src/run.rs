@@ -27,7 +27,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{AgentSpec, TransferRecord};
-use crate::hostnet::{self, HostDrops, HostTcp};
+use crate::hostnet::{self, HostDrops, HostTcp, HostTcpCounters};
 use crate::journal::Journal;
 use crate::scenario::{Scenario, Variant};
 
@@ -120,6 +120,10 @@ pub struct RepetitionRecord {
     /// back after setting them.
     #[serde(default)]
     pub tcp: Vec<HostTcp>,
+    /// Each host's TCP retransmission counters over the repetition (hosts
+    /// that sent TCP segments only).
+    #[serde(default)]
+    pub tcp_counters: Vec<HostTcpCounters>,
     /// Packets each host's kernel dropped by itself (hosts with drops only).
     #[serde(default)]
     pub host_drops: Vec<HostDrops>,
@@ -786,6 +790,7 @@ fn run_one(
         p.stop();
     }
     let host_drops = read_host_drops(&net)?;
+    let tcp_counters = read_tcp_counters(&net)?;
     let counters = net.shutdown()?;
 
     // Records: what the agents wrote, and a failure for every transfer
@@ -872,6 +877,7 @@ fn run_one(
         payload_bytes,
         wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
         tcp,
+        tcp_counters,
         host_dropped: !host_drops.is_empty(),
         host_drops,
     };
@@ -894,13 +900,25 @@ fn prepare_hosts(net: &Network, variant: &Variant) -> Result<(Vec<HostTcp>, Sysc
         let congestion = variant.tcp_congestion_of(&h.name);
         let first = tcp.is_empty();
         let (got, recorded) = net.run_in(&h.name, || {
-            let got = hostnet::prepare_host(&h.name, congestion);
+            let got = hostnet::prepare_host(&h.name, congestion, variant.slow_start_after_idle);
             (got, first.then(hostnet::recorded_sysctls))
         })?;
         tcp.push(got);
         sysctls.extend(recorded.unwrap_or_default());
     }
     Ok((tcp, sysctls))
+}
+
+/// Each host's TCP counters (hosts that sent TCP segments only).
+fn read_tcp_counters(net: &Network) -> Result<Vec<HostTcpCounters>, RunError> {
+    let mut all = Vec::new();
+    for h in &net.topology().hosts {
+        let c = net.run_in(&h.name, || hostnet::read_tcp_counters(&h.name))?;
+        if c.out_segs > 0 {
+            all.push(c);
+        }
+    }
+    Ok(all)
 }
 
 /// The hosts whose kernels dropped packets themselves.

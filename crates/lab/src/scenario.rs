@@ -60,6 +60,8 @@
 //! tcp_congestion = ["cubic"]   # kernel TCP congestion control of every host: cubic, reno,
 //!                              # bbr, system; default: congestion's match (cubic, reno, bbr)
 //! "tcp_congestion:exit" = ["bbr"] # the same for some hosts only
+//! slow_start_after_idle = ["on", "off"] # net.ipv4.tcp_slow_start_after_idle of
+//!                              # every host; default: the kernel's (1, on)
 //! scheduler = ["ewma", "round-robin"]
 //! circuit_cc = ["fixed", "vegas"] # circuit flow control: tor-spec's fixed windows (default)
 //!                              # or proposal 324's Vegas with XON/XOFF
@@ -121,6 +123,8 @@ pub const TCP_CONGESTIONS: &[&str] = &["cubic", "reno", "bbr", "system"];
 /// Circuit-level flow controls of the matrix's `circuit_cc` (the network
 /// document's `[params] circuit_cc`).
 pub const CIRCUIT_CCS: &[&str] = &["fixed", "vegas"];
+/// Values of the matrix's `slow_start_after_idle`.
+pub const SLOW_START_AFTER_IDLE: &[&str] = &["on", "off"];
 /// Circuit schedulers.
 pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
 
@@ -404,6 +408,9 @@ pub struct Variant {
     pub tcp_congestion: Option<String>,
     /// TCP congestion control of single hosts (`tcp_congestion:HOST`).
     pub tcp_congestion_hosts: BTreeMap<String, String>,
+    /// Every host's `net.ipv4.tcp_slow_start_after_idle`, if the matrix
+    /// sets it (`slow_start_after_idle`); `None`: the kernel's.
+    pub slow_start_after_idle: Option<bool>,
     /// Only the first this many clients (file order) run, with their
     /// workloads (`clients`); `None`: all.
     pub clients: Option<usize>,
@@ -905,6 +912,7 @@ impl Scenario {
             circuit_cc: "fixed".into(),
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
+            slow_start_after_idle: None,
             clients: None,
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
@@ -948,8 +956,8 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     };
     match (name, pair) {
         (
-            "transport" | "congestion" | "tcp_congestion" | "scheduler" | "circuit_cc" | "size"
-            | "latency" | "loss" | "block" | "clients",
+            "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle" | "scheduler"
+            | "circuit_cc" | "size" | "latency" | "loss" | "block" | "clients",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -974,7 +982,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -995,6 +1003,9 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             "unknown TCP congestion control {value:?} ({})",
             TCP_CONGESTIONS.join(", ")
         )),
+        "slow_start_after_idle" if !SLOW_START_AFTER_IDLE.contains(&value) => {
+            Err(format!("slow_start_after_idle = {value:?}: on or off"))
+        }
         "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
         "circuit_cc" if !CIRCUIT_CCS.contains(&value) => Err(format!(
             "unknown circuit congestion control {value:?} ({})",
@@ -1033,6 +1044,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "circuit_cc" => {
             v.circuit_cc = value.into();
+            return Ok(());
+        }
+        "slow_start_after_idle" => {
+            v.slow_start_after_idle = Some(value == "on");
             return Ok(());
         }
         "clients" => {

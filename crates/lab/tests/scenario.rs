@@ -396,6 +396,36 @@ fn bad_transport_congestion_and_block_values() {
 }
 
 #[test]
+fn slow_start_after_idle_is_a_matrix_parameter() {
+    let s = parse(&format!(
+        "{BASE}\n[matrix]\nslow_start_after_idle = [\"on\", \"off\"]\n"
+    ))
+    .expect("valid");
+    let got: Vec<(String, Option<bool>)> = s
+        .variants()
+        .iter()
+        .map(|v| (v.label.clone(), v.slow_start_after_idle))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("slow_start_after_idle=on".to_string(), Some(true)),
+            ("slow_start_after_idle=off".to_string(), Some(false)),
+        ]
+    );
+    // Default: the kernel's, left alone.
+    assert_eq!(
+        parse(BASE).expect("valid").variants()[0].slow_start_after_idle,
+        None
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\nslow_start_after_idle = [\"1\"]\n"),
+        31,
+        "slow_start_after_idle = \"1\": on or off",
+    );
+}
+
+#[test]
 fn configs_follow_the_transport() {
     use onionlab_lab::run::{relay_addresses, relay_config_text, transport_config_lines};
     use onionlab_netdoc::config::{Congestion, RelayConfig, TransportChoice};
