@@ -1,0 +1,129 @@
+//! A user-space TCP connection per circuit between two relays, for the
+//! `dtls-utcp` transport (seed 002: Reardon and Goldberg, "Improving Tor
+//! using a TCP-over-DTLS Tunnel", 2009). Sans-IO: a [`Mux`] holds one
+//! DTLS session's lanes (one TCP connection each, run by smoltcp) and is
+//! fed TORTP segments ([`tortp`]) and time; what it returns goes into
+//! DTLS records. The transport crate owns the UDP socket and DTLS.
+//!
+//! smoltcp is used as it comes; what it lacks against Linux TCP, and what
+//! that costs, is measured and written down in `docs/dtls-utcp.md`:
+//! its minimum retransmission timeout is 1 s and not configurable, its
+//! initial window is 2048 bytes, it retransmits one segment per three
+//! duplicate ACKs (no SACK-based recovery: it sends SACK blocks but
+//! ignores the peer's), and it holds at most 32 out-of-order ranges (the
+//! largest `assembler-max-segment-count` feature).
+
+pub mod mux;
+pub mod tortp;
+
+use std::time::Duration;
+
+pub use mux::{LaneEvent, LaneState, Mux, MuxStats, Role};
+pub use tortp::{LaneId, Segment, TortpError};
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A segment that is not TORTP.
+    #[error(transparent)]
+    Tortp(#[from] TortpError),
+    /// [`Settings::max_lanes`] lanes are open.
+    #[error("{0} lanes are open, the most a session may have")]
+    TooManyLanes(usize),
+    /// All 2^31 lane numbers of this side were used.
+    #[error("lane numbers exhausted")]
+    LaneNumbersExhausted,
+    /// No such lane (never opened, or closed and forgotten).
+    #[error("no lane {0}")]
+    NoLane(LaneId),
+    /// The lane cannot send or receive any more.
+    #[error("lane {0} is closed")]
+    LaneClosed(LaneId),
+    /// Settings out of range.
+    #[error("utcp settings: {0}")]
+    Settings(String),
+    /// The TCP stack refused an operation.
+    #[error("user-space TCP: {0}")]
+    Stack(String),
+}
+
+/// The user-space TCP's congestion control (smoltcp's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Congestion {
+    /// CUBIC (RFC 9438), Linux's default.
+    Cubic,
+    /// Reno.
+    Reno,
+    /// None: the window is the receiver's. For tests only.
+    None,
+}
+
+impl From<Congestion> for smoltcp::socket::tcp::CongestionControl {
+    fn from(c: Congestion) -> Self {
+        match c {
+            Congestion::Cubic => Self::Cubic,
+            Congestion::Reno => Self::Reno,
+            Congestion::None => Self::None,
+        }
+    }
+}
+
+/// What shapes a lane's TCP; every lab run records them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Largest TORTP segment (header, options and data): what fits in one
+    /// DTLS record of one UDP datagram. The MSS is this less 16.
+    pub max_segment: usize,
+    /// Receive buffer per lane: the largest window it advertises.
+    pub rx_buffer: usize,
+    /// Send buffer per lane: data accepted and not yet acknowledged.
+    pub tx_buffer: usize,
+    /// Congestion control.
+    pub congestion: Congestion,
+    /// Delayed ACK (`None`: every segment is acknowledged at once).
+    pub ack_delay: Option<Duration>,
+    /// Nagle's algorithm (tor sets TCP_NODELAY: off).
+    pub nagle: bool,
+    /// Most lanes at once per session.
+    pub max_lanes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            // A 1280-byte IPv6-safe datagram less UDP/IP headers and a
+            // DTLS 1.3 record's overhead leaves about 1200.
+            max_segment: 1200,
+            rx_buffer: 256 * 1024,
+            tx_buffer: 64 * 1024,
+            congestion: Congestion::Cubic,
+            ack_delay: Some(Duration::from_millis(10)),
+            nagle: false,
+            max_lanes: 512,
+        }
+    }
+}
+
+impl Settings {
+    /// Check the ranges: a segment of 100 to 65000 bytes, buffers of at
+    /// least 4 segments and at most 64 MiB, at least one lane.
+    pub fn check(&self) -> Result<(), Error> {
+        if !(100..=65_000).contains(&self.max_segment) {
+            return Err(Error::Settings(format!(
+                "max_segment {} (100 to 65000)",
+                self.max_segment
+            )));
+        }
+        for (name, v) in [("rx_buffer", self.rx_buffer), ("tx_buffer", self.tx_buffer)] {
+            if v < 4 * self.max_segment || v > 64 << 20 {
+                return Err(Error::Settings(format!(
+                    "{name} {v} (4 segments to 64 MiB)"
+                )));
+            }
+        }
+        if self.max_lanes == 0 {
+            return Err(Error::Settings("max_lanes 0".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,618 @@
+//! One peer's lanes: a user-space TCP connection per lane (smoltcp), fed
+//! TORTP segments and time, producing TORTP segments.
+//!
+//! smoltcp runs TCP over IP packets on a device; here the device is two
+//! queues. An arriving segment becomes a TCP/IPv4 packet (addresses and
+//! ports are constants: the session stands for the addresses, the lane
+//! for the ports) pushed on the receive queue, and only that lane's
+//! socket is polled, so every packet the stack emits during the poll is
+//! that lane's and leaves as a TORTP segment of it. Each lane has its own
+//! socket set: congestion control, retransmission and reordering are the
+//! lane's alone, and a poll costs one socket, not all of them.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{
+    HardwareAddress, IpAddress, IpCidr, IpProtocol, Ipv4Address, Ipv4Packet, TcpPacket,
+    TcpSeqNumber,
+};
+
+use crate::tortp::{LaneId, Segment, ACK, FIN, PSH, RST, SYN};
+use crate::{Error, Settings};
+
+/// Our address and the peer's, as the stack sees them (never on a wire).
+const LOCAL: Ipv4Address = Ipv4Address::new(10, 0, 0, 1);
+const REMOTE: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
+/// The lane opener's port and the accepter's.
+const OPENER_PORT: u16 = 1;
+const ACCEPTER_PORT: u16 = 2;
+/// IPv4 and TCP headers without options; TORTP's header is 16 bytes.
+const IP_TCP_HEADERS: usize = 40;
+const TORTP_SAVING: usize = IP_TCP_HEADERS - crate::tortp::HEADER_LEN;
+
+/// Which side of the DTLS session we are: lane numbers are per side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// We began the session (its DTLS client).
+    Initiator,
+    /// The peer began it.
+    Responder,
+}
+
+/// A lane's state as the application sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneState {
+    /// Opened by us; the handshake is under way (data may be queued).
+    Connecting,
+    /// Both ways open.
+    Open,
+    /// The peer sent FIN: no more data will arrive once the queue is read.
+    PeerClosed,
+    /// Reset or closed both ways; the lane is gone once its data is read.
+    Closed,
+}
+
+/// What happened to lanes, for the owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneEvent {
+    /// The peer opened a lane.
+    Accepted(LaneId),
+    /// A lane ended and was forgotten: `reset` if by RST (or abort), else
+    /// by FIN both ways.
+    Closed {
+        /// The lane.
+        lane: LaneId,
+        /// Whether it was reset rather than closed.
+        reset: bool,
+    },
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MuxStats {
+    /// Segments handed to [`Mux::handle_segment`].
+    pub segments_in: u64,
+    /// Segments produced by [`Mux::poll_transmit`].
+    pub segments_out: u64,
+    /// Segments dropped: for no lane, a lane number already used, or a
+    /// lane over the limit.
+    pub segments_dropped: u64,
+    /// Lanes refused for [`Settings::max_lanes`].
+    pub lanes_refused: u64,
+}
+
+/// The stack's device: what the stack sends and what it should receive.
+#[derive(Default)]
+struct Queues {
+    rx: VecDeque<Vec<u8>>,
+    tx: VecDeque<Vec<u8>>,
+    mtu: usize,
+}
+
+impl Device for Queues {
+    type RxToken<'a> = RxToken;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(
+        &mut self,
+        _now: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let packet = self.rx.pop_front()?;
+        Some((RxToken(packet), TxToken(&mut self.tx)))
+    }
+
+    fn transmit(&mut self, _now: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        Some(TxToken(&mut self.tx))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ip;
+        caps.max_transmission_unit = self.mtu;
+        // DTLS authenticates every record.
+        caps.checksum = ChecksumCapabilities::ignored();
+        caps
+    }
+}
+
+struct RxToken(Vec<u8>);
+
+impl phy::RxToken for RxToken {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+struct TxToken<'a>(&'a mut VecDeque<Vec<u8>>);
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut packet = vec![0; len];
+        let r = f(&mut packet);
+        self.0.push_back(packet);
+        r
+    }
+}
+
+struct Lane {
+    sockets: SocketSet<'static>,
+    handle: SocketHandle,
+    opened_by_us: bool,
+    /// When the stack wants to be polled again (`None`: on input only).
+    poll_at: Option<Instant>,
+    /// Whether an RST was seen or sent.
+    reset: bool,
+}
+
+impl Lane {
+    fn socket(&self) -> &tcp::Socket<'static> {
+        self.sockets.get::<tcp::Socket>(self.handle)
+    }
+
+    fn socket_mut(&mut self) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(self.handle)
+    }
+}
+
+/// Peer lane numbers seen so far: every number up to `floor`, and those
+/// in `above`. A number is accepted once, so a delayed or repeated SYN
+/// cannot open a lane again.
+#[derive(Default)]
+struct SeenNumbers {
+    floor: u32,
+    above: BTreeSet<u32>,
+}
+
+impl SeenNumbers {
+    /// Record `n`; false if it was seen before (or the record is full).
+    fn insert(&mut self, n: u32, max_above: usize) -> bool {
+        if n <= self.floor || self.above.contains(&n) || self.above.len() >= max_above {
+            return false;
+        }
+        self.above.insert(n);
+        while self.above.remove(&(self.floor + 1)) {
+            self.floor += 1;
+        }
+        true
+    }
+}
+
+/// The lanes of one DTLS session (see the module docs).
+pub struct Mux {
+    settings: Settings,
+    role: Role,
+    epoch: Instant,
+    iface: Interface,
+    device: Queues,
+    lanes: BTreeMap<LaneId, Lane>,
+    next_number: u32,
+    peer_numbers: SeenNumbers,
+    out: VecDeque<Vec<u8>>,
+    events: VecDeque<LaneEvent>,
+    stats: MuxStats,
+}
+
+impl Mux {
+    /// A session's lanes, with `seed` for the stack's initial sequence
+    /// numbers (take it from a CSPRNG outside tests), starting at `now`.
+    pub fn new(settings: Settings, role: Role, seed: u64, now: Instant) -> Result<Mux, Error> {
+        settings.check()?;
+        let mut device = Queues {
+            mtu: settings.max_segment + TORTP_SAVING,
+            ..Queues::default()
+        };
+        let mut config = Config::new(HardwareAddress::Ip);
+        config.random_seed = seed;
+        let mut iface = Interface::new(config, &mut device, smoltcp::time::Instant::ZERO);
+        iface.update_ip_addrs(|addrs| {
+            // One address; the list holds at least one.
+            let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(LOCAL), 24));
+        });
+        Ok(Mux {
+            settings,
+            role,
+            epoch: now,
+            iface,
+            device,
+            lanes: BTreeMap::new(),
+            next_number: 1,
+            peer_numbers: SeenNumbers::default(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: MuxStats::default(),
+        })
+    }
+
+    fn stack_time(&self, now: Instant) -> smoltcp::time::Instant {
+        let micros = now.saturating_duration_since(self.epoch).as_micros();
+        smoltcp::time::Instant::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+    }
+
+    fn new_socket(&self) -> tcp::Socket<'static> {
+        let s = &self.settings;
+        let mut socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; s.rx_buffer]),
+            tcp::SocketBuffer::new(vec![0; s.tx_buffer]),
+        );
+        socket.set_congestion_control(s.congestion.into());
+        socket.set_nagle_enabled(s.nagle);
+        socket.set_ack_delay(s.ack_delay.map(smoltcp::time::Duration::from));
+        socket
+    }
+
+    fn add_lane(&mut self, lane: LaneId, socket: tcp::Socket<'static>, opened_by_us: bool) {
+        let mut sockets = SocketSet::new(Vec::with_capacity(1));
+        let handle = sockets.add(socket);
+        self.lanes.insert(
+            lane,
+            Lane {
+                sockets,
+                handle,
+                opened_by_us,
+                poll_at: None,
+                reset: false,
+            },
+        );
+    }
+
+    /// Open a lane to the peer (its SYN leaves with the next
+    /// [`poll_transmit`](Self::poll_transmit)); data may be sent at once
+    /// and waits for the handshake.
+    pub fn open(&mut self, now: Instant) -> Result<LaneId, Error> {
+        if self.lanes.len() >= self.settings.max_lanes {
+            self.stats.lanes_refused += 1;
+            return Err(Error::TooManyLanes(self.settings.max_lanes));
+        }
+        let lane = LaneId::new(self.next_number, self.role == Role::Initiator)
+            .ok_or(Error::LaneNumbersExhausted)?;
+        self.next_number += 1;
+        let mut socket = self.new_socket();
+        socket
+            .connect(
+                self.iface.context(),
+                (IpAddress::Ipv4(REMOTE), ACCEPTER_PORT),
+                OPENER_PORT,
+            )
+            .map_err(|e| Error::Stack(format!("connect: {e}")))?;
+        self.add_lane(lane, socket, true);
+        self.poll_lane(lane, now);
+        Ok(lane)
+    }
+
+    /// Take a segment the peer sent.
+    pub fn handle_segment(&mut self, bytes: &[u8], now: Instant) -> Result<(), Error> {
+        self.stats.segments_in += 1;
+        let seg = Segment::parse(bytes)?;
+        if !self.lanes.contains_key(&seg.lane) && !self.accept(&seg) {
+            self.stats.segments_dropped += 1;
+            self.refuse(&seg);
+            return Ok(());
+        }
+        let Some(lane) = self.lanes.get(&seg.lane) else {
+            return Ok(());
+        };
+        let (src_port, dst_port) = if lane.opened_by_us {
+            (ACCEPTER_PORT, OPENER_PORT)
+        } else {
+            (OPENER_PORT, ACCEPTER_PORT)
+        };
+        self.device
+            .rx
+            .push_back(ip_packet(&seg, src_port, dst_port));
+        self.poll_lane(seg.lane, now);
+        Ok(())
+    }
+
+    /// A segment for no lane: a SYN of the peer's next lanes opens one.
+    fn accept(&mut self, seg: &Segment<'_>) -> bool {
+        let peers = seg.lane.opened_by_initiator() == (self.role == Role::Responder);
+        if !peers || seg.flags & (SYN | ACK | RST) != SYN {
+            return false;
+        }
+        if self.lanes.len() >= self.settings.max_lanes {
+            self.stats.lanes_refused += 1;
+            return false;
+        }
+        if !self
+            .peer_numbers
+            .insert(seg.lane.number(), 4 * self.settings.max_lanes)
+        {
+            return false;
+        }
+        let mut socket = self.new_socket();
+        if socket.listen(ACCEPTER_PORT).is_err() {
+            return false;
+        }
+        self.add_lane(seg.lane, socket, false);
+        self.events.push_back(LaneEvent::Accepted(seg.lane));
+        true
+    }
+
+    /// Answer a segment for no lane with a reset (never a reset with one).
+    fn refuse(&mut self, seg: &Segment<'_>) {
+        if seg.flags & RST != 0 {
+            return;
+        }
+        let (seq, ack, flags) = if seg.flags & ACK != 0 {
+            (seg.ack, 0, RST)
+        } else {
+            let len = seg.payload.len() as u32
+                + u32::from(seg.flags & SYN != 0)
+                + u32::from(seg.flags & FIN != 0);
+            (0, seg.seq.wrapping_add(len), RST | ACK)
+        };
+        let reset = Segment {
+            lane: seg.lane,
+            seq,
+            ack,
+            flags,
+            window: 0,
+            options: &[],
+            payload: &[],
+        };
+        let mut out = Vec::with_capacity(crate::tortp::HEADER_LEN);
+        if reset.encode(&mut out).is_ok() {
+            self.out.push_back(out);
+        }
+    }
+
+    /// Run lane `id`'s stack: take what it received, send what it may.
+    fn poll_lane(&mut self, id: LaneId, now: Instant) {
+        let t = self.stack_time(now);
+        let Some(lane) = self.lanes.get_mut(&id) else {
+            return;
+        };
+        self.iface.poll(t, &mut self.device, &mut lane.sockets);
+        // Anything left for the stack was not for this socket.
+        self.device.rx.clear();
+        while let Some(packet) = self.device.tx.pop_front() {
+            match tortp_of(id, &packet) {
+                Some(seg) => {
+                    if seg.starts_with_reset() {
+                        lane.reset = true;
+                    }
+                    self.out.push_back(seg.bytes);
+                }
+                None => debug_assert!(false, "the stack emitted a non-TCP packet"),
+            }
+        }
+        let next = self.iface.poll_at(t, &lane.sockets);
+        lane.poll_at = next.map(|at| {
+            self.epoch + Duration::from_micros(u64::try_from(at.total_micros()).unwrap_or(0))
+        });
+        if lane.socket().state() == tcp::State::Closed && !lane.socket().can_recv() {
+            // Reset, or closed both ways and read: forget it.
+            let reset = lane.reset;
+            self.lanes.remove(&id);
+            self.events.push_back(LaneEvent::Closed { lane: id, reset });
+        }
+    }
+
+    /// Run every lane whose timer (retransmission, delayed ACK) is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<LaneId> = self
+            .lanes
+            .iter()
+            .filter(|(_, l)| l.poll_at.is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            self.poll_lane(id, now);
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next run
+    /// (`None`: nothing until input).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.lanes.values().filter_map(|l| l.poll_at).min()
+    }
+
+    /// The next TORTP segment to send to the peer.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        let seg = self.out.pop_front()?;
+        self.stats.segments_out += 1;
+        Some(seg)
+    }
+
+    /// The next lane event.
+    pub fn poll_event(&mut self) -> Option<LaneEvent> {
+        self.events.pop_front()
+    }
+
+    fn lane_mut(&mut self, id: LaneId) -> Result<&mut Lane, Error> {
+        self.lanes.get_mut(&id).ok_or(Error::NoLane(id))
+    }
+
+    /// Queue `data` on lane `id`; returns how much fit (0: the lane is
+    /// still opening, or its send buffer is full: wait for the peer).
+    pub fn send(&mut self, id: LaneId, data: &[u8], now: Instant) -> Result<usize, Error> {
+        let lane = self.lane_mut(id)?;
+        if matches!(
+            lane.socket().state(),
+            tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Listen
+        ) {
+            return Ok(0);
+        }
+        let n = lane
+            .socket_mut()
+            .send_slice(data)
+            .map_err(|_| Error::LaneClosed(id))?;
+        self.poll_lane(id, now);
+        Ok(n)
+    }
+
+    /// Room in lane `id`'s send buffer (0 for a lane that cannot send).
+    pub fn send_room(&self, id: LaneId) -> usize {
+        self.lanes.get(&id).map_or(0, |l| {
+            let s = l.socket();
+            if s.may_send() {
+                s.send_capacity() - s.send_queue()
+            } else {
+                0
+            }
+        })
+    }
+
+    /// Bytes queued on lane `id` and not yet acknowledged.
+    pub fn send_queued(&self, id: LaneId) -> usize {
+        self.lanes.get(&id).map_or(0, |l| l.socket().send_queue())
+    }
+
+    /// Read what lane `id` received, in order.
+    pub fn recv(&mut self, id: LaneId, buf: &mut [u8], now: Instant) -> Result<usize, Error> {
+        let lane = self.lane_mut(id)?;
+        if matches!(
+            lane.socket().state(),
+            tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Listen
+        ) {
+            return Ok(0);
+        }
+        let n = match lane.socket_mut().recv_slice(buf) {
+            Ok(n) => n,
+            Err(tcp::RecvError::Finished) => 0,
+            Err(tcp::RecvError::InvalidState) => return Err(Error::LaneClosed(id)),
+        };
+        // Reading opens the window: an update may be due.
+        self.poll_lane(id, now);
+        Ok(n)
+    }
+
+    /// Bytes received on lane `id` and not read yet.
+    pub fn recv_queued(&self, id: LaneId) -> usize {
+        self.lanes.get(&id).map_or(0, |l| l.socket().recv_queue())
+    }
+
+    /// Lane `id`'s state (`None`: no such lane, or forgotten).
+    pub fn lane_state(&self, id: LaneId) -> Option<LaneState> {
+        let s = self.lanes.get(&id)?.socket();
+        Some(match s.state() {
+            tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Listen => {
+                LaneState::Connecting
+            }
+            tcp::State::Established | tcp::State::FinWait1 | tcp::State::FinWait2 => {
+                LaneState::Open
+            }
+            tcp::State::CloseWait | tcp::State::LastAck | tcp::State::Closing => {
+                LaneState::PeerClosed
+            }
+            tcp::State::TimeWait | tcp::State::Closed => LaneState::Closed,
+        })
+    }
+
+    /// Send FIN on lane `id` after what is queued.
+    pub fn close(&mut self, id: LaneId, now: Instant) -> Result<(), Error> {
+        self.lane_mut(id)?.socket_mut().close();
+        self.poll_lane(id, now);
+        Ok(())
+    }
+
+    /// Reset lane `id` and forget it.
+    pub fn abort(&mut self, id: LaneId, now: Instant) -> Result<(), Error> {
+        let lane = self.lane_mut(id)?;
+        lane.socket_mut().abort();
+        lane.reset = true;
+        self.poll_lane(id, now);
+        if self.lanes.remove(&id).is_some() {
+            self.events.push_back(LaneEvent::Closed {
+                lane: id,
+                reset: true,
+            });
+        }
+        Ok(())
+    }
+
+    /// Lanes open now.
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> MuxStats {
+        self.stats
+    }
+
+    /// Bytes held in lane buffers (allocated, not used: what a lane costs).
+    pub fn buffer_bytes(&self) -> usize {
+        self.lanes.len() * (self.settings.rx_buffer + self.settings.tx_buffer)
+    }
+}
+
+/// A TORTP segment made from a packet the stack sent.
+struct OutSegment {
+    bytes: Vec<u8>,
+}
+
+impl OutSegment {
+    fn starts_with_reset(&self) -> bool {
+        self.bytes.get(12).is_some_and(|f| f & RST != 0)
+    }
+}
+
+/// The TORTP form of the stack's TCP/IPv4 `packet` on `lane` (`None` if
+/// it is not one: the stack sends nothing else).
+fn tortp_of(lane: LaneId, packet: &[u8]) -> Option<OutSegment> {
+    let ip = Ipv4Packet::new_checked(packet).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let flags = u8::from(tcp.fin())
+        | u8::from(tcp.syn()) << 1
+        | u8::from(tcp.rst()) << 2
+        | u8::from(tcp.psh()) << 3
+        | u8::from(tcp.ack()) << 4;
+    let seg = Segment {
+        lane,
+        seq: tcp.seq_number().0 as u32,
+        ack: if tcp.ack() {
+            tcp.ack_number().0 as u32
+        } else {
+            0
+        },
+        flags,
+        window: tcp.window_len(),
+        options: tcp.options(),
+        payload: tcp.payload(),
+    };
+    let mut bytes = Vec::with_capacity(seg.encoded_len());
+    seg.encode(&mut bytes).ok()?;
+    Some(OutSegment { bytes })
+}
+
+/// The TCP/IPv4 packet the stack expects for `seg` from the peer.
+fn ip_packet(seg: &Segment<'_>, src_port: u16, dst_port: u16) -> Vec<u8> {
+    let tcp_len = 20 + seg.options.len() + seg.payload.len();
+    let mut packet = vec![0u8; 20 + tcp_len];
+    {
+        let mut ip = Ipv4Packet::new_unchecked(&mut packet[..]);
+        ip.set_version(4);
+        ip.set_header_len(20);
+        // At most 20 + 60 + a DTLS record's payload: fits in 16 bits.
+        ip.set_total_len((20 + tcp_len) as u16);
+        ip.set_hop_limit(64);
+        ip.set_next_header(IpProtocol::Tcp);
+        ip.set_src_addr(REMOTE);
+        ip.set_dst_addr(LOCAL);
+        ip.set_dont_frag(true);
+    }
+    let mut tcp = TcpPacket::new_unchecked(&mut packet[20..]);
+    tcp.set_src_port(src_port);
+    tcp.set_dst_port(dst_port);
+    tcp.set_seq_number(TcpSeqNumber(seg.seq as i32));
+    tcp.set_ack_number(TcpSeqNumber(seg.ack as i32));
+    tcp.set_header_len((20 + seg.options.len()) as u8);
+    tcp.clear_flags();
+    tcp.set_fin(seg.flags & FIN != 0);
+    tcp.set_syn(seg.flags & SYN != 0);
+    tcp.set_rst(seg.flags & RST != 0);
+    tcp.set_psh(seg.flags & PSH != 0);
+    tcp.set_ack(seg.flags & ACK != 0);
+    tcp.set_window_len(seg.window);
+    tcp.options_mut().copy_from_slice(seg.options);
+    tcp.payload_mut().copy_from_slice(seg.payload);
+    packet
+}
