@@ -2,10 +2,12 @@
 """Summarise a seed 003 run (seed003-downloads or seed003-trace): per
 variant, the light clients' time to first byte and time per KB, or the
 trace's per-message delay, the heavy clients' goodput, relay CPU and peak
-memory, and Torchestra's moves; each median with a 95% bootstrap confidence
+memory, the relay hosts' TCP retransmission timeouts, and Torchestra's
+moves; each median with a 95% bootstrap confidence
 interval, and the ratio of medians against "Normal Tor" (tls, round robin)
 and "Prioritized Tor" (tls, EWMA) with a 95% bootstrap interval (4000
-resamples, percentile).
+resamples, percentile). Variants that set more matrix parameters (preset
+seed003-ttfb) compare with tls at the same settings.
 
 Workloads named `light-*` (downloads) or `interactive` (trace) are light,
 `heavy-*` heavy; every light (or heavy) workload of a variant is pooled.
@@ -34,16 +36,31 @@ def median_ci(xs, seed=1):
 def ratio_ci(a, b, seed=2):
     rng = random.Random(seed)
     boot = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+        statistics.median(rng.choices(a, k=len(a))) / m
         for _ in range(RESAMPLES)
+        if (m := statistics.median(rng.choices(b, k=len(b)))) > 0
     )
     point = statistics.median(a) / statistics.median(b)
-    return point, boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+    n = len(boot)  # resamples whose baseline median is 0 are left out
+    return point, boot[int(0.025 * n)], boot[int(0.975 * n) - 1]
 
 
 def label(variant):
     p = dict(kv.split("=", 1) for kv in variant.split())
-    return f"{p.get('transport', 'tls')}, {p.get('scheduler', 'ewma')}"
+    out = f"{p.get('transport', 'tls')}, {p.get('scheduler', 'ewma')}"
+    for key, value in sorted(p.items()):
+        if key not in ("transport", "scheduler"):
+            out += f", {key.replace('_', ' ')} {value}"
+    return out
+
+
+def baseline(v, scheduler):
+    """The tls variant with `scheduler` and v's other settings."""
+    parts = v.split(", ")
+    return ", ".join(["tls", scheduler] + parts[2:])
+
+
+RELAY_HOSTS = ("guard", "middle", "exit")
 
 
 def load(run):
@@ -59,6 +76,8 @@ def load(run):
             w = r["workload"]
             if w.startswith("light"):
                 metrics[v]["light TTFB (ms)"].append(r["ttfb_ms"])
+                which = "first" if r["index"] == 0 else "second"
+                metrics[v][f"light TTFB, {which} download (ms)"].append(r["ttfb_ms"])
                 metrics[v]["light time per KB (ms)"].append(r["ttlb_ms"] / (r["size"] / 1000))
             elif w.startswith("heavy"):
                 metrics[v]["heavy goodput (KB/s)"].append(r["size"] / 1000 / (r["ttlb_ms"] / 1000))
@@ -73,6 +92,12 @@ def load(run):
             metrics[v]["relay peak RSS (MiB, max)"].append(
                 max(m for _, m in r["relay_peak_rss"]) / 2**20
             )
+            counters = [c for c in r.get("tcp_counters", []) if c["host"] in RELAY_HOSTS]
+            if counters:
+                metrics[v]["relay hosts' TCP timeouts (sum of 3)"].append(
+                    sum(c["timeouts"] for c in counters))
+                metrics[v]["relay hosts' TCP retransmitted segments (sum of 3)"].append(
+                    sum(c["retrans_segs"] for c in counters))
     return metrics, failed
 
 
@@ -99,7 +124,8 @@ def main():
     run = sys.argv[1]
     md = "--markdown" in sys.argv
     metrics, failed = load(run)
-    order = sorted(metrics, key=lambda v: (v.split(", ")[1], v.split(", ")[0] != "tls", v))
+    order = sorted(metrics, key=lambda v: (
+        v.split(", ")[2:], v.split(", ")[1], v.split(", ")[0] != "tls", v))
     names = sorted({m for v in metrics.values() for m in v}, key=lambda m: (
         not m.startswith("light") and not m.startswith("trace"), not m.startswith("heavy"), m))
     for m in names:
@@ -115,9 +141,10 @@ def main():
                 continue
             med, lo, hi = median_ci(xs)
             cells = [f"{med:.4g} [{lo:.4g}, {hi:.4g}]"]
-            for base in ("tls, round-robin", "tls, ewma"):
+            for sched in ("round-robin", "ewma"):
+                base = baseline(v, sched)
                 b = metrics.get(base, {}).get(m)
-                if b and v != base:
+                if b and v != base and statistics.median(b) > 0:
                     r, rlo, rhi = ratio_ci(xs, b)
                     cells.append(f"{r:.3f} [{rlo:.3f}, {rhi:.3f}]")
                 else:

@@ -58,6 +58,20 @@ pub struct HostTcp {
     /// connection restarts from its initial window).
     #[serde(default)]
     pub slow_start_after_idle: String,
+    /// `net.ipv4.tcp_notsent_lowat` as read back: the most unsent bytes a
+    /// socket's send buffer holds before it stops being writable.
+    #[serde(default)]
+    pub notsent_lowat: String,
+}
+
+/// Kernel TCP settings a variant may set on every host (`None`: the
+/// kernel's own, recorded).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelTcp {
+    /// `net.ipv4.tcp_slow_start_after_idle`.
+    pub slow_start_after_idle: Option<bool>,
+    /// `net.ipv4.tcp_notsent_lowat`, bytes.
+    pub notsent_lowat: Option<u64>,
 }
 
 fn sysctl_path(name: &str) -> String {
@@ -88,25 +102,37 @@ pub fn recorded_sysctls() -> BTreeMap<String, String> {
 /// earlier connection learnt of a path (`tcp_no_metrics_save = 1`: no
 /// cached ssthresh or RTT carried from one connection to the next).
 /// Returns the host's set-up, its nodes using `congestion` per socket.
-/// `slow_start_after_idle`, if set, is written to
-/// `net.ipv4.tcp_slow_start_after_idle` (otherwise the kernel's value
-/// stays, and is recorded).
+/// What `kernel` sets is written to the namespace's sysctls (otherwise the
+/// kernel's values stay, and are recorded).
 ///
 /// Best effort: every repetition's namespaces are new, so their metrics
 /// cache starts empty anyway; a kernel that refuses the setting (an
 /// unprivileged user namespace) is logged, and the value read back is
 /// what the record shows.
-pub fn prepare_host(host: &str, congestion: &str, slow_start_after_idle: Option<bool>) -> HostTcp {
+pub fn prepare_host(host: &str, congestion: &str, kernel: KernelTcp) -> HostTcp {
     if let Err(e) = write_sysctl("net.ipv4.tcp_no_metrics_save", "1") {
         tracing::warn!(
             host,
             "{e}; the namespace is new, so no metrics are cached yet"
         );
     }
-    if let Some(on) = slow_start_after_idle {
-        let value = if on { "1" } else { "0" };
-        if let Err(e) = write_sysctl("net.ipv4.tcp_slow_start_after_idle", value) {
-            tracing::warn!(host, "{e}; the record shows the value in force");
+    let writes = [
+        (
+            "net.ipv4.tcp_slow_start_after_idle",
+            kernel
+                .slow_start_after_idle
+                .map(|on| if on { "1" } else { "0" }.to_string()),
+        ),
+        (
+            "net.ipv4.tcp_notsent_lowat",
+            kernel.notsent_lowat.map(|b| b.to_string()),
+        ),
+    ];
+    for (name, value) in writes {
+        if let Some(value) = value {
+            if let Err(e) = write_sysctl(name, &value) {
+                tracing::warn!(host, "{e}; the record shows the value in force");
+            }
         }
     }
     let read = |n| read_sysctl(n).unwrap_or_default();
@@ -120,6 +146,7 @@ pub fn prepare_host(host: &str, congestion: &str, slow_start_after_idle: Option<
         kernel_default,
         no_metrics_save: read("net.ipv4.tcp_no_metrics_save"),
         slow_start_after_idle: read("net.ipv4.tcp_slow_start_after_idle"),
+        notsent_lowat: read("net.ipv4.tcp_notsent_lowat"),
     }
 }
 

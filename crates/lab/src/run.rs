@@ -900,7 +900,7 @@ fn prepare_hosts(net: &Network, variant: &Variant) -> Result<(Vec<HostTcp>, Sysc
         let congestion = variant.tcp_congestion_of(&h.name);
         let first = tcp.is_empty();
         let (got, recorded) = net.run_in(&h.name, || {
-            let got = hostnet::prepare_host(&h.name, congestion, variant.slow_start_after_idle);
+            let got = hostnet::prepare_host(&h.name, congestion, variant.kernel_tcp);
             (got, first.then(hostnet::recorded_sysctls))
         })?;
         tcp.push(got);

@@ -62,6 +62,9 @@
 //! "tcp_congestion:exit" = ["bbr"] # the same for some hosts only
 //! slow_start_after_idle = ["on", "off"] # net.ipv4.tcp_slow_start_after_idle of
 //!                              # every host; default: the kernel's (1, on)
+//! tcp_notsent_lowat = ["kernel", "16KiB"] # net.ipv4.tcp_notsent_lowat of every
+//!                              # host (the unsent bytes a socket holds before it
+//!                              # stops being writable); default: the kernel's
 //! scheduler = ["ewma", "round-robin"]
 //! circuit_cc = ["fixed", "vegas"] # circuit flow control: tor-spec's fixed windows (default)
 //!                              # or proposal 324's Vegas with XON/XOFF
@@ -93,6 +96,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, Result};
+use crate::hostnet::KernelTcp;
 use crate::labels::{combinations, full_label, value_text, ReportSettings};
 
 /// Largest scenario file read.
@@ -408,9 +412,9 @@ pub struct Variant {
     pub tcp_congestion: Option<String>,
     /// TCP congestion control of single hosts (`tcp_congestion:HOST`).
     pub tcp_congestion_hosts: BTreeMap<String, String>,
-    /// Every host's `net.ipv4.tcp_slow_start_after_idle`, if the matrix
-    /// sets it (`slow_start_after_idle`); `None`: the kernel's.
-    pub slow_start_after_idle: Option<bool>,
+    /// Kernel TCP settings of every host the matrix sets
+    /// (`slow_start_after_idle`, `tcp_notsent_lowat`).
+    pub kernel_tcp: KernelTcp,
     /// Only the first this many clients (file order) run, with their
     /// workloads (`clients`); `None`: all.
     pub clients: Option<usize>,
@@ -505,6 +509,20 @@ pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
         return Err(format!("invalid size {s:?}: must be 1 byte to 1 TB"));
     }
     Ok(v.round() as u64)
+}
+
+/// A `tcp_notsent_lowat` value: `kernel` (leave it) or a size from one
+/// byte to 4 GiB (the kernel's own default is 4 GiB less one: no limit).
+fn parse_notsent_lowat(value: &str) -> std::result::Result<Option<u64>, String> {
+    if value == "kernel" {
+        return Ok(None);
+    }
+    match parse_size(value) {
+        Ok(n) if n <= u64::from(u32::MAX) => Ok(Some(n)),
+        _ => Err(format!(
+            "tcp_notsent_lowat = {value:?}: \"kernel\" or a size from 1 byte to 4 GiB"
+        )),
+    }
 }
 
 fn parse_think(s: &str) -> std::result::Result<(Duration, Duration), String> {
@@ -912,7 +930,7 @@ impl Scenario {
             circuit_cc: "fixed".into(),
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
-            slow_start_after_idle: None,
+            kernel_tcp: KernelTcp::default(),
             clients: None,
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
@@ -956,8 +974,9 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     };
     match (name, pair) {
         (
-            "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle" | "scheduler"
-            | "circuit_cc" | "size" | "latency" | "loss" | "block" | "clients",
+            "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
+            | "tcp_notsent_lowat" | "scheduler" | "circuit_cc" | "size" | "latency" | "loss"
+            | "block" | "clients",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -982,7 +1001,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -1006,6 +1025,7 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
         "slow_start_after_idle" if !SLOW_START_AFTER_IDLE.contains(&value) => {
             Err(format!("slow_start_after_idle = {value:?}: on or off"))
         }
+        "tcp_notsent_lowat" => parse_notsent_lowat(value).map(|_| ()),
         "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
         "circuit_cc" if !CIRCUIT_CCS.contains(&value) => Err(format!(
             "unknown circuit congestion control {value:?} ({})",
@@ -1047,7 +1067,11 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
             return Ok(());
         }
         "slow_start_after_idle" => {
-            v.slow_start_after_idle = Some(value == "on");
+            v.kernel_tcp.slow_start_after_idle = Some(value == "on");
+            return Ok(());
+        }
+        "tcp_notsent_lowat" => {
+            v.kernel_tcp.notsent_lowat = parse_notsent_lowat(value)?;
             return Ok(());
         }
         "clients" => {

@@ -396,7 +396,7 @@ fn bad_transport_congestion_and_block_values() {
 }
 
 #[test]
-fn slow_start_after_idle_is_a_matrix_parameter() {
+fn kernel_tcp_settings_are_matrix_parameters() {
     let s = parse(&format!(
         "{BASE}\n[matrix]\nslow_start_after_idle = [\"on\", \"off\"]\n"
     ))
@@ -404,7 +404,7 @@ fn slow_start_after_idle_is_a_matrix_parameter() {
     let got: Vec<(String, Option<bool>)> = s
         .variants()
         .iter()
-        .map(|v| (v.label.clone(), v.slow_start_after_idle))
+        .map(|v| (v.label.clone(), v.kernel_tcp.slow_start_after_idle))
         .collect();
     assert_eq!(
         got,
@@ -415,8 +415,23 @@ fn slow_start_after_idle_is_a_matrix_parameter() {
     );
     // Default: the kernel's, left alone.
     assert_eq!(
-        parse(BASE).expect("valid").variants()[0].slow_start_after_idle,
-        None
+        parse(BASE).expect("valid").variants()[0].kernel_tcp,
+        Default::default()
+    );
+    let s = parse(&format!(
+        "{BASE}\n[matrix]\ntcp_notsent_lowat = [\"kernel\", \"16KiB\"]\n"
+    ))
+    .expect("valid");
+    let got: Vec<Option<u64>> = s
+        .variants()
+        .iter()
+        .map(|v| v.kernel_tcp.notsent_lowat)
+        .collect();
+    assert_eq!(got, [None, Some(16384)]);
+    assert_error(
+        &format!("{BASE}\n[matrix]\ntcp_notsent_lowat = [\"lots\"]\n"),
+        31,
+        "tcp_notsent_lowat = \"lots\": \"kernel\" or a size",
     );
     assert_error(
         &format!("{BASE}\n[matrix]\nslow_start_after_idle = [\"1\"]\n"),
