@@ -1,9 +1,10 @@
 //! A user-space TCP connection per circuit between two relays, for the
 //! `dtls-utcp` transport (seed 002: Reardon and Goldberg, "Improving Tor
-//! using a TCP-over-DTLS Tunnel", 2009). Sans-IO: a [`Mux`] holds one
-//! DTLS session's lanes (one TCP connection each, run by smoltcp) and is
-//! fed TORTP segments ([`tortp`]) and time; what it returns goes into
-//! DTLS records. The transport crate owns the UDP socket and DTLS.
+//! using a TCP-over-DTLS Tunnel", 2009). Sans-IO throughout: a [`Mux`]
+//! holds one DTLS session's lanes (one TCP connection each, run by
+//! smoltcp) and is fed TORTP segments ([`tortp`]) and time; a [`Session`]
+//! wraps it in DTLS 1.3 with the relays' identities bound inside, fed
+//! datagrams and time. The transport crate owns the UDP socket.
 //!
 //! smoltcp is used as it comes; what it lacks against Linux TCP, and what
 //! that costs, is measured and written down in `docs/dtls-utcp.md`:
@@ -14,11 +15,13 @@
 //! largest `assembler-max-segment-count` feature).
 
 pub mod mux;
+pub mod session;
 pub mod tortp;
 
 use std::time::Duration;
 
 pub use mux::{LaneEvent, LaneState, Mux, MuxStats, Role};
+pub use session::{Session, SessionConfig, SessionEvent};
 pub use tortp::{LaneId, Segment, TortpError};
 
 /// Errors of this crate.
@@ -45,6 +48,12 @@ pub enum Error {
     /// The TCP stack refused an operation.
     #[error("user-space TCP: {0}")]
     Stack(String),
+    /// DTLS failed; the session is over.
+    #[error("DTLS: {0}")]
+    Dtls(String),
+    /// The peer did not prove the identity it had to; the session is over.
+    #[error("dtls-utcp authentication: {0}")]
+    Auth(String),
 }
 
 /// The user-space TCP's congestion control (smoltcp's).

@@ -1,0 +1,402 @@
+//! One DTLS 1.3 session between two nodes, carrying a [`Mux`]'s lanes,
+//! with the relay identities bound inside it. Sans-IO: fed datagrams and
+//! time, it returns datagrams.
+//!
+//! DTLS is `dimpl` (pure Rust, sans-IO), which authenticates only with
+//! ECDSA certificates. Each side presents a fresh self-signed P-256
+//! certificate; once the handshake is done, each sends one message first:
+//!
+//! - a relay: `AUTH`, its Ed25519 identity and its signature over
+//!   [`AUTH_LABEL`], its role (0: the session's initiator, 1: responder),
+//!   the session's exported keying material and the SHA-256 of its own
+//!   certificate then of the peer's: bound to this session, this
+//!   direction and these two certificates;
+//! - a client: `ANON` (no identity: clients stay anonymous).
+//!
+//! The initiator refuses the session unless the responder's `AUTH`
+//! verifies with the identity it expected; the responder accepts `ANON`
+//! (a client) or a verifying `AUTH` (a relay, whose identity it reports).
+//! Segments before the peer's message are dropped (TCP sends them again).
+//!
+//! Every DTLS record carries one message: a type byte, then its body.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dimpl::{Config, Dtls, DtlsCertificate, Output};
+use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
+
+use crate::{Error, LaneEvent, Mux, Role, Settings};
+
+/// What a relay's `AUTH` signature covers first.
+pub const AUTH_LABEL: &[u8] = b"onionlab dtls-utcp auth v1\0";
+
+const MSG_AUTH: u8 = 1;
+const MSG_ANON: u8 = 2;
+const MSG_SEGMENT: u8 = 3;
+/// `AUTH`: type, identity, signature.
+const AUTH_LEN: usize = 1 + 32 + 64;
+/// Bytes of a datagram's DTLS 1.3 record header and tag, and our type byte.
+const RECORD_OVERHEAD: usize = 5 + 1 + 16 + 1;
+
+/// How a session starts.
+#[derive(Clone)]
+pub struct SessionConfig {
+    /// The lanes' TCP settings. Their `max_segment` must fit one record of
+    /// one datagram: at most `datagram - 23`.
+    pub utcp: Settings,
+    /// Largest UDP payload sent.
+    pub datagram: usize,
+    /// Our identity (relays); `None`: a client, which only initiates.
+    pub identity: Option<Arc<Keypair>>,
+    /// The identity the responder must prove (set when initiating).
+    pub expect_peer: Option<Ed25519Identity>,
+    /// Give up a handshake after this long.
+    pub handshake_timeout: Duration,
+}
+
+/// What a session reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// The peer proved its identity (`Some`) or is a client (`None`); lanes
+    /// may be opened from now on.
+    Authenticated(Option<Ed25519Identity>),
+    /// Something happened to a lane.
+    Lane(LaneEvent),
+}
+
+/// One peer's DTLS session and lanes (see the module docs).
+pub struct Session {
+    dtls: Dtls,
+    role: Role,
+    config: SessionConfig,
+    own_cert_hash: [u8; 32],
+    peer_cert_hash: Option<[u8; 32]>,
+    keying: Option<Vec<u8>>,
+    connected: bool,
+    sent_auth: bool,
+    peer: Option<Option<Ed25519Identity>>,
+    mux: Option<Mux>,
+    seed: u64,
+    dtls_timeout: Option<Instant>,
+    out: VecDeque<Vec<u8>>,
+    events: VecDeque<SessionEvent>,
+    early_segments_dropped: u64,
+    buf: Vec<u8>,
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, data);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+/// A fresh self-signed P-256 certificate for one session.
+fn session_certificate() -> Result<DtlsCertificate, Error> {
+    let dtls = |e: rcgen::Error| Error::Dtls(format!("making a session certificate: {e}"));
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(dtls)?;
+    let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+        .map_err(dtls)?
+        .self_signed(&key)
+        .map_err(dtls)?;
+    Ok(DtlsCertificate {
+        certificate: cert.der().to_vec(),
+        private_key: key.serialize_der(),
+    })
+}
+
+impl Session {
+    /// Begin a session to a peer (we send the first flight).
+    pub fn initiate(config: SessionConfig, seed: u64, now: Instant) -> Result<Session, Error> {
+        if config.expect_peer.is_none() {
+            return Err(Error::Settings(
+                "a session is initiated to a relay whose identity is known".into(),
+            ));
+        }
+        Session::new(config, Role::Initiator, seed, now)
+    }
+
+    /// Answer a session a peer began (its first datagram comes next).
+    pub fn respond(config: SessionConfig, seed: u64, now: Instant) -> Result<Session, Error> {
+        if config.identity.is_none() {
+            return Err(Error::Settings("only relays accept sessions".into()));
+        }
+        Session::new(config, Role::Responder, seed, now)
+    }
+
+    fn new(config: SessionConfig, role: Role, seed: u64, now: Instant) -> Result<Session, Error> {
+        config.utcp.check()?;
+        if config.utcp.max_segment + RECORD_OVERHEAD > config.datagram {
+            return Err(Error::Settings(format!(
+                "max_segment {} does not fit a {}-byte datagram",
+                config.utcp.max_segment, config.datagram
+            )));
+        }
+        let dtls_config = Config::builder()
+            .mtu(config.datagram)
+            // Full queues are fatal in dimpl; we drain after every call.
+            .max_queue_rx(1024)
+            .max_queue_tx(1024)
+            .handshake_timeout(config.handshake_timeout)
+            .build()
+            .map_err(|e| Error::Dtls(format!("{e:?}")))?;
+        let cert = session_certificate()?;
+        let own_cert_hash = sha256(&cert.certificate);
+        let mut dtls = Dtls::new_13(Arc::new(dtls_config), cert, now);
+        if role == Role::Initiator {
+            dtls.set_active(true);
+        }
+        let mut s = Session {
+            dtls,
+            role,
+            config,
+            own_cert_hash,
+            peer_cert_hash: None,
+            keying: None,
+            connected: false,
+            sent_auth: false,
+            peer: None,
+            mux: None,
+            seed,
+            dtls_timeout: None,
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            early_segments_dropped: 0,
+            buf: vec![0; 2048],
+        };
+        s.pump(now)?;
+        Ok(s)
+    }
+
+    /// Take a datagram from the peer. An error ends the session.
+    pub fn handle_datagram(&mut self, datagram: &[u8], now: Instant) -> Result<(), Error> {
+        self.dtls
+            .handle_timeout(now)
+            .map_err(|e| Error::Dtls(format!("{e:?}")))?;
+        self.dtls
+            .handle_packet(datagram)
+            .map_err(|e| Error::Dtls(format!("{e:?}")))?;
+        self.pump(now)
+    }
+
+    /// Run the timers due by `now` (DTLS retransmissions, the lanes' TCP
+    /// timers). An error ends the session.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
+        self.dtls
+            .handle_timeout(now)
+            .map_err(|e| Error::Dtls(format!("{e:?}")))?;
+        if let Some(mux) = self.mux.as_mut() {
+            mux.handle_timeout(now);
+        }
+        self.pump(now)
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let lanes = self.mux.as_ref().and_then(Mux::poll_timeout);
+        match (self.dtls_timeout, lanes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next datagram to send to the peer.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front()
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    /// The lanes, once the peer is authenticated. After calling into them,
+    /// call [`flush`](Self::flush) to send what they produced.
+    pub fn mux(&mut self) -> Option<&mut Mux> {
+        self.mux.as_mut()
+    }
+
+    /// Send what the lanes produced since the last call.
+    pub fn flush(&mut self, now: Instant) -> Result<(), Error> {
+        self.pump(now)
+    }
+
+    /// The peer, once authenticated: `Some(identity)` for a relay,
+    /// `Some(None)` for a client.
+    pub fn peer(&self) -> Option<Option<Ed25519Identity>> {
+        self.peer
+    }
+
+    /// Segments that arrived before the peer's identity and were dropped.
+    pub fn early_segments_dropped(&self) -> u64 {
+        self.early_segments_dropped
+    }
+
+    /// Move everything along: DTLS output, our first message, the lanes'
+    /// segments into records.
+    fn pump(&mut self, now: Instant) -> Result<(), Error> {
+        loop {
+            self.drain_dtls(now)?;
+            if self.connected && !self.sent_auth && self.keying.is_some() {
+                let msg = self.first_message()?;
+                self.send_record(&msg)?;
+                self.sent_auth = true;
+                continue;
+            }
+            let mut sent = false;
+            if let Some(mux) = self.mux.as_mut() {
+                while let Some(seg) = mux.poll_transmit() {
+                    let mut msg = Vec::with_capacity(1 + seg.len());
+                    msg.push(MSG_SEGMENT);
+                    msg.extend_from_slice(&seg);
+                    self.dtls
+                        .send_application_data(&msg)
+                        .map_err(|e| Error::Dtls(format!("{e:?}")))?;
+                    sent = true;
+                }
+            }
+            if let Some(mux) = self.mux.as_mut() {
+                while let Some(e) = mux.poll_event() {
+                    self.events.push_back(SessionEvent::Lane(e));
+                }
+            }
+            if !sent {
+                return self.drain_dtls(now);
+            }
+        }
+    }
+
+    fn send_record(&mut self, msg: &[u8]) -> Result<(), Error> {
+        self.dtls
+            .send_application_data(msg)
+            .map(|_| ())
+            .map_err(|e| Error::Dtls(format!("{e:?}")))
+    }
+
+    /// Everything dimpl has for us, up to its timer.
+    fn drain_dtls(&mut self, now: Instant) -> Result<(), Error> {
+        loop {
+            let mut messages = Vec::new();
+            match self.dtls.poll_output(&mut self.buf) {
+                Output::Packet(p) => self.out.push_back(p.to_vec()),
+                Output::BufferTooSmall { needed } => self.buf.resize(needed, 0),
+                Output::Timeout(t) => {
+                    self.dtls_timeout = Some(t);
+                    return Ok(());
+                }
+                Output::Connected => self.connected = true,
+                // Trusted only once Connected: dimpl reports it before
+                // the handshake's signature is checked.
+                Output::PeerCert(der) => self.peer_cert_hash = Some(sha256(der)),
+                Output::KeyingMaterial(k, _) => self.keying = Some(k.to_vec()),
+                Output::ApplicationData(m) => messages.push(m.to_vec()),
+                Output::CloseNotify => {
+                    return Err(Error::Dtls("the peer closed the session".into()))
+                }
+                _ => {}
+            }
+            for m in messages {
+                self.on_message(&m, now)?;
+            }
+        }
+    }
+
+    /// What a message signed by the `signer` role covers.
+    fn signed_content(&self, signer: Role, signer_cert: &[u8; 32], other: &[u8; 32]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(AUTH_LABEL.len() + 1 + 88 + 64);
+        m.extend_from_slice(AUTH_LABEL);
+        m.push(u8::from(signer == Role::Responder));
+        m.extend_from_slice(self.keying.as_deref().unwrap_or_default());
+        m.extend_from_slice(signer_cert);
+        m.extend_from_slice(other);
+        m
+    }
+
+    fn first_message(&self) -> Result<Vec<u8>, Error> {
+        let Some(keypair) = self.config.identity.as_ref() else {
+            return Ok(vec![MSG_ANON]);
+        };
+        let peer_cert = self
+            .peer_cert_hash
+            .ok_or_else(|| Error::Dtls("connected without the peer's certificate".into()))?;
+        let content = self.signed_content(self.role, &self.own_cert_hash, &peer_cert);
+        let sig = keypair.sign(&content);
+        let mut msg = Vec::with_capacity(AUTH_LEN);
+        msg.push(MSG_AUTH);
+        msg.extend_from_slice(keypair.verifying_key().as_bytes());
+        msg.extend_from_slice(&sig.to_bytes());
+        Ok(msg)
+    }
+
+    fn on_message(&mut self, msg: &[u8], now: Instant) -> Result<(), Error> {
+        let Some((&kind, body)) = msg.split_first() else {
+            return Err(Error::Auth("an empty record".into()));
+        };
+        match (kind, self.peer.is_some()) {
+            (MSG_SEGMENT, true) => {
+                if let Some(mux) = self.mux.as_mut() {
+                    // A malformed segment is the peer's error, but one
+                    // DTLS authenticated: it ends the session.
+                    mux.handle_segment(body, now)?;
+                }
+                Ok(())
+            }
+            (MSG_SEGMENT, false) => {
+                self.early_segments_dropped += 1;
+                Ok(())
+            }
+            (MSG_AUTH | MSG_ANON, true) => Err(Error::Auth("a second identity message".into())),
+            (MSG_ANON, false) => {
+                if self.role == Role::Initiator || !body.is_empty() {
+                    return Err(Error::Auth("the relay did not prove its identity".into()));
+                }
+                self.authenticated(None, now)
+            }
+            (MSG_AUTH, false) => {
+                let identity = self.verify_auth(body)?;
+                if self.role == Role::Initiator && self.config.expect_peer != Some(identity) {
+                    return Err(Error::Auth(format!(
+                        "the peer proved identity {identity}, not the one expected"
+                    )));
+                }
+                self.authenticated(Some(identity), now)
+            }
+            (other, _) => Err(Error::Auth(format!("unknown message type {other}"))),
+        }
+    }
+
+    fn verify_auth(&self, body: &[u8]) -> Result<Ed25519Identity, Error> {
+        if body.len() != AUTH_LEN - 1 {
+            return Err(Error::Auth(format!("AUTH of {} bytes", body.len() + 1)));
+        }
+        let (Some(peer_cert), true) = (self.peer_cert_hash, self.connected) else {
+            return Err(Error::Auth("AUTH before the handshake ended".into()));
+        };
+        let key_bytes: [u8; 32] = body[..32].try_into().unwrap_or_default();
+        let sig_bytes: [u8; 64] = body[32..].try_into().unwrap_or([0; 64]);
+        let key = PublicKey::from_bytes(&key_bytes)
+            .map_err(|_| Error::Auth("AUTH with an invalid key".into()))?;
+        let signer = match self.role {
+            Role::Initiator => Role::Responder,
+            Role::Responder => Role::Initiator,
+        };
+        let content = self.signed_content(signer, &peer_cert, &self.own_cert_hash);
+        key.verify(&content, &Signature::from_bytes(&sig_bytes))
+            .map_err(|_| Error::Auth("AUTH signature does not verify".into()))?;
+        Ok(Ed25519Identity::from(key))
+    }
+
+    fn authenticated(&mut self, peer: Option<Ed25519Identity>, now: Instant) -> Result<(), Error> {
+        self.peer = Some(peer);
+        self.mux = Some(Mux::new(
+            self.config.utcp.clone(),
+            self.role,
+            self.seed,
+            now,
+        )?);
+        self.events.push_back(SessionEvent::Authenticated(peer));
+        Ok(())
+    }
+}
