@@ -235,6 +235,19 @@ impl DosGuard {
         }
     }
 
+    /// The admitted connection from `ip` joined an authenticated link as
+    /// one of its per-circuit connections (a pctcp lane) and closed as a
+    /// connection of its own: it stops counting, and its connection token
+    /// is given back, so a client's circuits are limited by the circuit
+    /// limits, not by the connection rate.
+    pub fn lane_joined(&mut self, ip: IpAddr) {
+        self.closed(ip, false);
+        let burst = self.limits.conn_burst;
+        if let Some(a) = self.addresses.get_mut(&ip) {
+            a.connects.give_back(burst);
+        }
+    }
+
     /// May a client channel from `ip` create one more circuit?
     pub fn allow_create(&mut self, ip: IpAddr, now: Instant) -> bool {
         let (rate, burst, min) = (
@@ -362,6 +375,28 @@ mod tests {
         }
         assert_eq!(admitted, 998, "up to max_conns_total with ip(2)'s two");
         assert_eq!(g.counters().conns_refused, 2);
+    }
+
+    #[test]
+    fn lanes_joining_a_link_give_their_connection_token_back() {
+        let mut g = DosGuard::new(DosLimits {
+            conn_rate: 0.001,
+            conn_burst: 2.0,
+            ..DosLimits::default()
+        });
+        let t = Instant::now();
+        g.admit(ip(1), t).expect("the link");
+        g.handshake_done();
+        // A client's per-circuit connections: far more than the burst.
+        for _ in 0..100 {
+            g.admit(ip(1), t).expect("a lane");
+            g.handshake_done();
+            g.lane_joined(ip(1));
+        }
+        assert_eq!(g.load(), (1, 0), "only the link counts");
+        // Connections of their own still spend the burst.
+        g.admit(ip(1), t).expect("second");
+        assert_eq!(g.admit(ip(1), t), Err(ConnRefusal::Rate));
     }
 
     #[test]

@@ -515,7 +515,7 @@ async fn accept_link(shared: Shared, incoming: AnyIncoming) {
     st.dos.handshake_done();
     match result {
         // A pctcp lane joined its link: not a channel of its own.
-        Ok(None) => st.dos.closed(addr.ip(), false),
+        Ok(None) => st.dos.lane_joined(addr.ip()),
         Ok(Some(link)) => {
             let relay = link
                 .peer

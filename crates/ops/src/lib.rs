@@ -209,6 +209,12 @@ impl TokenBucket {
         }
     }
 
+    /// Put back one token taken for something that turned out not to
+    /// count (never above `burst`).
+    pub fn give_back(&mut self, burst: f64) {
+        self.tokens = (self.tokens + 1.0).min(burst);
+    }
+
     /// Would the bucket be full by `now` (so forgetting it changes nothing)?
     pub fn refilled(&self, rate: f64, burst: f64, now: Instant) -> bool {
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();

@@ -30,6 +30,10 @@ const REMOTE: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
 /// The lane opener's port and the accepter's.
 const OPENER_PORT: u16 = 1;
 const ACCEPTER_PORT: u16 = 2;
+/// A lane whose peer acknowledges nothing for this long is reset.
+const LANE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest segment handed in: what a TCP/IPv4 packet can carry.
+const MAX_SEGMENT_IN: usize = 65_535 - 40 + crate::tortp::HEADER_LEN;
 /// IPv4 and TCP headers without options; TORTP's header is 16 bytes.
 const IP_TCP_HEADERS: usize = 40;
 const TORTP_SAVING: usize = IP_TCP_HEADERS - crate::tortp::HEADER_LEN;
@@ -168,12 +172,20 @@ struct SeenNumbers {
 }
 
 impl SeenNumbers {
-    /// Record `n`; false if it was seen before (or the record is full).
+    /// Record `n`; false if it was seen before. Numbers the peer skipped
+    /// (a SYN lost and given up) leave gaps; past `max_above` numbers
+    /// above the oldest gap, the gap is forgotten (its number can no
+    /// longer open a lane), so the record stays bounded and new lanes keep
+    /// being accepted.
     fn insert(&mut self, n: u32, max_above: usize) -> bool {
-        if n <= self.floor || self.above.contains(&n) || self.above.len() >= max_above {
+        if n <= self.floor || !self.above.insert(n) {
             return false;
         }
-        self.above.insert(n);
+        while self.above.len() > max_above {
+            if let Some(lowest) = self.above.pop_first() {
+                self.floor = lowest;
+            }
+        }
         while self.above.remove(&(self.floor + 1)) {
             self.floor += 1;
         }
@@ -241,6 +253,9 @@ impl Mux {
         socket.set_congestion_control(s.congestion.into());
         socket.set_nagle_enabled(s.nagle);
         socket.set_ack_delay(s.ack_delay.map(smoltcp::time::Duration::from));
+        // A peer that stops acknowledging (or never completes the
+        // handshake) ends the lane instead of holding it forever.
+        socket.set_timeout(Some(smoltcp::time::Duration::from(LANE_TIMEOUT)));
         socket
     }
 
@@ -286,6 +301,9 @@ impl Mux {
     /// Take a segment the peer sent.
     pub fn handle_segment(&mut self, bytes: &[u8], now: Instant) -> Result<(), Error> {
         self.stats.segments_in += 1;
+        if bytes.len() > MAX_SEGMENT_IN {
+            return Err(crate::TortpError::TooLong(bytes.len()).into());
+        }
         let seg = Segment::parse(bytes)?;
         if !self.lanes.contains_key(&seg.lane) && !self.accept(&seg) {
             self.stats.segments_dropped += 1;
@@ -300,27 +318,31 @@ impl Mux {
         } else {
             (OPENER_PORT, ACCEPTER_PORT)
         };
+        let before = lane.socket().state();
         self.device
             .rx
             .push_back(ip_packet(&seg, src_port, dst_port));
-        self.poll_lane(seg.lane, now);
+        let reset_by_peer =
+            seg.flags & RST != 0 && !matches!(before, tcp::State::Closed | tcp::State::TimeWait);
+        self.poll_lane_with(seg.lane, now, reset_by_peer);
         Ok(())
     }
 
     /// A segment for no lane: a SYN of the peer's next lanes opens one.
     fn accept(&mut self, seg: &Segment<'_>) -> bool {
         let peers = seg.lane.opened_by_initiator() == (self.role == Role::Responder);
-        if !peers || seg.flags & (SYN | ACK | RST) != SYN {
+        if !peers || seg.flags & (SYN | ACK | RST | FIN) != SYN {
             return false;
         }
-        if self.lanes.len() >= self.settings.max_lanes {
-            self.stats.lanes_refused += 1;
-            return false;
-        }
+        // Recorded even when refused below: a refused number is used.
         if !self
             .peer_numbers
             .insert(seg.lane.number(), 4 * self.settings.max_lanes)
         {
+            return false;
+        }
+        if self.lanes.len() >= self.settings.max_lanes {
+            self.stats.lanes_refused += 1;
             return false;
         }
         let mut socket = self.new_socket();
@@ -362,11 +384,20 @@ impl Mux {
 
     /// Run lane `id`'s stack: take what it received, send what it may.
     fn poll_lane(&mut self, id: LaneId, now: Instant) {
+        self.poll_lane_with(id, now, false);
+    }
+
+    /// [`poll_lane`](Self::poll_lane); `rst_in`: the segment just handed
+    /// to the stack is a reset, so a lane it closes was reset by the peer.
+    fn poll_lane_with(&mut self, id: LaneId, now: Instant, rst_in: bool) {
         let t = self.stack_time(now);
         let Some(lane) = self.lanes.get_mut(&id) else {
             return;
         };
         self.iface.poll(t, &mut self.device, &mut lane.sockets);
+        if rst_in && lane.socket().state() == tcp::State::Closed {
+            lane.reset = true;
+        }
         // Anything left for the stack was not for this socket.
         self.device.rx.clear();
         while let Some(packet) = self.device.tx.pop_front() {
@@ -384,7 +415,14 @@ impl Mux {
         lane.poll_at = next.map(|at| {
             self.epoch + Duration::from_micros(u64::try_from(at.total_micros()).unwrap_or(0))
         });
-        if lane.socket().state() == tcp::State::Closed && !lane.socket().can_recv() {
+        let state = lane.socket().state();
+        // smoltcp sends a half-open lane that is reset back to LISTEN:
+        // a lane the peer opened never listens again.
+        let back_to_listen = !lane.opened_by_us && state == tcp::State::Listen;
+        if back_to_listen {
+            lane.reset = true;
+        }
+        if back_to_listen || (state == tcp::State::Closed && !lane.socket().can_recv()) {
             // Reset, or closed both ways and read: forget it.
             let reset = lane.reset;
             self.lanes.remove(&id);

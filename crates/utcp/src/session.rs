@@ -18,6 +18,11 @@
 //! (a client) or a verifying `AUTH` (a relay, whose identity it reports).
 //! Segments before the peer's message are dropped (TCP sends them again).
 //!
+//! DTLS does not resend application data, so the first message is sent
+//! again (after 250 ms, doubling up to 2 s) until the peer answers
+//! `AUTH_OK`, which it sends for each copy it accepts; a session not
+//! authenticated both ways within the handshake timeout ends.
+//!
 //! Every DTLS record carries one message: a type byte, then its body.
 
 use std::collections::VecDeque;
@@ -35,6 +40,11 @@ pub const AUTH_LABEL: &[u8] = b"onionlab dtls-utcp auth v1\0";
 const MSG_AUTH: u8 = 1;
 const MSG_ANON: u8 = 2;
 const MSG_SEGMENT: u8 = 3;
+const MSG_AUTH_OK: u8 = 4;
+/// First wait before the first message is sent again.
+const FIRST_RESEND: Duration = Duration::from_millis(250);
+/// Longest wait between copies of the first message.
+const MAX_RESEND: Duration = Duration::from_secs(2);
 /// `AUTH`: type, identity, signature.
 const AUTH_LEN: usize = 1 + 32 + 64;
 /// Bytes of a datagram's DTLS 1.3 record header and tag, and our type byte.
@@ -75,8 +85,18 @@ pub struct Session {
     peer_cert_hash: Option<[u8; 32]>,
     keying: Option<Vec<u8>>,
     connected: bool,
-    sent_auth: bool,
+    /// Our first message, once sent; and when to send it again (`None`
+    /// once the peer acknowledged it).
+    first: Option<Vec<u8>>,
+    resend_at: Option<Instant>,
+    resend_wait: Duration,
+    /// The session must be authenticated both ways by then.
+    auth_deadline: Instant,
+    /// The peer's first message as accepted (a copy is acknowledged
+    /// again; anything else is an error).
+    peer_first: Option<Vec<u8>>,
     peer: Option<Option<Ed25519Identity>>,
+    malformed_segments: u64,
     mux: Option<Mux>,
     seed: u64,
     dtls_timeout: Option<Instant>,
@@ -148,6 +168,7 @@ impl Session {
         if role == Role::Initiator {
             dtls.set_active(true);
         }
+        let auth_deadline = now + config.handshake_timeout;
         let mut s = Session {
             dtls,
             role,
@@ -156,8 +177,13 @@ impl Session {
             peer_cert_hash: None,
             keying: None,
             connected: false,
-            sent_auth: false,
+            first: None,
+            resend_at: None,
+            resend_wait: FIRST_RESEND,
+            auth_deadline,
+            peer_first: None,
             peer: None,
+            malformed_segments: 0,
             mux: None,
             seed,
             dtls_timeout: None,
@@ -190,16 +216,31 @@ impl Session {
         if let Some(mux) = self.mux.as_mut() {
             mux.handle_timeout(now);
         }
+        let authenticated = self.peer.is_some() && self.resend_at.is_none() && self.first.is_some();
+        if !authenticated && now >= self.auth_deadline {
+            return Err(Error::Auth(
+                "not authenticated both ways within the handshake timeout".into(),
+            ));
+        }
+        if let (Some(at), Some(first)) = (self.resend_at, self.first.clone()) {
+            if now >= at {
+                self.send_record(&first)?;
+                self.resend_wait = (self.resend_wait * 2).min(MAX_RESEND);
+                self.resend_at = Some(now + self.resend_wait);
+            }
+        }
         self.pump(now)
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let lanes = self.mux.as_ref().and_then(Mux::poll_timeout);
-        match (self.dtls_timeout, lanes) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let authenticated = self.peer.is_some() && self.resend_at.is_none() && self.first.is_some();
+        let deadline = (!authenticated).then_some(self.auth_deadline);
+        [self.dtls_timeout, lanes, self.resend_at, deadline]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next datagram to send to the peer.
@@ -234,28 +275,36 @@ impl Session {
         self.early_segments_dropped
     }
 
+    /// Segments from the authenticated peer that were not TORTP, dropped.
+    pub fn malformed_segments(&self) -> u64 {
+        self.malformed_segments
+    }
+
     /// Move everything along: DTLS output, our first message, the lanes'
     /// segments into records.
     fn pump(&mut self, now: Instant) -> Result<(), Error> {
         loop {
             self.drain_dtls(now)?;
-            if self.connected && !self.sent_auth && self.keying.is_some() {
+            if self.connected && self.first.is_none() {
+                if self.keying.is_none() {
+                    return Err(Error::Dtls("no keying material exported".into()));
+                }
                 let msg = self.first_message()?;
                 self.send_record(&msg)?;
-                self.sent_auth = true;
+                self.first = Some(msg);
+                self.resend_at = Some(now + self.resend_wait);
                 continue;
             }
             let mut sent = false;
-            if let Some(mux) = self.mux.as_mut() {
-                while let Some(seg) = mux.poll_transmit() {
-                    let mut msg = Vec::with_capacity(1 + seg.len());
-                    msg.push(MSG_SEGMENT);
-                    msg.extend_from_slice(&seg);
-                    self.dtls
-                        .send_application_data(&msg)
-                        .map_err(|e| Error::Dtls(format!("{e:?}")))?;
-                    sent = true;
-                }
+            while let Some(seg) = self.mux.as_mut().and_then(Mux::poll_transmit) {
+                let mut msg = Vec::with_capacity(1 + seg.len());
+                msg.push(MSG_SEGMENT);
+                msg.extend_from_slice(&seg);
+                // Each record drained at once: dimpl's queues are finite
+                // and a full one ends the session.
+                self.send_record(&msg)?;
+                self.drain_dtls(now)?;
+                sent = true;
             }
             if let Some(mux) = self.mux.as_mut() {
                 while let Some(e) = mux.poll_event() {
@@ -288,8 +337,10 @@ impl Session {
                 }
                 Output::Connected => self.connected = true,
                 // Trusted only once Connected: dimpl reports it before
-                // the handshake's signature is checked.
-                Output::PeerCert(der) => self.peer_cert_hash = Some(sha256(der)),
+                // the handshake's signature is checked; never replaced.
+                Output::PeerCert(der) if !self.connected => {
+                    self.peer_cert_hash = Some(sha256(der));
+                }
                 Output::KeyingMaterial(k, _) => self.keying = Some(k.to_vec()),
                 Output::ApplicationData(m) => messages.push(m.to_vec()),
                 Output::CloseNotify => {
@@ -336,10 +387,14 @@ impl Session {
         };
         match (kind, self.peer.is_some()) {
             (MSG_SEGMENT, true) => {
+                // A segment shows the peer accepted our first message.
+                self.resend_at = None;
                 if let Some(mux) = self.mux.as_mut() {
-                    // A malformed segment is the peer's error, but one
-                    // DTLS authenticated: it ends the session.
-                    mux.handle_segment(body, now)?;
+                    // Only the authenticated peer can send a malformed
+                    // segment; it harms none of its lanes.
+                    if mux.handle_segment(body, now).is_err() {
+                        self.malformed_segments += 1;
+                    }
                 }
                 Ok(())
             }
@@ -347,11 +402,25 @@ impl Session {
                 self.early_segments_dropped += 1;
                 Ok(())
             }
-            (MSG_AUTH | MSG_ANON, true) => Err(Error::Auth("a second identity message".into())),
+            (MSG_AUTH_OK, _) if body.is_empty() && self.first.is_some() => {
+                self.resend_at = None;
+                Ok(())
+            }
+            (MSG_AUTH | MSG_ANON, true) => {
+                // A copy of the first message (our AUTH_OK was lost):
+                // acknowledge it again; anything else is an error.
+                if self.peer_first.as_deref() == Some(msg) {
+                    self.send_record(&[MSG_AUTH_OK])
+                } else {
+                    Err(Error::Auth("a second, different identity message".into()))
+                }
+            }
             (MSG_ANON, false) => {
-                if self.role == Role::Initiator || !body.is_empty() {
+                if self.role == Role::Initiator || !body.is_empty() || !self.connected {
                     return Err(Error::Auth("the relay did not prove its identity".into()));
                 }
+                self.peer_first = Some(msg.to_vec());
+                self.send_record(&[MSG_AUTH_OK])?;
                 self.authenticated(None, now)
             }
             (MSG_AUTH, false) => {
@@ -361,6 +430,8 @@ impl Session {
                         "the peer proved identity {identity}, not the one expected"
                     )));
                 }
+                self.peer_first = Some(msg.to_vec());
+                self.send_record(&[MSG_AUTH_OK])?;
                 self.authenticated(Some(identity), now)
             }
             (other, _) => Err(Error::Auth(format!("unknown message type {other}"))),
@@ -371,7 +442,9 @@ impl Session {
         if body.len() != AUTH_LEN - 1 {
             return Err(Error::Auth(format!("AUTH of {} bytes", body.len() + 1)));
         }
-        let (Some(peer_cert), true) = (self.peer_cert_hash, self.connected) else {
+        let (Some(peer_cert), true, true) =
+            (self.peer_cert_hash, self.connected, self.keying.is_some())
+        else {
             return Err(Error::Auth("AUTH before the handshake ended".into()));
         };
         let key_bytes: [u8; 32] = body[..32].try_into().unwrap_or_default();

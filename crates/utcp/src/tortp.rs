@@ -119,6 +119,9 @@ pub enum TortpError {
     /// More than 40 option bytes.
     #[error("TORTP options of {0} bytes (at most 40)")]
     OptionsTooLong(usize),
+    /// Longer than a TCP/IPv4 packet could carry.
+    #[error("TORTP segment of {0} bytes is longer than a TCP/IPv4 packet can carry")]
+    TooLong(usize),
 }
 
 impl<'a> Segment<'a> {

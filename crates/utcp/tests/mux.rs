@@ -286,3 +286,70 @@ fn hostile_segments_are_refused_without_harm() {
     b.handle_segment(&syn(first), now).expect("handled");
     assert_eq!(b.lanes(), 3, "a used lane number opened again");
 }
+
+#[test]
+fn a_reset_during_the_handshake_frees_the_lane() {
+    let now = Instant::now();
+    let mut b = Mux::new(Settings::default(), Role::Responder, 2, now).expect("mux");
+    let lane = LaneId::new(1, true).expect("lane");
+    b.handle_segment(&syn(lane), now).expect("SYN");
+    assert_eq!(b.poll_event(), Some(LaneEvent::Accepted(lane)));
+    let syn_ack = Segment::parse(&b.poll_transmit().expect("SYN-ACK"))
+        .expect("TORTP")
+        .flags;
+    assert_eq!(syn_ack, SYN | ACK);
+    // The opener gives up: a reset at the next sequence number.
+    let mut reset = syn(lane);
+    reset[4..8].copy_from_slice(&1001u32.to_be_bytes());
+    reset[12] = RST;
+    b.handle_segment(&reset, now).expect("RST");
+    assert_eq!(b.lanes(), 0, "a half-open lane stayed");
+    assert_eq!(
+        b.poll_event(),
+        Some(LaneEvent::Closed { lane, reset: true })
+    );
+    // A SYN with FIN opens nothing.
+    let mut synfin = syn(LaneId::new(2, true).expect("lane"));
+    synfin[12] = SYN | 0x01;
+    b.handle_segment(&synfin, now).expect("handled");
+    assert_eq!(b.lanes(), 0);
+}
+
+#[test]
+fn gaps_in_lane_numbers_do_not_block_new_lanes() {
+    let now = Instant::now();
+    let settings = Settings {
+        max_lanes: 2,
+        ..Settings::default()
+    };
+    let mut b = Mux::new(settings, Role::Responder, 2, now).expect("mux");
+    // Lane 1 never arrives; lanes 2.. open and are reset, far past the
+    // 4 x max_lanes numbers remembered above a gap.
+    for n in 2..200 {
+        let lane = LaneId::new(n, true).expect("lane");
+        b.handle_segment(&syn(lane), now).expect("SYN");
+        assert_eq!(b.lanes(), 1, "lane {n} refused");
+        b.abort(lane, now).expect("abort");
+    }
+    while b.poll_transmit().is_some() {}
+    assert_eq!(b.stats().lanes_refused, 0);
+}
+
+#[test]
+fn a_reset_by_the_peer_is_reported_as_one() {
+    let mut p = Pair::new(Settings::default());
+    let lane = p.a.open(p.now).expect("open");
+    let limit = p.now + Duration::from_secs(1);
+    while p.b.lane_state(lane) != Some(LaneState::Open) {
+        assert!(p.now < limit, "not open");
+        p.step(limit);
+    }
+    p.b.abort(lane, p.now).expect("abort");
+    let limit = p.now + Duration::from_secs(1);
+    while p.a.lanes() > 0 {
+        assert!(p.now < limit, "the reset did not arrive");
+        p.step(limit);
+    }
+    let events: Vec<LaneEvent> = std::iter::from_fn(|| p.a.poll_event()).collect();
+    assert_eq!(events, [LaneEvent::Closed { lane, reset: true }]);
+}

@@ -184,6 +184,48 @@ fn a_relay_with_the_wrong_identity_is_refused() {
 }
 
 #[test]
+fn lost_first_datagrams_are_sent_again() {
+    let (ka, kb) = (keypair(1), keypair(2));
+    let mut net = Net::new(
+        config(Some(ka.clone()), Some(identity(&kb))),
+        config(Some(kb.clone()), None),
+    );
+    // Lose a's third and fourth datagrams (after its two ClientHellos):
+    // its handshake's end and its AUTH, which DTLS does not resend.
+    net.tamper = Some(Box::new(|i, d| {
+        if (2..=3).contains(&i) {
+            d.clear();
+            d.extend_from_slice(&[0x17]);
+        }
+    }));
+    let t = net.now + Duration::from_secs(8);
+    net.run(t).expect("recovers");
+    assert_eq!(net.b.peer(), Some(Some(identity(&ka))));
+    assert_eq!(net.a.peer(), Some(Some(identity(&kb))));
+    transfer(&mut net, 16 * 1024);
+}
+
+#[test]
+fn a_peer_that_never_authenticates_ends_the_session() {
+    let kb = keypair(2);
+    let mut net = Net::new(config(None, Some(identity(&kb))), config(Some(kb), None));
+    // Everything from a after its first two datagrams is lost.
+    net.tamper = Some(Box::new(|i, d| {
+        if i >= 2 {
+            d.clear();
+            d.extend_from_slice(&[0x17]);
+        }
+    }));
+    let t = net.now + Duration::from_secs(30);
+    match net.run(t) {
+        Err((_, Error::Auth(why) | Error::Dtls(why))) => {
+            assert!(why.contains("timeout") || why.contains("Timeout"), "{why}")
+        }
+        other => panic!("the session did not end: {other:?}"),
+    }
+}
+
+#[test]
 fn a_tampered_record_is_dropped_and_the_lane_recovers() {
     let kb = keypair(2);
     let mut net = Net::new(
