@@ -512,22 +512,20 @@ async fn torchestra_moves_a_bulk_circuit_to_the_heavy_connections() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// A circuit over torchestra, pctcp and QUIC hops: client->relay0
-/// torchestra (a client's link: no heavy connection), relay0->relay1
-/// torchestra (relays: its heavy connection opens), relay1->relay2 pctcp.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mixed_torchestra_torchestra_pctcp_circuit_moves_data_intact() {
-    let dir = workdir("mixed-torchestra-pctcp");
+/// A 3-relay network in `workdir(name)` whose nodes open links with the
+/// given transports (`None`: the client), logging with `log_filter`, after
+/// 5 MiB downloaded and 5 MiB uploaded intact over relay0, relay1, relay2.
+async fn mixed_circuit_round_trip(
+    name: &str,
+    transports: &[(Option<usize>, &str)],
+    log_filter: &str,
+) -> (LocalNetwork, PathBuf) {
+    let dir = workdir(name);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
-    for (node, transport) in [
-        (None, "torchestra"),
-        (Some(0), "torchestra"),
-        (Some(1), "pctcp"),
-        (Some(2), "quic"),
-    ] {
+    for &(node, transport) in transports {
         net.set_node_transport(node, transport).expect("transport");
     }
-    net.set_log_filter("info,onionlab_node::relay=debug,onionlab_transport=debug");
+    net.set_log_filter(log_filter);
     net.start_relays().expect("relays start");
     net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
         .expect("client starts");
@@ -539,6 +537,25 @@ async fn mixed_torchestra_torchestra_pctcp_circuit_moves_data_intact() {
     testnet::upload(socks, server, 5 * MIB, None)
         .await
         .unwrap_or_else(|e| panic!("upload: {e}"));
+    (net, dir)
+}
+
+/// A circuit over torchestra, pctcp and QUIC hops: client->relay0
+/// torchestra (a client's link: no heavy connection), relay0->relay1
+/// torchestra (relays: its heavy connection opens), relay1->relay2 pctcp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_torchestra_torchestra_pctcp_circuit_moves_data_intact() {
+    let (mut net, dir) = mixed_circuit_round_trip(
+        "mixed-torchestra-pctcp",
+        &[
+            (None, "torchestra"),
+            (Some(0), "torchestra"),
+            (Some(1), "pctcp"),
+            (Some(2), "quic"),
+        ],
+        "info,onionlab_node::relay=debug,onionlab_transport=debug",
+    )
+    .await;
     let relay_addr = |i: usize| net.relay_addr(i).to_string();
     let r0 = channels_opened(&net.relays[0]);
     assert!(
@@ -573,23 +590,12 @@ async fn mixed_torchestra_torchestra_pctcp_circuit_moves_data_intact() {
 /// relay1->relay2 pctcp; relay0 and relay2 accept the lanes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_pctcp_quic_pctcp_circuit_moves_data_intact() {
-    let dir = workdir("mixed-pctcp-quic-pctcp");
-    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
-    for (node, transport) in [(None, "pctcp"), (Some(0), "quic"), (Some(1), "pctcp")] {
-        net.set_node_transport(node, transport).expect("transport");
-    }
-    net.set_log_filter("info,onionlab_node::relay=debug,onionlab_transport::pctcp=debug");
-    net.start_relays().expect("relays start");
-    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
-        .expect("client starts");
-    let server = testnet::workload_server().await.expect("server");
-    let socks = net.socks_addr();
-    testnet::download(socks, server, 5 * MIB, None)
-        .await
-        .unwrap_or_else(|e| panic!("download: {e}\n{}", log_of(net.client.as_ref().unwrap())));
-    testnet::upload(socks, server, 5 * MIB, None)
-        .await
-        .unwrap_or_else(|e| panic!("upload: {e}"));
+    let (mut net, dir) = mixed_circuit_round_trip(
+        "mixed-pctcp-quic-pctcp",
+        &[(None, "pctcp"), (Some(0), "quic"), (Some(1), "pctcp")],
+        "info,onionlab_node::relay=debug,onionlab_transport::pctcp=debug",
+    )
+    .await;
     let relay_addr = |i: usize| net.relay_addr(i).to_string();
     let r0 = channels_opened(&net.relays[0]);
     assert!(
@@ -627,28 +633,17 @@ async fn mixed_pctcp_quic_pctcp_circuit_moves_data_intact() {
 /// the links it opens; every relay advertises and accepts both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_quic_tls_quic_circuit_moves_data_intact() {
-    let dir = workdir("mixed-quic-tls-quic");
-    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
-    net.set_node_transport(None, "quic")
-        .expect("client transport");
-    net.set_node_transport(Some(0), "tls")
-        .expect("relay0 transport");
-    net.set_node_transport(Some(1), "quic")
-        .expect("relay1 transport");
-    net.set_node_transport(Some(2), "tls")
-        .expect("relay2 transport");
-    net.set_log_filter("info,onionlab_node::relay=debug");
-    net.start_relays().expect("relays start");
-    net.start_client(Some(&["relay0", "relay1", "relay2"]), "")
-        .expect("client starts");
-    let server = testnet::workload_server().await.expect("server");
-    let socks = net.socks_addr();
-    testnet::download(socks, server, 5 * MIB, None)
-        .await
-        .unwrap_or_else(|e| panic!("download: {e}\n{}", log_of(net.client.as_ref().unwrap())));
-    testnet::upload(socks, server, 5 * MIB, None)
-        .await
-        .unwrap_or_else(|e| panic!("upload: {e}"));
+    let (mut net, dir) = mixed_circuit_round_trip(
+        "mixed-quic-tls-quic",
+        &[
+            (None, "quic"),
+            (Some(0), "tls"),
+            (Some(1), "quic"),
+            (Some(2), "tls"),
+        ],
+        "info,onionlab_node::relay=debug",
+    )
+    .await;
 
     let relay_addr = |i: usize| net.relay_addr(i).to_string();
     let logs = |i: usize| log_of(&net.relays[i]);
