@@ -66,6 +66,17 @@ pub enum Error {
         /// The peer.
         peer: SocketAddr,
     },
+    /// Nothing arrived from the peer on any of the link's connections for
+    /// too long (see [`crate::liveness`]).
+    #[error("nothing from {peer} on any of the link's {connections} connections for {silence:?}: peer presumed gone")]
+    Silent {
+        /// The peer.
+        peer: SocketAddr,
+        /// How long nothing arrived.
+        silence: std::time::Duration,
+        /// The link's connections at the time.
+        connections: usize,
+    },
     /// The peer closed the link.
     #[error("link closed by peer")]
     Closed,

@@ -55,6 +55,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 pub mod any;
 mod err;
 pub mod link;
+pub mod liveness;
 pub mod pctcp;
 pub mod quic;
 pub mod registry;

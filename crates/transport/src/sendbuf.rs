@@ -5,10 +5,13 @@
 //! socket, so a blocked connection holds up only its own buffer.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::BytesMut;
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, Padding};
+use onionlab_cell::codec::CellCodec;
 use tokio::io::{AsyncWriteExt, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -73,6 +76,26 @@ impl SendBuffer {
     /// Wake the task: something was queued.
     pub(crate) fn wake(&self) {
         self.data.notify_one();
+    }
+
+    /// Queue a PADDING cell (framed by `codec`) unless something is queued
+    /// or being written: a heartbeat ([`crate::liveness`]). The bytes
+    /// queued are added to `buffered` (the link's count) before the writer
+    /// task can see them.
+    pub(crate) fn queue_padding_if_idle(&self, codec: &mut CellCodec, buffered: &AtomicUsize) {
+        let mut st = self.state();
+        if st.dead || st.closing || !st.buf.is_empty() || st.in_flight > 0 {
+            return;
+        }
+        let padding = AnyChanCell::new(None, AnyChanMsg::Padding(Padding::new()));
+        // A PADDING cell always encodes; nothing is queued if it did not.
+        if codec.encode(padding, &mut st.buf).is_err() {
+            st.buf.clear();
+            return;
+        }
+        buffered.fetch_add(st.buf.len(), std::sync::atomic::Ordering::Relaxed);
+        drop(st);
+        self.wake();
     }
 
     /// Shut the connection down once what is queued is written.

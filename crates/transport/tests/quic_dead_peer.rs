@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::quic::{QuicLink, QuicListener, QuicSettings, QuicTransport};
+use onionlab_transport::quic::{Mode, QuicLink, QuicListener, QuicSettings, QuicTransport};
 use onionlab_transport::{CellReader, CellWriter, Incoming, Listener, Transport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -36,6 +36,57 @@ fn relay(keys: &RelaySecretKeys, settings: QuicSettings) -> QuicTransport {
 struct UdpForwarder {
     front: SocketAddr,
     target: Arc<Mutex<Option<SocketAddr>>>,
+    /// The first QUIC connection's IDs, and whether its packets are
+    /// dropped (both ways).
+    first: Arc<Mutex<FirstConnection>>,
+}
+
+/// The connection IDs of the first QUIC connection through a forwarder,
+/// learnt from the server's first long-header packet (its destination ID
+/// is the client's, its source ID the server's).
+#[derive(Default)]
+struct FirstConnection {
+    ids: Option<(Vec<u8>, Vec<u8>)>,
+    muted: bool,
+    dropped: u64,
+}
+
+/// Destination and source connection IDs of a long-header packet.
+fn long_header_ids(p: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    if p.first()? & 0x80 == 0 {
+        return None;
+    }
+    let dlen = usize::from(*p.get(5)?);
+    let dcid = p.get(6..6 + dlen)?.to_vec();
+    let slen = usize::from(*p.get(6 + dlen)?);
+    let scid = p.get(7 + dlen..7 + dlen + slen)?.to_vec();
+    Some((dcid, scid))
+}
+
+impl FirstConnection {
+    /// Whether packet `p` (to the server if `to_server`) is to be
+    /// dropped: it is the muted first connection's.
+    fn drops(&mut self, p: &[u8], to_server: bool) -> bool {
+        if !to_server && self.ids.is_none() {
+            // (client ID, server ID)
+            self.ids = long_header_ids(p);
+        }
+        let Some((client, server)) = &self.ids else {
+            return false;
+        };
+        if !self.muted {
+            return false;
+        }
+        let dcid = if to_server { server } else { client };
+        let ours = match long_header_ids(p) {
+            Some((d, _)) => &d == dcid,
+            None => p.get(1..1 + dcid.len()) == Some(&dcid[..]),
+        };
+        if ours {
+            self.dropped += 1;
+        }
+        ours
+    }
 }
 
 impl UdpForwarder {
@@ -44,15 +95,21 @@ impl UdpForwarder {
         let back = Arc::new(UdpSocket::bind(loopback()).await.expect("back"));
         let target = Arc::new(Mutex::new(Some(target)));
         let client: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+        let first: Arc<Mutex<FirstConnection>> = Arc::default();
         let relay = UdpForwarder {
             front: front.local_addr().expect("addr"),
             target: target.clone(),
+            first: first.clone(),
         };
         let (f, b, t, c) = (front.clone(), back.clone(), target.clone(), client.clone());
+        let first2 = first.clone();
         tokio::spawn(async move {
             let mut buf = vec![0u8; 65536];
             while let Ok((n, from)) = f.recv_from(&mut buf).await {
                 *c.lock().expect("lock") = Some(from);
+                if first2.lock().expect("lock").drops(&buf[..n], true) {
+                    continue;
+                }
                 let to = *t.lock().expect("lock");
                 if let Some(to) = to {
                     let _ = b.send_to(&buf[..n], to).await;
@@ -62,6 +119,9 @@ impl UdpForwarder {
         tokio::spawn(async move {
             let mut buf = vec![0u8; 65536];
             while let Ok((n, from)) = back.recv_from(&mut buf).await {
+                if first.lock().expect("lock").drops(&buf[..n], false) {
+                    continue;
+                }
                 let to = *client.lock().expect("lock");
                 let current = *target.lock().expect("lock");
                 if let (Some(to), Some(cur)) = (to, current) {
@@ -77,6 +137,18 @@ impl UdpForwarder {
     fn switch(&self, to: Option<SocketAddr>) {
         *self.target.lock().expect("lock") = to;
     }
+
+    /// Drop every packet of the first connection from now on; false if
+    /// its IDs are not known.
+    fn mute_first(&self) -> bool {
+        let mut first = self.first.lock().expect("lock");
+        first.muted = true;
+        first.ids.is_some()
+    }
+
+    fn dropped_of_first(&self) -> u64 {
+        self.first.lock().expect("lock").dropped
+    }
 }
 
 /// `a` links to `b` through a fresh UDP relay; both ends of the link.
@@ -85,9 +157,19 @@ async fn link_through_relay(
     b: &QuicTransport,
     b_keys: &RelaySecretKeys,
 ) -> (QuicLink, QuicLink, UdpForwarder) {
+    link_through_relay_in(a, b, b_keys, Mode::StreamPerCircuit).await
+}
+
+async fn link_through_relay_in(
+    a: &QuicTransport,
+    b: &QuicTransport,
+    b_keys: &RelaySecretKeys,
+    mode: Mode,
+) -> (QuicLink, QuicLink, UdpForwarder) {
     let mut listener = b.bind(loopback()).await.expect("bind");
     let relay = UdpForwarder::start(listener.local_addr()).await;
-    let (ab, ba) = tokio::join!(a.connect(relay.front, b_keys.public().ed_identity), async {
+    let id = b_keys.public().ed_identity;
+    let (ab, ba) = tokio::join!(a.connect_mode(relay.front, id, mode), async {
         listener.accept().await?.handshake().await
     });
     (ab.expect("connect"), ba.expect("accept"), relay)
@@ -123,13 +205,18 @@ async fn time_to_failure(link: &mut QuicLink, limit: Duration) -> Option<Duratio
     .ok()
 }
 
-#[tokio::test]
-async fn a_vanished_peer_is_noticed_within_the_idle_timeout() {
-    let settings = QuicSettings {
+/// Keep-alive 200 ms, idle timeout 1 s: the tests take seconds.
+fn short_timers() -> QuicSettings {
+    QuicSettings {
         keep_alive: Duration::from_millis(200),
         idle_timeout: Duration::from_millis(1000),
         ..QuicSettings::default()
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_vanished_peer_is_noticed_within_the_idle_timeout() {
+    let settings = short_timers();
     let (ka, kb) = (keys(1), keys(2));
     let (a, b) = (relay(&ka, settings), relay(&kb, settings));
     let (mut ab, mut ba, forwarder) = link_through_relay(&a, &b, &kb).await;
@@ -142,6 +229,36 @@ async fn a_vanished_peer_is_noticed_within_the_idle_timeout() {
         .await
         .expect("the link to a vanished peer must fail within 5 s");
     assert!(t >= Duration::from_millis(700), "failed after only {t:?}");
+}
+
+/// With a connection per circuit, the link's main connection carries no
+/// circuit: when it alone hears nothing (its packets all dropped, as its
+/// keep-alives were behind a full bottleneck in the seed 003 runs) while a
+/// circuit's connection is busy, the link lives on; quinn's own idle
+/// timeout on the main connection must not end it.
+#[tokio::test]
+async fn a_link_whose_main_connection_hears_nothing_lives_while_a_lane_is_busy() {
+    let settings = short_timers();
+    let (ka, kb) = (keys(1), keys(2));
+    let (a, b) = (relay(&ka, settings), relay(&kb, settings));
+    let (mut ab, mut ba, forwarder) =
+        link_through_relay_in(&a, &b, &kb, Mode::ConnPerCircuit).await;
+    ping(&mut ab, &mut ba).await;
+    assert!(
+        forwarder.mute_first(),
+        "the main connection's IDs were seen"
+    );
+    let start = Instant::now();
+    while start.elapsed() < settings.idle_timeout * 3 {
+        tokio::time::timeout(Duration::from_secs(2), ping(&mut ab, &mut ba))
+            .await
+            .expect("the lane still carries cells");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        forwarder.dropped_of_first() > 0,
+        "the main connection's keep-alives were dropped"
+    );
 }
 
 /// A working link from relay 1 to relay 2 through a forwarder, after

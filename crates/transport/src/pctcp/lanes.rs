@@ -17,15 +17,17 @@ use bytes::BytesMut;
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_cell::codec::CellCodec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::debug;
 
 use super::wire::{self, LanePreamble, TOKEN_LEN};
 use super::{NodeLanes, MAX_LANES_PER_LINK};
 use crate::link::StreamCellReader;
+use crate::liveness::{self, Heard, Liveness};
 use crate::quic::wire::{lane_end, next_lane_cell};
 use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
-use crate::tls::TlsTransport;
+use crate::tls::{keepalive_off, TlsTransport};
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
 /// Bytes of encoded cells a connection's buffer holds before it reports
@@ -112,6 +114,8 @@ pub(crate) struct LinkShared {
     room: Notify,
     send_bytes: AtomicUsize,
     recv_bytes: AtomicUsize,
+    /// When the peer was last heard on any connection.
+    liveness: Arc<Liveness>,
     tasks: LinkTasks,
 }
 
@@ -243,8 +247,10 @@ pub(crate) fn start(
         room: Notify::new(),
         send_bytes: AtomicUsize::new(0),
         recv_bytes: AtomicUsize::new(0),
+        liveness: Liveness::new(),
         tasks: LinkTasks::default(),
     });
+    keepalive_off(&spec.tls);
     let (r, w) = tokio::io::split(spec.tls);
     shared.spawn(write_task::<_, LaneCount>(
         shared.clone(),
@@ -252,8 +258,10 @@ pub(crate) fn start(
         w,
         None,
     ));
+    let r = Heard::new(r, shared.liveness.clone());
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
     shared.spawn(read_main(shared.clone(), reader));
+    shared.spawn(watch_liveness(shared.clone()));
     let end = Arc::new(LinkEnd {
         shared: shared.clone(),
     });
@@ -284,8 +292,22 @@ impl Drop for LinkEnd {
     }
 }
 
+/// Fail the link when nothing arrives on any of its connections for the
+/// silence limit; meanwhile send heartbeats on the main connection
+/// ([`crate::liveness`]).
+async fn watch_liveness(link: Arc<LinkShared>) {
+    let heartbeat = liveness::Heartbeat {
+        on: &link.main,
+        buffered: &link.send_bytes,
+        link_version: link.link_version,
+    };
+    let timing = link.transport.liveness_timing();
+    let connections = || 1 + link.lanes_open.load(AtomicOrdering::Relaxed);
+    liveness::watchdog(&*link, &link.liveness, timing, heartbeat, connections).await
+}
+
 /// Read the main connection: cells of any circuit. Its end is the link's.
-async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<ReadHalf<Tls>>) {
+async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<ReadHalf<Tls>>>) {
     let mut cells = Vec::new();
     loop {
         cells.clear();
@@ -321,11 +343,19 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<ReadHalf<
 async fn deliver(link: &LinkShared, cells: Vec<AnyChanCell>) -> bool {
     let bytes = cells.len() * 514;
     link.recv_bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
-    if link.cells.send(Batch { cells, bytes }).await.is_err() {
+    let sent = match link.cells.try_send(Batch { cells, bytes }) {
+        Ok(()) => true,
+        Err(TrySendError::Full(batch)) => {
+            // Not reading while the node is behind: not the peer's silence.
+            let _paused = link.liveness.pause();
+            link.cells.send(batch).await.is_ok()
+        }
+        Err(TrySendError::Closed(_)) => false,
+    };
+    if !sent {
         link.recv_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
-        return false;
     }
-    true
+    sent
 }
 
 /// Open a lane to the peer for `lane` and run it: connect (the peer must
@@ -365,7 +395,9 @@ async fn open_lane(
         }
     };
     debug!(peer = %link.addr(), circ_id = lane.circ_id, seq = preamble.seq, "pctcp lane opened");
+    keepalive_off(&tls);
     let (r, w) = tokio::io::split(tls);
+    let r = Heard::new(r, link.liveness.clone());
     let (prev, slot) = slot;
     link.spawn(read_lane(
         link.clone(),
@@ -413,7 +445,9 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, tls: T
         }
         link.admitted.notify_waiters();
         debug!(peer = %link.addr(), circ_id = preamble.circ_id, seq = preamble.seq, "pctcp lane accepted");
+        keepalive_off(&tls);
         let (r, mut w) = tokio::io::split(tls);
+        let r = Heard::new(r, link.liveness.clone());
         let circ_id = preamble.circ_id;
         let ours = match lock(&link.lanes).entry(circ_id) {
             std::collections::hash_map::Entry::Occupied(_) => None,
@@ -462,7 +496,7 @@ async fn wait_for_predecessor(link: &LinkShared, p: &LanePreamble) -> bool {
 async fn read_lane(
     link: Arc<LinkShared>,
     circ_id: u32,
-    mut r: ReadHalf<Tls>,
+    mut r: Heard<ReadHalf<Tls>>,
     mut buf: BytesMut,
     prev: Option<oneshot::Receiver<()>>,
     slot: ReadSlot,

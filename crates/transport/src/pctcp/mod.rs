@@ -40,6 +40,15 @@
 //! on the main connection. A circuit whose first cell arrived on the main
 //! connection stays there in both directions.
 //!
+//! # Liveness
+//!
+//! The link's connections have no kernel keep-alive: each side sends a
+//! PADDING cell on the main connection every heartbeat, and the link fails
+//! when nothing arrived on any of its connections for the silence limit
+//! ([`crate::liveness`]). The main connection, which carries no circuit,
+//! is the quiet one; judged alone, its keep-alive probes could all be lost
+//! behind a full bottleneck while its lanes are busy.
+//!
 //! # Bounds
 //!
 //! - **Descriptors.** A node opens lanes while fewer than its cap

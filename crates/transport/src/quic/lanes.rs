@@ -19,6 +19,7 @@ use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::debug;
 
 use super::{
@@ -339,6 +340,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
     ));
     tokio::spawn(accept_streams(shared.clone()));
     tokio::spawn(watch_closed(shared.clone()));
+    tokio::spawn(watch_packets(shared.clone()));
     let end = Arc::new(LinkEnd {
         shared: shared.clone(),
     });
@@ -389,6 +391,46 @@ async fn watch_closed(link: Arc<LinkShared>) {
     };
     let _ = link.cells.send(Err(e)).await;
     link.close_all(CODE_DONE, b"link closed");
+}
+
+/// Packets received so far on the link's connections (those still open).
+fn packets_received(link: &LinkShared) -> u64 {
+    let lanes: u64 = lock(&link.lane_conns)
+        .values()
+        .map(|c| c.stats().udp_rx.datagrams)
+        .sum();
+    link.conn.stats().udp_rx.datagrams + lanes
+}
+
+/// Fail the link once no packet arrived on any of its connections for
+/// the idle timeout (see the module docs of [`super`], "Dead peers");
+/// ends with the link's main connection.
+async fn watch_packets(link: Arc<LinkShared>) {
+    let limit = link.transport.settings().idle_timeout;
+    let tick = (limit / 8).max(Duration::from_millis(10));
+    let mut seen = packets_received(&link);
+    let mut since = Instant::now();
+    loop {
+        tokio::time::sleep(tick).await;
+        if link.conn.close_reason().is_some() {
+            return;
+        }
+        // Not monotonic (a finished lane connection leaves the sum): any
+        // change means packets arrived or a lane ended, both signs of life.
+        let now = packets_received(&link);
+        if now != seen {
+            seen = now;
+            since = Instant::now();
+        } else if since.elapsed() >= limit {
+            let connections = 1 + lock(&link.lane_conns).len();
+            link.fail(Error::Silent {
+                peer: link.addr(),
+                silence: since.elapsed(),
+                connections,
+            });
+            return;
+        }
+    }
 }
 
 /// The control stream after the handshake carries padding only.

@@ -74,10 +74,15 @@
 //! kind, so two mechanisms stand in for it:
 //!
 //! - **Keep-alive and idle timeout.** Each side sends a PING after
-//!   [`QuicSettings::keep_alive`] without traffic, and a connection that has
-//!   received nothing for [`QuicSettings::idle_timeout`] (the smaller of the
-//!   two sides', at least three probe timeouts) is closed: a peer that
-//!   vanished is noticed within that time, and its circuits are destroyed.
+//!   [`QuicSettings::keep_alive`] without traffic on a connection, and a
+//!   link that has received no packet on any of its connections for
+//!   [`QuicSettings::idle_timeout`] fails: a peer that vanished is noticed
+//!   within that time, and its circuits are destroyed. The check counts
+//!   every connection of the link together because, with a connection per
+//!   circuit, the connection that carries no circuit can hear nothing for
+//!   seconds under a full bottleneck while its siblings are busy; quinn's
+//!   own per-connection idle timeout is set well above it (four times, at
+//!   least a minute) and only ends connections without a link.
 //! - **Stateless resets (RFC 9000 section 10.3).** A relay's reset key is
 //!   derived from its identity secret key (`relay_endpoint_config`), so the
 //!   same relay restarted on the same address answers a packet of a
@@ -175,7 +180,7 @@ const QUIC_SETTINGS: &[SettingInfo] = &[
     SettingInfo {
         key: "quic_idle_timeout_ms",
         default: "8000",
-        about: "a connection silent this long is closed",
+        about: "a link that received no packet on any of its connections for this long is closed",
     },
 ];
 
@@ -235,8 +240,8 @@ pub const LANE_HIGH_WATER: usize = 16 * 1024;
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default interval of keep-alive PINGs on a connection without traffic.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(2);
-/// Default idle timeout: a connection that received nothing for this long
-/// is closed (its peer is taken for dead).
+/// Default idle timeout: a link that received nothing for this long is
+/// closed (its peer is taken for dead).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(8);
 /// Largest idle timeout QUIC can carry (milliseconds in a variable-length
 /// integer); also a sane upper bound for a setting.
@@ -330,8 +335,9 @@ pub struct QuicSettings {
     pub handshake_timeout: Duration,
     /// A PING is sent after this long without sending anything.
     pub keep_alive: Duration,
-    /// A connection that received nothing for this long is closed (the
-    /// effective value is the smaller of both sides').
+    /// A link that received no packet on any of its connections for this
+    /// long is closed (each side applies its own; quinn's per-connection
+    /// timer is set far above it, see `backstop_idle_timeout`).
     pub idle_timeout: Duration,
     /// What a relay accepts before any cryptography ([`gate`]).
     pub handshakes: HandshakeLimits,
@@ -441,7 +447,9 @@ fn transport_config(settings: &QuicSettings) -> Arc<TransportConfig> {
         .send_window(SEND_WINDOW)
         .send_fairness(true)
         .keep_alive_interval(Some(settings.keep_alive))
-        .max_idle_timeout(Some(idle_timeout(settings.idle_timeout)))
+        .max_idle_timeout(Some(idle_timeout(backstop_idle_timeout(
+            settings.idle_timeout,
+        ))))
         .initial_mtu(settings.initial_mtu);
     let window = INITIAL_WINDOW_PACKETS * u64::from(settings.initial_mtu);
     match settings.congestion {
@@ -492,6 +500,18 @@ fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     }
     socket.bind(&addr.into())?;
     Ok(socket.into())
+}
+
+/// quinn's own idle timeout for a link whose [`QuicSettings::idle_timeout`]
+/// is `link_timeout`: four times as long, at least a minute. A link is
+/// judged over all its connections together (`lanes::watch_packets`):
+/// with a connection per circuit, the connection that carries no circuit
+/// sends only keep-alives, and when the path's queue is full of its
+/// siblings' packets it can hear nothing for several seconds while they
+/// are busy; its own idle timeout must not end the link. quinn's timer
+/// only ends connections whose link is gone (or that never got one).
+fn backstop_idle_timeout(link_timeout: Duration) -> Duration {
+    (link_timeout * 4).max(Duration::from_secs(60))
 }
 
 /// `timeout` as quinn's idle timeout (clamped to what QUIC can carry;

@@ -29,6 +29,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::any::{AnyLink, AnyReader, AnyWriter};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
+use crate::liveness::LivenessTiming;
 use crate::pctcp::{self, Accepted, NodeLanes, PctcpSettings};
 use crate::registry::{Endpoint, SettingInfo, TransportInfo};
 use crate::tcp::TcpCongestion;
@@ -70,6 +71,15 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Unanswered TCP keep-alive probes before the connection fails.
 pub const KEEPALIVE_PROBES: u32 = 3;
 
+/// Turn TCP keep-alive off on `tls`'s socket: for the connections of
+/// links whose liveness is judged over all their connections together
+/// ([`crate::liveness`]). Best effort, as turning it on.
+pub(crate) fn keepalive_off(tls: &TlsStream<TcpStream>) {
+    if let Err(e) = socket2::SockRef::from(tls.get_ref().0).set_keepalive(false) {
+        tracing::debug!("TCP keep-alive left on: {e}");
+    }
+}
+
 /// Turn TCP keep-alive on ([`KEEPALIVE_TIME`]). Best effort: a socket
 /// that refuses it still works, without the check.
 fn set_keepalive(tcp: &TcpStream) {
@@ -107,6 +117,8 @@ struct Inner {
     pctcp: Arc<NodeLanes>,
     /// Whether this node switches circuits on torchestra links.
     torchestra_switches: bool,
+    /// Heartbeat and silence limit of pctcp and torchestra links.
+    liveness: LivenessTiming,
 }
 
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -132,6 +144,7 @@ impl TlsTransport {
                 lane_address: None,
                 pctcp: NodeLanes::new(PctcpSettings::default()),
                 torchestra_switches: true,
+                liveness: LivenessTiming::default(),
             }),
         })
     }
@@ -151,6 +164,7 @@ impl TlsTransport {
                 lane_address: None,
                 pctcp: NodeLanes::new(PctcpSettings::default()),
                 torchestra_switches: true,
+                liveness: LivenessTiming::default(),
             }),
         }
     }
@@ -195,6 +209,17 @@ impl TlsTransport {
     pub fn with_torchestra_switching(mut self, on: bool) -> Self {
         Arc::make_mut(&mut self.inner).torchestra_switches = on;
         self
+    }
+
+    /// Use these timers for the liveness of pctcp and torchestra links
+    /// ([`crate::liveness`]; tests shorten them).
+    pub fn with_liveness(mut self, timing: LivenessTiming) -> Self {
+        Arc::make_mut(&mut self.inner).liveness = timing;
+        self
+    }
+
+    pub(crate) fn liveness_timing(&self) -> LivenessTiming {
+        self.inner.liveness
     }
 
     pub(crate) fn torchestra_switches(&self) -> bool {

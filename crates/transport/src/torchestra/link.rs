@@ -23,9 +23,10 @@ use tracing::debug;
 
 use super::switch::{Conn, Control, Switches};
 use crate::link::StreamCellReader;
+use crate::liveness::{self, Heard, Liveness};
 use crate::pctcp::wire::{self, TOKEN_LEN};
 use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
-use crate::tls::TlsTransport;
+use crate::tls::{keepalive_off, TlsTransport};
 use crate::{CellReader, CellWriter, CircId, Error, Link, LinkEvent, Ordering, PeerInfo};
 
 /// Bytes of encoded cells a connection's buffer holds before it reports
@@ -91,6 +92,8 @@ pub(crate) struct LinkShared {
     failure: Mutex<Option<Error>>,
     room: Notify,
     send_bytes: AtomicUsize,
+    /// When the peer was last heard on either connection.
+    liveness: Arc<Liveness>,
     tasks: LinkTasks,
 }
 
@@ -174,6 +177,7 @@ impl LinkShared {
                 detail: "a second heavy connection".into(),
             });
         }
+        keepalive_off(&tls);
         let (r, w) = tokio::io::split(tls);
         self.spawn(write_task::<_, ()>(
             self.clone(),
@@ -181,6 +185,7 @@ impl LinkShared {
             w,
             None,
         ));
+        let r = Heard::new(r, self.liveness.clone());
         let reader = StreamCellReader::new(r, self.link_version, BytesMut::new(), self.peer.addr);
         self.spawn(read_conn(self.clone(), Conn::Heavy, reader));
         self.transport
@@ -221,8 +226,10 @@ pub(crate) fn start(
         failure: Mutex::new(None),
         room: Notify::new(),
         send_bytes: AtomicUsize::new(0),
+        liveness: Liveness::new(),
         tasks: LinkTasks::default(),
     });
+    keepalive_off(&spec.tls);
     let (r, w) = tokio::io::split(spec.tls);
     shared.spawn(write_task::<_, ()>(
         shared.clone(),
@@ -230,8 +237,10 @@ pub(crate) fn start(
         w,
         None,
     ));
+    let r = Heard::new(r, shared.liveness.clone());
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
     shared.spawn(read_conn(shared.clone(), Conn::Light, reader));
+    shared.spawn(watch_liveness(shared.clone()));
     if spec.switching && spec.opener {
         shared.spawn(open_heavy(shared.clone()));
     }
@@ -282,9 +291,27 @@ impl Drop for LinkEnd {
     }
 }
 
+/// Fail the link when nothing arrives on either connection for the
+/// silence limit; meanwhile send heartbeats on the light connection
+/// ([`crate::liveness`]).
+async fn watch_liveness(link: Arc<LinkShared>) {
+    let heartbeat = liveness::Heartbeat {
+        on: &link.light,
+        buffered: &link.send_bytes,
+        link_version: link.link_version,
+    };
+    let timing = link.transport.liveness_timing();
+    let connections = || 1 + usize::from(link.heavy_up.load(AtomicOrdering::Relaxed));
+    liveness::watchdog(&*link, &link.liveness, timing, heartbeat, connections).await
+}
+
 /// Read one connection: every cell through the switch state, what it
 /// releases into the inbox, its answers onto the buffers.
-async fn read_conn(link: Arc<LinkShared>, conn: Conn, mut reader: StreamCellReader<ReadHalf<Tls>>) {
+async fn read_conn(
+    link: Arc<LinkShared>,
+    conn: Conn,
+    mut reader: StreamCellReader<Heard<ReadHalf<Tls>>>,
+) {
     let mut cells = Vec::new();
     loop {
         // Back-pressure: stop reading while the node is behind, or while
@@ -300,6 +327,8 @@ async fn read_conn(link: Arc<LinkShared>, conn: Conn, mut reader: StreamCellRead
             if lock(&link.state).inbox.len() < INBOX_CELLS && answers_fit {
                 break;
             }
+            // Not reading while the node is behind: not the peer's silence.
+            let _paused = link.liveness.pause();
             room.await;
         }
         cells.clear();
