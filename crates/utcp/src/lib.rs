@@ -4,7 +4,9 @@
 //! holds one DTLS session's lanes (one TCP connection each, run by
 //! smoltcp) and is fed TORTP segments ([`tortp`]) and time; a [`Session`]
 //! wraps it in DTLS 1.3 with the relays' identities bound inside, fed
-//! datagrams and time. The transport crate owns the UDP socket.
+//! datagrams and time; an [`Endpoint`] sorts one UDP socket's datagrams
+//! to its sessions, behind a stateless cookie. The transport crate owns
+//! the socket.
 //!
 //! smoltcp is used as it comes; what it lacks against Linux TCP, and what
 //! that costs, is measured and written down in `docs/dtls-utcp.md`:
@@ -14,14 +16,16 @@
 //! ignores the peer's), and it holds at most 32 out-of-order ranges (the
 //! largest `assembler-max-segment-count` feature).
 
+pub mod endpoint;
 pub mod mux;
 pub mod session;
 pub mod tortp;
 
 use std::time::Duration;
 
+pub use endpoint::{Endpoint, EndpointConfig, EndpointEvent, EndpointStats};
 pub use mux::{LaneEvent, LaneState, Mux, MuxStats, Role};
-pub use session::{Session, SessionConfig, SessionEvent};
+pub use session::{Certificate, Session, SessionConfig, SessionEvent};
 pub use tortp::{LaneId, Segment, TortpError};
 
 /// Errors of this crate.
@@ -51,6 +55,12 @@ pub enum Error {
     /// DTLS failed; the session is over.
     #[error("DTLS: {0}")]
     Dtls(String),
+    /// A session with this address exists already.
+    #[error("a session with {0} exists already")]
+    SessionExists(std::net::SocketAddr),
+    /// The endpoint has as many sessions as it may.
+    #[error("{0} sessions are open, the most an endpoint may have")]
+    TooManySessions(usize),
     /// The peer did not prove the identity it had to; the session is over.
     #[error("dtls-utcp authentication: {0}")]
     Auth(String),

@@ -64,6 +64,27 @@ pub struct SessionConfig {
     pub expect_peer: Option<Ed25519Identity>,
     /// Give up a handshake after this long.
     pub handshake_timeout: Duration,
+    /// The DTLS certificate to present (`None`: a fresh one for this
+    /// session). An endpoint makes one and shares it among its sessions:
+    /// the identity binding covers each session's keying material, so a
+    /// shared certificate binds as well, and a session then costs no key
+    /// generation (a flood of handshakes would otherwise buy one each).
+    pub certificate: Option<Certificate>,
+}
+
+/// A self-signed P-256 certificate and its key, for DTLS.
+#[derive(Clone, Debug)]
+pub struct Certificate(DtlsCertificate);
+
+impl Certificate {
+    /// A fresh one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Dtls`] if the key or certificate cannot be made.
+    pub fn generate() -> Result<Certificate, Error> {
+        session_certificate().map(Certificate)
+    }
 }
 
 /// What a session reports.
@@ -162,7 +183,10 @@ impl Session {
             .handshake_timeout(config.handshake_timeout)
             .build()
             .map_err(|e| Error::Dtls(format!("{e:?}")))?;
-        let cert = session_certificate()?;
+        let cert = match &config.certificate {
+            Some(c) => c.0.clone(),
+            None => session_certificate()?,
+        };
         let own_cert_hash = sha256(&cert.certificate);
         let mut dtls = Dtls::new_13(Arc::new(dtls_config), cert, now);
         if role == Role::Initiator {

@@ -24,6 +24,7 @@ fn config(identity: Option<Arc<Keypair>>, expect: Option<Ed25519Identity>) -> Se
         identity,
         expect_peer: expect,
         handshake_timeout: Duration::from_secs(10),
+        certificate: None,
     }
 }
 

@@ -1,0 +1,428 @@
+//! Endpoints joined in simulated time (10 ms each way): sessions from
+//! several peers on one accepting endpoint, lanes carrying data, datagrams
+//! from nowhere dropped, the handshake limits under a flood of forged
+//! ClientHellos, and one session's failure harming no other.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use onionlab_utcp::endpoint::{is_client_hello, COOKIE_LEN, HELLO, RETRY};
+use onionlab_utcp::{
+    Endpoint, EndpointConfig, EndpointEvent, Error, LaneEvent, LaneId, SessionConfig, Settings,
+};
+use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
+
+const DELAY: Duration = Duration::from_millis(10);
+
+fn keypair(seed: u8) -> Arc<Keypair> {
+    Arc::new(Keypair::from_bytes(&[seed; 32]))
+}
+
+fn identity(k: &Keypair) -> Ed25519Identity {
+    Ed25519Identity::from(k.verifying_key())
+}
+
+fn addr(i: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1], 1000 + i))
+}
+
+fn endpoint(identity: Option<Arc<Keypair>>, accept: bool, max_handshakes: usize) -> Endpoint {
+    let config = EndpointConfig {
+        session: SessionConfig {
+            utcp: Settings::default(),
+            datagram: 1280,
+            identity,
+            expect_peer: None,
+            handshake_timeout: Duration::from_secs(10),
+            certificate: None,
+        },
+        accept,
+        max_sessions: 64,
+        max_handshakes,
+    };
+    Endpoint::new(config, 7, Instant::now()).expect("endpoint")
+}
+
+/// Endpoints by address, and datagrams in flight.
+struct Net {
+    now: Instant,
+    nodes: BTreeMap<SocketAddr, Endpoint>,
+    /// (arrival, from, to, datagram)
+    flight: VecDeque<(Instant, SocketAddr, SocketAddr, Vec<u8>)>,
+    /// Events seen, by the endpoint that reported them.
+    events: Vec<(SocketAddr, EndpointEvent)>,
+}
+
+impl Net {
+    fn new() -> Net {
+        Net {
+            now: Instant::now(),
+            nodes: BTreeMap::new(),
+            flight: VecDeque::new(),
+            events: Vec::new(),
+        }
+    }
+
+    /// A network with one relay, `key`'s, accepting at `addr(0)` with at
+    /// most `max_handshakes` half-open sessions.
+    fn with_relay(key: &Arc<Keypair>, max_handshakes: usize) -> (Net, SocketAddr) {
+        let mut net = Net::new();
+        let r = addr(0);
+        net.nodes
+            .insert(r, endpoint(Some(key.clone()), true, max_handshakes));
+        (net, r)
+    }
+
+    /// A new client at `at` opens a session to `to`, expecting `expect`.
+    fn client_connects(&mut self, at: SocketAddr, to: SocketAddr, expect: Ed25519Identity) {
+        self.nodes.insert(at, endpoint(None, false, 8));
+        let now = self.now;
+        self.node(at).connect(to, expect, now).expect("connect");
+    }
+
+    fn node(&mut self, a: SocketAddr) -> &mut Endpoint {
+        self.nodes.get_mut(&a).expect("node")
+    }
+
+    /// Move every endpoint's output into the air, and its events out.
+    fn collect(&mut self) {
+        for (&from, e) in self.nodes.iter_mut() {
+            while let Some((to, d)) = e.poll_transmit() {
+                self.flight.push_back((self.now + DELAY, from, to, d));
+            }
+            while let Some(ev) = e.poll_event() {
+                self.events.push((from, ev));
+            }
+        }
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let until = self.now + d;
+        loop {
+            self.collect();
+            let next = self
+                .flight
+                .iter()
+                .map(|f| f.0)
+                .chain(self.nodes.values().filter_map(Endpoint::poll_timeout))
+                .min();
+            let Some(next) = next.filter(|t| *t <= until) else {
+                self.now = until;
+                return;
+            };
+            self.now = self.now.max(next);
+            let now = self.now;
+            let mut i = 0;
+            while i < self.flight.len() {
+                if self.flight[i].0 <= now {
+                    let (_, from, to, d) = self.flight.remove(i).expect("index");
+                    if let Some(e) = self.nodes.get_mut(&to) {
+                        e.handle_datagram(from, &d, now);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+            for e in self.nodes.values_mut() {
+                if e.poll_timeout().is_some_and(|t| t <= now) {
+                    e.handle_timeout(now);
+                }
+            }
+        }
+    }
+
+    fn authenticated(&self, at: SocketAddr, peer: SocketAddr) -> Option<Option<Ed25519Identity>> {
+        self.events.iter().find_map(|(a, e)| match e {
+            EndpointEvent::Authenticated { peer: p, identity } if *a == at && *p == peer => {
+                Some(*identity)
+            }
+            _ => None,
+        })
+    }
+
+    fn closed(&self, at: SocketAddr, peer: SocketAddr) -> Option<&Error> {
+        self.events.iter().find_map(|(a, e)| match e {
+            EndpointEvent::Closed { peer: p, error } if *a == at && *p == peer => Some(error),
+            _ => None,
+        })
+    }
+
+    /// The lane `from` opened to `to`, as `to` numbers it.
+    fn opened_lane(&self, at: SocketAddr, peer: SocketAddr) -> Option<LaneId> {
+        self.events.iter().find_map(|(a, e)| match e {
+            EndpointEvent::Lane {
+                peer: p,
+                event: LaneEvent::Accepted(id),
+            } if *a == at && *p == peer => Some(*id),
+            _ => None,
+        })
+    }
+}
+
+/// A relay listening at `addr(0)` and a client at `addr(1)` connect; the
+/// client sends `data` on a lane and the relay reads it.
+#[test]
+fn a_client_and_a_relay_run_a_lane_through_their_endpoints() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 8);
+    let c = addr(1);
+    net.client_connects(c, r, identity(&relay_key));
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.authenticated(c, r), Some(Some(identity(&relay_key))));
+    assert_eq!(
+        net.authenticated(r, c),
+        Some(None),
+        "a client stays anonymous"
+    );
+    let now = net.now;
+    let lane = net
+        .node(c)
+        .with_lanes(r, now, |m| m.open(now))
+        .expect("session")
+        .expect("lane");
+    net.run_for(Duration::from_millis(200));
+    let data = vec![0x5a; 20_000];
+    let now = net.now;
+    let sent = net
+        .node(c)
+        .with_lanes(r, now, |m| m.send(lane, &data, now))
+        .expect("session")
+        .expect("send");
+    assert_eq!(sent, data.len());
+    net.run_for(Duration::from_secs(2));
+    let theirs = net.opened_lane(r, c).expect("the relay saw the lane");
+    let mut got = vec![0u8; 32_768];
+    let now = net.now;
+    let n = net
+        .node(r)
+        .with_lanes(c, now, |m| m.recv(theirs, &mut got, now))
+        .expect("session")
+        .expect("recv");
+    assert_eq!(&got[..n], &data[..]);
+}
+
+/// Three clients on one relay endpoint: three sessions; the one that
+/// expected another identity fails alone.
+#[test]
+fn sessions_are_per_peer_and_one_failure_harms_no_other() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 8);
+    for i in 1..=3 {
+        net.nodes.insert(addr(i), endpoint(None, false, 8));
+    }
+    let now = net.now;
+    net.node(addr(1))
+        .connect(r, identity(&relay_key), now)
+        .expect("connect");
+    net.node(addr(2))
+        .connect(r, identity(&keypair(9)), now)
+        .expect("connect");
+    net.node(addr(3))
+        .connect(r, identity(&relay_key), now)
+        .expect("connect");
+    net.run_for(Duration::from_secs(1));
+    assert!(net.authenticated(addr(1), r).is_some());
+    assert!(net.authenticated(addr(3), r).is_some());
+    assert!(matches!(net.closed(addr(2), r), Some(Error::Auth(_))));
+    assert_eq!(net.node(addr(2)).sessions(), 0);
+    assert!(net.closed(addr(1), r).is_none());
+    assert!(net.closed(addr(3), r).is_none());
+    // The relay never heard a valid identity message from client 2's
+    // session: it ends at its handshake timeout, harming nobody.
+    net.run_for(Duration::from_secs(11));
+    assert_eq!(net.node(r).sessions(), 2);
+    assert!(matches!(net.closed(r, addr(2)), Some(Error::Auth(_))));
+}
+
+#[test]
+fn datagrams_from_nowhere_open_nothing_and_get_no_answer() {
+    let r = addr(0);
+    let mut net = Net::new();
+    net.nodes.insert(r, endpoint(Some(keypair(1)), true, 8));
+    let now = net.now;
+    for (i, junk) in [vec![], vec![22u8; 3], vec![23u8; 100], vec![0u8; 1200]]
+        .into_iter()
+        .enumerate()
+    {
+        net.node(r).handle_datagram(addr(10 + i as u16), &junk, now);
+    }
+    net.collect();
+    assert!(net.flight.is_empty());
+    assert_eq!(net.node(r).sessions(), 0);
+    assert_eq!(net.node(r).stats().stray_datagrams, 4);
+    // A client's endpoint accepts no session at all, even a ClientHello.
+    let mut client = endpoint(None, false, 8);
+    let hello = client_hello(r, now);
+    client.handle_datagram(addr(20), &hello, now);
+    assert_eq!(client.sessions(), 0);
+    assert!(client.poll_transmit().is_none());
+}
+
+/// A client's first ClientHello to `to`.
+fn client_hello(to: SocketAddr, now: Instant) -> Vec<u8> {
+    let mut e = endpoint(None, false, 8);
+    e.connect(to, identity(&keypair(1)), now).expect("connect");
+    let mut t = now;
+    loop {
+        if let Some((_, d)) = e.poll_transmit() {
+            assert!(is_client_hello(&d), "the first datagram is a ClientHello");
+            return d;
+        }
+        t = e.poll_timeout().expect("a timer").max(t);
+        e.handle_timeout(t);
+    }
+}
+
+fn hello_with(cookie: &[u8], hello: &[u8]) -> Vec<u8> {
+    let mut m = vec![HELLO];
+    m.extend_from_slice(cookie);
+    m.extend_from_slice(hello);
+    m
+}
+
+/// ClientHellos from forged sources get a short RETRY and open nothing; a
+/// cookie is good only for the address it was given to and for a while;
+/// honest clients meanwhile get their sessions.
+#[test]
+fn forged_client_hellos_open_nothing() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 4);
+    let now = net.now;
+    let hello = client_hello(r, now);
+    for i in 0..20 {
+        net.node(r).handle_datagram(addr(100 + i), &hello, now);
+    }
+    assert_eq!(net.node(r).sessions(), 0);
+    assert_eq!(net.node(r).stats().retries_sent, 20);
+    let mut cookie_of_100 = None;
+    while let Some((to, d)) = net.node(r).poll_transmit() {
+        assert_eq!(d.len(), 1 + COOKIE_LEN);
+        assert!(d.len() < hello.len(), "no amplification");
+        assert_eq!(d[0], RETRY);
+        if to == addr(100) {
+            cookie_of_100 = Some(d[1..].to_vec());
+        }
+    }
+    let cookie = cookie_of_100.expect("a RETRY to 100");
+    // Another address's cookie, a made-up one, a HELLO around junk.
+    net.node(r)
+        .handle_datagram(addr(101), &hello_with(&cookie, &hello), now);
+    net.node(r)
+        .handle_datagram(addr(100), &hello_with(&[7; COOKIE_LEN], &hello), now);
+    net.node(r)
+        .handle_datagram(addr(100), &hello_with(&cookie, &[22; 40]), now);
+    assert_eq!(net.node(r).stats().bad_cookies, 3);
+    assert_eq!(net.node(r).sessions(), 0);
+    // A bad cookie with a ClientHello inside is answered with a fresh one.
+    assert_eq!(net.node(r).stats().retries_sent, 22);
+    // Too late: two windows on.
+    let later = now + Duration::from_secs(25);
+    net.node(r)
+        .handle_datagram(addr(100), &hello_with(&cookie, &hello), later);
+    assert_eq!(net.node(r).stats().bad_cookies, 4);
+    // In time and from its address: a session.
+    net.node(r)
+        .handle_datagram(addr(100), &hello_with(&cookie, &hello), now);
+    assert_eq!(net.node(r).sessions(), 1);
+    assert_eq!(net.node(r).stats().sessions_accepted, 1);
+    net.node(r).close(addr(100));
+    for i in 1..=3 {
+        net.client_connects(addr(i), r, identity(&relay_key));
+    }
+    net.run_for(Duration::from_secs(1));
+    for i in 1..=3 {
+        assert!(
+            net.authenticated(addr(i), r).is_some(),
+            "client {i} authenticated"
+        );
+    }
+}
+
+/// With two half-open sessions allowed, the third client's ClientHello
+/// is refused while two are half-open, and gets in on its retransmission.
+#[test]
+fn the_half_open_limit_holds_and_a_refused_client_gets_in_later() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 2);
+    for i in 1..=3 {
+        net.client_connects(addr(i), r, identity(&relay_key));
+    }
+    for _ in 0..400 {
+        net.run_for(Duration::from_millis(5));
+        assert!(net.node(r).half_open() <= 2);
+    }
+    assert!(net.node(r).stats().handshakes_refused >= 1);
+    net.run_for(Duration::from_secs(3));
+    for i in 1..=3 {
+        assert!(
+            net.authenticated(addr(i), r).is_some(),
+            "client {i} authenticated"
+        );
+    }
+    assert_eq!(net.node(r).sessions(), 3);
+    assert_eq!(net.node(r).half_open(), 0);
+}
+
+#[test]
+fn limits_and_duplicates_are_refused_at_connect() {
+    let now = Instant::now();
+    let mut e = endpoint(None, false, 8);
+    let id = identity(&keypair(1));
+    e.connect(addr(0), id, now).expect("first");
+    assert!(matches!(
+        e.connect(addr(0), id, now),
+        Err(Error::SessionExists(_))
+    ));
+    for i in 1..64 {
+        e.connect(addr(i), id, now).expect("within the limit");
+    }
+    assert!(matches!(
+        e.connect(addr(64), id, now),
+        Err(Error::TooManySessions(64))
+    ));
+    let bad = EndpointConfig {
+        session: SessionConfig {
+            utcp: Settings::default(),
+            datagram: 1280,
+            identity: None,
+            expect_peer: None,
+            handshake_timeout: Duration::from_secs(10),
+            certificate: None,
+        },
+        accept: true,
+        max_sessions: 8,
+        max_handshakes: 8,
+    };
+    assert!(matches!(
+        Endpoint::new(bad, 1, now),
+        Err(Error::Settings(_))
+    ));
+}
+
+/// A forged RETRY reaching a client before the relay's own misleads it
+/// for one round only: the relay answers the bad cookie with a fresh one,
+/// and the client's next ClientHello gets in.
+#[test]
+fn a_forged_retry_only_delays_the_handshake() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 8);
+    let c = addr(1);
+    net.client_connects(c, r, identity(&relay_key));
+    // The client's first ClientHello leaves; a forged RETRY "from the
+    // relay" arrives before the relay's.
+    while net.node(c).poll_transmit().is_none() {
+        let t = net.node(c).poll_timeout().expect("timer");
+        net.now = net.now.max(t);
+        let now = net.now;
+        net.node(c).handle_timeout(now);
+    }
+    let mut forged = vec![RETRY];
+    forged.extend_from_slice(&[9; COOKIE_LEN]);
+    let now = net.now;
+    net.node(c).handle_datagram(r, &forged, now);
+    net.run_for(Duration::from_secs(5));
+    assert!(net.authenticated(c, r).is_some());
+    assert!(net.node(r).stats().bad_cookies >= 1);
+}
