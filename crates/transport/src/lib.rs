@@ -63,6 +63,7 @@ mod sendbuf;
 pub mod tcp;
 pub mod tls;
 pub mod torchestra;
+pub mod utcp;
 
 pub use err::Error;
 pub use registry::{Choice, TransportKind};

@@ -1,0 +1,181 @@
+//! dtls-utcp sockets on loopback: a client's session to a relay, lanes
+//! both ways carrying data intact and ending cleanly, many lanes at once,
+//! and a relay that proves another identity refused.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use onionlab_transport::utcp::{UtcpSession, UtcpSocket};
+use onionlab_utcp::endpoint::{DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_SESSIONS};
+use onionlab_utcp::{EndpointConfig, SessionConfig, Settings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
+
+fn keypair(seed: u8) -> Arc<Keypair> {
+    Arc::new(Keypair::from_bytes(&[seed; 32]))
+}
+
+fn identity(k: &Keypair) -> Ed25519Identity {
+    Ed25519Identity::from(k.verifying_key())
+}
+
+fn config(identity: Option<Arc<Keypair>>, accept: bool) -> EndpointConfig {
+    EndpointConfig {
+        session: SessionConfig {
+            utcp: Settings::default(),
+            datagram: 1280,
+            identity,
+            expect_peer: None,
+            handshake_timeout: Duration::from_secs(5),
+            certificate: None,
+        },
+        accept,
+        max_sessions: DEFAULT_MAX_SESSIONS,
+        max_handshakes: DEFAULT_MAX_HANDSHAKES,
+    }
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("literal")
+}
+
+/// A relay socket with `key`, a client socket, and their session.
+async fn session(key: &Arc<Keypair>) -> (UtcpSocket, UtcpSocket, UtcpSession, UtcpSession) {
+    let relay = UtcpSocket::bind(loopback(), config(Some(key.clone()), true))
+        .await
+        .expect("relay");
+    let client = UtcpSocket::bind(loopback(), config(None, false))
+        .await
+        .expect("client");
+    let (ours, theirs) = tokio::join!(
+        client.connect(relay.local_addr(), identity(key)),
+        relay.accept()
+    );
+    let ours = ours.expect("the client's session");
+    let theirs = theirs.expect("the relay's session");
+    (relay, client, ours, theirs)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_carries_a_mebibyte_each_way_and_ends_cleanly() {
+    let key = keypair(1);
+    let (_relay, _client, ours, mut theirs) = session(&key).await;
+    assert_eq!(ours.identity(), Some(identity(&key)));
+    assert_eq!(theirs.identity(), None, "a client stays anonymous");
+    let up = pattern(1 << 20, 1);
+    let down = pattern(1 << 20, 2);
+    let mut lane = ours.open_lane().expect("lane");
+    let (up2, down2) = (up.clone(), down.clone());
+    let relay_side = tokio::spawn(async move {
+        let mut lane = theirs.accept_lane().await.expect("the client's lane");
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; up2.len()];
+        lane.read_exact(&mut buf).await.expect("read");
+        got.extend_from_slice(&buf);
+        lane.write_all(&down2).await.expect("write");
+        lane.shutdown().await.expect("shutdown");
+        let mut rest = Vec::new();
+        lane.read_to_end(&mut rest).await.expect("the client's end");
+        assert!(rest.is_empty());
+        (got, theirs)
+    });
+    lane.write_all(&up).await.expect("write");
+    let mut got = vec![0u8; down.len()];
+    tokio::time::timeout(Duration::from_secs(30), lane.read_exact(&mut got))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert_eq!(got, down);
+    lane.shutdown().await.expect("shutdown");
+    let mut rest = Vec::new();
+    lane.read_to_end(&mut rest).await.expect("the relay's end");
+    assert!(rest.is_empty());
+    let (relay_got, _theirs) = relay_side.await.expect("relay side");
+    assert_eq!(relay_got, up);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_lanes_at_once_each_deliver_their_own_bytes() {
+    let key = keypair(1);
+    let (_relay, _client, ours, mut theirs) = session(&key).await;
+    let mut writers = Vec::new();
+    for i in 0..50u8 {
+        let mut lane = ours.open_lane().expect("lane");
+        writers.push(tokio::spawn(async move {
+            let data = pattern(20_000, i);
+            lane.write_all(&[i]).await.expect("tag");
+            lane.write_all(&data).await.expect("write");
+            lane.shutdown().await.expect("shutdown");
+            let mut rest = Vec::new();
+            let _ = lane.read_to_end(&mut rest).await;
+        }));
+    }
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        let mut lane = tokio::time::timeout(Duration::from_secs(20), theirs.accept_lane())
+            .await
+            .expect("in time")
+            .expect("a lane");
+        let mut all = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), lane.read_to_end(&mut all))
+            .await
+            .expect("in time")
+            .expect("read");
+        let (tag, data) = all.split_first().expect("a tag");
+        assert_eq!(data, &pattern(20_000, *tag)[..], "lane {tag}");
+        seen.push(*tag);
+        lane.shutdown().await.expect("shutdown");
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..50).collect::<Vec<u8>>());
+    for w in writers {
+        w.await.expect("writer");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_that_proves_another_identity_is_refused() {
+    let relay = UtcpSocket::bind(loopback(), config(Some(keypair(1)), true))
+        .await
+        .expect("relay");
+    let client = UtcpSocket::bind(loopback(), config(None, false))
+        .await
+        .expect("client");
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.connect(relay.local_addr(), identity(&keypair(2))),
+    )
+    .await
+    .expect("an answer in time");
+    match r {
+        Err(e) => assert!(e.to_string().contains("identity"), "{e}"),
+        Ok(_) => panic!("a session with the wrong relay"),
+    }
+}
+
+/// A stream dropped right after writing (no shutdown) still delivers all
+/// it wrote, then the end: nothing is truncated silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_delivers_what_it_wrote_then_ends() {
+    let key = keypair(1);
+    let (_relay, _client, ours, mut theirs) = session(&key).await;
+    let data = pattern(300_000, 9);
+    let mut lane = ours.open_lane().expect("lane");
+    lane.write_all(&data).await.expect("write");
+    drop(lane);
+    let mut lane = theirs.accept_lane().await.expect("lane");
+    let mut all = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), lane.read_to_end(&mut all))
+        .await
+        .expect("in time")
+        .expect("a clean end");
+    assert_eq!(all.len(), data.len());
+    assert_eq!(all, data);
+}
