@@ -97,6 +97,9 @@ pub struct ClientSettings {
     /// Congestion control of the TCP sockets to guards (default: the
     /// kernel's; checked by [`crate::Client::bind`]).
     pub tcp_congestion: onionlab_transport::tcp::TcpCongestion,
+    /// KIST-like limit on the unsent bytes of each TCP socket to a guard
+    /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
+    pub unsent_limit: Option<u32>,
 }
 
 impl ClientSettings {
@@ -130,6 +133,7 @@ impl ClientSettings {
             pctcp: onionlab_transport::pctcp::PctcpSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
+            unsent_limit: None,
         }
     }
 
@@ -164,6 +168,7 @@ impl ClientSettings {
         s.tcp_congestion =
             onionlab_transport::tcp::TcpCongestion::parse(config.tcp_congestion_name())
                 .map_err(|e| Error::Setting(format!("tcp_congestion: {e}")))?;
+        s.unsent_limit = config.channel_unsent_limit;
         Ok(s)
     }
 

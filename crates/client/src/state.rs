@@ -352,6 +352,7 @@ fn connector(settings: &crate::ClientSettings) -> Connector {
     let tcp = TlsTransport::client()
         .with_handshake_timeout(settings.link_handshake_timeout)
         .with_tcp_congestion(settings.tcp_congestion.clone())
+        .with_unsent_limit(settings.unsent_limit)
         .with_pctcp(settings.pctcp);
     // A client has every endpoint its choice may use, so this cannot fail.
     Connector::new(Endpoints { tcp, quic }, settings.transport)

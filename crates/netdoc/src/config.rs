@@ -16,6 +16,8 @@
 //! quic_congestion = "cubic"       # or "newreno", "bbr"; default "cubic"
 //! tcp_congestion = "cubic"        # kernel algorithm of every TCP socket, or "system";
 //!                                 # default: quic_congestion's match (cubic, reno, bbr)
+//! channel_unsent_limit = 16384    # optional: KIST-like limit on each TCP socket's unsent
+//!                                 # bytes (TCP_NOTSENT_LOWAT); default: the kernel's
 //! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
 //! network_key = "<64 hex digits>" # network public key
 //! scheduler = "ewma"              # or "round-robin"; default "ewma"
@@ -61,6 +63,7 @@
 //! transport = "auto"                    # as for a relay; default "auto"
 //! quic_congestion = "cubic"             # as for a relay; default "cubic"
 //! tcp_congestion = "cubic"              # as for a relay
+//! channel_unsent_limit = 16384          # as for a relay
 //! stream_connect_timeout_ms = 60000     # default 60000
 //! socks_handshake_timeout_ms = 30000    # default 30000
 //! max_socks_connections = 4096          # default 4096
@@ -423,6 +426,13 @@ pub struct RelayConfig {
     /// ([`Congestion::tcp_match`]). See [`tcp_congestion_name`](Self::tcp_congestion_name).
     #[serde(default, deserialize_with = "de_tcp_congestion")]
     pub tcp_congestion: Option<String>,
+    /// KIST-like write limit: most bytes each TCP socket of a channel
+    /// holds written and not yet sent (`TCP_NOTSENT_LOWAT`), 1 to
+    /// 4294967295; absent: the kernel's `net.ipv4.tcp_notsent_lowat`
+    /// (unlimited by default). 16384 is what `docs/results/seed003.md`
+    /// found to behave like C tor's KIST.
+    #[serde(default, deserialize_with = "de_unsent_limit")]
+    pub channel_unsent_limit: Option<u32>,
     /// Where the network document comes from.
     pub network: NetworkSource,
     /// The network public key, 64 hex digits (checked when loading; see
@@ -641,6 +651,13 @@ pub struct ClientConfig {
     /// ([`Congestion::tcp_match`]). See [`tcp_congestion_name`](Self::tcp_congestion_name).
     #[serde(default, deserialize_with = "de_tcp_congestion")]
     pub tcp_congestion: Option<String>,
+    /// KIST-like write limit: most bytes each TCP socket of a channel
+    /// holds written and not yet sent (`TCP_NOTSENT_LOWAT`), 1 to
+    /// 4294967295; absent: the kernel's `net.ipv4.tcp_notsent_lowat`
+    /// (unlimited by default). 16384 is what `docs/results/seed003.md`
+    /// found to behave like C tor's KIST.
+    #[serde(default, deserialize_with = "de_unsent_limit")]
+    pub channel_unsent_limit: Option<u32>,
     /// Fail a stream whose exit has not answered BEGIN after this many
     /// milliseconds (SOCKS reply 0x06; default 60000); must be positive.
     #[serde(
@@ -989,6 +1006,17 @@ fn de_network_key<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String
     let s = String::deserialize(d)?;
     parse_public_key(&s, "network_key").map_err(serde::de::Error::custom)?;
     Ok(s)
+}
+
+/// `channel_unsent_limit`: a byte count above zero.
+fn de_unsent_limit<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u32>, D::Error> {
+    let n = u32::deserialize(d)?;
+    if n == 0 {
+        return Err(serde::de::Error::custom(
+            "must be greater than 0 (leave it out for the kernel's setting)",
+        ));
+    }
+    Ok(Some(n))
 }
 
 /// A number above zero.

@@ -179,3 +179,27 @@ fn tcp_congestion_follows_quic_unless_set() {
         1472
     );
 }
+
+#[test]
+fn channel_unsent_limit_is_optional_and_positive() {
+    assert_eq!(relay("").unwrap().channel_unsent_limit, None);
+    assert_eq!(client("").unwrap().channel_unsent_limit, None);
+    assert_eq!(
+        relay("channel_unsent_limit = 16384\n")
+            .unwrap()
+            .channel_unsent_limit,
+        Some(16384)
+    );
+    assert_eq!(
+        client("channel_unsent_limit = 4096\n")
+            .unwrap()
+            .channel_unsent_limit,
+        Some(4096)
+    );
+    for bad in ["0", "-1", "4294967296", "\"16KiB\""] {
+        let e = relay(&format!("channel_unsent_limit = {bad}\n")).unwrap_err();
+        let (line, message) = parse_error(&e);
+        assert_eq!(line, 6, "{bad}: {e}");
+        assert!(!message.is_empty());
+    }
+}

@@ -72,6 +72,9 @@ pub struct RelaySettings {
     /// Congestion control of every TCP socket: TLS links either way and
     /// an exit's connections to targets (default: the kernel's).
     pub tcp_congestion: TcpCongestion,
+    /// KIST-like limit on each channel TCP socket's unsent bytes
+    /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
+    pub unsent_limit: Option<u32>,
     /// The pctcp transport's lane cap.
     pub pctcp: PctcpSettings,
 }
@@ -115,6 +118,7 @@ impl RelaySettings {
             dos: DosLimits::default(),
             channel_idle_timeout: DEFAULT_CHANNEL_IDLE_TIMEOUT,
             tcp_congestion: TcpCongestion::System,
+            unsent_limit: None,
             pctcp: PctcpSettings::default(),
             doc,
         })
@@ -240,6 +244,7 @@ impl Relay {
             .map_err(Error::Transport)?
             .with_handshake_timeout(settings.link_handshake_timeout)
             .with_tcp_congestion(settings.tcp_congestion.clone())
+            .with_unsent_limit(settings.unsent_limit)
             .with_pctcp(settings.pctcp)
             // Peers open pctcp lanes to the address they know us by.
             .with_lane_address(settings.listen);

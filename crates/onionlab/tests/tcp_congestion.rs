@@ -3,7 +3,9 @@
 //! default here is another algorithm), a download goes through, and every
 //! TCP socket each relay holds (listener, links to the client and to the
 //! other relays) reads back `reno` with `getsockopt(TCP_CONGESTION)` on a
-//! duplicate of the relay's own descriptor (`pidfd_getfd`).
+//! duplicate of the relay's own descriptor (`pidfd_getfd`). So does the
+//! KIST-like `channel_unsent_limit` (`TCP_NOTSENT_LOWAT`) on every link
+//! socket of relays and client.
 
 use std::fs;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -14,6 +16,8 @@ use onionlab_transport::tcp::congestion_of;
 
 const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];
 const WANT: &str = "reno";
+/// A `channel_unsent_limit` no kernel has by default.
+const LIMIT: u32 = 12_345;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_onionlab"))
@@ -41,6 +45,24 @@ fn steal_fd(pid: u32, fd: i32) -> Option<OwnedFd> {
 
 /// The congestion control of every TCP socket of process `pid`.
 fn tcp_congestion_of_process(pid: u32) -> Vec<String> {
+    tcp_sockets_of_process(pid)
+        .iter()
+        .filter_map(|s| congestion_of(s).ok())
+        .collect()
+}
+
+/// `TCP_NOTSENT_LOWAT` of every connected (not listening) TCP socket of
+/// process `pid`.
+fn unsent_limits_of_process(pid: u32) -> Vec<u32> {
+    tcp_sockets_of_process(pid)
+        .iter()
+        .filter(|s| s.is_listener().ok() == Some(false))
+        .filter_map(|s| s.tcp_notsent_lowat().ok())
+        .collect()
+}
+
+/// Duplicates of every TCP socket of process `pid`.
+fn tcp_sockets_of_process(pid: u32) -> Vec<socket2::Socket> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
     };
@@ -64,9 +86,7 @@ fn tcp_congestion_of_process(pid: u32) -> Vec<String> {
                 Some(socket2::Domain::IPV4 | socket2::Domain::IPV6)
             );
         if tcp {
-            if let Ok(cc) = congestion_of(&sock) {
-                found.push(cc);
-            }
+            found.push(sock);
         }
     }
     found
@@ -78,13 +98,19 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
     for i in 0..3 {
-        net.append_relay_config(i, &format!("tcp_congestion = \"{WANT}\"\n"))
-            .expect("relay config");
+        net.append_relay_config(
+            i,
+            &format!("tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}\n"),
+        )
+        .expect("relay config");
     }
     net.set_transport("tls").expect("tls");
     net.start_relays().expect("relays start");
-    net.start_client(Some(&PATH), &format!("tcp_congestion = \"{WANT}\""))
-        .expect("client starts");
+    net.start_client(
+        Some(&PATH),
+        &format!("tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}"),
+    )
+    .expect("client starts");
     let server = testnet::workload_server().await.expect("server");
     testnet::download(net.socks_addr(), server, 1 << 20, None)
         .await
@@ -97,6 +123,15 @@ async fn relay_sockets_use_the_configured_congestion_control() {
         // middle; middle: both neighbours; exit: the middle).
         assert!(ccs.len() >= 2, "relay{i}: TCP sockets {ccs:?}");
         assert!(ccs.iter().all(|c| c == WANT), "relay{i}: {ccs:?}");
+        let limits = unsent_limits_of_process(pid);
+        if i < 2 {
+            // Guard and middle hold only links.
+            assert!(!limits.is_empty(), "relay{i}: no link sockets");
+            assert!(limits.iter().all(|l| *l == LIMIT), "relay{i}: {limits:?}");
+        } else {
+            // The exit's connection to the server is no channel.
+            assert!(limits.contains(&LIMIT), "relay{i}: {limits:?}");
+        }
     }
     let client = net
         .client
@@ -107,6 +142,10 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     assert!(
         ccs.iter().filter(|c| *c == WANT).count() >= 1,
         "client: {ccs:?}"
+    );
+    assert!(
+        unsent_limits_of_process(client).contains(&LIMIT),
+        "client: its link to the guard"
     );
     net.stop();
     let _ = fs::remove_dir_all(&dir);

@@ -96,6 +96,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.channel_idle_timeout = Duration::from_millis(cfg.channel_idle_timeout_ms);
         settings.tcp_congestion = TcpCongestion::parse(cfg.tcp_congestion_name())
             .map_err(|e| Error::Usage(format!("{}: tcp_congestion: {e}", args.config.display())))?;
+        settings.unsent_limit = cfg.channel_unsent_limit;
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)

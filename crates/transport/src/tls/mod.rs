@@ -71,6 +71,17 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// Unanswered TCP keep-alive probes before the connection fails.
 pub const KEEPALIVE_PROBES: u32 = 3;
 
+/// Set `TCP_NOTSENT_LOWAT` on `tcp` if `limit` says so. Best effort, as
+/// keep-alive: a kernel without it leaves the socket unlimited, logged.
+fn set_unsent_limit(tcp: &TcpStream, limit: Option<u32>) {
+    let Some(limit) = limit else {
+        return;
+    };
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_notsent_lowat(limit) {
+        tracing::warn!("TCP_NOTSENT_LOWAT {limit} not set: {e}");
+    }
+}
+
 /// Turn TCP keep-alive off on `tls`'s socket: for the connections of
 /// links whose liveness is judged over all their connections together
 /// ([`crate::liveness`]). Best effort, as turning it on.
@@ -119,6 +130,9 @@ struct Inner {
     torchestra_switches: bool,
     /// Heartbeat and silence limit of pctcp and torchestra links.
     liveness: LivenessTiming,
+    /// Most unsent bytes each TCP socket holds (`TCP_NOTSENT_LOWAT`);
+    /// `None`: the kernel's setting.
+    unsent_limit: Option<u32>,
 }
 
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -145,6 +159,7 @@ impl TlsTransport {
                 pctcp: NodeLanes::new(PctcpSettings::default()),
                 torchestra_switches: true,
                 liveness: LivenessTiming::default(),
+                unsent_limit: None,
             }),
         })
     }
@@ -165,6 +180,7 @@ impl TlsTransport {
                 pctcp: NodeLanes::new(PctcpSettings::default()),
                 torchestra_switches: true,
                 liveness: LivenessTiming::default(),
+                unsent_limit: None,
             }),
         }
     }
@@ -208,6 +224,18 @@ impl TlsTransport {
     /// as tls (for tests of a peer that does not switch).
     pub fn with_torchestra_switching(mut self, on: bool) -> Self {
         Arc::make_mut(&mut self.inner).torchestra_switches = on;
+        self
+    }
+
+    /// Limit every TCP socket this transport opens or accepts to `limit`
+    /// bytes written and not yet sent (`TCP_NOTSENT_LOWAT`; `None`: the
+    /// kernel's `net.ipv4.tcp_notsent_lowat`, unlimited by default). A
+    /// KIST-like write limit: the socket refuses more once that much waits
+    /// unsent, so cells wait in the circuit queues, where the scheduler
+    /// orders them, instead of in the kernel (C tor's KIST scheduler,
+    /// default since 0.3.2, writes only what TCP can send soon).
+    pub fn with_unsent_limit(mut self, limit: Option<u32>) -> Self {
+        Arc::make_mut(&mut self.inner).unsent_limit = limit;
         self
     }
 
@@ -309,6 +337,7 @@ impl TlsTransport {
             source,
         })?;
         set_keepalive(&tcp);
+        set_unsent_limit(&tcp, self.inner.unsent_limit);
         let verifier = Arc::new(identity::ExpectIdentity::new(
             expected,
             &self.inner.provider,
@@ -493,6 +522,7 @@ impl crate::Listener for TlsListener {
         // Best effort: a socket that refuses NODELAY still works.
         let _ = tcp.set_nodelay(true);
         set_keepalive(&tcp);
+        set_unsent_limit(&tcp, self.transport.inner.unsent_limit);
         // Inherited from the listener already; a refusal here would be a
         // kernel surprise, and a measurement must not run on another
         // algorithm unnoticed.
@@ -587,6 +617,24 @@ impl crate::Incoming for TlsIncoming {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_unsent_limit_reaches_the_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (client, _server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        let client = client.expect("connect");
+        set_unsent_limit(&client, None);
+        let kernel = socket2::SockRef::from(&client)
+            .tcp_notsent_lowat()
+            .expect("read");
+        set_unsent_limit(&client, Some(16 * 1024));
+        let r = socket2::SockRef::from(&client);
+        assert_eq!(r.tcp_notsent_lowat().expect("read"), 16 * 1024);
+        assert_ne!(kernel, 16 * 1024, "the kernel default differs");
+    }
 
     #[tokio::test]
     async fn tls_sockets_get_tcp_keepalive() {
