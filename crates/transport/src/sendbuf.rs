@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, Padding};
 use onionlab_cell::codec::CellCodec;
-use tokio::io::{AsyncWriteExt, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_rustls::TlsStream;
@@ -21,6 +21,15 @@ use crate::Error;
 
 /// A TLS-over-TCP connection.
 pub(crate) type Tls = TlsStream<TcpStream>;
+
+/// A reliable, ordered byte stream carrying a link's cells: a TLS
+/// connection, or a dtls-utcp lane.
+pub(crate) trait Conn: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Conn for T {}
+
+/// Any [`Conn`].
+pub(crate) type BoxConn = Box<dyn Conn>;
 
 /// How long a closing connection's shutdown may take.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,10 +117,10 @@ impl SendBuffer {
 /// Write `buffer` to `w` until it closes, then shut the connection's
 /// sending side down. `guard` lives as long as the task (a count of open
 /// connections, say).
-pub(crate) async fn write_task<O: Owner, G: Send + Sync>(
+pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin + Send>(
     owner: Arc<O>,
     buffer: Arc<SendBuffer>,
-    mut w: WriteHalf<Tls>,
+    mut w: W,
     guard: Option<Arc<G>>,
 ) {
     loop {

@@ -6,9 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use onionlab_cell::chan::{
-    AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
-};
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
 use onionlab_transport::pctcp::PctcpSettings;
@@ -20,37 +18,15 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::mpsc;
 
+mod lanes_common;
+use lanes_common::*;
+
 fn keys(seed: u64) -> RelaySecretKeys {
     RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed))
 }
 
 fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("literal")
-}
-
-/// Cell `i` of circuit `circ`: its index in the first body bytes.
-fn cell(circ: u32, i: u32) -> AnyChanCell {
-    let mut body = [0u8; 509];
-    body[..4].copy_from_slice(&i.to_be_bytes());
-    body[4..8].copy_from_slice(&circ.to_be_bytes());
-    ChanCell::new(CircId::new(circ), AnyChanMsg::Relay(Relay::new(body)))
-}
-
-fn destroy(circ: u32) -> AnyChanCell {
-    ChanCell::new(
-        CircId::new(circ),
-        AnyChanMsg::Destroy(Destroy::new(DestroyReason::FINISHED)),
-    )
-}
-
-/// (circuit, index) of a cell from [`cell`]; `None` for others.
-fn index_of(c: &AnyChanCell) -> Option<(u32, u32)> {
-    let AnyChanMsg::Relay(r) = c.msg().clone() else {
-        return None;
-    };
-    let body = r.into_relay_body();
-    let i = u32::from_be_bytes(body[..4].try_into().ok()?);
-    Some((c.circid().map(u32::from)?, i))
 }
 
 /// A relay node for the tests: its TCP transport, listening, handing the
@@ -118,42 +94,6 @@ async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
     (ours, theirs)
 }
 
-/// Queue `cells` on `w` respecting each lane's room.
-async fn send(w: &mut impl CellWriter, cells: Vec<AnyChanCell>) {
-    for c in cells {
-        let id = c.circid().expect("circuit cell");
-        while !w.has_room_for(id) {
-            tokio::time::timeout(Duration::from_secs(10), w.writable())
-                .await
-                .expect("a lane drains");
-        }
-        w.queue(c).expect("queue");
-    }
-}
-
-/// Read until `n` cells arrived.
-async fn receive(r: &mut impl CellReader, n: usize) -> Vec<AnyChanCell> {
-    let mut got = Vec::new();
-    while got.len() < n {
-        tokio::time::timeout(Duration::from_secs(10), r.read_cells(&mut got))
-            .await
-            .expect("cells arrive in time")
-            .expect("link alive");
-    }
-    got
-}
-
-/// Cells of each circuit, in the order received.
-fn per_circuit(cells: &[AnyChanCell]) -> std::collections::BTreeMap<u32, Vec<u32>> {
-    let mut m = std::collections::BTreeMap::<u32, Vec<u32>>::new();
-    for c in cells {
-        if let Some((circ, i)) = index_of(c) {
-            m.entry(circ).or_default().push(i);
-        }
-    }
-    m
-}
-
 async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..200 {
         if f() {
@@ -210,27 +150,7 @@ async fn a_reused_circuit_id_is_delivered_after_the_old_circuits_destroy() {
     let a = node(3, 64, None).await;
     let mut b = node(4, 64, None).await;
     let (mut ab, mut ba) = link(&a, &mut b).await;
-    let circ = 0x8000_0042;
-    // Each round: a circuit's cells and DESTROY, then the same ID again
-    // on a new lane. The receiver must see every DESTROY before the next
-    // round's cells.
-    let rounds = 20u32;
-    let mut cells = Vec::new();
-    for r in 0..rounds {
-        for i in 0..20 {
-            cells.push(cell(circ, r * 100 + i));
-        }
-        cells.push(destroy(circ));
-    }
-    let n = cells.len();
-    let (_, got) = tokio::join!(send(&mut ab.writer, cells), receive(&mut ba.reader, n));
-    let mut want = Vec::new();
-    for r in 0..rounds {
-        want.extend((0..20).map(|i| Some(r * 100 + i)));
-        want.push(None);
-    }
-    let seen: Vec<Option<u32>> = got.iter().map(|c| index_of(c).map(|x| x.1)).collect();
-    assert_eq!(seen, want);
+    reused_circuit_id_is_ordered(&mut ab.writer, &mut ba.reader, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,11 +24,13 @@ use tracing::debug;
 use super::wire::{self, LanePreamble, TOKEN_LEN};
 use super::{NodeLanes, MAX_LANES_PER_LINK};
 use crate::link::StreamCellReader;
+use crate::liveness::LivenessTiming;
 use crate::liveness::{self, Heard, Liveness};
 use crate::quic::wire::{lane_end, next_lane_cell};
-use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
+use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, SendBuffer};
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 /// Bytes of encoded cells a connection's buffer holds before it reports
 /// no room.
@@ -55,14 +57,56 @@ const ENDED_GRACE: Duration = Duration::from_secs(60);
 
 /// Everything needed to start a link after its handshakes.
 pub(crate) struct LinkSpec {
-    pub(crate) tls: Tls,
+    /// The main connection (its kernel keep-alive already off).
+    pub(crate) conn: BoxConn,
     pub(crate) leftover: BytesMut,
     pub(crate) link_version: u16,
     pub(crate) peer: PeerInfo,
     pub(crate) our_token: [u8; TOKEN_LEN],
     pub(crate) peer_token: [u8; TOKEN_LEN],
-    /// Where lanes to the peer go (`None`: the peer accepts none).
-    pub(crate) lane_target: Option<SocketAddr>,
+    /// How lanes to the peer are opened.
+    pub(crate) dialer: Dialer,
+    /// Heartbeat and silence limit.
+    pub(crate) liveness: LivenessTiming,
+}
+
+/// How a link opens its lanes.
+pub(crate) enum Dialer {
+    /// TLS over TCP to the peer's lane address (`None`: the peer accepts
+    /// none).
+    Tcp {
+        transport: TlsTransport,
+        target: Option<SocketAddr>,
+    },
+    /// A lane of the link's dtls-utcp session.
+    Utcp(Arc<crate::utcp::UtcpSession>),
+}
+
+impl Dialer {
+    /// Whether lanes can be opened to the peer at all.
+    fn can_open(&self) -> bool {
+        match self {
+            Dialer::Tcp { target, .. } => target.is_some(),
+            Dialer::Utcp(_) => true,
+        }
+    }
+
+    /// A new lane to `peer` (which must prove `identity`), its kernel
+    /// keep-alive off.
+    async fn open(&self, peer: SocketAddr, identity: Ed25519Identity) -> Result<BoxConn, Error> {
+        match self {
+            Dialer::Tcp { transport, target } => {
+                let target = target.ok_or_else(|| Error::Protocol {
+                    peer,
+                    detail: "a lane to a peer that accepts none".into(),
+                })?;
+                let tls = transport.connect_tls(target, identity).await?;
+                keepalive_off(&tls);
+                Ok(Box::new(tls))
+            }
+            Dialer::Utcp(session) => Ok(Box::new(session.open_lane()?)),
+        }
+    }
 }
 
 /// Where the circuits' incoming lanes stand in their receive order.
@@ -90,11 +134,11 @@ struct SendSeq {
 pub(crate) struct LinkShared {
     pub(crate) peer: PeerInfo,
     link_version: u16,
-    transport: TlsTransport,
+    dialer: Dialer,
+    liveness_timing: LivenessTiming,
     node: Arc<NodeLanes>,
     our_token: [u8; TOKEN_LEN],
     peer_token: [u8; TOKEN_LEN],
-    lane_target: Option<SocketAddr>,
     main: Arc<SendBuffer>,
     /// Send lanes by circuit ID.
     lanes: Mutex<HashMap<u32, Arc<SendBuffer>>>,
@@ -160,6 +204,16 @@ impl LinkShared {
         self.tasks.spawn(task);
     }
 
+    /// Run `task` with the link's own (aborted when the link ends).
+    pub(crate) fn spawn_task(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.spawn(task)
+    }
+
+    /// The link is broken (for the transports built on this module).
+    pub(crate) fn fail_with(&self, e: Error) {
+        self.fail(e)
+    }
+
     /// Take the next receive slot of `circ_id`: the previous lane's end
     /// to wait for, and our own end signal.
     fn order_slot(&self, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
@@ -221,18 +275,17 @@ struct ReadSlot {
 /// Start a link's tasks and return its halves.
 pub(crate) fn start(
     spec: LinkSpec,
-    transport: TlsTransport,
     node: Arc<NodeLanes>,
 ) -> (Link<PctcpReader, PctcpWriter>, Arc<LinkShared>) {
     let (tx, rx) = mpsc::channel(READER_QUEUE);
     let shared = Arc::new(LinkShared {
         peer: spec.peer.clone(),
         link_version: spec.link_version,
-        transport,
+        dialer: spec.dialer,
+        liveness_timing: spec.liveness,
         node,
         our_token: spec.our_token,
         peer_token: spec.peer_token,
-        lane_target: spec.lane_target,
         main: SendBuffer::new(0),
         lanes: Mutex::default(),
         on_main: Mutex::default(),
@@ -250,9 +303,8 @@ pub(crate) fn start(
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
     });
-    keepalive_off(&spec.tls);
-    let (r, w) = tokio::io::split(spec.tls);
-    shared.spawn(write_task::<_, LaneCount>(
+    let (r, w) = tokio::io::split(spec.conn);
+    shared.spawn(write_task::<_, LaneCount, _>(
         shared.clone(),
         shared.main.clone(),
         w,
@@ -301,13 +353,13 @@ async fn watch_liveness(link: Arc<LinkShared>) {
         buffered: &link.send_bytes,
         link_version: link.link_version,
     };
-    let timing = link.transport.liveness_timing();
+    let timing = link.liveness_timing;
     let connections = || 1 + link.lanes_open.load(AtomicOrdering::Relaxed);
     liveness::watchdog(&*link, &link.liveness, timing, heartbeat, connections).await
 }
 
 /// Read the main connection: cells of any circuit. Its end is the link's.
-async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<ReadHalf<Tls>>>) {
+async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<ReadHalf<BoxConn>>>) {
     let mut cells = Vec::new();
     loop {
         cells.clear();
@@ -369,25 +421,21 @@ async fn open_lane(
     count: Arc<LaneCount>,
 ) {
     let opened = async {
-        let target = link.lane_target.ok_or_else(|| Error::Protocol {
-            peer: link.addr(),
-            detail: "a lane to a peer that accepts none".into(),
-        })?;
         let identity = link.peer.identity.ok_or_else(|| Error::Protocol {
             peer: link.addr(),
             detail: "a lane to an anonymous peer".into(),
         })?;
-        let mut tls = link.transport.connect_tls(target, identity).await?;
-        tls.write_all(&wire::encode_lane_preamble(&preamble))
+        let mut conn = link.dialer.open(link.addr(), identity).await?;
+        conn.write_all(&wire::encode_lane_preamble(&preamble))
             .await
             .map_err(|source| Error::Tls {
-                peer: target,
+                peer: link.addr(),
                 source,
             })?;
-        Ok::<_, Error>(tls)
+        Ok::<_, Error>(conn)
     };
-    let tls = match opened.await {
-        Ok(tls) => tls,
+    let conn = match opened.await {
+        Ok(conn) => conn,
         Err(e) => {
             lane.state().dead = true;
             link.fail(e);
@@ -395,8 +443,7 @@ async fn open_lane(
         }
     };
     debug!(peer = %link.addr(), circ_id = lane.circ_id, seq = preamble.seq, "pctcp lane opened");
-    keepalive_off(&tls);
-    let (r, w) = tokio::io::split(tls);
+    let (r, w) = tokio::io::split(conn);
     let r = Heard::new(r, link.liveness.clone());
     let (prev, slot) = slot;
     link.spawn(read_lane(
@@ -414,7 +461,7 @@ async fn open_lane(
 /// A lane the peer opened (its preamble read and checked): wait for its
 /// turn among the peer's lanes of the same circuit ID, read it, and send
 /// our side of the circuit on it unless we have a lane of our own.
-pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, tls: Tls) {
+pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: BoxConn) {
     if link.lanes_open.load(AtomicOrdering::Relaxed) >= MAX_LANES_PER_LINK {
         link.fail(Error::Protocol {
             peer: link.addr(),
@@ -445,8 +492,7 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, tls: T
         }
         link.admitted.notify_waiters();
         debug!(peer = %link.addr(), circ_id = preamble.circ_id, seq = preamble.seq, "pctcp lane accepted");
-        keepalive_off(&tls);
-        let (r, mut w) = tokio::io::split(tls);
+        let (r, mut w) = tokio::io::split(conn);
         let r = Heard::new(r, link.liveness.clone());
         let circ_id = preamble.circ_id;
         let ours = match lock(&link.lanes).entry(circ_id) {
@@ -496,7 +542,7 @@ async fn wait_for_predecessor(link: &LinkShared, p: &LanePreamble) -> bool {
 async fn read_lane(
     link: Arc<LinkShared>,
     circ_id: u32,
-    mut r: Heard<ReadHalf<Tls>>,
+    mut r: Heard<ReadHalf<BoxConn>>,
     mut buf: BytesMut,
     prev: Option<oneshot::Receiver<()>>,
     slot: ReadSlot,
@@ -627,7 +673,7 @@ impl PctcpWriter {
     /// fallback to the main connection is counted and logged).
     fn may_open_lane(&self) -> bool {
         let link = self.link();
-        if link.lane_target.is_none() || link.peer.identity.is_none() {
+        if !link.dialer.can_open() || link.peer.identity.is_none() {
             return false;
         }
         let node_full = link.node.open.load(AtomicOrdering::Relaxed) >= link.node.max;

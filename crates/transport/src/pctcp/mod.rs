@@ -93,14 +93,14 @@ use tokio_rustls::TlsStream;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
-use lanes::{LinkShared, LinkSpec};
+use lanes::{Dialer, LinkShared, LinkSpec};
 pub use lanes::{PctcpReader, PctcpWriter};
 use wire::{LinkPreamble, Start, TOKEN_LEN};
 
 use crate::any::{AnyLink, Endpoints};
 use crate::link;
 use crate::registry::{Endpoint, SettingInfo, TransportInfo};
-use crate::tls::TlsTransport;
+use crate::tls::{keepalive_off, TlsTransport};
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
 /// Default [`PctcpSettings::max_lanes`]: well under the usual 1024
@@ -343,10 +343,11 @@ async fn connect(
     let peer_token = wire::parse_link_answer(&answer)
         .map_err(|detail| Error::Protocol { peer: addr, detail })?;
     let negotiated = link::handshake(&mut tls, transport.initiator_role(), addr).await?;
+    keepalive_off(&tls);
     Ok(start(
         transport,
         LinkSpec {
-            tls,
+            conn: Box::new(tls),
             leftover: negotiated.leftover,
             link_version: negotiated.link_version,
             peer: PeerInfo {
@@ -355,7 +356,11 @@ async fn connect(
             },
             our_token,
             peer_token,
-            lane_target: Some(addr),
+            dialer: Dialer::Tcp {
+                transport: transport.clone(),
+                target: Some(addr),
+            },
+            liveness: transport.liveness_timing(),
         },
     ))
 }
@@ -363,7 +368,7 @@ async fn connect(
 fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWriter> {
     let node = transport.pctcp_lanes().clone();
     let token = spec.our_token;
-    let (link, shared) = lanes::start(spec, transport.clone(), node.clone());
+    let (link, shared) = lanes::start(spec, node.clone());
     node.register(token, LinkRef::Pctcp(Arc::downgrade(&shared)));
     link
 }
@@ -407,7 +412,8 @@ pub(crate) async fn accept(
                     "lane connection from another identity than its link's".into(),
                 ));
             }
-            lanes::accept_lane(&link, p, tls);
+            keepalive_off(&tls);
+            lanes::accept_lane(&link, p, Box::new(tls));
             Ok(Accepted::Lane)
         }
         Start::Heavy => {
@@ -456,13 +462,20 @@ pub(crate) async fn accept(
             let link = start(
                 transport,
                 LinkSpec {
-                    tls,
+                    conn: {
+                        keepalive_off(&tls);
+                        Box::new(tls)
+                    },
                     leftover: negotiated.leftover,
                     link_version: negotiated.link_version,
                     peer: PeerInfo { identity, addr },
                     our_token,
                     peer_token: p.token,
-                    lane_target,
+                    dialer: Dialer::Tcp {
+                        transport: transport.clone(),
+                        target: lane_target,
+                    },
+                    liveness: transport.liveness_timing(),
                 },
             );
             Ok(Accepted::Link(AnyLink::erase(TransportKind::PCTCP, link)))

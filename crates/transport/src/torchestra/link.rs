@@ -179,7 +179,7 @@ impl LinkShared {
         }
         keepalive_off(&tls);
         let (r, w) = tokio::io::split(tls);
-        self.spawn(write_task::<_, ()>(
+        self.spawn(write_task::<_, (), _>(
             self.clone(),
             self.heavy.clone(),
             w,
@@ -231,7 +231,7 @@ pub(crate) fn start(
     });
     keepalive_off(&spec.tls);
     let (r, w) = tokio::io::split(spec.tls);
-    shared.spawn(write_task::<_, ()>(
+    shared.spawn(write_task::<_, (), _>(
         shared.clone(),
         shared.light.clone(),
         w,

@@ -4,9 +4,12 @@
 //! module runs them on sockets.
 //!
 //! Built so far: the UDP socket and its sessions, with each lane as a
-//! byte stream ([`socket`]). Not yet: circuits on lanes, the link's
-//! reader and writer, the registry entry.
+//! byte stream ([`socket`]), and links with circuits on lanes ([`link`],
+//! pctcp's machinery over the session's lanes). Not yet: the registry
+//! entry (network document address, relay and client settings, the lab).
 
+pub mod link;
 pub mod socket;
 
-pub use socket::{LaneStream, UtcpSession, UtcpSocket};
+pub use link::{UtcpLink, UtcpSettings, UtcpTransport};
+pub use socket::{IncomingLanes, LaneStream, UtcpSession, UtcpSocket};

@@ -264,9 +264,17 @@ impl UtcpSession {
         })
     }
 
-    /// The next lane the peer opened (`None`: the session ended).
+    /// The next lane the peer opened (`None`: the session ended, or its
+    /// lanes were taken by [`incoming`](Self::incoming)).
     pub async fn accept_lane(&mut self) -> Option<LaneStream> {
         self.incoming.recv().await
+    }
+
+    /// Take the lanes the peer opens, to accept them elsewhere (the
+    /// session keeps opening its own).
+    pub fn incoming(&mut self) -> IncomingLanes {
+        let (_, closed) = mpsc::channel(1);
+        IncomingLanes(std::mem::replace(&mut self.incoming, closed))
     }
 
     /// Lanes open on this session.
@@ -287,6 +295,16 @@ impl Drop for UtcpSession {
                 lane.fail(io::ErrorKind::ConnectionAborted);
             }
         }
+    }
+}
+
+/// The lanes a session's peer opens (see [`UtcpSession::incoming`]).
+pub struct IncomingLanes(mpsc::Receiver<LaneStream>);
+
+impl IncomingLanes {
+    /// The next one (`None`: the session ended).
+    pub async fn next(&mut self) -> Option<LaneStream> {
+        self.0.recv().await
     }
 }
 

@@ -1,0 +1,308 @@
+//! dtls-utcp links: one DTLS session per link, its first lane the link's
+//! control lane, every circuit on a lane of its own. Above the lanes it is
+//! pctcp's code ([`crate::pctcp`]): the same lane preamble (circuit ID,
+//! lane number, predecessor), the same ordering of reused circuit IDs, the
+//! same fallback to the control lane above the lane cap, the same liveness
+//! check; only how a lane is opened and accepted differs.
+//!
+//! # The control lane
+//!
+//! The session's opener opens the first lane and writes `OLU1` and its
+//! 16-byte link token; the acceptor answers `OLU1` and its own token. Tor's
+//! VERSIONS/NETINFO handshake follows on the same lane, which then carries
+//! link-level cells and the circuits that have no lane. Each later lane
+//! starts with pctcp's lane preamble naming the receiver's token.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_utcp::endpoint::{DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_SESSIONS};
+use onionlab_utcp::{EndpointConfig, SessionConfig, Settings};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+use tracing::debug;
+
+use super::socket::{IncomingLanes, UtcpSession, UtcpSocket};
+use crate::link::{self, Role};
+use crate::liveness::LivenessTiming;
+use crate::pctcp::lanes::{self, Dialer, LinkShared, LinkSpec};
+use crate::pctcp::wire::{self, TOKEN_LEN};
+use crate::pctcp::{NodeLanes, PctcpReader, PctcpSettings, PctcpWriter};
+use crate::{Error, Link, PeerInfo};
+
+/// First bytes of the control lane, each way.
+const CONTROL_MAGIC: &[u8; 4] = b"OLU1";
+/// How long a peer's new lane may take to name its circuit.
+const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A dtls-utcp link's halves (pctcp's reader and writer).
+pub type UtcpLink = Link<PctcpReader, PctcpWriter>;
+
+/// The settings of a node's dtls-utcp transport.
+#[derive(Clone, Debug)]
+pub struct UtcpSettings {
+    /// The lanes' user-space TCP.
+    pub utcp: Settings,
+    /// Largest UDP payload sent.
+    pub datagram: usize,
+    /// Bound on the DTLS handshake, the identity exchange and the link
+    /// handshake.
+    pub handshake_timeout: Duration,
+    /// Heartbeat and silence limit of the links.
+    pub liveness: LivenessTiming,
+    /// Lanes the node keeps open at most; above it circuits share the
+    /// control lane.
+    pub max_lanes: usize,
+}
+
+impl Default for UtcpSettings {
+    fn default() -> Self {
+        UtcpSettings {
+            utcp: Settings::default(),
+            datagram: 1280,
+            handshake_timeout: crate::tls::DEFAULT_HANDSHAKE_TIMEOUT,
+            liveness: LivenessTiming::default(),
+            max_lanes: crate::pctcp::DEFAULT_MAX_LANES,
+        }
+    }
+}
+
+/// A node's dtls-utcp transport: a relay accepts sessions on one socket
+/// and opens its own from another (`docs/dtls-utcp.md`, section 6); a
+/// client only opens.
+pub struct UtcpTransport {
+    accepting: Option<UtcpSocket>,
+    opening: UtcpSocket,
+    settings: UtcpSettings,
+    my_addrs: Vec<IpAddr>,
+    relay: bool,
+    node: Arc<NodeLanes>,
+}
+
+impl UtcpTransport {
+    /// A relay's transport, accepting at `listen` (UDP) and opening from
+    /// an ephemeral port of the same address.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if a socket cannot be bound, [`Error::Config`] for
+    /// settings out of range.
+    pub async fn relay(
+        keys: &RelaySecretKeys,
+        my_addrs: Vec<IpAddr>,
+        listen: SocketAddr,
+        settings: UtcpSettings,
+    ) -> Result<Self, Error> {
+        let secret = keys.ed25519_keypair().as_bytes();
+        let identity = Some(Arc::new(tor_llcrypto::pk::ed25519::Keypair::from_bytes(
+            secret,
+        )));
+        let accepting =
+            UtcpSocket::bind(listen, endpoint_config(&settings, identity.clone(), true)).await?;
+        let opening = UtcpSocket::bind(
+            SocketAddr::new(listen.ip(), 0),
+            endpoint_config(&settings, identity, false),
+        )
+        .await?;
+        Ok(Self::from_parts(
+            Some(accepting),
+            opening,
+            settings,
+            my_addrs,
+            true,
+        ))
+    }
+
+    /// A client's transport (anonymous, opening only), bound to `ip`.
+    ///
+    /// # Errors
+    ///
+    /// As [`relay`](Self::relay).
+    pub async fn client(ip: IpAddr, settings: UtcpSettings) -> Result<Self, Error> {
+        let opening = UtcpSocket::bind(
+            SocketAddr::new(ip, 0),
+            endpoint_config(&settings, None, false),
+        )
+        .await?;
+        Ok(Self::from_parts(None, opening, settings, Vec::new(), false))
+    }
+
+    fn from_parts(
+        accepting: Option<UtcpSocket>,
+        opening: UtcpSocket,
+        settings: UtcpSettings,
+        my_addrs: Vec<IpAddr>,
+        relay: bool,
+    ) -> Self {
+        let node = NodeLanes::new(PctcpSettings {
+            max_lanes: settings.max_lanes,
+        });
+        UtcpTransport {
+            accepting,
+            opening,
+            settings,
+            my_addrs,
+            relay,
+            node,
+        }
+    }
+
+    /// Where a relay accepts sessions.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.accepting.as_ref().map(UtcpSocket::local_addr)
+    }
+
+    /// Open a link to the relay at `addr` (its dtls-utcp UDP address),
+    /// which must prove `expected`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::HandshakeTimeout`], or what failed.
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        expected: Ed25519Identity,
+    ) -> Result<UtcpLink, Error> {
+        let opened = async {
+            let session = self.opening.connect(addr, expected).await?;
+            self.start(session, true).await
+        };
+        tokio::time::timeout(self.settings.handshake_timeout, opened)
+            .await
+            .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    }
+
+    /// The next link a peer opened (`Err(Error::Closed)`: this transport
+    /// accepts none). A session whose link handshake fails is dropped and
+    /// the next one awaited.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] when there is nothing to accept.
+    pub async fn accept(&self) -> Result<UtcpLink, Error> {
+        let socket = self.accepting.as_ref().ok_or(Error::Closed)?;
+        loop {
+            let session = socket.accept().await.ok_or(Error::Closed)?;
+            let peer = session.peer();
+            let started =
+                tokio::time::timeout(self.settings.handshake_timeout, self.start(session, false));
+            match started.await {
+                Ok(Ok(link)) => return Ok(link),
+                Ok(Err(e)) => debug!(%peer, "dtls-utcp link handshake failed: {e}"),
+                Err(_) => debug!(%peer, "dtls-utcp link handshake timed out"),
+            }
+        }
+    }
+
+    /// Lanes open on this node (both sockets).
+    pub fn open_lanes(&self) -> usize {
+        self.node.open.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Run the control lane's exchange and the link handshake on a fresh
+    /// session, then start the link and its acceptor of lanes.
+    async fn start(&self, mut session: UtcpSession, opener: bool) -> Result<UtcpLink, Error> {
+        let peer = session.peer();
+        let identity = session.identity();
+        let mut incoming = session.incoming();
+        let mut control = if opener {
+            session.open_lane()?
+        } else {
+            incoming.next().await.ok_or(Error::Closed)?
+        };
+        let io = |source| Error::Tls { peer, source };
+        let our_token: [u8; TOKEN_LEN] = rand::random();
+        let mut hello = CONTROL_MAGIC.to_vec();
+        hello.extend_from_slice(&our_token);
+        control.write_all(&hello).await.map_err(io)?;
+        let mut answer = [0u8; 4 + TOKEN_LEN];
+        control.read_exact(&mut answer).await.map_err(io)?;
+        if &answer[..4] != CONTROL_MAGIC {
+            return Err(Error::Protocol {
+                peer,
+                detail: "not a dtls-utcp control lane".into(),
+            });
+        }
+        let mut peer_token = [0u8; TOKEN_LEN];
+        peer_token.copy_from_slice(&answer[4..]);
+        let role = if opener {
+            Role::Initiator {
+                my_addrs: self.my_addrs.clone(),
+                relay: self.relay,
+            }
+        } else {
+            Role::Responder {
+                my_addrs: self.my_addrs.clone(),
+            }
+        };
+        let negotiated = link::handshake(&mut control, role, peer).await?;
+        let session = Arc::new(session);
+        let (link, shared) = lanes::start(
+            LinkSpec {
+                conn: Box::new(control),
+                leftover: negotiated.leftover,
+                link_version: negotiated.link_version,
+                peer: PeerInfo {
+                    identity,
+                    addr: peer,
+                },
+                our_token,
+                peer_token,
+                // Lanes go to relays only, as pctcp's: a relay never opens
+                // one to a client.
+                dialer: Dialer::Utcp(session),
+                liveness: self.settings.liveness,
+            },
+            self.node.clone(),
+        );
+        shared.spawn_task(accept_lanes(shared.clone(), incoming, our_token));
+        Ok(link)
+    }
+}
+
+/// Hand the peer's lanes to the link once their preamble named a circuit
+/// (and this link's token); a lane that does not is reset.
+async fn accept_lanes(link: Arc<LinkShared>, mut incoming: IncomingLanes, token: [u8; TOKEN_LEN]) {
+    while let Some(mut lane) = incoming.next().await {
+        let mut bytes = [0u8; wire::LANE_PREAMBLE_LEN];
+        let read = tokio::time::timeout(PREAMBLE_TIMEOUT, lane.read_exact(&mut bytes)).await;
+        let preamble = match read {
+            Ok(Ok(_)) => wire::parse_lane_preamble(&bytes),
+            Ok(Err(e)) => Err(format!("reading a lane preamble: {e}")),
+            Err(_) => Err("no lane preamble in time".into()),
+        };
+        match preamble {
+            Ok(p) if p.token == token => lanes::accept_lane(&link, p, Box::new(lane)),
+            Ok(_) => link.fail_with(Error::Protocol {
+                peer: link.peer.addr,
+                detail: "a lane naming another link".into(),
+            }),
+            Err(detail) => link.fail_with(Error::Protocol {
+                peer: link.peer.addr,
+                detail,
+            }),
+        }
+    }
+}
+
+fn endpoint_config(
+    settings: &UtcpSettings,
+    identity: Option<Arc<tor_llcrypto::pk::ed25519::Keypair>>,
+    accept: bool,
+) -> EndpointConfig {
+    EndpointConfig {
+        session: SessionConfig {
+            utcp: settings.utcp.clone(),
+            datagram: settings.datagram,
+            identity,
+            expect_peer: None,
+            handshake_timeout: settings.handshake_timeout,
+            certificate: None,
+        },
+        accept,
+        max_sessions: DEFAULT_MAX_SESSIONS,
+        max_handshakes: DEFAULT_MAX_HANDSHAKES,
+    }
+}

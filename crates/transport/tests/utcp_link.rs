@@ -1,0 +1,110 @@
+//! dtls-utcp links on loopback: pctcp's circuits-on-lanes over a DTLS
+//! session's user-space TCP lanes. Every circuit gets a lane and its cells
+//! in order both ways, a reused circuit ID is ordered after the old
+//! circuit's DESTROY, a client's link is anonymous, and a relay proving
+//! another identity is refused.
+
+use std::net::SocketAddr;
+
+use onionlab_cell::chan::AnyChanCell;
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_transport::utcp::{UtcpLink, UtcpSettings, UtcpTransport};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+mod lanes_common;
+use lanes_common::*;
+
+fn keys(seed: u64) -> RelaySecretKeys {
+    RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed))
+}
+
+fn loopback() -> SocketAddr {
+    "127.0.0.1:0".parse().expect("literal")
+}
+
+async fn relay(seed: u64) -> (UtcpTransport, RelaySecretKeys) {
+    let k = keys(seed);
+    let t = UtcpTransport::relay(&k, vec![], loopback(), UtcpSettings::default())
+        .await
+        .expect("relay");
+    (t, k)
+}
+
+async fn linked(
+    a: &UtcpTransport,
+    b: &UtcpTransport,
+    b_keys: &RelaySecretKeys,
+) -> (UtcpLink, UtcpLink) {
+    let addr = b.local_addr().expect("b accepts");
+    let (ours, theirs) = tokio::join!(a.connect(addr, b_keys.public().ed_identity), b.accept());
+    (ours.expect("link opens"), theirs.expect("link accepted"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_circuit_gets_a_lane_and_its_cells_in_order() {
+    let (a, ka) = relay(1).await;
+    let (b, kb) = relay(2).await;
+    let (mut ab, mut ba) = linked(&a, &b, &kb).await;
+    assert_eq!(ab.peer.identity, Some(kb.public().ed_identity));
+    assert_eq!(ba.peer.identity, Some(ka.public().ed_identity));
+    let circs: Vec<u32> = (1..=8).map(|i| 0x8000_0000 | i).collect();
+    let n = 200;
+    let cells: Vec<AnyChanCell> = (0..n)
+        .flat_map(|i| circs.iter().map(move |&c| cell(c, i)))
+        .collect();
+    let (_, got) = tokio::join!(
+        send(&mut ab.writer, cells),
+        receive(&mut ba.reader, circs.len() * n as usize)
+    );
+    let per = per_circuit(&got);
+    assert_eq!(per.len(), circs.len());
+    for (circ, idx) in per {
+        assert_eq!(idx, (0..n).collect::<Vec<_>>(), "circuit {circ:#x}");
+    }
+    assert_eq!(a.open_lanes(), circs.len());
+    // Replies go back on the same lanes.
+    let replies: Vec<AnyChanCell> = circs.iter().map(|&c| cell(c, 7)).collect();
+    let (_, got) = tokio::join!(
+        send(&mut ba.writer, replies),
+        receive(&mut ab.reader, circs.len())
+    );
+    assert_eq!(got.len(), circs.len());
+    assert_eq!(a.open_lanes(), circs.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_circuit_id_is_delivered_after_the_old_circuits_destroy() {
+    let (a, _) = relay(3).await;
+    let (b, kb) = relay(4).await;
+    let (mut ab, mut ba) = linked(&a, &b, &kb).await;
+    reused_circuit_id_is_ordered(&mut ab.writer, &mut ba.reader, 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_link_is_anonymous_and_carries_circuits() {
+    let (b, kb) = relay(5).await;
+    let client = UtcpTransport::client("127.0.0.1".parse().unwrap(), UtcpSettings::default())
+        .await
+        .expect("client");
+    let (mut cb, mut bc) = linked(&client, &b, &kb).await;
+    assert_eq!(bc.peer.identity, None, "the relay learns no identity");
+    let cells: Vec<AnyChanCell> = (0..50).map(|i| cell(0x8000_0001, i)).collect();
+    let (_, got) = tokio::join!(send(&mut cb.writer, cells), receive(&mut bc.reader, 50));
+    assert_eq!(got.len(), 50);
+    send(&mut bc.writer, vec![cell(0x8000_0001, 99)]).await;
+    let got = receive(&mut cb.reader, 1).await;
+    assert_eq!(index_of(&got[0]), Some((0x8000_0001, 99)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_proving_another_identity_is_refused() {
+    let (a, _) = relay(6).await;
+    let (b, _) = relay(7).await;
+    let addr = b.local_addr().expect("b accepts");
+    let _accepting = tokio::spawn(async move {
+        let _ = b.accept().await;
+    });
+    let r = a.connect(addr, keys(8).public().ed_identity).await;
+    assert!(r.is_err(), "a link to the wrong relay");
+}
