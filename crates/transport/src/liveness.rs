@@ -50,7 +50,8 @@ pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
 /// still arrives in time.
 pub const DEFAULT_SILENCE_LIMIT: Duration = Duration::from_secs(60);
 
-/// The timers of a multi-connection link's liveness check.
+/// The timers of a multi-connection link's liveness check. The silence
+/// limit should be several heartbeats, or an idle link fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LivenessTiming {
     /// How often each side sends a heartbeat on its main connection.
@@ -180,7 +181,10 @@ pub(crate) async fn watchdog<O: Owner>(
     let mut codec = CellCodec::new(heartbeat.link_version);
     // Checked at least four times per silence limit, so a dead peer is
     // noticed at most a quarter late.
-    let tick = timing.heartbeat.min(timing.silence_limit / 4);
+    let tick = timing
+        .heartbeat
+        .min(timing.silence_limit / 4)
+        .max(Duration::from_millis(10));
     let mut next_heartbeat = tokio::time::Instant::now() + timing.heartbeat;
     loop {
         tokio::time::sleep(tick).await;

@@ -179,3 +179,46 @@ async fn a_dropped_stream_delivers_what_it_wrote_then_ends() {
     assert_eq!(all.len(), data.len());
     assert_eq!(all, data);
 }
+
+/// A client that drops its session and connects again from the same
+/// socket gets a new session at once; the relay's old one ends (its lane
+/// fails, not a clean end), and dropping the old handles afterwards does
+/// not harm the new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_again_from_the_same_socket_replaces_the_old_one() {
+    let key = keypair(1);
+    let (relay, client, ours, mut theirs) = session(&key).await;
+    let mut lane = ours.open_lane().expect("lane");
+    lane.write_all(b"first").await.expect("write");
+    let mut old_lane = theirs.accept_lane().await.expect("lane");
+    let mut buf = [0u8; 5];
+    old_lane.read_exact(&mut buf).await.expect("read");
+    // The session first: its lanes end with it, no FIN.
+    drop(ours);
+    drop(lane);
+    let (again, theirs2) = tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::join!(
+            client.connect(relay.local_addr(), identity(&key)),
+            relay.accept()
+        )
+    })
+    .await
+    .expect("a new session at once");
+    let again = again.expect("the new session");
+    let mut theirs2 = theirs2.expect("the relay's new session");
+    let mut rest = Vec::new();
+    let r = old_lane.read_to_end(&mut rest).await;
+    assert!(r.is_err(), "the old lane fails: {r:?}");
+    drop(old_lane);
+    drop(theirs);
+    let mut lane = again.open_lane().expect("a lane on the new session");
+    lane.write_all(b"second").await.expect("write");
+    lane.shutdown().await.expect("shutdown");
+    let mut l2 = tokio::time::timeout(Duration::from_secs(5), theirs2.accept_lane())
+        .await
+        .expect("in time")
+        .expect("lane");
+    let mut got = Vec::new();
+    l2.read_to_end(&mut got).await.expect("read");
+    assert_eq!(got, b"second");
+}

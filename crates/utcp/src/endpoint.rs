@@ -39,9 +39,13 @@
 //! [`EndpointConfig::max_handshakes`] sessions whose peer has not proven
 //! itself yet (a ClientHello beyond is refused and its sender tries again
 //! on its DTLS retransmission timer); at most
-//! [`EndpointConfig::max_sessions`] in all. Every session shares the
-//! endpoint's DTLS certificate (no key generation per handshake). A
-//! datagram from an unknown address that is neither is dropped unanswered.
+//! [`EndpointConfig::max_sessions`] in all. Every session of a relay's
+//! endpoint shares the endpoint's DTLS certificate (no key generation per
+//! handshake; a client's sessions each get a fresh one, so that relays
+//! cannot link them). A datagram from an unknown address that is neither
+//! is dropped unanswered. Not limited yet: half-open sessions per source
+//! IP address (one host with many ports can take all the half-open
+//! slots for a handshake timeout).
 //! Each refusal is counted in [`EndpointStats`].
 
 use std::collections::{HashMap, VecDeque};
@@ -157,12 +161,21 @@ pub struct Endpoint {
 /// (Record: type 22, version 0xfeXX, epoch 0, sequence, length; then the
 /// handshake message type, 1.)
 pub fn is_client_hello(datagram: &[u8]) -> bool {
-    datagram.len() > 13
+    let record_len = datagram
+        .get(11..13)
+        .map_or(0, |b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+    datagram.len() >= MIN_CLIENT_HELLO
         && datagram[0] == 22
         && datagram[1] == 0xfe
         && datagram[3..5] == [0, 0]
         && datagram[13] == 1
+        && record_len <= datagram.len() - 13
 }
+
+/// Shortest datagram taken for a ClientHello: a DTLS 1.3 ClientHello
+/// (random, cipher suites, a key share) is longer, and anything shorter
+/// would make the 17-byte `RETRY` an amplifier.
+pub const MIN_CLIENT_HELLO: usize = 100;
 
 impl Endpoint {
     /// An endpoint with no sessions; `seed` seeds its sessions' TCP
@@ -183,7 +196,10 @@ impl Endpoint {
                 "max_sessions and max_handshakes must be positive".into(),
             ));
         }
-        if config.session.certificate.is_none() {
+        // A relay's sessions share one certificate (its identity is public
+        // anyway); a client's each get a fresh one, so relays cannot link
+        // its sessions by certificate.
+        if config.session.certificate.is_none() && config.session.identity.is_some() {
             config.session.certificate = Some(Certificate::generate()?);
         }
         config.session.expect_peer = None;
@@ -239,12 +255,20 @@ impl Endpoint {
     /// that session ([`EndpointEvent::Closed`]); what no session takes is
     /// counted and dropped.
     pub fn handle_datagram(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
+        let restarting = self.config.accept
+            && self.sessions.get(&from).is_some_and(|e| e.authenticated)
+            && (is_client_hello(datagram) || datagram.first() == Some(&HELLO));
+        if restarting {
+            self.restart(from, datagram, now);
+            return;
+        }
         if let Some(entry) = self.sessions.get_mut(&from) {
             if datagram.first() == Some(&RETRY) {
                 entry.on_retry(datagram, from, &mut self.out);
                 return;
             }
-            // A HELLO of a session already open: its cookie was checked.
+            // A HELLO of a session still in its handshake (its cookie was
+            // checked when the session began).
             let datagram = match datagram.first() {
                 Some(&HELLO) => datagram.get(1 + COOKIE_LEN..).unwrap_or_default(),
                 _ => datagram,
@@ -285,6 +309,28 @@ impl Endpoint {
             let result = entry.session.handle_datagram(hello, now);
             self.finish(from, result);
         }
+    }
+
+    /// A ClientHello from the address of an authenticated session: the
+    /// peer began a new session (it dropped the old one, or restarted).
+    /// Without a cookie it gets a `RETRY` (stateless, as any ClientHello);
+    /// with a good one, which only the address's owner can have, the old
+    /// session ends (reported) and the new one begins. A forged one harms
+    /// nothing: the `RETRY` goes to the real peer, which ignores it.
+    fn restart(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
+        if datagram.first() != Some(&HELLO) {
+            self.send_retry(from, now);
+            return;
+        }
+        if self.validated_hello(from, datagram, now).is_none() {
+            return;
+        }
+        self.sessions.remove(&from);
+        self.events.push_back(EndpointEvent::Closed {
+            peer: from,
+            error: Error::Auth("the peer began a new session from the same address".into()),
+        });
+        self.handle_datagram(from, datagram, now);
     }
 
     /// The ClientHello inside `datagram` if it is a `HELLO` whose cookie

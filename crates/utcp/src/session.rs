@@ -3,8 +3,10 @@
 //! time, it returns datagrams.
 //!
 //! DTLS is `dimpl` (pure Rust, sans-IO), which authenticates only with
-//! ECDSA certificates. Each side presents a fresh self-signed P-256
-//! certificate; once the handshake is done, each sends one message first:
+//! ECDSA certificates. Each side presents a self-signed P-256
+//! certificate (a relay's endpoint one for all its sessions, a client a
+//! fresh one each); once the handshake is done, each sends one message
+//! first:
 //!
 //! - a relay: `AUTH`, its Ed25519 identity and its signature over
 //!   [`AUTH_LABEL`], its role (0: the session's initiator, 1: responder),
@@ -65,10 +67,11 @@ pub struct SessionConfig {
     /// Give up a handshake after this long.
     pub handshake_timeout: Duration,
     /// The DTLS certificate to present (`None`: a fresh one for this
-    /// session). An endpoint makes one and shares it among its sessions:
-    /// the identity binding covers each session's keying material, so a
-    /// shared certificate binds as well, and a session then costs no key
-    /// generation (a flood of handshakes would otherwise buy one each).
+    /// session). A relay's endpoint makes one and shares it among its
+    /// sessions: the identity binding covers each session's keying
+    /// material, so a shared certificate binds as well, and a session then
+    /// costs no key generation (a flood of handshakes would otherwise buy
+    /// one each). A client's sessions each present a fresh one (unlinkable).
     pub certificate: Option<Certificate>,
 }
 
@@ -124,6 +127,7 @@ pub struct Session {
     out: VecDeque<Vec<u8>>,
     events: VecDeque<SessionEvent>,
     early_segments_dropped: u64,
+    stale_plaintext_dropped: u64,
     buf: Vec<u8>,
 }
 
@@ -214,6 +218,7 @@ impl Session {
             out: VecDeque::new(),
             events: VecDeque::new(),
             early_segments_dropped: 0,
+            stale_plaintext_dropped: 0,
             buf: vec![0; 2048],
         };
         s.pump(now)?;
@@ -221,7 +226,18 @@ impl Session {
     }
 
     /// Take a datagram from the peer. An error ends the session.
+    ///
+    /// Once the peer is authenticated, a datagram that starts with a
+    /// plaintext record (content types 20 to 26: only epoch 0's handshake
+    /// messages are sent so) is dropped and counted: an honest peer sends
+    /// none any more, and dimpl would take a forged ClientHello for a
+    /// renegotiation and end the session, so anyone who knows the address
+    /// pair could end it with one datagram.
     pub fn handle_datagram(&mut self, datagram: &[u8], now: Instant) -> Result<(), Error> {
+        if self.peer.is_some() && datagram.first().is_some_and(|b| (20..=26).contains(b)) {
+            self.stale_plaintext_dropped += 1;
+            return Ok(());
+        }
         self.dtls
             .handle_timeout(now)
             .map_err(|e| Error::Dtls(format!("{e:?}")))?;
@@ -297,6 +313,12 @@ impl Session {
     /// Segments that arrived before the peer's identity and were dropped.
     pub fn early_segments_dropped(&self) -> u64 {
         self.early_segments_dropped
+    }
+
+    /// Plaintext records after authentication, dropped (see
+    /// [`handle_datagram`](Self::handle_datagram)).
+    pub fn stale_plaintext_dropped(&self) -> u64 {
+        self.stale_plaintext_dropped
     }
 
     /// Segments from the authenticated peer that were not TORTP, dropped.

@@ -426,3 +426,65 @@ fn a_forged_retry_only_delays_the_handshake() {
     assert!(net.authenticated(c, r).is_some());
     assert!(net.node(r).stats().bad_cookies >= 1);
 }
+
+/// Once a session is up, a forged ClientHello from its peer's address
+/// (no cookie: the forger cannot receive there) does not end it: the
+/// relay answers with a RETRY the real peer ignores, and the session's
+/// lanes still carry data.
+#[test]
+fn a_forged_client_hello_does_not_end_a_session() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 8);
+    let c = addr(1);
+    net.client_connects(c, r, identity(&relay_key));
+    net.run_for(Duration::from_millis(500));
+    assert!(net.authenticated(r, c).is_some());
+    let now = net.now;
+    let hello = client_hello(r, now);
+    net.node(r).handle_datagram(c, &hello, now);
+    // Also a plaintext record that is not a ClientHello.
+    let mut junk = hello.clone();
+    junk[13] = 2;
+    net.node(r).handle_datagram(c, &junk, now);
+    net.run_for(Duration::from_millis(100));
+    assert!(net.closed(r, c).is_none(), "the session lives");
+    assert!(net.closed(c, r).is_none());
+    let now = net.now;
+    let lane = net
+        .node(c)
+        .with_lanes(r, now, |m| m.open(now))
+        .expect("session")
+        .expect("lane");
+    net.run_for(Duration::from_millis(200));
+    let now = net.now;
+    let sent = net
+        .node(c)
+        .with_lanes(r, now, |m| m.send(lane, b"still here", now))
+        .expect("session")
+        .expect("send");
+    assert_eq!(sent, 10);
+}
+
+/// A client that dropped its session and begins a new one from the same
+/// address (its socket's) replaces the relay's old session: the relay
+/// reports the old one closed and the new one authenticated.
+#[test]
+fn a_new_session_from_the_same_address_replaces_the_old_one() {
+    let relay_key = keypair(1);
+    let (mut net, r) = Net::with_relay(&relay_key, 8);
+    let c = addr(1);
+    net.client_connects(c, r, identity(&relay_key));
+    net.run_for(Duration::from_millis(500));
+    assert!(net.authenticated(r, c).is_some());
+    assert!(net.node(c).close(r));
+    net.events.clear();
+    let now = net.now;
+    net.node(c)
+        .connect(r, identity(&relay_key), now)
+        .expect("connect again");
+    net.run_for(Duration::from_millis(500));
+    assert!(net.closed(r, c).is_some(), "the old session ended");
+    assert!(net.authenticated(r, c).is_some(), "the new one is up");
+    assert!(net.authenticated(c, r).is_some());
+    assert_eq!(net.node(r).sessions(), 1);
+}

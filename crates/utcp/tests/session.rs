@@ -253,3 +253,38 @@ fn a_tampered_record_is_dropped_and_the_lane_recovers() {
         .handle_datagram(&[0x17, 0xfe, 0xfd, 1, 2, 3], net.now)
         .expect("garbage is dropped");
 }
+
+/// After authentication, plaintext records (only epoch 0's handshake
+/// messages are sent so) are dropped and counted: a forged ClientHello
+/// from the peer's address would otherwise be taken for a renegotiation
+/// and end the session.
+#[test]
+fn plaintext_records_after_authentication_are_dropped() {
+    let (ka, kb) = (keypair(1), keypair(2));
+    let mut net = Net::new(
+        config(Some(ka.clone()), Some(identity(&kb))),
+        config(Some(kb.clone()), None),
+    );
+    let t = net.now + Duration::from_millis(500);
+    net.run(t).expect("handshake");
+    // A ClientHello of another session, as a forger would send it.
+    let now = net.now;
+    let mut other = Session::initiate(config(None, Some(identity(&kb))), 9, now).expect("other");
+    let mut at = now;
+    let hello = loop {
+        if let Some(d) = other.poll_transmit() {
+            break d;
+        }
+        at = other.poll_timeout().expect("timer").max(at);
+        other.handle_timeout(at).expect("timer");
+    };
+    net.b
+        .handle_datagram(&hello, now)
+        .expect("dropped, not fatal");
+    net.a
+        .handle_datagram(&hello, now)
+        .expect("dropped, not fatal");
+    assert_eq!(net.b.stale_plaintext_dropped(), 1);
+    assert_eq!(net.a.stale_plaintext_dropped(), 1);
+    transfer(&mut net, 64 * 1024);
+}

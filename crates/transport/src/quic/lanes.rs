@@ -138,6 +138,9 @@ pub(crate) struct LinkShared {
     next_serial: AtomicU64,
     /// Lane connections (conn-per-circuit mode), to close with the link.
     lane_conns: Mutex<HashMap<usize, Connection>>,
+    /// Packets received by lane connections that ended (so the link's
+    /// count of received packets only grows).
+    retired_packets: AtomicU64,
     /// Send-lane tasks, awaited by shutdown.
     tasks: Mutex<Vec<JoinHandle<()>>>,
     cells: mpsc::Sender<Result<Batch, Error>>,
@@ -320,6 +323,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         order: Mutex::default(),
         next_serial: AtomicU64::new(0),
         lane_conns: Mutex::default(),
+        retired_packets: AtomicU64::new(0),
         tasks: Mutex::default(),
         cells: tx,
         room: Notify::new(),
@@ -393,13 +397,13 @@ async fn watch_closed(link: Arc<LinkShared>) {
     link.close_all(CODE_DONE, b"link closed");
 }
 
-/// Packets received so far on the link's connections (those still open).
+/// Packets received so far on all of the link's connections, open or
+/// ended (never decreases: a lane connection's end is no sign of life).
 fn packets_received(link: &LinkShared) -> u64 {
-    let lanes: u64 = lock(&link.lane_conns)
-        .values()
-        .map(|c| c.stats().udp_rx.datagrams)
-        .sum();
-    link.conn.stats().udp_rx.datagrams + lanes
+    let conns = lock(&link.lane_conns);
+    let open: u64 = conns.values().map(|c| c.stats().udp_rx.datagrams).sum();
+    let retired = link.retired_packets.load(AtomicOrdering::Relaxed);
+    link.conn.stats().udp_rx.datagrams + open + retired
 }
 
 /// Fail the link once no packet arrived on any of its connections for
@@ -415,10 +419,8 @@ async fn watch_packets(link: Arc<LinkShared>) {
         if link.conn.close_reason().is_some() {
             return;
         }
-        // Not monotonic (a finished lane connection leaves the sum): any
-        // change means packets arrived or a lane ended, both signs of life.
         let now = packets_received(&link);
-        if now != seen {
+        if now > seen {
             seen = now;
             since = Instant::now();
         } else if since.elapsed() >= limit {
@@ -619,7 +621,10 @@ async fn read_lane(
     if let Some(c) = lane_conn {
         // quinn closes the lane's connection once our sending half (held
         // by its lane task) is gone too.
-        lock(&link.lane_conns).remove(&c.stable_id());
+        if lock(&link.lane_conns).remove(&c.stable_id()).is_some() {
+            link.retired_packets
+                .fetch_add(c.stats().udp_rx.datagrams, AtomicOrdering::Relaxed);
+        }
         log_path_stats(&c, link.addr(), Some(circ_id), "QUIC lane connection done");
     }
 }

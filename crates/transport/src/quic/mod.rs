@@ -82,7 +82,9 @@
 //!   circuit, the connection that carries no circuit can hear nothing for
 //!   seconds under a full bottleneck while its siblings are busy; quinn's
 //!   own per-connection idle timeout is set well above it (four times, at
-//!   least a minute) and only ends connections without a link.
+//!   least a minute; negotiated, the smaller of both sides'): it ends
+//!   connections left without a link, and a connection that heard nothing
+//!   for that long even while its siblings did (which ends the link).
 //! - **Stateless resets (RFC 9000 section 10.3).** A relay's reset key is
 //!   derived from its identity secret key (`relay_endpoint_config`), so the
 //!   same relay restarted on the same address answers a packet of a
@@ -508,8 +510,10 @@ fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
 /// with a connection per circuit, the connection that carries no circuit
 /// sends only keep-alives, and when the path's queue is full of its
 /// siblings' packets it can hear nothing for several seconds while they
-/// are busy; its own idle timeout must not end the link. quinn's timer
-/// only ends connections whose link is gone (or that never got one).
+/// are busy; its own idle timeout must not end the link that soon.
+/// quinn's timer still ends a connection silent for the backstop's
+/// length (and with the main one, the link), and connections whose link
+/// is gone.
 fn backstop_idle_timeout(link_timeout: Duration) -> Duration {
     (link_timeout * 4).max(Duration::from_secs(60))
 }

@@ -69,6 +69,10 @@ struct State {
     /// Sessions and lanes nobody took, dropped by the driver once it has
     /// let go of the lock (their drop takes it).
     unwanted: Vec<Unwanted>,
+    /// The next session's generation: handles carry theirs, so a handle
+    /// of an ended session never touches a later one with the same peer
+    /// address.
+    next_generation: u64,
 }
 
 #[allow(dead_code)] // held only to be dropped
@@ -78,8 +82,18 @@ enum Unwanted {
 }
 
 struct SessionIo {
+    generation: u64,
     lanes: HashMap<LaneId, LaneIo>,
     incoming: mpsc::Sender<LaneStream>,
+}
+
+impl State {
+    /// The session with `peer` if it is generation `generation`.
+    fn session(&mut self, peer: SocketAddr, generation: u64) -> Option<&mut SessionIo> {
+        self.sessions
+            .get_mut(&peer)
+            .filter(|s| s.generation == generation)
+    }
 }
 
 #[derive(Default)]
@@ -97,7 +111,8 @@ struct LaneIo {
     /// The stream shut its sending side down; FIN once `tx` is sent.
     shutdown: bool,
     fin_sent: bool,
-    /// The stream is gone: its unsent bytes still go out, then FIN.
+    /// The stream is gone: its unsent bytes still go out, then FIN (see
+    /// `finish_dropped`).
     dropped: bool,
 }
 
@@ -153,6 +168,7 @@ impl UtcpSocket {
                 sessions: HashMap::new(),
                 dirty: HashSet::new(),
                 unwanted: Vec::new(),
+                next_generation: 0,
             }),
             wake: Notify::new(),
         });
@@ -222,6 +238,7 @@ fn protocol(peer: SocketAddr, e: onionlab_utcp::Error) -> Error {
 pub struct UtcpSession {
     shared: Arc<Shared>,
     peer: SocketAddr,
+    generation: u64,
     identity: Option<Ed25519Identity>,
     incoming: mpsc::Receiver<LaneStream>,
 }
@@ -245,23 +262,30 @@ impl UtcpSession {
     /// [`Error::Closed`] if the session ended; [`Error::Protocol`] if
     /// the lane limit is reached.
     pub fn open_lane(&self) -> Result<LaneStream, Error> {
-        let mut st = lock(&self.shared);
-        let now = Instant::now();
-        let id = st
-            .endpoint
-            .with_lanes(self.peer, now, |m| m.open(now))
-            .ok_or(Error::Closed)?
-            .map_err(|e| protocol(self.peer, e))?;
-        st.sessions
-            .get_mut(&self.peer)
-            .ok_or(Error::Closed)?
-            .lanes
-            .insert(id, LaneIo::default());
-        Ok(LaneStream {
-            shared: self.shared.clone(),
-            peer: self.peer,
-            lane: id,
-        })
+        let stream = {
+            let mut st = lock(&self.shared);
+            st.session(self.peer, self.generation)
+                .ok_or(Error::Closed)?;
+            let now = Instant::now();
+            let id = st
+                .endpoint
+                .with_lanes(self.peer, now, |m| m.open(now))
+                .ok_or(Error::Closed)?
+                .map_err(|e| protocol(self.peer, e))?;
+            st.session(self.peer, self.generation)
+                .ok_or(Error::Closed)?
+                .lanes
+                .insert(id, LaneIo::default());
+            LaneStream {
+                shared: self.shared.clone(),
+                peer: self.peer,
+                generation: self.generation,
+                lane: id,
+            }
+        };
+        // The SYN waits in the endpoint's queue: the driver sends it.
+        self.shared.wake.notify_one();
+        Ok(stream)
     }
 
     /// The next lane the peer opened (`None`: the session ended, or its
@@ -280,8 +304,7 @@ impl UtcpSession {
     /// Lanes open on this session.
     pub fn lanes(&self) -> usize {
         lock(&self.shared)
-            .sessions
-            .get(&self.peer)
+            .session(self.peer, self.generation)
             .map_or(0, |s| s.lanes.len())
     }
 }
@@ -289,6 +312,10 @@ impl UtcpSession {
 impl Drop for UtcpSession {
     fn drop(&mut self) {
         let mut st = lock(&self.shared);
+        // Only this session: a later one with the same peer is not ours.
+        if st.session(self.peer, self.generation).is_none() {
+            return;
+        }
         st.endpoint.close(self.peer);
         if let Some(io) = st.sessions.remove(&self.peer) {
             for mut lane in io.lanes.into_values() {
@@ -313,6 +340,7 @@ impl IncomingLanes {
 pub struct LaneStream {
     shared: Arc<Shared>,
     peer: SocketAddr,
+    generation: u64,
     lane: LaneId,
 }
 
@@ -329,6 +357,7 @@ impl LaneStream {
         let lane = st
             .sessions
             .get_mut(&self.peer)
+            .filter(|s| s.generation == self.generation)
             .and_then(|s| s.lanes.get_mut(&self.lane))
             .ok_or_else(|| io::Error::from(io::ErrorKind::ConnectionAborted))?;
         Ok(f(lane, &mut st.dirty))
@@ -568,15 +597,19 @@ impl State {
         shared: &Arc<Shared>,
     ) {
         let (tx, rx) = mpsc::channel(LANE_QUEUE);
+        let generation = self.next_generation;
+        self.next_generation += 1;
         let session = UtcpSession {
             shared: shared.clone(),
             peer,
+            generation,
             identity,
             incoming: rx,
         };
         self.sessions.insert(
             peer,
             SessionIo {
+                generation,
                 lanes: HashMap::new(),
                 incoming: tx,
             },
@@ -606,6 +639,7 @@ impl State {
         let stream = LaneStream {
             shared: shared.clone(),
             peer,
+            generation: io.generation,
             lane: id,
         };
         if let Err(e) = io.incoming.try_send(stream) {
@@ -633,21 +667,49 @@ impl State {
     }
 }
 
+/// A lane whose stream is gone: its unsent bytes go out, then FIN; bytes
+/// that arrive and nobody will read reset it (as TCP's close with unread
+/// data: the peer must not take its writes for delivered). True once the
+/// lane can be forgotten.
+fn finish_dropped(
+    mux: &mut onionlab_utcp::Mux,
+    id: LaneId,
+    lane: &mut LaneIo,
+    now: Instant,
+) -> bool {
+    let unread = !lane.rx.is_empty() || mux.recv_queued(id) > 0;
+    if lane.error.is_some() || unread || mux.lane_state(id).is_none() {
+        if mux.lane_state(id).is_some() && (lane.error.is_some() || unread) {
+            let _ = mux.abort(id, now);
+        }
+        return true;
+    }
+    if !lane.tx.is_empty() {
+        match mux.send(id, &lane.tx, now) {
+            Ok(n) => lane.tx.advance(n),
+            Err(_) => {
+                let _ = mux.abort(id, now);
+                return true;
+            }
+        }
+    }
+    if lane.tx.is_empty() && !lane.fin_sent {
+        let _ = mux.close(id, now);
+        lane.fin_sent = true;
+    }
+    false
+}
+
 /// One session's lanes: streams' bytes into TCP, TCP's bytes to streams,
 /// ends and drops.
 fn move_session(mux: &mut onionlab_utcp::Mux, lanes: &mut HashMap<LaneId, LaneIo>, now: Instant) {
     let mut gone = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     for (&id, lane) in lanes.iter_mut() {
-        if lane.dropped && (lane.error.is_some() || lane.tx.is_empty()) {
-            // The stream is gone: what it wrote is out, so finish the lane
-            // (FIN; the lane's TCP delivers it). A broken lane is reset.
-            if lane.error.is_some() {
-                let _ = mux.abort(id, now);
-            } else {
-                let _ = mux.close(id, now);
+        if lane.dropped {
+            if finish_dropped(mux, id, lane, now) {
+                gone.push(id);
             }
-            gone.push(id);
             continue;
         }
         if lane.error.is_some() {
