@@ -75,6 +75,18 @@ impl Net {
         (net, r)
     }
 
+    /// A relay (`key`'s, at `addr(0)`) and a client at `addr(1)` with a
+    /// session between them, authenticated both ways.
+    fn client_session(key: &Arc<Keypair>) -> (Net, SocketAddr, SocketAddr) {
+        let (mut net, r) = Net::with_relay(key, 8);
+        let c = addr(1);
+        net.client_connects(c, r, identity(key));
+        net.run_for(Duration::from_millis(500));
+        assert!(net.authenticated(r, c).is_some());
+        assert!(net.authenticated(c, r).is_some());
+        (net, r, c)
+    }
+
     /// A new client at `at` opens a session to `to`, expecting `expect`.
     fn client_connects(&mut self, at: SocketAddr, to: SocketAddr, expect: Ed25519Identity) {
         self.nodes.insert(at, endpoint(None, false, 8));
@@ -434,11 +446,7 @@ fn a_forged_retry_only_delays_the_handshake() {
 #[test]
 fn a_forged_client_hello_does_not_end_a_session() {
     let relay_key = keypair(1);
-    let (mut net, r) = Net::with_relay(&relay_key, 8);
-    let c = addr(1);
-    net.client_connects(c, r, identity(&relay_key));
-    net.run_for(Duration::from_millis(500));
-    assert!(net.authenticated(r, c).is_some());
+    let (mut net, r, c) = Net::client_session(&relay_key);
     let now = net.now;
     let hello = client_hello(r, now);
     net.node(r).handle_datagram(c, &hello, now);
@@ -471,11 +479,7 @@ fn a_forged_client_hello_does_not_end_a_session() {
 #[test]
 fn a_new_session_from_the_same_address_replaces_the_old_one() {
     let relay_key = keypair(1);
-    let (mut net, r) = Net::with_relay(&relay_key, 8);
-    let c = addr(1);
-    net.client_connects(c, r, identity(&relay_key));
-    net.run_for(Duration::from_millis(500));
-    assert!(net.authenticated(r, c).is_some());
+    let (mut net, r, c) = Net::client_session(&relay_key);
     assert!(net.node(c).close(r));
     net.events.clear();
     let now = net.now;

@@ -99,6 +99,17 @@ impl Net {
     }
 }
 
+/// Relay `ka` (a, initiating) and relay `kb` (b), their handshake done.
+fn relays_up(ka: &Arc<Keypair>, kb: &Arc<Keypair>) -> Net {
+    let mut net = Net::new(
+        config(Some(ka.clone()), Some(identity(kb))),
+        config(Some(kb.clone()), None),
+    );
+    let t = net.now + Duration::from_millis(500);
+    net.run(t).expect("handshake");
+    net
+}
+
 /// Send `len` bytes on a new lane from a to b, and return what b read.
 fn transfer(net: &mut Net, len: usize) -> Vec<u8> {
     let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
@@ -141,12 +152,7 @@ fn transfer(net: &mut Net, len: usize) -> Vec<u8> {
 #[test]
 fn relays_prove_their_identities_and_carry_lanes() {
     let (ka, kb) = (keypair(1), keypair(2));
-    let mut net = Net::new(
-        config(Some(ka.clone()), Some(identity(&kb))),
-        config(Some(kb.clone()), None),
-    );
-    let t = net.now + Duration::from_millis(500);
-    net.run(t).expect("handshake");
+    let mut net = relays_up(&ka, &kb);
     assert_eq!(
         Net::events(&mut net.a),
         [SessionEvent::Authenticated(Some(identity(&kb)))]
@@ -261,12 +267,7 @@ fn a_tampered_record_is_dropped_and_the_lane_recovers() {
 #[test]
 fn plaintext_records_after_authentication_are_dropped() {
     let (ka, kb) = (keypair(1), keypair(2));
-    let mut net = Net::new(
-        config(Some(ka.clone()), Some(identity(&kb))),
-        config(Some(kb.clone()), None),
-    );
-    let t = net.now + Duration::from_millis(500);
-    net.run(t).expect("handshake");
+    let mut net = relays_up(&ka, &kb);
     // A ClientHello of another session, as a forger would send it.
     let now = net.now;
     let mut other = Session::initiate(config(None, Some(identity(&kb))), 9, now).expect("other");
