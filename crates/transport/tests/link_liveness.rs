@@ -17,15 +17,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
-use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
+use onionlab_transport::any::{AnyLink, Connector, Endpoints, PeerAddrs};
 use onionlab_transport::liveness::LivenessTiming;
-use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::{CellReader, CellWriter, Choice, Error, Listener, TransportKind};
-use rand::rngs::StdRng;
-use rand::SeedableRng;
+use onionlab_transport::{CellReader, CellWriter, Choice, Error, TransportKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+mod lanes_common;
+use lanes_common::tcp_relay;
 
 /// Short timers, so the tests take seconds.
 const TIMING: LivenessTiming = LivenessTiming {
@@ -108,48 +107,14 @@ async fn pump(
     }
 }
 
-/// A relay's TCP transport with the short timers, and its listener
-/// handing accepted links to the returned channel.
-async fn relay(
-    seed: u64,
-) -> (
-    TlsTransport,
-    SocketAddr,
-    tor_llcrypto::pk::ed25519::Ed25519Identity,
-    tokio::sync::mpsc::UnboundedReceiver<AnyLink>,
-) {
-    let k = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed));
-    let tcp = TlsTransport::relay(&k, vec![])
-        .expect("tls")
-        .with_liveness(TIMING);
-    let listener = onionlab_transport::Transport::bind(&tcp, "127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("bind");
-    let addr = Listener::local_addr(&listener);
-    let tcp = tcp.with_lane_address(addr);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut any = AnyListener::new(listener, None);
-    tokio::spawn(async move {
-        while let Ok(incoming) = any.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                if let Ok(Some(link)) = incoming.handshake().await {
-                    let _ = tx.send(link);
-                }
-            });
-        }
-    });
-    (tcp, addr, k.public().ed_identity, rx)
-}
-
 /// A link of `kind` from relay 1 to relay 2 through a forwarder.
 async fn linked(kind: TransportKind) -> (AnyLink, AnyLink, Forwarder) {
-    let (a, _, _, _a_accepted) = relay(1).await;
-    let (_b, b_addr, b_id, mut b_accepted) = relay(2).await;
-    let forwarder = Forwarder::start(b_addr).await;
+    let a = tcp_relay(1, |t| t.with_liveness(TIMING)).await;
+    let mut b = tcp_relay(2, |t| t.with_liveness(TIMING)).await;
+    let forwarder = Forwarder::start(b.addr).await;
     let connector = Connector::new(
         Endpoints {
-            tcp: a.clone(),
+            tcp: a.tcp.clone(),
             quic: None,
         },
         Choice::Only(kind),
@@ -159,11 +124,11 @@ async fn linked(kind: TransportKind) -> (AnyLink, AnyLink, Forwarder) {
         tls: Some(forwarder.front),
         quic: None,
     };
-    let (ours, theirs) = tokio::join!(connector.connect(addrs, b_id), b_accepted.recv());
+    let (ours, theirs) = tokio::join!(connector.connect(addrs, b.id), b.accepted.recv());
     let ours = ours.expect("link opens");
     let theirs = theirs.expect("link accepted");
     // The transports must outlive the test's links.
-    std::mem::forget((a, _b));
+    std::mem::forget((a, b));
     (ours, theirs, forwarder)
 }
 

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 
 use onionlab_cell::chan::AnyChanCell;
 use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_transport::any::AnyLink;
 use onionlab_transport::utcp::{UtcpLink, UtcpSettings, UtcpTransport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -107,4 +108,63 @@ async fn a_relay_proving_another_identity_is_refused() {
     });
     let r = a.connect(addr, keys(8).public().ed_identity).await;
     assert!(r.is_err(), "a link to the wrong relay");
+}
+
+/// One circuit's throughput on loopback, dtls-utcp against pctcp (the
+/// kernel's TCP with TLS): what the user-space stack and DTLS cost in CPU
+/// where nothing is lost. A measurement, not a check (`--ignored`, release
+/// build): `cargo test --release -p onionlab-transport --test utcp_link
+/// -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_one_circuit_throughput_against_pctcp() {
+    let cells = 20_000u32; // about 10 MB
+    for round in 0..3 {
+        let (a, _) = relay(100 + round).await;
+        let (b, kb) = relay(200 + round).await;
+        let (mut ab, mut ba) = linked(&a, &b, &kb).await;
+        let t = std::time::Instant::now();
+        let batch: Vec<AnyChanCell> = (0..cells).map(|i| cell(0x8000_0001, i)).collect();
+        tokio::join!(
+            send(&mut ab.writer, batch),
+            receive(&mut ba.reader, cells as usize)
+        );
+        let utcp = t.elapsed();
+        let pa = tcp_relay(300 + round, |t| t).await;
+        let mut pb = tcp_relay(400 + round, |t| t).await;
+        let (mut pab, mut pba) = pctcp_link(&pa, &mut pb).await;
+        let t = std::time::Instant::now();
+        let batch: Vec<AnyChanCell> = (0..cells).map(|i| cell(0x8000_0001, i)).collect();
+        tokio::join!(
+            send(&mut pab.writer, batch),
+            receive(&mut pba.reader, cells as usize)
+        );
+        let pctcp = t.elapsed();
+        let mb = f64::from(cells) * 514.0 / 1e6;
+        println!(
+            "round {round}: dtls-utcp {:.1} MB/s, pctcp {:.1} MB/s, ratio {:.2}",
+            mb / utcp.as_secs_f64(),
+            mb / pctcp.as_secs_f64(),
+            pctcp.as_secs_f64() / utcp.as_secs_f64()
+        );
+    }
+}
+
+async fn pctcp_link(from: &TcpRelay, to: &mut TcpRelay) -> (AnyLink, AnyLink) {
+    use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
+    use onionlab_transport::{Choice, TransportKind};
+    let connector = Connector::new(
+        Endpoints {
+            tcp: from.tcp.clone(),
+            quic: None,
+        },
+        Choice::Only(TransportKind::PCTCP),
+    )
+    .expect("connector");
+    let addrs = PeerAddrs {
+        tls: Some(to.addr),
+        quic: None,
+    };
+    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
+    (ours.expect("link"), theirs.expect("accepted"))
 }

@@ -8,7 +8,57 @@ use std::time::Duration;
 use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
 };
-use onionlab_transport::{CellReader, CellWriter};
+use std::net::SocketAddr;
+
+use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_transport::any::{AnyLink, AnyListener};
+use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::{CellReader, CellWriter, Listener, Transport};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+/// A relay's TCP transport (made by `configure` from the plain one) on
+/// loopback, listening, its lanes accepted at its listener, and the links
+/// it accepts.
+pub struct TcpRelay {
+    pub tcp: TlsTransport,
+    pub addr: SocketAddr,
+    pub id: Ed25519Identity,
+    pub accepted: tokio::sync::mpsc::UnboundedReceiver<AnyLink>,
+}
+
+pub async fn tcp_relay(
+    seed: u64,
+    configure: impl FnOnce(TlsTransport) -> TlsTransport,
+) -> TcpRelay {
+    let k = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed));
+    let tcp = configure(TlsTransport::relay(&k, vec![]).expect("tls"));
+    let listener = tcp
+        .bind("127.0.0.1:0".parse().expect("literal"))
+        .await
+        .expect("bind");
+    let addr = Listener::local_addr(&listener);
+    let tcp = tcp.with_lane_address(addr);
+    let (tx, accepted) = tokio::sync::mpsc::unbounded_channel();
+    let mut any = AnyListener::new(listener, None);
+    tokio::spawn(async move {
+        while let Ok(incoming) = any.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if let Ok(Some(link)) = incoming.handshake().await {
+                    let _ = tx.send(link);
+                }
+            });
+        }
+    });
+    TcpRelay {
+        tcp,
+        addr,
+        id: k.public().ed_identity,
+        accepted,
+    }
+}
 
 /// Cell `i` of circuit `circ`: its index, then the circuit, in the first
 /// body bytes.
