@@ -146,7 +146,7 @@ impl Client {
             pinned = ?settings.path,
             "client ready"
         );
-        let state = Rc::new(RefCell::new(State::new(cfg)));
+        let state = Rc::new(RefCell::new(State::new(cfg)?));
         Ok(Client {
             listener,
             local_addr,

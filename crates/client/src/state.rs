@@ -24,6 +24,7 @@ use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
 use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
 use onionlab_transport::quic::QuicTransport;
 use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
 use onionlab_transport::{CellWriter, Ordering};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -342,8 +343,10 @@ pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
     specs.iter().filter_map(|s| s.encode().ok()).collect()
 }
 
-/// The client's connector: TLS, and QUIC unless the settings say TLS only.
-fn connector(settings: &crate::ClientSettings) -> Connector {
+/// The client's connector: TLS, QUIC and dtls-utcp as the settings'
+/// transport may use them. Fails only if the dtls-utcp UDP socket cannot
+/// be bound.
+fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error> {
     let quic = settings.transport.may_use_quic().then(|| {
         let mut quic = settings.quic;
         quic.handshake_timeout = settings.link_handshake_timeout;
@@ -354,15 +357,30 @@ fn connector(settings: &crate::ClientSettings) -> Connector {
         .with_tcp_congestion(settings.tcp_congestion.clone())
         .with_unsent_limit(settings.unsent_limit)
         .with_pctcp(settings.pctcp);
+    let utcp = settings.transport.may_use_utcp().then(|| {
+        let utcp = UtcpSettings {
+            handshake_timeout: settings.link_handshake_timeout,
+            max_lanes: settings.pctcp.max_lanes,
+            ..UtcpSettings::default()
+        };
+        // Any local address: the kernel picks the source per relay.
+        let any = std::net::IpAddr::from([0, 0, 0, 0]);
+        UtcpTransport::client(any, utcp).map(std::sync::Arc::new)
+    });
+    let utcp = utcp
+        .transpose()
+        .map_err(|e| crate::Error::Setting(format!("the dtls-utcp endpoint: {e}")))?;
     // A client has every endpoint its choice may use, so this cannot fail.
-    Connector::new(Endpoints { tcp, quic }, settings.transport)
-        .expect("a client has the endpoints of its transport")
+    Ok(
+        Connector::new(Endpoints { tcp, quic, utcp }, settings.transport)
+            .expect("a client has the endpoints of its transport"),
+    )
 }
 
 impl State {
-    pub(crate) fn new(cfg: Config) -> Self {
-        State {
-            connector: connector(&cfg.settings),
+    pub(crate) fn new(cfg: Config) -> Result<Self, crate::Error> {
+        Ok(State {
+            connector: connector(&cfg.settings)?,
             cfg: Rc::new(cfg),
             rng: rand::make_rng(),
             channels: HashMap::new(),
@@ -375,7 +393,7 @@ impl State {
             writers: Vec::new(),
             failed_relays: HashMap::new(),
             stream_failures: onionlab_ops::LogLimiter::default(),
-        }
+        })
     }
 
     /// Log a stream failure at INFO, rate-limited (with the count of the
@@ -1216,7 +1234,7 @@ mod tests {
     fn state_with(doc: NetworkDocument, path: Option<&[&str]>) -> State {
         let mut settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
         settings.path = path.map(|p| p.iter().map(|n| n.to_string()).collect());
-        State::new(Config::new(settings).expect("pinned path resolves"))
+        State::new(Config::new(settings).expect("pinned path resolves")).expect("state")
     }
 
     /// A state over `n` relays with random paths.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::config::{DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU};
-use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
+use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
 use onionlab_transport::Choice as TransportChoice;
@@ -429,7 +429,8 @@ fn write_csv(path: &Path, records: &[TransferRecord]) -> Result<(), RunError> {
 /// The addresses a relay listening on `addr` advertises for a variant's
 /// transport: its TCP (`tls`) address always (EXTEND2 names it, and
 /// `wait_ready` checks it), and a `quic` address on the same port (UDP)
-/// when the transport may use the QUIC endpoint.
+/// when the transport may use the QUIC endpoint; a `utcp` address there
+/// (UDP) when it may use dtls-utcp.
 pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<TransportAddress> {
     let mut v = vec![TransportAddress {
         transport: TRANSPORT_TLS.into(),
@@ -438,6 +439,14 @@ pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<Tran
     if transport.may_use_quic() {
         v.push(TransportAddress {
             transport: TRANSPORT_QUIC.into(),
+            addr,
+        });
+    }
+    if transport.may_use_utcp() {
+        // Each relay is a host of its own and a variant runs one UDP
+        // transport: dtls-utcp can have the TLS port over UDP too.
+        v.push(TransportAddress {
+            transport: TRANSPORT_UTCP.into(),
             addr,
         });
     }
@@ -489,6 +498,9 @@ pub fn relay_config_text(
     );
     if variant.transport.may_use_quic() {
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));
+    }
+    if variant.transport.may_use_utcp() {
+        config.push_str(&format!("utcp_listen = \"{addr}\"\n"));
     }
     config.push_str(&transport_config_lines(variant, nickname));
     config.push_str(&variant.relay_settings);

@@ -173,6 +173,7 @@ const LAB_RELAY_SETTINGS: &[&str] = &[
     "network_key",
     "scheduler",
     "quic_listen",
+    "utcp_listen",
     "transport",
     "quic_congestion",
     "quic_initial_mtu",

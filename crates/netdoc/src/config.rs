@@ -11,6 +11,7 @@
 //! keys = "keys.secret"            # relay secret keys, see crate::keys
 //! listen = "127.0.0.1:9001"       # TLS transport listener (TCP)
 //! quic_listen = "127.0.0.1:9001"  # optional: QUIC endpoint (UDP); none = no QUIC
+//! utcp_listen = "127.0.0.1:9004"  # optional: dtls-utcp endpoint (UDP, not QUIC's port)
 //! transport = "auto"              # connections this relay opens: "auto" (default)
 //!                                 # or a transport: `onionlab relay --help` lists them
 //! quic_congestion = "cubic"       # or "newreno", "bbr"; default "cubic"
@@ -414,6 +415,10 @@ pub struct RelayConfig {
     /// `transport` says).
     #[serde(default)]
     pub quic_listen: Option<SocketAddr>,
+    /// UDP address the dtls-utcp endpoint accepts sessions on; none means
+    /// no dtls-utcp listener.
+    #[serde(default)]
+    pub utcp_listen: Option<SocketAddr>,
     /// Transport of the connections this relay opens; default
     /// [`TransportChoice::Auto`].
     #[serde(default, deserialize_with = "de_transport")]

@@ -104,6 +104,10 @@ pub const TRANSPORT_TLS: &str = Endpoint::Tcp.doc_name();
 /// runs a QUIC endpoint at that address, for every QUIC transport.
 pub const TRANSPORT_QUIC: &str = Endpoint::Quic.doc_name();
 
+/// Address name of a relay's dtls-utcp endpoint (UDP, a port of its own:
+/// not QUIC's).
+pub const TRANSPORT_UTCP: &str = Endpoint::Utcp.doc_name();
+
 /// A network document: the relays of one network.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkDocument {

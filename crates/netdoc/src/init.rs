@@ -15,8 +15,10 @@
 //!
 //! Relays are named `relay0`, `relay1`, ...; relay `i` listens on
 //! `host:base_port+i` with both transports, TLS on that TCP port and QUIC on
-//! the same UDP port, and advertises both (`tls` and `quic`) in the document;
-//! its configuration sets `quic_listen` and leaves `transport` at `"auto"`.
+//! the same UDP port, and dtls-utcp on UDP port `base_port+relays+i`, and
+//! advertises all three (`tls`, `quic`, `utcp`) in the document; its
+//! configuration sets `quic_listen` and `utcp_listen` and leaves
+//! `transport` at `"auto"`.
 //! The last `exits` relays get the Exit flag and the policy `accept *:*`;
 //! the others `reject *:*`. The non-exit relays get the Guard flag (all
 //! relays do if every relay is an exit).
@@ -33,7 +35,7 @@ use onionlab_crypto::identity::RelaySecretKeys;
 
 use crate::doc::{
     toml_string, valid_network_name, Flags, NetworkDocument, RelayEntry, TransportAddress,
-    TRANSPORT_QUIC, TRANSPORT_TLS,
+    TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP,
 };
 use crate::error::{Error, Result};
 use crate::exit_targets::PrivateTargets;
@@ -196,7 +198,8 @@ fn check_options(opts: &InitOptions) -> Result<Vec<SocketAddr>> {
         return bad("ports must be 1-65535 (not 0)".into());
     }
     let last = u64::from(opts.base_port) + opts.relays as u64 - 1;
-    if last > u64::from(u16::MAX) {
+    // dtls-utcp takes the UDP ports after the relays' (see the module docs).
+    if last + opts.relays as u64 > u64::from(u16::MAX) {
         return bad(format!(
             "{} relays from port {} do not fit below port 65536",
             opts.relays, opts.base_port
@@ -293,7 +296,8 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         keys::save_relay_keys(&keys_path, &secret)?;
         let config = dir.join("relay.toml");
         let allow = exit.then_some(&opts.exit_allow_private);
-        write_text(&config, &relay_toml(&nick, addr, &key_hex, allow))?;
+        let utcp = SocketAddr::new(addr.ip(), addr.port() + opts.relays as u16);
+        write_text(&config, &relay_toml(&nick, addr, utcp, &key_hex, allow))?;
 
         let mut entry = RelayEntry::new(nick.clone(), &secret.public());
         entry.addresses.push(TransportAddress {
@@ -303,6 +307,10 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         entry.addresses.push(TransportAddress {
             transport: TRANSPORT_QUIC.into(),
             addr,
+        });
+        entry.addresses.push(TransportAddress {
+            transport: TRANSPORT_UTCP.into(),
+            addr: utcp,
         });
         entry.flags = Flags { guard, exit };
         entry.bandwidth = opts.bandwidth;
@@ -365,6 +373,7 @@ fn transport_names() -> String {
 fn relay_toml(
     nick: &str,
     listen: SocketAddr,
+    utcp: SocketAddr,
     key_hex: &str,
     exit_allow_private: Option<&PrivateTargets>,
 ) -> String {
@@ -406,6 +415,8 @@ keys = \"keys.secret\"
 listen = \"{listen}\"
 # Address of the QUIC endpoint (UDP); remove to run without QUIC.
 quic_listen = \"{listen}\"
+# Address of the dtls-utcp endpoint (UDP); remove to run without it.
+utcp_listen = \"{utcp}\"
 # Transport of the connections this relay opens: \"auto\" (QUIC when the
 # peer advertises it, else or on failure TLS) or one transport without
 # fallback: {transports}.

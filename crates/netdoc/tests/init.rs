@@ -6,7 +6,7 @@ use std::path::Path;
 use onionlab_netdoc::config::{
     ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
 };
-use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
+use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::keys;
 use onionlab_netdoc::{
     init_network, load_network, Error, ExitPolicy, InitOptions, NetworkDocument,
@@ -113,14 +113,17 @@ fn init_writes_loadable_files() {
         let port = 9001 + i as u16;
         assert_eq!(entry.address("tls"), Some(relay.listen));
         assert_eq!(relay.listen.port(), port);
-        // Both transports, QUIC on the same port number (UDP).
+        // Every endpoint: QUIC on the same port number (UDP), dtls-utcp
+        // on a UDP port after all the relays' ports.
         let names: Vec<&str> = entry
             .addresses
             .iter()
             .map(|a| a.transport.as_str())
             .collect();
-        assert_eq!(names, [TRANSPORT_TLS, TRANSPORT_QUIC]);
+        assert_eq!(names, [TRANSPORT_TLS, TRANSPORT_QUIC, TRANSPORT_UTCP]);
         assert_eq!(entry.address(TRANSPORT_QUIC), Some(relay.listen));
+        let utcp = std::net::SocketAddr::new(relay.listen.ip(), port + summary.relays.len() as u16);
+        assert_eq!(entry.address(TRANSPORT_UTCP), Some(utcp));
 
         // Each relay config loads, its keys match the document, and its
         // network source (relative to its directory) is the same document.
@@ -129,6 +132,7 @@ fn init_writes_loadable_files() {
         assert_eq!(cfg.listen, relay.listen);
         assert_eq!(cfg.scheduler, Scheduler::Ewma);
         assert_eq!(cfg.quic_listen, Some(relay.listen));
+        assert_eq!(cfg.utcp_listen, entry.address(TRANSPORT_UTCP));
         assert_eq!(cfg.transport, TransportChoice::Auto);
         assert_eq!(cfg.quic_congestion, Congestion::Cubic);
         assert_eq!(cfg.network_public_key().unwrap(), public);

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
@@ -26,6 +27,7 @@ use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
 use onionlab_transport::{CellReader, CellWriter, Choice, LinkEvent, Ordering, Transport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -48,6 +50,9 @@ pub struct RelaySettings {
     pub listen: SocketAddr,
     /// Where the QUIC transport listens (UDP); `None`: no QUIC.
     pub quic_listen: Option<SocketAddr>,
+    /// Where the dtls-utcp transport accepts sessions (UDP); `None`: no
+    /// dtls-utcp.
+    pub utcp_listen: Option<SocketAddr>,
     /// Which transport the relay uses for the links it opens.
     pub transport: Choice,
     /// QUIC settings (mode follows `transport`; congestion control,
@@ -110,6 +115,7 @@ impl RelaySettings {
             keys,
             listen,
             quic_listen: None,
+            utcp_listen: None,
             transport: Choice::Only(onionlab_transport::TransportKind::TLS),
             quic: QuicSettings::default(),
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
@@ -261,8 +267,9 @@ impl Relay {
                 let mut quic_settings = settings.quic;
                 quic_settings.handshake_timeout = settings.link_handshake_timeout;
                 quic_settings.handshakes = quic_handshake_limits(&settings.dos, quic_settings);
-                let quic = QuicTransport::relay(&settings.keys, my_addrs, addr, quic_settings)
-                    .map_err(|source| Error::Listen { addr, source })?;
+                let quic =
+                    QuicTransport::relay(&settings.keys, my_addrs.clone(), addr, quic_settings)
+                        .map_err(|source| Error::Listen { addr, source })?;
                 // Relays of the network open a connection per circuit in
                 // conn-per-circuit mode: their addresses are exempt from
                 // the per-address handshake rate (as tor exempts relays).
@@ -274,9 +281,24 @@ impl Relay {
                 (Some(quic), Some(listener))
             }
         };
+        let utcp = match settings.utcp_listen {
+            None => None,
+            Some(addr) => {
+                let utcp_settings = UtcpSettings {
+                    handshake_timeout: settings.link_handshake_timeout,
+                    max_lanes: settings.pctcp.max_lanes,
+                    ..UtcpSettings::default()
+                };
+                let t = UtcpTransport::relay(&settings.keys, my_addrs.clone(), addr, utcp_settings)
+                    .await
+                    .map_err(|source| Error::Listen { addr, source })?;
+                Some(Arc::new(t))
+            }
+        };
         let endpoints = Endpoints {
             tcp: tls,
             quic: quic.clone(),
+            utcp: utcp.clone(),
         };
         // A transport forced on a relay without its endpoint (QUIC
         // without quic_listen) fails here, with the transport's name.
@@ -284,7 +306,10 @@ impl Relay {
         Ok(Relay {
             quic,
             connector,
-            listener: AnyListener::new(tls_listener, quic_listener),
+            listener: match utcp {
+                Some(u) => AnyListener::new(tls_listener, quic_listener).with_utcp(u),
+                None => AnyListener::new(tls_listener, quic_listener),
+            },
             settings,
         })
     }

@@ -59,6 +59,10 @@ macro_rules! transports {
             async fn torchestra() {
                 super::$name("torchestra").await
             }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn dtls_utcp() {
+                super::$name("dtls-utcp").await
+            }
         }
     )*};
 }

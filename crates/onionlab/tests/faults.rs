@@ -247,6 +247,25 @@ macro_rules! fault_tests {
     )*};
 }
 
+/// dtls-utcp: a killed relay is noticed by silence (8 s, no reset over
+/// UDP and no stateless reset yet), so only the cases where it comes back
+/// after the error.
+mod killed_middle_dtls_utcp {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dtls_utcp() {
+        super::relay_killed_mid_download(super::MIDDLE, "dtls-utcp", super::Restart::AfterTheError)
+            .await
+    }
+}
+
+mod killed_exit_dtls_utcp {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dtls_utcp() {
+        super::relay_killed_mid_download(super::EXIT, "dtls-utcp", super::Restart::AfterTheError)
+            .await
+    }
+}
+
 fault_tests!(
     killed_middle: super::MIDDLE, Restart::AfterTheError,
     killed_exit: super::EXIT, Restart::AfterTheError,

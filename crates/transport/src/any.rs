@@ -17,6 +17,7 @@ use crate::pctcp::Accepted;
 use crate::quic::{QuicIncomingLink, QuicListener, QuicTransport};
 use crate::registry::{Choice, Endpoint, TransportKind};
 use crate::tls::{TlsIncoming, TlsListener, TlsTransport};
+use crate::utcp::{UtcpIncoming, UtcpTransport};
 use crate::{
     AnyChanCell, CellReader, CellWriter, CircId, Error, Incoming, Link, LinkEvent, Listener,
     Ordering,
@@ -36,6 +37,8 @@ pub struct PeerAddrs {
     pub tls: Option<SocketAddr>,
     /// QUIC (UDP) address.
     pub quic: Option<SocketAddr>,
+    /// dtls-utcp (UDP) address.
+    pub utcp: Option<SocketAddr>,
 }
 
 impl PeerAddrs {
@@ -45,6 +48,7 @@ impl PeerAddrs {
         PeerAddrs {
             tls: lookup(Endpoint::Tcp.doc_name()),
             quic: lookup(Endpoint::Quic.doc_name()),
+            utcp: lookup(Endpoint::Utcp.doc_name()),
         }
     }
 
@@ -53,6 +57,7 @@ impl PeerAddrs {
         match endpoint {
             Endpoint::Tcp => self.tls,
             Endpoint::Quic => self.quic,
+            Endpoint::Utcp => self.utcp,
         }
     }
 }
@@ -229,9 +234,20 @@ pub struct Endpoints {
     pub tcp: TlsTransport,
     /// The QUIC endpoint (one UDP socket), if any.
     pub quic: Option<QuicTransport>,
+    /// The dtls-utcp endpoint, if any.
+    pub utcp: Option<Arc<UtcpTransport>>,
 }
 
 impl Endpoints {
+    /// The dtls-utcp endpoint, or an error naming what needs it.
+    pub fn utcp(&self, what: TransportKind) -> Result<&UtcpTransport, Error> {
+        self.utcp.as_deref().ok_or_else(|| {
+            Error::Config(format!(
+                "transport {what} needs a dtls-utcp endpoint, and this node has none"
+            ))
+        })
+    }
+
     /// The QUIC endpoint, or an error naming what needs it.
     pub fn quic(&self, what: TransportKind) -> Result<&QuicTransport, Error> {
         self.quic.as_ref().ok_or_else(|| {
@@ -246,6 +262,7 @@ impl Endpoints {
         match endpoint {
             Endpoint::Tcp => true,
             Endpoint::Quic => self.quic.is_some(),
+            Endpoint::Utcp => self.utcp.is_some(),
         }
     }
 }
@@ -356,10 +373,12 @@ impl Connector {
     }
 }
 
-/// A relay's listeners: TCP (TLS) always, QUIC if configured.
+/// A relay's listeners: TCP (TLS) always, QUIC and dtls-utcp if
+/// configured.
 pub struct AnyListener {
     tls: TlsListener,
     quic: Option<QuicListener>,
+    utcp: Option<Arc<UtcpTransport>>,
 }
 
 /// An accepted connection of any transport, before its handshake.
@@ -368,12 +387,29 @@ pub enum AnyIncoming {
     Tcp(TlsIncoming),
     /// A QUIC connection.
     Quic(QuicIncomingLink),
+    /// A dtls-utcp session.
+    Utcp(UtcpIncoming),
 }
 
 impl AnyListener {
     /// Listen with `tls`, and with `quic` if given.
     pub fn new(tls: TlsListener, quic: Option<QuicListener>) -> Self {
-        AnyListener { tls, quic }
+        AnyListener {
+            tls,
+            quic,
+            utcp: None,
+        }
+    }
+
+    /// Accept dtls-utcp sessions with `utcp` too.
+    pub fn with_utcp(mut self, utcp: Arc<UtcpTransport>) -> Self {
+        self.utcp = Some(utcp);
+        self
+    }
+
+    /// The dtls-utcp endpoint's address.
+    pub fn utcp_addr(&self) -> Option<SocketAddr> {
+        self.utcp.as_ref().and_then(|u| u.local_addr())
     }
 
     /// The TCP listener's address.
@@ -388,12 +424,22 @@ impl AnyListener {
 
     /// The next connection on either listener.
     pub async fn accept(&mut self) -> Result<AnyIncoming, Error> {
-        match &mut self.quic {
-            None => Ok(AnyIncoming::Tcp(self.tls.accept().await?)),
-            Some(quic) => tokio::select! {
-                t = self.tls.accept() => Ok(AnyIncoming::Tcp(t?)),
-                q = quic.accept() => Ok(AnyIncoming::Quic(q?)),
-            },
+        let quic = async {
+            match &mut self.quic {
+                Some(q) => q.accept().await,
+                None => std::future::pending().await,
+            }
+        };
+        let utcp = async {
+            match &self.utcp {
+                Some(u) => u.accept_session().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            t = self.tls.accept() => Ok(AnyIncoming::Tcp(t?)),
+            q = quic => Ok(AnyIncoming::Quic(q?)),
+            u = utcp => Ok(AnyIncoming::Utcp(u?)),
         }
     }
 }
@@ -404,6 +450,7 @@ impl AnyIncoming {
         match self {
             AnyIncoming::Tcp(i) => i.peer_addr(),
             AnyIncoming::Quic(i) => i.peer_addr(),
+            AnyIncoming::Utcp(i) => i.peer_addr(),
         }
     }
 
@@ -419,6 +466,10 @@ impl AnyIncoming {
                 let kind = i.kind();
                 Ok(Some(AnyLink::erase(kind, i.handshake().await?)))
             }
+            AnyIncoming::Utcp(i) => Ok(Some(AnyLink::erase(
+                TransportKind::DTLS_UTCP,
+                i.handshake().await?,
+            ))),
         }
     }
 }

@@ -32,6 +32,7 @@ static REGISTRY: &[&TransportInfo] = &[
     &crate::quic::CONN_PER_CIRCUIT,
     &crate::pctcp::INFO,
     &crate::torchestra::INFO,
+    &crate::utcp::INFO,
 ];
 
 /// The name of [`Choice::Auto`] in configuration files.
@@ -50,6 +51,9 @@ pub enum Endpoint {
     /// The node's QUIC endpoint (one UDP socket); the document's `quic`
     /// address.
     Quic,
+    /// The node's dtls-utcp endpoint (UDP; a relay also opens sessions
+    /// from a second, ephemeral socket); the document's `utcp` address.
+    Utcp,
 }
 
 impl Endpoint {
@@ -58,6 +62,7 @@ impl Endpoint {
         match self {
             Endpoint::Tcp => "tls",
             Endpoint::Quic => "quic",
+            Endpoint::Utcp => "utcp",
         }
     }
 }
@@ -107,6 +112,8 @@ impl TransportKind {
     pub const PCTCP: TransportKind = TransportKind(&crate::pctcp::INFO);
     /// Two TLS connections per relay pair, light and heavy.
     pub const TORCHESTRA: TransportKind = TransportKind(&crate::torchestra::INFO);
+    /// A user-space TCP connection per circuit inside one DTLS session.
+    pub const DTLS_UTCP: TransportKind = TransportKind(&crate::utcp::INFO);
 
     /// Every registered transport.
     pub fn all() -> impl Iterator<Item = TransportKind> {
@@ -269,6 +276,11 @@ impl Choice {
     /// Whether links may use the QUIC endpoint.
     pub fn may_use_quic(self) -> bool {
         self.endpoints().contains(&Endpoint::Quic)
+    }
+
+    /// Whether links may use the dtls-utcp endpoint.
+    pub fn may_use_utcp(self) -> bool {
+        self.endpoints().contains(&Endpoint::Utcp)
     }
 }
 

@@ -116,6 +116,7 @@ async fn linked(kind: TransportKind) -> (AnyLink, AnyLink, Forwarder) {
         Endpoints {
             tcp: a.tcp.clone(),
             quic: None,
+            utcp: None,
         },
         Choice::Only(kind),
     )
@@ -123,6 +124,7 @@ async fn linked(kind: TransportKind) -> (AnyLink, AnyLink, Forwarder) {
     let addrs = PeerAddrs {
         tls: Some(forwarder.front),
         quic: None,
+        utcp: None,
     };
     let (ours, theirs) = tokio::join!(connector.connect(addrs, b.id), b.accepted.recv());
     let ours = ours.expect("link opens");

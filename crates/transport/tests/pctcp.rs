@@ -78,12 +78,14 @@ async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
     let endpoints = Endpoints {
         tcp: from.tcp.clone(),
         quic: None,
+        utcp: None,
     };
     let connector =
         Connector::new(endpoints, Choice::Only(TransportKind::PCTCP)).expect("connector");
     let addrs = PeerAddrs {
         tls: Some(to.addr),
         quic: None,
+        utcp: None,
     };
     let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
     let ours = ours.expect("link opens");

@@ -201,6 +201,7 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
     let addrs = PeerAddrs {
         tls: Some(tls_addr),
         quic: Some(silent.local_addr().expect("addr")),
+        utcp: None,
     };
     tokio::spawn(async move {
         loop {
@@ -213,6 +214,7 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
         Endpoints {
             tcp: TlsTransport::client(),
             quic: Some(QuicTransport::client(QuicSettings::default())),
+            utcp: None,
         },
         Choice::Auto,
     )
@@ -230,6 +232,7 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
                 handshake_timeout: Duration::from_millis(500),
                 ..QuicSettings::default()
             })),
+            utcp: None,
         },
         Choice::Only(TransportKind::QUIC),
     )

@@ -87,6 +87,7 @@ async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
         Endpoints {
             tcp: from.tcp.clone(),
             quic: None,
+            utcp: None,
         },
         Choice::Only(TransportKind::TORCHESTRA),
     )
@@ -94,6 +95,7 @@ async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
     let addrs = PeerAddrs {
         tls: Some(to.addr),
         quic: None,
+        utcp: None,
     };
     let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
     (

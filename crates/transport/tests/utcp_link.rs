@@ -5,6 +5,7 @@
 //! another identity is refused.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use onionlab_cell::chan::AnyChanCell;
 use onionlab_crypto::identity::RelaySecretKeys;
@@ -24,17 +25,17 @@ fn loopback() -> SocketAddr {
     "127.0.0.1:0".parse().expect("literal")
 }
 
-async fn relay(seed: u64) -> (UtcpTransport, RelaySecretKeys) {
+async fn relay(seed: u64) -> (Arc<UtcpTransport>, RelaySecretKeys) {
     let k = keys(seed);
     let t = UtcpTransport::relay(&k, vec![], loopback(), UtcpSettings::default())
         .await
         .expect("relay");
-    (t, k)
+    (Arc::new(t), k)
 }
 
 async fn linked(
     a: &UtcpTransport,
-    b: &UtcpTransport,
+    b: &Arc<UtcpTransport>,
     b_keys: &RelaySecretKeys,
 ) -> (UtcpLink, UtcpLink) {
     let addr = b.local_addr().expect("b accepts");
@@ -86,7 +87,6 @@ async fn a_reused_circuit_id_is_delivered_after_the_old_circuits_destroy() {
 async fn a_client_link_is_anonymous_and_carries_circuits() {
     let (b, kb) = relay(5).await;
     let client = UtcpTransport::client("127.0.0.1".parse().unwrap(), UtcpSettings::default())
-        .await
         .expect("client");
     let (mut cb, mut bc) = linked(&client, &b, &kb).await;
     assert_eq!(bc.peer.identity, None, "the relay learns no identity");
@@ -157,6 +157,7 @@ async fn pctcp_link(from: &TcpRelay, to: &mut TcpRelay) -> (AnyLink, AnyLink) {
         Endpoints {
             tcp: from.tcp.clone(),
             quic: None,
+            utcp: None,
         },
         Choice::Only(TransportKind::PCTCP),
     )
@@ -164,6 +165,7 @@ async fn pctcp_link(from: &TcpRelay, to: &mut TcpRelay) -> (AnyLink, AnyLink) {
     let addrs = PeerAddrs {
         tls: Some(to.addr),
         quic: None,
+        utcp: None,
     };
     let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
     (ours.expect("link"), theirs.expect("accepted"))

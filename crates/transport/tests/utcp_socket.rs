@@ -29,6 +29,8 @@ fn config(identity: Option<Arc<Keypair>>, accept: bool) -> EndpointConfig {
             expect_peer: None,
             handshake_timeout: Duration::from_secs(5),
             certificate: None,
+            lane_budget: None,
+            anonymous_max_lanes: onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept,
         max_sessions: DEFAULT_MAX_SESSIONS,

@@ -24,7 +24,7 @@ pub mod tortp;
 use std::time::Duration;
 
 pub use endpoint::{Endpoint, EndpointConfig, EndpointEvent, EndpointStats};
-pub use mux::{LaneEvent, LaneState, Mux, MuxStats, Role};
+pub use mux::{LaneBudget, LaneEvent, LaneState, Mux, MuxStats, Role};
 pub use session::{Certificate, Session, SessionConfig, SessionEvent};
 pub use tortp::{LaneId, Segment, TortpError};
 
@@ -61,6 +61,15 @@ pub enum Error {
     /// The endpoint has as many sessions as it may.
     #[error("{0} sessions are open, the most an endpoint may have")]
     TooManySessions(usize),
+    /// The relay proved an identity other than the one expected; the
+    /// session is over.
+    #[error("the peer proved identity {got}, not the expected {expected}")]
+    WrongIdentity {
+        /// What it proved.
+        got: tor_llcrypto::pk::ed25519::Ed25519Identity,
+        /// What we expected.
+        expected: tor_llcrypto::pk::ed25519::Ed25519Identity,
+    },
     /// The peer did not prove the identity it had to; the session is over.
     #[error("dtls-utcp authentication: {0}")]
     Auth(String),

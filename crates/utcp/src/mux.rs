@@ -11,6 +11,8 @@
 //! lane's alone, and a poll costs one socket, not all of them.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -193,6 +195,38 @@ impl SeenNumbers {
     }
 }
 
+/// Lanes a node may hold across all its sessions: each lane holds its
+/// receive and send buffers from its SYN on, so a per-session limit alone
+/// lets many sessions add up without bound. Shared by the sessions of a
+/// node (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct LaneBudget(Arc<(AtomicUsize, usize)>);
+
+impl LaneBudget {
+    /// At most `max` lanes at once.
+    pub fn new(max: usize) -> LaneBudget {
+        LaneBudget(Arc::new((AtomicUsize::new(0), max)))
+    }
+
+    /// Lanes held now.
+    pub fn used(&self) -> usize {
+        self.0 .0.load(Ordering::Acquire)
+    }
+
+    fn try_take(&self) -> bool {
+        self.0
+             .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+                (u < self.0 .1).then_some(u + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, n: usize) {
+        self.0 .0.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
 /// The lanes of one DTLS session (see the module docs).
 pub struct Mux {
     settings: Settings,
@@ -206,9 +240,45 @@ pub struct Mux {
     out: VecDeque<Vec<u8>>,
     events: VecDeque<LaneEvent>,
     stats: MuxStats,
+    budget: Option<LaneBudget>,
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give_back(self.lanes.len());
+        }
+    }
 }
 
 impl Mux {
+    /// Count this session's lanes against `budget` too (before any lane
+    /// is open): a lane it has no room for is refused, as one beyond
+    /// [`Settings::max_lanes`].
+    pub fn set_budget(&mut self, budget: LaneBudget) {
+        debug_assert!(self.lanes.is_empty());
+        self.budget = Some(budget);
+    }
+
+    /// Take a place for a new lane (false: refused and counted).
+    fn take_place(&mut self) -> bool {
+        let fits = self.lanes.len() < self.settings.max_lanes
+            && self.budget.as_ref().is_none_or(LaneBudget::try_take);
+        if !fits {
+            self.stats.lanes_refused += 1;
+        }
+        fits
+    }
+
+    /// A lane is forgotten: its place goes back to the budget.
+    fn forget(&mut self, id: LaneId) -> bool {
+        let gone = self.lanes.remove(&id).is_some();
+        if let (true, Some(b)) = (gone, &self.budget) {
+            b.give_back(1);
+        }
+        gone
+    }
+
     /// A session's lanes, with `seed` for the stack's initial sequence
     /// numbers (take it from a CSPRNG outside tests), starting at `now`.
     pub fn new(settings: Settings, role: Role, seed: u64, now: Instant) -> Result<Mux, Error> {
@@ -236,6 +306,7 @@ impl Mux {
             out: VecDeque::new(),
             events: VecDeque::new(),
             stats: MuxStats::default(),
+            budget: None,
         })
     }
 
@@ -278,21 +349,24 @@ impl Mux {
     /// [`poll_transmit`](Self::poll_transmit)); data may be sent at once
     /// and waits for the handshake.
     pub fn open(&mut self, now: Instant) -> Result<LaneId, Error> {
-        if self.lanes.len() >= self.settings.max_lanes {
-            self.stats.lanes_refused += 1;
-            return Err(Error::TooManyLanes(self.settings.max_lanes));
-        }
         let lane = LaneId::new(self.next_number, self.role == Role::Initiator)
             .ok_or(Error::LaneNumbersExhausted)?;
+        if !self.take_place() {
+            return Err(Error::TooManyLanes(self.settings.max_lanes));
+        }
         self.next_number += 1;
         let mut socket = self.new_socket();
-        socket
-            .connect(
-                self.iface.context(),
-                (IpAddress::Ipv4(REMOTE), ACCEPTER_PORT),
-                OPENER_PORT,
-            )
-            .map_err(|e| Error::Stack(format!("connect: {e}")))?;
+        let connected = socket.connect(
+            self.iface.context(),
+            (IpAddress::Ipv4(REMOTE), ACCEPTER_PORT),
+            OPENER_PORT,
+        );
+        if let Err(e) = connected {
+            if let Some(b) = &self.budget {
+                b.give_back(1);
+            }
+            return Err(Error::Stack(format!("connect: {e}")));
+        }
         self.add_lane(lane, socket, true);
         self.poll_lane(lane, now);
         Ok(lane)
@@ -341,12 +415,14 @@ impl Mux {
         {
             return false;
         }
-        if self.lanes.len() >= self.settings.max_lanes {
-            self.stats.lanes_refused += 1;
+        if !self.take_place() {
             return false;
         }
         let mut socket = self.new_socket();
         if socket.listen(ACCEPTER_PORT).is_err() {
+            if let Some(b) = &self.budget {
+                b.give_back(1);
+            }
             return false;
         }
         self.add_lane(seg.lane, socket, false);
@@ -425,7 +501,7 @@ impl Mux {
         if back_to_listen || (state == tcp::State::Closed && !lane.socket().can_recv()) {
             // Reset, or closed both ways and read: forget it.
             let reset = lane.reset;
-            self.lanes.remove(&id);
+            self.forget(id);
             self.events.push_back(LaneEvent::Closed { lane: id, reset });
         }
     }
@@ -554,7 +630,7 @@ impl Mux {
         lane.socket_mut().abort();
         lane.reset = true;
         self.poll_lane(id, now);
-        if self.lanes.remove(&id).is_some() {
+        if self.forget(id) {
             self.events.push_back(LaneEvent::Closed {
                 lane: id,
                 reset: true,

@@ -36,6 +36,9 @@ use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
 
 use crate::{Error, LaneEvent, Mux, Role, Settings};
 
+/// Default [`SessionConfig::anonymous_max_lanes`].
+pub const DEFAULT_ANONYMOUS_MAX_LANES: usize = 64;
+
 /// What a relay's `AUTH` signature covers first.
 pub const AUTH_LABEL: &[u8] = b"onionlab dtls-utcp auth v1\0";
 
@@ -73,6 +76,13 @@ pub struct SessionConfig {
     /// costs no key generation (a flood of handshakes would otherwise buy
     /// one each). A client's sessions each present a fresh one (unlinkable).
     pub certificate: Option<Certificate>,
+    /// The node's budget of lanes across its sessions (`None`: only the
+    /// per-session [`Settings::max_lanes`]).
+    pub lane_budget: Option<crate::LaneBudget>,
+    /// Most lanes of a session with an anonymous peer (a client), below
+    /// `utcp.max_lanes`: a client needs a lane per circuit through this
+    /// guard, a handful, and each lane holds its buffers.
+    pub anonymous_max_lanes: usize,
 }
 
 /// A self-signed P-256 certificate and its key, for DTLS.
@@ -471,10 +481,13 @@ impl Session {
             }
             (MSG_AUTH, false) => {
                 let identity = self.verify_auth(body)?;
-                if self.role == Role::Initiator && self.config.expect_peer != Some(identity) {
-                    return Err(Error::Auth(format!(
-                        "the peer proved identity {identity}, not the one expected"
-                    )));
+                if self.role == Role::Initiator {
+                    if let Some(expected) = self.config.expect_peer.filter(|e| *e != identity) {
+                        return Err(Error::WrongIdentity {
+                            got: identity,
+                            expected,
+                        });
+                    }
                 }
                 self.peer_first = Some(msg.to_vec());
                 self.send_record(&[MSG_AUTH_OK])?;
@@ -509,12 +522,15 @@ impl Session {
 
     fn authenticated(&mut self, peer: Option<Ed25519Identity>, now: Instant) -> Result<(), Error> {
         self.peer = Some(peer);
-        self.mux = Some(Mux::new(
-            self.config.utcp.clone(),
-            self.role,
-            self.seed,
-            now,
-        )?);
+        let mut utcp = self.config.utcp.clone();
+        if peer.is_none() {
+            utcp.max_lanes = utcp.max_lanes.min(self.config.anonymous_max_lanes.max(1));
+        }
+        let mut mux = Mux::new(utcp, self.role, self.seed, now)?;
+        if let Some(b) = &self.config.lane_budget {
+            mux.set_budget(b.clone());
+        }
+        self.mux = Some(mux);
         self.events.push_back(SessionEvent::Authenticated(peer));
         Ok(())
     }

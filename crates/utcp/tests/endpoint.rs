@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use onionlab_utcp::endpoint::{is_client_hello, COOKIE_LEN, HELLO, RETRY};
 use onionlab_utcp::{
-    Endpoint, EndpointConfig, EndpointEvent, Error, LaneEvent, LaneId, SessionConfig, Settings,
+    Endpoint, EndpointConfig, EndpointEvent, Error, LaneBudget, LaneEvent, LaneId, SessionConfig,
+    Settings,
 };
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
 
@@ -29,6 +30,16 @@ fn addr(i: u16) -> SocketAddr {
 }
 
 fn endpoint(identity: Option<Arc<Keypair>>, accept: bool, max_handshakes: usize) -> Endpoint {
+    endpoint_with(identity, accept, max_handshakes, None, 64)
+}
+
+fn endpoint_with(
+    identity: Option<Arc<Keypair>>,
+    accept: bool,
+    max_handshakes: usize,
+    lane_budget: Option<LaneBudget>,
+    anonymous_max_lanes: usize,
+) -> Endpoint {
     let config = EndpointConfig {
         session: SessionConfig {
             utcp: Settings::default(),
@@ -37,6 +48,8 @@ fn endpoint(identity: Option<Arc<Keypair>>, accept: bool, max_handshakes: usize)
             expect_peer: None,
             handshake_timeout: Duration::from_secs(10),
             certificate: None,
+            lane_budget,
+            anonymous_max_lanes,
         },
         accept,
         max_sessions: 64,
@@ -237,7 +250,10 @@ fn sessions_are_per_peer_and_one_failure_harms_no_other() {
     net.run_for(Duration::from_secs(1));
     assert!(net.authenticated(addr(1), r).is_some());
     assert!(net.authenticated(addr(3), r).is_some());
-    assert!(matches!(net.closed(addr(2), r), Some(Error::Auth(_))));
+    assert!(matches!(
+        net.closed(addr(2), r),
+        Some(Error::WrongIdentity { .. })
+    ));
     assert_eq!(net.node(addr(2)).sessions(), 0);
     assert!(net.closed(addr(1), r).is_none());
     assert!(net.closed(addr(3), r).is_none());
@@ -402,6 +418,8 @@ fn limits_and_duplicates_are_refused_at_connect() {
             expect_peer: None,
             handshake_timeout: Duration::from_secs(10),
             certificate: None,
+            lane_budget: None,
+            anonymous_max_lanes: onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept: true,
         max_sessions: 8,
@@ -491,4 +509,56 @@ fn a_new_session_from_the_same_address_replaces_the_old_one() {
     assert!(net.authenticated(r, c).is_some(), "the new one is up");
     assert!(net.authenticated(c, r).is_some());
     assert_eq!(net.node(r).sessions(), 1);
+}
+
+/// A relay's lanes over all its sessions stay within its budget, and a
+/// client's session within the anonymous limit; a lane beyond is reset,
+/// and a lane that ends gives its place back.
+#[test]
+fn lanes_stay_within_the_node_budget_and_the_anonymous_limit() {
+    let relay_key = keypair(1);
+    let budget = LaneBudget::new(5);
+    let r = addr(0);
+    let mut net = Net::new();
+    net.nodes.insert(
+        r,
+        endpoint_with(Some(relay_key.clone()), true, 8, Some(budget.clone()), 3),
+    );
+    for i in 1..=2 {
+        net.client_connects(addr(i), r, identity(&relay_key));
+    }
+    net.run_for(Duration::from_millis(500));
+    // Each client opens 4 lanes: 3 fit per client session, 5 in all.
+    let mut opened = Vec::new();
+    for i in 1..=2u16 {
+        let now = net.now;
+        for _ in 0..4 {
+            let id = net
+                .node(addr(i))
+                .with_lanes(r, now, |m| m.open(now))
+                .expect("session")
+                .expect("a lane of ours");
+            opened.push((addr(i), id));
+        }
+    }
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(budget.used(), 5);
+    let resets = net
+        .events
+        .iter()
+        .filter(|(a, e)| {
+            *a != r
+                && matches!(
+                    e,
+                    EndpointEvent::Lane {
+                        event: LaneEvent::Closed { reset: true, .. },
+                        ..
+                    }
+                )
+        })
+        .count();
+    assert_eq!(resets, 3, "8 lanes asked for, 5 accepted");
+    // One client's session ends: its places come back.
+    assert!(net.node(r).close(addr(1)));
+    assert!(budget.used() <= 2, "{} still held", budget.used());
 }

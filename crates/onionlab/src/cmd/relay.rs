@@ -77,6 +77,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         let doc = load_network(&cfg.network, &network_key).await?;
         let mut settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
         settings.quic_listen = cfg.quic_listen;
+        settings.utcp_listen = cfg.utcp_listen;
         settings.transport = cfg.transport;
         settings.quic.congestion = cfg.quic_congestion.into();
         settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);

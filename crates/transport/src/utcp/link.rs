@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_utcp::endpoint::{DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_SESSIONS};
-use onionlab_utcp::{EndpointConfig, SessionConfig, Settings};
+use onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES;
+use onionlab_utcp::{EndpointConfig, LaneBudget, SessionConfig, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::debug;
@@ -37,6 +38,15 @@ const CONTROL_MAGIC: &[u8; 4] = b"OLU1";
 /// How long a peer's new lane may take to name its circuit.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Default [`UtcpSettings::liveness`]: a heartbeat every 2 s and 8 s of
+/// silence, QUIC's keep-alive and idle timeout: over UDP no kernel tells
+/// a peer that a relay died, so silence is the only sign (pctcp over TCP
+/// gets a reset, and keeps 10 s and 60 s).
+pub const DEFAULT_LIVENESS: LivenessTiming = LivenessTiming {
+    heartbeat: Duration::from_secs(2),
+    silence_limit: Duration::from_secs(8),
+};
+
 /// A dtls-utcp link's halves (pctcp's reader and writer).
 pub type UtcpLink = Link<PctcpReader, PctcpWriter>;
 
@@ -52,8 +62,11 @@ pub struct UtcpSettings {
     pub handshake_timeout: Duration,
     /// Heartbeat and silence limit of the links.
     pub liveness: LivenessTiming,
-    /// Lanes the node keeps open at most; above it circuits share the
-    /// control lane.
+    /// Lanes the node keeps open at most, opened and accepted, over all
+    /// its sessions (each lane holds its buffers, about 450 KiB); above it
+    /// its new circuits share the control lane, and a peer's new lanes are
+    /// refused (reset). A client's session has at most
+    /// `DEFAULT_ANONYMOUS_MAX_LANES` (64).
     pub max_lanes: usize,
 }
 
@@ -63,7 +76,7 @@ impl Default for UtcpSettings {
             utcp: Settings::default(),
             datagram: 1280,
             handshake_timeout: crate::tls::DEFAULT_HANDSHAKE_TIMEOUT,
-            liveness: LivenessTiming::default(),
+            liveness: DEFAULT_LIVENESS,
             max_lanes: crate::pctcp::DEFAULT_MAX_LANES,
         }
     }
@@ -99,11 +112,16 @@ impl UtcpTransport {
         let identity = Some(Arc::new(tor_llcrypto::pk::ed25519::Keypair::from_bytes(
             secret,
         )));
-        let accepting =
-            UtcpSocket::bind(listen, endpoint_config(&settings, identity.clone(), true)).await?;
+        // Both sockets' lanes count against the node's cap.
+        let budget = LaneBudget::new(settings.max_lanes);
+        let accepting = UtcpSocket::bind(
+            listen,
+            endpoint_config(&settings, identity.clone(), true, &budget),
+        )
+        .await?;
         let opening = UtcpSocket::bind(
             SocketAddr::new(listen.ip(), 0),
-            endpoint_config(&settings, identity, false),
+            endpoint_config(&settings, identity, false, &budget),
         )
         .await?;
         Ok(Self::from_parts(
@@ -116,16 +134,18 @@ impl UtcpTransport {
     }
 
     /// A client's transport (anonymous, opening only), bound to `ip`.
+    /// Needs a tokio runtime (it starts the socket's driver) but does not
+    /// wait.
     ///
     /// # Errors
     ///
     /// As [`relay`](Self::relay).
-    pub async fn client(ip: IpAddr, settings: UtcpSettings) -> Result<Self, Error> {
-        let opening = UtcpSocket::bind(
+    pub fn client(ip: IpAddr, settings: UtcpSettings) -> Result<Self, Error> {
+        let budget = LaneBudget::new(settings.max_lanes);
+        let opening = UtcpSocket::bind_now(
             SocketAddr::new(ip, 0),
-            endpoint_config(&settings, None, false),
-        )
-        .await?;
+            endpoint_config(&settings, None, false, &budget),
+        )?;
         Ok(Self::from_parts(None, opening, settings, Vec::new(), false))
     }
 
@@ -181,19 +201,31 @@ impl UtcpTransport {
     /// # Errors
     ///
     /// [`Error::Closed`] when there is nothing to accept.
-    pub async fn accept(&self) -> Result<UtcpLink, Error> {
-        let socket = self.accepting.as_ref().ok_or(Error::Closed)?;
+    pub async fn accept(self: &Arc<Self>) -> Result<UtcpLink, Error> {
         loop {
-            let session = socket.accept().await.ok_or(Error::Closed)?;
-            let peer = session.peer();
-            let started =
-                tokio::time::timeout(self.settings.handshake_timeout, self.start(session, false));
-            match started.await {
-                Ok(Ok(link)) => return Ok(link),
-                Ok(Err(e)) => debug!(%peer, "dtls-utcp link handshake failed: {e}"),
-                Err(_) => debug!(%peer, "dtls-utcp link handshake timed out"),
+            let incoming = self.accept_session().await?;
+            let peer = incoming.peer_addr();
+            match incoming.handshake().await {
+                Ok(link) => return Ok(link),
+                Err(e) => debug!(%peer, "dtls-utcp link handshake failed: {e}"),
             }
         }
+    }
+
+    /// The next session a peer opened, its link handshake still to run
+    /// ([`UtcpIncoming::handshake`]), so that one slow peer does not hold
+    /// up the others.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] when there is nothing to accept.
+    pub async fn accept_session(self: &Arc<Self>) -> Result<UtcpIncoming, Error> {
+        let socket = self.accepting.as_ref().ok_or(Error::Closed)?;
+        let session = socket.accept().await.ok_or(Error::Closed)?;
+        Ok(UtcpIncoming {
+            transport: self.clone(),
+            session,
+        })
     }
 
     /// Lanes open on this node (both sockets).
@@ -262,6 +294,32 @@ impl UtcpTransport {
     }
 }
 
+/// A session a peer opened, before the link handshake.
+pub struct UtcpIncoming {
+    transport: Arc<UtcpTransport>,
+    session: UtcpSession,
+}
+
+impl UtcpIncoming {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.session.peer()
+    }
+
+    /// Run the link handshake (bounded by the handshake timeout).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::HandshakeTimeout`], or what failed.
+    pub async fn handshake(self) -> Result<UtcpLink, Error> {
+        let peer = self.session.peer();
+        let t = self.transport;
+        tokio::time::timeout(t.settings.handshake_timeout, t.start(self.session, false))
+            .await
+            .map_err(|_| Error::HandshakeTimeout { peer })?
+    }
+}
+
 /// Hand the peer's lanes to the link once their preamble named a circuit
 /// (and this link's token); a lane that does not is reset.
 async fn accept_lanes(link: Arc<LinkShared>, mut incoming: IncomingLanes, token: [u8; TOKEN_LEN]) {
@@ -291,6 +349,7 @@ fn endpoint_config(
     settings: &UtcpSettings,
     identity: Option<Arc<tor_llcrypto::pk::ed25519::Keypair>>,
     accept: bool,
+    budget: &LaneBudget,
 ) -> EndpointConfig {
     EndpointConfig {
         session: SessionConfig {
@@ -300,6 +359,8 @@ fn endpoint_config(
             expect_peer: None,
             handshake_timeout: settings.handshake_timeout,
             certificate: None,
+            lane_budget: Some(budget.clone()),
+            anonymous_max_lanes: DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept,
         max_sessions: DEFAULT_MAX_SESSIONS,

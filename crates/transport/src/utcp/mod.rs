@@ -11,5 +11,35 @@
 pub mod link;
 pub mod socket;
 
-pub use link::{UtcpLink, UtcpSettings, UtcpTransport};
+pub use link::{UtcpIncoming, UtcpLink, UtcpSettings, UtcpTransport};
+
+use std::net::SocketAddr;
+
+use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+use crate::any::{AnyLink, Endpoints};
+use crate::registry::{Endpoint, OpenFuture, SettingInfo, TransportInfo};
+use crate::{Ordering, TransportKind};
+
+/// The registry's description of this transport.
+pub(crate) static INFO: TransportInfo = TransportInfo {
+    name: "dtls-utcp",
+    about: "a user-space TCP connection per circuit inside one DTLS session per relay pair, over UDP (Reardon and Goldberg 2009; seed 002)",
+    ordering: Ordering::PerCircuit,
+    endpoint: Endpoint::Utcp,
+    settings: &[SettingInfo {
+        key: "utcp_listen",
+        default: "none (no dtls-utcp endpoint)",
+        about: "relays: UDP address of the dtls-utcp endpoint",
+    }],
+    open: open_link,
+};
+
+fn open_link(endpoints: &Endpoints, addr: SocketAddr, expected: Ed25519Identity) -> OpenFuture<'_> {
+    Box::pin(async move {
+        let utcp = endpoints.utcp(TransportKind::DTLS_UTCP)?;
+        let link = utcp.connect(addr, expected).await?;
+        Ok(AnyLink::erase(TransportKind::DTLS_UTCP, link))
+    })
+}
 pub use socket::{IncomingLanes, LaneStream, UtcpSession, UtcpSocket};

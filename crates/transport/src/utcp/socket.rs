@@ -146,13 +146,26 @@ impl UtcpSocket {
     /// [`Error::Io`] if the socket cannot be bound, [`Error::Config`] for
     /// settings the endpoint refuses.
     pub async fn bind(addr: SocketAddr, config: EndpointConfig) -> Result<UtcpSocket, Error> {
+        Self::bind_now(addr, config)
+    }
+
+    /// [`bind`](Self::bind) without waiting (binding a UDP socket does
+    /// not block); needs a tokio runtime.
+    ///
+    /// # Errors
+    ///
+    /// As [`bind`](Self::bind).
+    pub fn bind_now(addr: SocketAddr, config: EndpointConfig) -> Result<UtcpSocket, Error> {
         let accepts = config.accept;
         let endpoint = Endpoint::new(config, rand::random(), Instant::now())
             .map_err(|e| Error::Config(format!("dtls-utcp endpoint: {e}")))?;
-        let socket = UdpSocket::bind(addr).await.map_err(|source| Error::Io {
+        let io = |source| Error::Io {
             what: "binding the dtls-utcp UDP socket",
             source,
-        })?;
+        };
+        let std_socket = std::net::UdpSocket::bind(addr).map_err(io)?;
+        std_socket.set_nonblocking(true).map_err(io)?;
+        let socket = UdpSocket::from_std(std_socket).map_err(io)?;
         let local = socket.local_addr().map_err(|source| Error::Io {
             what: "the dtls-utcp socket's address",
             source,
@@ -228,9 +241,16 @@ impl Drop for UtcpSocket {
 }
 
 fn protocol(peer: SocketAddr, e: onionlab_utcp::Error) -> Error {
-    Error::Protocol {
-        peer,
-        detail: format!("dtls-utcp: {e}"),
+    match e {
+        onionlab_utcp::Error::WrongIdentity { got, expected } => Error::WrongIdentity {
+            peer,
+            got: hex::encode(got.as_bytes()),
+            expected: hex::encode(expected.as_bytes()),
+        },
+        e => Error::Protocol {
+            peer,
+            detail: format!("dtls-utcp: {e}"),
+        },
     }
 }
 
