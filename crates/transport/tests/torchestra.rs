@@ -5,21 +5,15 @@
 //! makes the link a plain one.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
-use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
-use onionlab_transport::tls::TlsTransport;
+use onionlab_transport::any::AnyLink;
 use onionlab_transport::torchestra::switch::{Conn, Control};
-use onionlab_transport::{
-    CellReader, CellWriter, Choice, Error, LinkEvent, Listener, Transport, TransportKind,
-};
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-use tokio::sync::mpsc;
-use tor_llcrypto::pk::ed25519::Ed25519Identity;
+use onionlab_transport::{CellReader, CellWriter, LinkEvent, TransportKind};
+
+mod lanes_common;
+use lanes_common::{tcp_link, tcp_relay, TcpRelay};
 
 fn cell(circ: u32, i: u32) -> AnyChanCell {
     let mut body = [0u8; 509];
@@ -38,70 +32,12 @@ fn index_of(c: &AnyChanCell) -> Option<(u32, u32)> {
     ))
 }
 
-struct Node {
-    id: Ed25519Identity,
-    tcp: TlsTransport,
-    addr: SocketAddr,
-    accepted: mpsc::UnboundedReceiver<Result<AnyLink, Error>>,
+async fn node(seed: u64, switches: bool) -> TcpRelay {
+    tcp_relay(seed, |t| t.with_torchestra_switching(switches)).await
 }
 
-async fn node(seed: u64, switches: bool) -> Node {
-    let k = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed));
-    let tcp = TlsTransport::relay(&k, vec![])
-        .expect("tls")
-        .with_torchestra_switching(switches);
-    let listener = tcp
-        .bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .expect("bind");
-    let addr = Listener::local_addr(&listener);
-    let tcp = tcp.with_lane_address(addr);
-    let (tx, accepted) = mpsc::unbounded_channel();
-    let mut any = AnyListener::new(listener, None);
-    tokio::spawn(async move {
-        while let Ok(incoming) = any.accept().await {
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                match incoming.handshake().await {
-                    Ok(Some(link)) => {
-                        let _ = tx.send(Ok(link));
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            });
-        }
-    });
-    Node {
-        id: k.public().ed_identity,
-        tcp,
-        addr,
-        accepted,
-    }
-}
-
-async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
-    let connector = Connector::new(
-        Endpoints {
-            tcp: from.tcp.clone(),
-            quic: None,
-            utcp: None,
-        },
-        Choice::Only(TransportKind::TORCHESTRA),
-    )
-    .expect("connector");
-    let addrs = PeerAddrs {
-        tls: Some(to.addr),
-        quic: None,
-        utcp: None,
-    };
-    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
-    (
-        ours.expect("link opens"),
-        theirs.expect("accepted").expect("link accepted"),
-    )
+async fn link(from: &TcpRelay, to: &mut TcpRelay) -> (AnyLink, AnyLink) {
+    tcp_link(from, to, TransportKind::TORCHESTRA).await
 }
 
 /// Send `n` cells on each circuit from `w`, moving circuit `moves[k].0`
@@ -158,7 +94,7 @@ async fn receive(r: &mut impl CellReader, n: usize) -> (BTreeMap<u32, Vec<u32>>,
 
 /// The writer refuses moves until the heavy connection is up (it opens
 /// right after the link handshake): wait for both ends to attach it.
-async fn wait_heavy(a: &Node, b: &Node) {
+async fn wait_heavy(a: &TcpRelay, b: &TcpRelay) {
     for _ in 0..500 {
         if a.tcp.torchestra_heavy_connections() >= 1 && b.tcp.torchestra_heavy_connections() >= 1 {
             return;

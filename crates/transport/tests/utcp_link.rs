@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use onionlab_cell::chan::AnyChanCell;
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::AnyLink;
 use onionlab_transport::utcp::{UtcpLink, UtcpSettings, UtcpTransport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -132,7 +131,8 @@ async fn measure_one_circuit_throughput_against_pctcp() {
         let utcp = t.elapsed();
         let pa = tcp_relay(300 + round, |t| t).await;
         let mut pb = tcp_relay(400 + round, |t| t).await;
-        let (mut pab, mut pba) = pctcp_link(&pa, &mut pb).await;
+        let (mut pab, mut pba) =
+            tcp_link(&pa, &mut pb, onionlab_transport::TransportKind::PCTCP).await;
         let t = std::time::Instant::now();
         let batch: Vec<AnyChanCell> = (0..cells).map(|i| cell(0x8000_0001, i)).collect();
         tokio::join!(
@@ -148,25 +148,4 @@ async fn measure_one_circuit_throughput_against_pctcp() {
             pctcp.as_secs_f64() / utcp.as_secs_f64()
         );
     }
-}
-
-async fn pctcp_link(from: &TcpRelay, to: &mut TcpRelay) -> (AnyLink, AnyLink) {
-    use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
-    use onionlab_transport::{Choice, TransportKind};
-    let connector = Connector::new(
-        Endpoints {
-            tcp: from.tcp.clone(),
-            quic: None,
-            utcp: None,
-        },
-        Choice::Only(TransportKind::PCTCP),
-    )
-    .expect("connector");
-    let addrs = PeerAddrs {
-        tls: Some(to.addr),
-        quic: None,
-        utcp: None,
-    };
-    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
-    (ours.expect("link"), theirs.expect("accepted"))
 }

@@ -37,7 +37,7 @@ pub const LANE_BUFFER: usize = 64 * 1024;
 /// Sessions waiting for [`UtcpSocket::accept`], at most (more are closed).
 const ACCEPT_QUEUE: usize = 64;
 /// Lanes the peer opened waiting for [`UtcpSession::accept_lane`], at
-/// most (more are reset).
+/// most (more are dropped at once: reset when their first bytes arrive).
 const LANE_QUEUE: usize = 1024;
 /// Datagrams taken per wake before the driver sends what they caused.
 const RECV_BATCH: usize = 64;
@@ -663,7 +663,8 @@ impl State {
             lane: id,
         };
         if let Err(e) = io.incoming.try_send(stream) {
-            // Nobody accepts lanes now: the stream's drop resets it.
+            // Nobody accepts lanes now: dropped, the lane is reset once the
+            // peer's first bytes (its preamble) arrive unread.
             let stream = match e {
                 mpsc::error::TrySendError::Full(s) | mpsc::error::TrySendError::Closed(s) => s,
             };

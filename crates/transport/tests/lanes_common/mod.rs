@@ -60,6 +60,29 @@ pub async fn tcp_relay(
     }
 }
 
+/// A link of `kind` (a transport on the TCP endpoint) from `from` to
+/// `to`, both ends.
+pub async fn tcp_link(
+    from: &TcpRelay,
+    to: &mut TcpRelay,
+    kind: onionlab_transport::TransportKind,
+) -> (AnyLink, AnyLink) {
+    use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
+    let endpoints = Endpoints {
+        tcp: from.tcp.clone(),
+        quic: None,
+        utcp: None,
+    };
+    let connector =
+        Connector::new(endpoints, onionlab_transport::Choice::Only(kind)).expect("connector");
+    let addrs = PeerAddrs {
+        tls: Some(to.addr),
+        ..PeerAddrs::default()
+    };
+    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
+    (ours.expect("link opens"), theirs.expect("link accepted"))
+}
+
 /// Cell `i` of circuit `circ`: its index, then the circuit, in the first
 /// body bytes.
 pub fn cell(circ: u32, i: u32) -> AnyChanCell {
