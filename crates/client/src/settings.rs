@@ -100,6 +100,8 @@ pub struct ClientSettings {
     /// KIST-like limit on the unsent bytes of each TCP socket to a guard
     /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
     pub unsent_limit: Option<u32>,
+    /// The dtls-utcp transport's user-space TCP per lane.
+    pub utcp_tcp: onionlab_transport::utcp::LaneTcp,
 }
 
 impl ClientSettings {
@@ -134,6 +136,7 @@ impl ClientSettings {
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
             unsent_limit: None,
+            utcp_tcp: Default::default(),
         }
     }
 
@@ -169,6 +172,7 @@ impl ClientSettings {
             onionlab_transport::tcp::TcpCongestion::parse(config.tcp_congestion_name())
                 .map_err(|e| Error::Setting(format!("tcp_congestion: {e}")))?;
         s.unsent_limit = config.channel_unsent_limit;
+        s.utcp_tcp = config.utcp.lane_tcp().map_err(Error::Setting)?;
         Ok(s)
     }
 

@@ -362,7 +362,8 @@ fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error
             handshake_timeout: settings.link_handshake_timeout,
             max_lanes: settings.pctcp.max_lanes,
             ..UtcpSettings::default()
-        };
+        }
+        .with_lane_tcp(settings.utcp_tcp.clone());
         // Any local address: the kernel picks the source per relay.
         let any = std::net::IpAddr::from([0, 0, 0, 0]);
         UtcpTransport::client(any, utcp).map(std::sync::Arc::new)

@@ -36,7 +36,7 @@ pub struct AgentSpec {
 pub struct TransferRecord {
     /// Workload name.
     pub workload: String,
-    /// download, upload or echo.
+    /// download, upload, echo, probe, trace or stream.
     pub kind: String,
     /// Index of the transfer within its workload.
     pub index: u32,
@@ -58,7 +58,8 @@ pub struct TransferRecord {
     pub stalled: bool,
     /// The transfer did not finish in time.
     pub timed_out: bool,
-    /// One-way delay of each probe or trace message.
+    /// One-way delay of each probe or trace message, or of a stream's
+    /// record sampled every 100 ms.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probe_latency_ms: Vec<f64>,
     /// Why it failed, if it did (a checksum mismatch says so here).
@@ -105,6 +106,7 @@ async fn run_workload(
         WorkloadKind::Echo => OP_ECHO,
         WorkloadKind::Probe => OP_PROBE,
         WorkloadKind::Trace => traffic::OP_TRACE,
+        WorkloadKind::Stream => crate::stream::OP_STREAM,
     };
     let len = if w.kind == WorkloadKind::Probe {
         traffic::probe_request_len(w.probes, w.probe_interval)
@@ -124,19 +126,20 @@ async fn run_workload(
         // Each workload is its own SOCKS identity, so it gets its own
         // circuit (IsolateSOCKSAuth), as separate applications would.
         let auth = Some((w.name.as_str(), "onionlab"));
-        let result = if w.kind == WorkloadKind::Trace {
-            tokio::time::timeout(
-                spec.transfer_timeout,
-                traffic::replay(spec.socks, server, &w.trace, auth),
-            )
-            .await
-        } else {
-            tokio::time::timeout(
-                spec.transfer_timeout,
-                traffic::transfer(op, spec.socks, server, len, auth),
-            )
-            .await
-        };
+        let result = tokio::time::timeout(spec.transfer_timeout, async {
+            match w.kind {
+                WorkloadKind::Trace => traffic::replay(spec.socks, server, &w.trace, auth)
+                    .await
+                    .map(|t| (t, w.size)),
+                WorkloadKind::Stream => {
+                    crate::stream::stream(spec.socks, server, w.stream_duration, auth).await
+                }
+                _ => traffic::transfer(op, spec.socks, server, len, auth)
+                    .await
+                    .map(|t| (t, w.size)),
+            }
+        })
+        .await;
         let mut rec = TransferRecord {
             workload: w.name.clone(),
             kind: format!("{:?}", w.kind).to_lowercase(),
@@ -146,12 +149,14 @@ async fn run_workload(
             ..TransferRecord::default()
         };
         match result {
-            Ok(Ok(t)) => {
+            Ok(Ok((t, size))) => {
+                // A stream's size is what arrived.
+                rec.size = size;
                 rec.connect_ms = Some(ms(t.connect));
                 rec.ttfb_ms = Some(ms(t.first_byte));
                 rec.ttlb_ms = Some(ms(t.last_byte));
                 rec.goodput_mib_s =
-                    Some(w.size as f64 / 1048576.0 / t.last_byte.as_secs_f64().max(1e-9));
+                    Some(size as f64 / 1048576.0 / t.last_byte.as_secs_f64().max(1e-9));
                 rec.longest_gap_ms = Some(ms(t.longest_gap));
                 // Quiet periods the schedule itself asks for are not stalls.
                 let scheduled_gap = w

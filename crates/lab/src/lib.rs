@@ -11,6 +11,7 @@ pub mod journal;
 pub mod labels;
 pub mod run;
 pub mod scenario;
+pub mod stream;
 pub mod summary;
 pub mod traffic;
 

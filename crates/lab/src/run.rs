@@ -111,6 +111,10 @@ pub struct RepetitionRecord {
     pub circuit_build_ms: Vec<f64>,
     /// Per directed link: (src, dst, delivered bytes, dropped packets).
     pub links: Vec<(String, String, u64, u64)>,
+    /// Per directed link: packets sent into it and dropped by its loss
+    /// model and by its queues (seed 002's effective drop rate).
+    #[serde(default)]
+    pub link_packets: Vec<LinkPackets>,
     /// Payload bytes delivered by successful transfers.
     pub payload_bytes: u64,
     /// IP bytes on the clients' access links (both directions) per payload
@@ -131,6 +135,21 @@ pub struct RepetitionRecord {
     /// emulated network, limited this repetition.
     #[serde(default)]
     pub host_dropped: bool,
+}
+
+/// Packet counts of one directed link over a repetition.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct LinkPackets {
+    /// Sending host.
+    pub src: String,
+    /// Receiving host.
+    pub dst: String,
+    /// Packets that entered the link.
+    pub packets: u64,
+    /// Packets its loss model dropped.
+    pub lost: u64,
+    /// Packets its queues dropped (full up-, path or downlink queue).
+    pub queue_dropped: u64,
 }
 
 /// The run's environment, written once to `environment.json`: the kernel
@@ -167,6 +186,51 @@ pub struct WireParity {
     pub quic_initial_mtu: u16,
     /// QUIC's initial congestion window (bytes).
     pub quic_initial_window_bytes: u64,
+    /// The relays' dtls-utcp lanes (clients run the defaults).
+    #[serde(default)]
+    pub utcp: UtcpParity,
+}
+
+/// The user-space TCP of dtls-utcp's lanes: the relays' `[utcp]` settings
+/// and what smoltcp fixes (`docs/dtls-utcp.md`, section 4).
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
+pub struct UtcpParity {
+    /// Congestion control.
+    pub congestion: String,
+    /// Largest segment (TORTP header, options, data).
+    pub max_segment: u32,
+    /// Receive buffer per lane (the largest window).
+    pub rx_buffer: u32,
+    /// Send buffer per lane.
+    pub tx_buffer: u32,
+    /// Delayed ACK (0: none).
+    pub ack_delay_ms: u64,
+    /// smoltcp's initial congestion window (bytes).
+    pub initial_window_bytes: u32,
+    /// smoltcp's minimum (and initial) retransmission timeout.
+    pub min_rto_ms: u32,
+    /// What smoltcp does with SACK.
+    pub sack: String,
+}
+
+impl UtcpParity {
+    /// The lanes of relays configured with `relay_settings` (the
+    /// scenario's `[relay_settings]` lines).
+    pub fn for_relay_settings(relay_settings: &str) -> Self {
+        let utcp = crate::scenario::relay_settings_config(relay_settings)
+            .map(|c| c.utcp)
+            .unwrap_or_default();
+        UtcpParity {
+            congestion: format!("{:?}", utcp.congestion).to_lowercase(),
+            max_segment: utcp.max_segment as u32,
+            rx_buffer: utcp.rx_buffer as u32,
+            tx_buffer: utcp.tx_buffer as u32,
+            ack_delay_ms: utcp.ack_delay_ms,
+            initial_window_bytes: 2048,
+            min_rto_ms: 1000,
+            sack: "receiver sends one block; sender ignores SACK (no SACK recovery)".into(),
+        }
+    }
 }
 
 impl WireParity {
@@ -179,6 +243,7 @@ impl WireParity {
             tcp_initial_window_segments: 10,
             quic_initial_mtu: quic,
             quic_initial_window_bytes: 10 * u64::from(quic),
+            utcp: UtcpParity::for_relay_settings(""),
         }
     }
 }
@@ -309,7 +374,12 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
             let (mut recs, r, host_sysctls) =
                 run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
             if !opts.out.join("environment.json").exists() {
-                write_environment(&opts.out, host_sysctls, variant.topology.mtu)?;
+                write_environment(
+                    &opts.out,
+                    host_sysctls,
+                    variant.topology.mtu,
+                    &variant.relay_settings,
+                )?;
             }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
@@ -347,14 +417,22 @@ fn repetition_seed(scenario_seed: u64, rep: u32) -> u64 {
 }
 
 /// Write `environment.json` ([`Environment`]).
-fn write_environment(out: &Path, host_sysctls: Sysctls, mtu: u32) -> Result<(), RunError> {
+fn write_environment(
+    out: &Path,
+    host_sysctls: Sysctls,
+    mtu: u32,
+    relay_settings: &str,
+) -> Result<(), RunError> {
     let env = Environment {
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         machine_sysctls: hostnet::recorded_sysctls(),
         host_sysctls,
-        wire: WireParity::for_mtu(mtu),
+        wire: WireParity {
+            utcp: UtcpParity::for_relay_settings(relay_settings),
+            ..WireParity::for_mtu(mtu)
+        },
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
     // Through a renamed temporary file: a half-written file would stop a
@@ -862,6 +940,17 @@ fn run_one(
             )
         })
         .collect();
+    let link_packets = counters
+        .paths
+        .iter()
+        .map(|p| LinkPackets {
+            src: p.src.clone(),
+            dst: p.dst.clone(),
+            packets: p.submitted_packets,
+            lost: p.drops.loss,
+            queue_dropped: p.drops.uplink_queue + p.drops.path_queue + p.drops.downlink_queue,
+        })
+        .collect();
     // Wire overhead where the payload crosses exactly once: the clients'
     // access links (both directions: requests, SENDMEs, TLS and TCP/IP
     // headers, retransmissions) per payload byte delivered.
@@ -886,6 +975,7 @@ fn run_one(
         relay_peak_rss,
         circuit_build_ms,
         links,
+        link_packets,
         payload_bytes,
         wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
         tcp,

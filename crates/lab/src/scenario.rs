@@ -158,6 +158,8 @@ struct RawScenario {
     #[serde(default)]
     matrix: BTreeMap<String, Spanned<Vec<Spanned<toml::Value>>>>,
     #[serde(default)]
+    exclude: Vec<Spanned<BTreeMap<String, toml::Value>>>,
+    #[serde(default)]
     report: Option<Spanned<ReportSettings>>,
     #[serde(default)]
     relay_settings: Option<Spanned<toml::Table>>,
@@ -202,13 +204,20 @@ fn relay_settings(ctx: &Ctx<'_>, raw: Option<&Spanned<toml::Table>>) -> Result<S
     }
     let lines = toml::to_string(table.get_ref())
         .map_err(|e| ctx.err(span.clone(), format!("[relay_settings]: {e}")))?;
+    relay_settings_config(&lines).map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
+    Ok(lines)
+}
+
+/// A relay configuration with `lines` (a scenario's `[relay_settings]`)
+/// and placeholders for what the lab writes: what those lines set.
+pub(crate) fn relay_settings_config(
+    lines: &str,
+) -> std::result::Result<onionlab_netdoc::RelayConfig, onionlab_netdoc::Error> {
     let probe = format!(
         "nickname = \"probe\"\nkeys = \"k\"\nlisten = \"127.0.0.1:1\"\nnetwork = \"n\"\nnetwork_key = \"{}\"\n{lines}",
         "0".repeat(64)
     );
     onionlab_netdoc::RelayConfig::from_toml_str(&probe, "[relay_settings]", Path::new("/"))
-        .map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
-    Ok(lines)
 }
 
 fn default_repetitions() -> Spanned<u32> {
@@ -267,6 +276,8 @@ struct RawWorkload {
     interval: Option<Spanned<String>>,
     #[serde(default)]
     trace: Option<Spanned<String>>,
+    #[serde(default)]
+    duration: Option<Spanned<String>>,
 }
 
 /// A relay of the scenario.
@@ -316,6 +327,10 @@ pub enum WorkloadKind {
     /// The server replays a trace of message times and sizes; delay per
     /// message (seed 003).
     Trace,
+    /// The server streams timestamped records as fast as the circuit
+    /// takes them for `duration`; throughput and latency (seed 002's
+    /// timestamp server).
+    Stream,
 }
 
 /// One workload of a variant: transfers one after another.
@@ -348,6 +363,9 @@ pub struct Workload {
     /// Trace workloads: the schedule (offset, message bytes).
     #[serde(default)]
     pub trace: Vec<(Duration, u32)>,
+    /// Stream workloads: how long the server streams.
+    #[serde(default)]
+    pub stream_duration: Duration,
 }
 
 /// A validated scenario.
@@ -387,6 +405,9 @@ pub struct Scenario {
     pub workloads: Vec<Workload>,
     /// The matrix: parameter name and its values, in name order.
     pub matrix: Vec<(String, Vec<String>)>,
+    /// Combinations left out (`[[exclude]]`): a variant matching every
+    /// pair of one entry is not run.
+    pub exclude: Vec<Vec<(String, String)>>,
     /// How reports label and compare the variants (`[report]`).
     pub report: ReportSettings,
 }
@@ -726,11 +747,13 @@ impl Scenario {
                 "bulk" => (WorkloadKind::Download, 5 << 20, "0s"),
                 "probe" => (WorkloadKind::Probe, 0, "0s"),
                 "trace" => (WorkloadKind::Trace, 0, "0s"),
+                "stream" => (WorkloadKind::Stream, 0, "0s"),
                 other => {
                     return Err(ctx.err(
                         w.kind.span(),
                         format!(
-                            "unknown workload kind {other:?} (download, upload, echo, web, bulk)"
+                            "unknown workload kind {other:?} (download, upload, echo, web, bulk, \
+                             probe, trace, stream)"
                         ),
                     ))
                 }
@@ -812,13 +835,36 @@ impl Scenario {
                 }
                 (None, _) => Vec::new(),
             };
+            let stream_duration = duration(&w.duration, Duration::from_secs(60))?;
+            match (&w.duration, kind) {
+                (Some(d), WorkloadKind::Stream)
+                    if stream_duration.is_zero()
+                        || stream_duration.as_millis()
+                            > u128::from(crate::stream::MAX_STREAM_MS) =>
+                {
+                    return Err(ctx.err(d.span(), "duration must be between 1 ms and 1 h"));
+                }
+                (Some(d), k) if k != WorkloadKind::Stream => {
+                    return Err(ctx.err(d.span(), "`duration` belongs to kind = \"stream\""));
+                }
+                _ => {}
+            }
+            if kind == WorkloadKind::Stream && w.size.is_some() {
+                let span = w.size.as_ref().map_or(w.kind.span(), |s| s.span());
+                return Err(ctx.err(
+                    span,
+                    "a stream has no size: it runs for `duration` as fast as the circuit goes",
+                ));
+            }
             let size = match kind {
+                WorkloadKind::Stream => 0,
                 WorkloadKind::Probe => u64::from(probes) * crate::traffic::PROBE_LEN as u64,
                 WorkloadKind::Trace => trace.iter().map(|(_, b)| u64::from(*b)).sum(),
                 _ => size,
             };
             workloads.push(Workload {
                 trace,
+                stream_duration,
                 probes,
                 probe_interval,
                 name,
@@ -866,6 +912,7 @@ impl Scenario {
             let span = raw.matrix[key].span();
             return Err(ctx.err(span, check_key(key, &hosts).err().unwrap_or_default()));
         }
+        let exclude = check_exclude(&ctx, &raw.exclude, &matrix)?;
         let report = match raw.report {
             Some(r) => {
                 r.get_ref()
@@ -892,14 +939,23 @@ impl Scenario {
             servers,
             workloads,
             matrix,
+            exclude,
             report,
             relay_settings,
         })
     }
 
+    /// The matrix's combinations less the excluded ones, in a fixed order.
+    fn combinations(&self) -> Vec<Vec<(String, String)>> {
+        combinations(&self.matrix)
+            .into_iter()
+            .filter(|c| !excluded(c, &self.exclude))
+            .collect()
+    }
+
     /// Every combination of matrix values, in a fixed order.
     pub fn variants(&self) -> Vec<Variant> {
-        combinations(&self.matrix)
+        self.combinations()
             .into_iter()
             .map(|params| self.resolve(params))
             .collect()
@@ -908,17 +964,13 @@ impl Scenario {
     /// How reports and progress lines label and compare the variants, in
     /// [`Scenario::variants`] order.
     pub fn design(&self) -> onionlab_report::Design {
-        self.report
-            .design(&self.matrix, &combinations(&self.matrix))
+        self.report.design(&self.matrix, &self.combinations())
     }
 
     /// The short label of every variant, in [`Scenario::variants`] order
     /// (e.g. `quic, loss 1%` for `loss:guard-middle=1% transport=quic`).
     pub fn short_labels(&self) -> Vec<String> {
-        let full: Vec<String> = combinations(&self.matrix)
-            .iter()
-            .map(|c| full_label(c))
-            .collect();
+        let full: Vec<String> = self.combinations().iter().map(|c| full_label(c)).collect();
         onionlab_report::short_labels(&self.design(), &full)
     }
 
@@ -1005,6 +1057,53 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
+}
+
+/// Whether `combo` matches every pair of one of `exclude`'s entries.
+fn excluded(combo: &[(String, String)], exclude: &[Vec<(String, String)>]) -> bool {
+    exclude
+        .iter()
+        .any(|e| e.iter().all(|pair| combo.contains(pair)))
+}
+
+/// `[[exclude]]` entries as (key, value text) pairs: every key a matrix
+/// parameter, every value one of its values, and some variant left.
+fn check_exclude(
+    ctx: &Ctx<'_>,
+    raw: &[Spanned<BTreeMap<String, toml::Value>>],
+    matrix: &[(String, Vec<String>)],
+) -> Result<Vec<Vec<(String, String)>>> {
+    let mut out = Vec::new();
+    for entry in raw {
+        if entry.get_ref().is_empty() {
+            return Err(ctx.err(
+                entry.span(),
+                "an empty [[exclude]] would exclude everything",
+            ));
+        }
+        let mut pairs = Vec::new();
+        for (key, value) in entry.get_ref() {
+            let text = value_text(value);
+            let Some((_, values)) = matrix.iter().find(|(k, _)| k == key) else {
+                return Err(ctx.err(
+                    entry.span(),
+                    format!("[[exclude]] names {key:?}, which is not a matrix parameter"),
+                ));
+            };
+            if !values.contains(&text) {
+                return Err(ctx.err(
+                    entry.span(),
+                    format!("[[exclude]]: {text:?} is not one of the matrix's values of {key:?}"),
+                ));
+            }
+            pairs.push((key.clone(), text));
+        }
+        out.push(pairs);
+    }
+    if !raw.is_empty() && combinations(matrix).iter().all(|c| excluded(c, &out)) {
+        return Err(ctx.err(raw[0].span(), "[[exclude]] leaves no variant to run"));
+    }
+    Ok(out)
 }
 
 fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String> {
@@ -1100,7 +1199,7 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
             for w in v
                 .workloads
                 .iter_mut()
-                .filter(|w| w.kind != WorkloadKind::Probe)
+                .filter(|w| !matches!(w.kind, WorkloadKind::Probe | WorkloadKind::Stream))
             {
                 w.size = size;
             }

@@ -19,7 +19,9 @@
 //!   endian) and the server sends each message at its time: a 16-byte header
 //!   (sequence u32, payload length u32, send time in ns u64) and the payload
 //!   (seed 003's trace replay; the delay of each message is measured when its
-//!   last byte arrives).
+//!   last byte arrives);
+//! - [`crate::stream::OP_STREAM`]: seed 002's timestamp server (see
+//!   [`crate::stream`]).
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -50,7 +52,7 @@ pub const MAX_TRACE_MESSAGE: u32 = 1 << 20;
 /// Most probes one request may ask for.
 pub const MAX_PROBES: u64 = 1_000_000;
 
-fn unix_ns() -> u64 {
+pub(crate) fn unix_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
@@ -220,6 +222,7 @@ async fn serve_one(mut s: TcpStream) -> io::Result<()> {
             }
             s.shutdown().await
         }
+        crate::stream::OP_STREAM => crate::stream::serve_stream(&mut s, len).await,
         _ => Err(io::ErrorKind::InvalidInput.into()),
     }
 }
@@ -282,7 +285,7 @@ fn fail(at_connect: bool) -> impl Fn(String) -> TransferError {
 
 /// Connect through SOCKS to the workload server; returns the stream, when
 /// the SOCKS request started and when it succeeded.
-async fn open(
+pub(crate) async fn open(
     socks: SocketAddr,
     server: SocketAddr,
     auth: Option<(&str, &str)>,

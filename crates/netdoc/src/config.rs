@@ -29,6 +29,9 @@
 //! quic_initial_mtu = 1200         # default 1200 (QUIC's minimum); at most 8972
 //! pctcp_max_lanes = 512           # pctcp: per-circuit connections kept open at most
 //! quic_idle_timeout_ms = 8000     # default 8000
+//! utcp = { congestion = "cubic" } # dtls-utcp's user-space TCP (see UtcpConfig): congestion
+//!                                 # ("cubic", "reno"), max_segment, rx_buffer, tx_buffer,
+//!                                 # ack_delay_ms (0: none); defaults 1200, 262144, 65536, 10
 //! exit_connect_timeout_ms = 10000 # exits: default 10000
 //! exit_reject_private = true      # exits: default true (see crate::exit_targets)
 //! exit_allow_private = ["127.0.0.1:8000"] # exits: private targets allowed anyway; default []
@@ -76,6 +79,7 @@
 //! quic_initial_mtu = 1200               # as for a relay
 //! pctcp_max_lanes = 512                 # as for a relay
 //! quic_idle_timeout_ms = 8000           # as for a relay
+//! utcp = { congestion = "cubic" }       # as for a relay
 //! log = "info"                          # optional tracing filter
 //! ```
 //!
@@ -307,6 +311,88 @@ impl fmt::Display for Scheduler {
     }
 }
 
+/// The congestion control of dtls-utcp's lanes (`utcp.congestion`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UtcpCongestion {
+    /// `"cubic"` (RFC 9438), the default, as Linux's TCP.
+    #[default]
+    Cubic,
+    /// `"reno"`.
+    Reno,
+}
+
+/// The dtls-utcp transport's user-space TCP, per lane (`[utcp]` table of
+/// relays and clients; `docs/dtls-utcp.md`, section 4). smoltcp fixes the
+/// rest (initial window, minimum RTO, SACK), which the lab records.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UtcpConfig {
+    /// Congestion control (default `"cubic"`).
+    pub congestion: UtcpCongestion,
+    /// Largest segment (TORTP header, options and data), 100 to 65000
+    /// (default 1200: one segment per DTLS record in a 1280-byte datagram).
+    pub max_segment: usize,
+    /// Receive buffer per lane: the largest window it advertises (default
+    /// 262144).
+    pub rx_buffer: usize,
+    /// Send buffer per lane (default 65536).
+    pub tx_buffer: usize,
+    /// Delayed ACK in milliseconds, 0 for none (default 10).
+    pub ack_delay_ms: u64,
+}
+
+impl Default for UtcpConfig {
+    fn default() -> Self {
+        Self::from_settings(&onionlab_transport::utcp::LaneTcp::default())
+    }
+}
+
+impl UtcpConfig {
+    fn from_settings(s: &onionlab_transport::utcp::LaneTcp) -> Self {
+        UtcpConfig {
+            congestion: match s.congestion {
+                onionlab_transport::utcp::LaneCongestion::Reno => UtcpCongestion::Reno,
+                _ => UtcpCongestion::Cubic,
+            },
+            max_segment: s.max_segment,
+            rx_buffer: s.rx_buffer,
+            tx_buffer: s.tx_buffer,
+            ack_delay_ms: s.ack_delay.map_or(0, |d| d.as_millis() as u64),
+        }
+    }
+
+    /// The lane settings (the rest, such as the lane cap, at their
+    /// defaults).
+    ///
+    /// # Errors
+    ///
+    /// A message naming the setting out of range.
+    pub fn lane_tcp(&self) -> std::result::Result<onionlab_transport::utcp::LaneTcp, String> {
+        use onionlab_transport::utcp::{LaneCongestion, LaneTcp};
+        let s = LaneTcp {
+            congestion: match self.congestion {
+                UtcpCongestion::Cubic => LaneCongestion::Cubic,
+                UtcpCongestion::Reno => LaneCongestion::Reno,
+            },
+            max_segment: self.max_segment,
+            rx_buffer: self.rx_buffer,
+            tx_buffer: self.tx_buffer,
+            ack_delay: (self.ack_delay_ms > 0)
+                .then(|| std::time::Duration::from_millis(self.ack_delay_ms.min(1000))),
+            ..LaneTcp::default()
+        };
+        s.check().map_err(|e| format!("utcp: {e}"))?;
+        if self.ack_delay_ms > 1000 {
+            return Err(format!(
+                "utcp: ack_delay_ms {} (at most 1000)",
+                self.ack_delay_ms
+            ));
+        }
+        Ok(s)
+    }
+}
+
 /// Which transport a node uses for the connections it opens (TOML field
 /// `transport`): `"auto"` or the name of a registered transport
 /// ([`onionlab_transport::registry`]); any other name is an error listing
@@ -485,6 +571,10 @@ pub struct RelayConfig {
         deserialize_with = "de_pctcp_max_lanes"
     )]
     pub pctcp_max_lanes: u64,
+    /// dtls-utcp: the lanes' user-space TCP (`[utcp]`; defaults as
+    /// [`UtcpConfig::default`]).
+    #[serde(default)]
+    pub utcp: UtcpConfig,
     /// QUIC keep-alive: a PING after this many quiet milliseconds (default
     /// 2000); must be positive and below `quic_idle_timeout_ms`.
     #[serde(
@@ -717,6 +807,10 @@ pub struct ClientConfig {
         deserialize_with = "de_pctcp_max_lanes"
     )]
     pub pctcp_max_lanes: u64,
+    /// dtls-utcp: the lanes' user-space TCP (`[utcp]`; defaults as
+    /// [`UtcpConfig::default`]).
+    #[serde(default)]
+    pub utcp: UtcpConfig,
     /// As for a relay (default 2000 ms).
     #[serde(
         default = "default_quic_keep_alive_ms",
@@ -919,6 +1013,13 @@ fn default_exit_connect_timeout_ms() -> u64 {
 /// The QUIC timers of a config: the keep-alive must be shorter than the
 /// idle timeout (or every quiet connection would die), which must be at
 /// most [`MAX_QUIC_IDLE_TIMEOUT_MS`].
+fn check_utcp(origin: &str, utcp: &UtcpConfig) -> Result<()> {
+    utcp.lane_tcp().map(drop).map_err(|message| Error::Invalid {
+        origin: origin.to_string(),
+        message,
+    })
+}
+
 fn check_quic_timers(origin: &str, keep_alive_ms: u64, idle_timeout_ms: u64) -> Result<()> {
     let message = if keep_alive_ms >= idle_timeout_ms {
         format!(
@@ -1101,7 +1202,8 @@ impl RelayConfig {
 
     /// Checks across settings.
     fn check(&self, origin: &str) -> Result<()> {
-        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)
+        check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)?;
+        check_utcp(origin, &self.utcp)
     }
 
     /// Resolve relative paths against `base`.
@@ -1160,6 +1262,7 @@ impl ClientConfig {
     /// Checks across settings.
     fn check(&self, origin: &str) -> Result<()> {
         check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)?;
+        check_utcp(origin, &self.utcp)?;
         if self.network_refresh_s > MAX_NETWORK_REFRESH_S {
             return Err(Error::Invalid {
                 origin: origin.to_string(),

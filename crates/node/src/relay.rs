@@ -82,6 +82,8 @@ pub struct RelaySettings {
     pub unsent_limit: Option<u32>,
     /// The pctcp transport's lane cap.
     pub pctcp: PctcpSettings,
+    /// The dtls-utcp transport's user-space TCP per lane.
+    pub utcp_tcp: onionlab_transport::utcp::LaneTcp,
 }
 
 /// Default [`RelaySettings::channel_idle_timeout`]: 3 minutes, as C tor
@@ -126,6 +128,7 @@ impl RelaySettings {
             tcp_congestion: TcpCongestion::System,
             unsent_limit: None,
             pctcp: PctcpSettings::default(),
+            utcp_tcp: Default::default(),
             doc,
         })
     }
@@ -288,7 +291,8 @@ impl Relay {
                     handshake_timeout: settings.link_handshake_timeout,
                     max_lanes: settings.pctcp.max_lanes,
                     ..UtcpSettings::default()
-                };
+                }
+                .with_lane_tcp(settings.utcp_tcp.clone());
                 let t = UtcpTransport::relay(&settings.keys, my_addrs.clone(), addr, utcp_settings)
                     .await
                     .map_err(|source| Error::Listen { addr, source })?;

@@ -53,7 +53,7 @@ const MAX_RESEND: Duration = Duration::from_secs(2);
 /// `AUTH`: type, identity, signature.
 const AUTH_LEN: usize = 1 + 32 + 64;
 /// Bytes of a datagram's DTLS 1.3 record header and tag, and our type byte.
-const RECORD_OVERHEAD: usize = 5 + 1 + 16 + 1;
+pub const RECORD_OVERHEAD: usize = 5 + 1 + 16 + 1;
 
 /// How a session starts.
 #[derive(Clone)]

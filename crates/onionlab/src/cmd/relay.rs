@@ -98,6 +98,10 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.tcp_congestion = TcpCongestion::parse(cfg.tcp_congestion_name())
             .map_err(|e| Error::Usage(format!("{}: tcp_congestion: {e}", args.config.display())))?;
         settings.unsent_limit = cfg.channel_unsent_limit;
+        settings.utcp_tcp = cfg
+            .utcp
+            .lane_tcp()
+            .map_err(|e| Error::Usage(format!("{}: {e}", args.config.display())))?;
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)

@@ -82,6 +82,18 @@ impl Default for UtcpSettings {
     }
 }
 
+impl UtcpSettings {
+    /// These settings with `tcp` for the lanes, and datagrams large
+    /// enough for its largest segment in one DTLS record.
+    pub fn with_lane_tcp(mut self, tcp: Settings) -> Self {
+        self.datagram = self
+            .datagram
+            .max(tcp.max_segment + onionlab_utcp::session::RECORD_OVERHEAD);
+        self.utcp = tcp;
+        self
+    }
+}
+
 /// A node's dtls-utcp transport: a relay accepts sessions on one socket
 /// and opens its own from another (`docs/dtls-utcp.md`, section 6); a
 /// client only opens.

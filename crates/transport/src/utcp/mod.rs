@@ -3,15 +3,16 @@
 //! pair, over UDP. The sans-IO parts are crate `onionlab-utcp`; this
 //! module runs them on sockets.
 //!
-//! Built so far: the UDP socket and its sessions, with each lane as a
-//! byte stream ([`socket`]), and links with circuits on lanes ([`link`],
-//! pctcp's machinery over the session's lanes). Not yet: the registry
-//! entry (network document address, relay and client settings, the lab).
+//! The UDP socket and its sessions, with each lane as a byte stream
+//! ([`socket`]); links with circuits on lanes ([`link`], pctcp's
+//! machinery over the session's lanes); the registry entry (below).
 
 pub mod link;
 pub mod socket;
 
 pub use link::{UtcpIncoming, UtcpLink, UtcpSettings, UtcpTransport};
+/// The lanes' user-space TCP settings and congestion control.
+pub use onionlab_utcp::{Congestion as LaneCongestion, Settings as LaneTcp};
 
 use std::net::SocketAddr;
 
