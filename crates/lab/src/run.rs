@@ -186,7 +186,8 @@ pub struct WireParity {
     pub quic_initial_mtu: u16,
     /// QUIC's initial congestion window (bytes).
     pub quic_initial_window_bytes: u64,
-    /// The relays' dtls-utcp lanes (clients run the defaults).
+    /// dtls-utcp's lanes (relays and clients) in the first variant; their
+    /// congestion control follows each variant's `congestion`.
     #[serde(default)]
     pub utcp: UtcpParity,
 }
@@ -214,10 +215,9 @@ pub struct UtcpParity {
 }
 
 impl UtcpParity {
-    /// The lanes of relays configured with `relay_settings` (the
-    /// scenario's `[relay_settings]` lines).
-    pub fn for_relay_settings(relay_settings: &str) -> Self {
-        let utcp = crate::scenario::relay_settings_config(relay_settings)
+    /// The lanes of a variant's nodes ([`utcp_table`]).
+    pub fn for_variant(variant: &Variant) -> Self {
+        let utcp = crate::scenario::relay_settings_config(&utcp_line(variant))
             .map(|c| c.utcp)
             .unwrap_or_default();
         UtcpParity {
@@ -234,7 +234,8 @@ impl UtcpParity {
 }
 
 impl WireParity {
-    /// The lab's parity for links of `mtu` bytes.
+    /// The lab's parity for links of `mtu` bytes (dtls-utcp's lanes
+    /// depend on the variant: [`UtcpParity::for_variant`]).
     pub fn for_mtu(mtu: u32) -> Self {
         let quic = quic_initial_mtu(mtu);
         WireParity {
@@ -243,7 +244,7 @@ impl WireParity {
             tcp_initial_window_segments: 10,
             quic_initial_mtu: quic,
             quic_initial_window_bytes: 10 * u64::from(quic),
-            utcp: UtcpParity::for_relay_settings(""),
+            utcp: UtcpParity::default(),
         }
     }
 }
@@ -374,12 +375,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
             let (mut recs, r, host_sysctls) =
                 run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
             if !opts.out.join("environment.json").exists() {
-                write_environment(
-                    &opts.out,
-                    host_sysctls,
-                    variant.topology.mtu,
-                    &variant.relay_settings,
-                )?;
+                write_environment(&opts.out, host_sysctls, variant)?;
             }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
@@ -417,12 +413,7 @@ fn repetition_seed(scenario_seed: u64, rep: u32) -> u64 {
 }
 
 /// Write `environment.json` ([`Environment`]).
-fn write_environment(
-    out: &Path,
-    host_sysctls: Sysctls,
-    mtu: u32,
-    relay_settings: &str,
-) -> Result<(), RunError> {
+fn write_environment(out: &Path, host_sysctls: Sysctls, variant: &Variant) -> Result<(), RunError> {
     let env = Environment {
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
@@ -430,8 +421,8 @@ fn write_environment(
         machine_sysctls: hostnet::recorded_sysctls(),
         host_sysctls,
         wire: WireParity {
-            utcp: UtcpParity::for_relay_settings(relay_settings),
-            ..WireParity::for_mtu(mtu)
+            utcp: UtcpParity::for_variant(variant),
+            ..WireParity::for_mtu(variant.topology.mtu)
         },
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
@@ -531,23 +522,63 @@ pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<Tran
     v
 }
 
-/// The `transport`, `quic_congestion`, `quic_initial_mtu` and
+/// The `transport`, `quic_congestion`, `quic_initial_mtu`, `utcp` and
 /// `tcp_congestion` lines of the configuration of a node on `host` for a
-/// variant (no QUIC lines for transports without QUIC, where they do not
-/// apply). QUIC's first
-/// packets fill the links' MTU as TCP's do ([`quic_initial_mtu`]).
+/// variant (no QUIC or dtls-utcp lines for transports that do not use
+/// them). QUIC's first packets and dtls-utcp's segments fill the links'
+/// MTU as TCP's do ([`quic_initial_mtu`], [`utcp_table`]).
 pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
-    let tcp = format!("tcp_congestion = \"{}\"\n", variant.tcp_congestion_of(host));
-    if !variant.transport.may_use_quic() {
-        format!("transport = \"{}\"\n{tcp}", variant.transport)
-    } else {
-        format!(
-            "transport = \"{}\"\nquic_congestion = \"{}\"\nquic_initial_mtu = {}\n{tcp}",
-            variant.transport,
+    let mut lines = format!(
+        "transport = \"{}\"\ntcp_congestion = \"{}\"\n",
+        variant.transport,
+        variant.tcp_congestion_of(host)
+    );
+    if variant.transport.may_use_quic() {
+        lines.push_str(&format!(
+            "quic_congestion = \"{}\"\nquic_initial_mtu = {}\n",
             variant.congestion,
             quic_initial_mtu(variant.topology.mtu)
-        )
+        ));
     }
+    if variant.transport.may_use_utcp() {
+        lines.push_str(&utcp_line(variant));
+    }
+    lines
+}
+
+/// [`utcp_table`] as one configuration line (an inline table, so the
+/// lines after it stay top-level keys).
+fn utcp_line(variant: &Variant) -> String {
+    let fields: Vec<String> = utcp_table(variant)
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    format!("utcp = {{ {} }}\n", fields.join(", "))
+}
+
+/// The `utcp` table of every node of a variant: the scenario's (from
+/// `[relay_settings]`), with the congestion control of the variant's
+/// `congestion` (cubic, or reno for newreno) and segments that fill the
+/// links' MTU (less the IPv4 and UDP headers and a DTLS record's overhead)
+/// unless the scenario sets them. The scenario refuses dtls-utcp with BBR,
+/// which smoltcp lacks.
+pub fn utcp_table(variant: &Variant) -> toml::Table {
+    let mut t = variant.utcp.clone();
+    let congestion = if variant.congestion == "newreno" {
+        "reno"
+    } else {
+        "cubic"
+    };
+    t.entry("congestion")
+        .or_insert_with(|| toml::Value::String(congestion.into()));
+    let segment = variant
+        .topology
+        .mtu
+        .saturating_sub(28 + onionlab_transport::utcp::RECORD_OVERHEAD as u32)
+        .clamp(100, 65_000);
+    t.entry("max_segment")
+        .or_insert_with(|| toml::Value::Integer(i64::from(segment)));
+    t
 }
 
 /// The QUIC UDP payload that fills a link of `mtu` bytes (less the IPv4

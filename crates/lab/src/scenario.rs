@@ -186,10 +186,15 @@ const LAB_RELAY_SETTINGS: &[&str] = &[
 /// A scenario's `[relay_settings]` as `relay.toml` lines, checked now:
 /// the lab's own keys are refused, and the lines must make a valid
 /// relay configuration (unknown keys, wrong types and ranges are errors
-/// here, not when the relays start).
-fn relay_settings(ctx: &Ctx<'_>, raw: Option<&Spanned<toml::Table>>) -> Result<String> {
+/// here, not when the relays start). Its `utcp` table is returned apart:
+/// the lab writes it, completed, to relays and clients alike
+/// ([`crate::run::utcp_table`]).
+fn relay_settings(
+    ctx: &Ctx<'_>,
+    raw: Option<&Spanned<toml::Table>>,
+) -> Result<(String, toml::Table)> {
     let Some(table) = raw else {
-        return Ok(String::new());
+        return Ok((String::new(), toml::Table::new()));
     };
     let span = table.span();
     if let Some(key) = table
@@ -202,10 +207,18 @@ fn relay_settings(ctx: &Ctx<'_>, raw: Option<&Spanned<toml::Table>>) -> Result<S
             format!("[relay_settings] may not set {key:?}: the lab writes it (use the matrix)"),
         ));
     }
-    let lines = toml::to_string(table.get_ref())
+    let whole = toml::to_string(table.get_ref())
         .map_err(|e| ctx.err(span.clone(), format!("[relay_settings]: {e}")))?;
-    relay_settings_config(&lines).map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
-    Ok(lines)
+    relay_settings_config(&whole)
+        .map_err(|e| ctx.err(span.clone(), format!("[relay_settings]: {e}")))?;
+    let mut rest = table.get_ref().clone();
+    let utcp = match rest.remove("utcp") {
+        Some(toml::Value::Table(t)) => t,
+        _ => toml::Table::new(),
+    };
+    let lines =
+        toml::to_string(&rest).map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
+    Ok((lines, utcp))
 }
 
 /// A relay configuration with `lines` (a scenario's `[relay_settings]`)
@@ -401,6 +414,9 @@ pub struct Scenario {
     /// `[relay_settings]`, as TOML lines), such as Torchestra's
     /// thresholds.
     pub relay_settings: String,
+    /// The `utcp` table of `[relay_settings]` (dtls-utcp's lanes), which
+    /// the lab completes and writes to relays and clients.
+    pub utcp: toml::Table,
     /// Workloads, as written (sizes may be replaced by a variant).
     pub workloads: Vec<Workload>,
     /// The matrix: parameter name and its values, in name order.
@@ -447,6 +463,8 @@ pub struct Variant {
     /// The scenario's `[relay_settings]` lines, written into every
     /// `relay.toml`.
     pub relay_settings: String,
+    /// The scenario's `[relay_settings]` `utcp` table.
+    pub utcp: toml::Table,
 }
 
 impl Variant {
@@ -633,7 +651,7 @@ impl Scenario {
                 }
             }
         };
-        let relay_settings = relay_settings(&ctx, raw.relay_settings.as_ref())?;
+        let (relay_settings, utcp) = relay_settings(&ctx, raw.relay_settings.as_ref())?;
         let transfer_timeout = duration(&raw.transfer_timeout, Duration::from_secs(120))?;
         let stall_threshold = duration(&raw.stall_threshold, Duration::from_secs(5))?;
 
@@ -913,6 +931,24 @@ impl Scenario {
             return Err(ctx.err(span, check_key(key, &hosts).err().unwrap_or_default()));
         }
         let exclude = check_exclude(&ctx, &raw.exclude, &matrix)?;
+        let bbr_utcp = |c: &Vec<(String, String)>| {
+            let has = |k: &str, v: &str| c.iter().any(|(ck, cv)| ck == k && cv == v);
+            has("congestion", "bbr")
+                && c.iter().any(|(k, v)| {
+                    k == "transport" && v.parse::<TransportChoice>().is_ok_and(|t| t.may_use_utcp())
+                })
+        };
+        if combinations(&matrix)
+            .iter()
+            .any(|c| !excluded(c, &exclude) && bbr_utcp(c))
+        {
+            let span = raw.matrix.get("congestion").map_or(0..0, |v| v.span());
+            return Err(ctx.err(
+                span,
+                "dtls-utcp has no BBR (smoltcp lacks it): leave out transport = \"dtls-utcp\" \
+                 with congestion = \"bbr\" ([[exclude]])",
+            ));
+        }
         let report = match raw.report {
             Some(r) => {
                 r.get_ref()
@@ -942,6 +978,7 @@ impl Scenario {
             exclude,
             report,
             relay_settings,
+            utcp,
         })
     }
 
@@ -989,6 +1026,7 @@ impl Scenario {
             workloads: self.workloads.clone(),
             params: Vec::new(),
             relay_settings: self.relay_settings.clone(),
+            utcp: self.utcp.clone(),
         };
         for (key, value) in &params {
             // Values were checked when the file was read.

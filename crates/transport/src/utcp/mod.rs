@@ -11,6 +11,8 @@ pub mod link;
 pub mod socket;
 
 pub use link::{UtcpIncoming, UtcpLink, UtcpSettings, UtcpTransport};
+/// Bytes a DTLS record adds to a lane's segment in a datagram.
+pub use onionlab_utcp::session::RECORD_OVERHEAD;
 /// The lanes' user-space TCP settings and congestion control.
 pub use onionlab_utcp::{Congestion as LaneCongestion, Settings as LaneTcp};
 
