@@ -14,13 +14,15 @@ seed002-exp3 (`base` and `loaded` probes, `bulk` stream): per variant, the
 bulk stream's throughput, the circuit delay (mean delay of the `loaded`
 probes) and the base delay (mean of the `base` probes).
 
-Each value is a mean with a 95% Student-t confidence interval, as the
-paper's: over repetitions for network throughput and the drop rate, over
-streams (8 per repetition) for circuit throughput and latency, over
-repetitions (per-repetition means) for exp3's delays. Failed transfers are
-left out and counted.
+Each value is a mean with a 95% Student-t confidence interval over
+repetitions, as the paper's (the streams of one repetition share the
+bottleneck, so they are not independent samples): of the per-repetition
+network throughput, circuit throughput (network / 8), mean latency and drop
+rates; for exp3, of each repetition's bulk throughput and mean probe
+delays. A repetition with a failed stream has no network or circuit
+throughput; failed transfers are counted. Prints Markdown tables.
 
-Usage: scripts/seed002-summary.py RUN_DIR [--markdown]
+Usage: scripts/seed002-summary.py RUN_DIR
 Standard library only.
 """
 import json
@@ -89,30 +91,35 @@ def exp1(records, reps):
     for r in records:
         if r["kind"] == "stream":
             by_variant[r["variant"]].append(r)
+    n_streams = len({r["workload"] for rs in by_variant.values() for r in rs})
     rows = []
     for v, rs in by_variant.items():
-        ok = [r for r in rs if r.get("error") is None]
-        failed = len(rs) - len(ok)
+        failed = sum(1 for r in rs if r.get("error") is not None)
         per_rep = defaultdict(list)
-        for r in ok:
-            per_rep[r["repetition"]].append(kib_s(r))
-        n_streams = max((len(x) for x in per_rep.values()), default=0)
-        # A repetition missing a stream has no network throughput.
-        network = [sum(x) for x in per_rep.values() if len(x) == n_streams]
-        circuit = [kib_s(r) for r in ok]
-        latency = [statistics.fmean(r["probe_latency_ms"]) for r in ok if r["probe_latency_ms"]]
+        for r in rs:
+            per_rep[r["repetition"]].append(r)
+        network, latency = [], []
+        for rep_records in per_rep.values():
+            ok = [r for r in rep_records if r.get("error") is None]
+            if len(ok) == n_streams:
+                network.append(sum(kib_s(r) for r in ok))
+            samples = [x for r in ok for x in r["probe_latency_ms"]]
+            if samples:
+                latency.append(statistics.fmean(samples))
         eff, queue = [], []
         for rep in reps:
             if rep["variant"] != v or not rep.get("link_packets"):
                 continue
             packets = sum(l["packets"] for l in rep["link_packets"])
+            if packets == 0:
+                continue
             eff.append(100 * sum(l["lost"] for l in rep["link_packets"]) / packets)
             queue.append(100 * sum(l["queue_dropped"] for l in rep["link_packets"]) / packets)
         rows.append({
             "transport": params(v).get("transport", "tls"),
             "drops": drops_of(v),
             "network": mean_ci(network),
-            "circuit": mean_ci(circuit),
+            "circuit": mean_ci([x / n_streams for x in network]),
             "latency": mean_ci(latency),
             "effective": mean_ci(eff),
             "queue": mean_ci(queue),
@@ -122,13 +129,18 @@ def exp1(records, reps):
     base = {r["transport"]: r for r in rows if r["drops"] == "none"}
     for r in rows:
         b = base.get(r["transport"])
-        r["degradation"] = 100 * (1 - r["circuit"][0] / b["circuit"][0]) if b else math.nan
-        r["latency_increase"] = 100 * (r["latency"][0] / b["latency"][0] - 1) if b else math.nan
+        ok = b and b["circuit"][0] > 0 and b["latency"][0] > 0
+        r["degradation"] = 100 * (1 - r["circuit"][0] / b["circuit"][0]) if ok else math.nan
+        r["latency_increase"] = 100 * (r["latency"][0] / b["latency"][0] - 1) if ok else math.nan
     order = {"none": 0, "remaining": 1, "shared": 2}
     transports = ["dtls-utcp", "tls", "pctcp", "quic", "quic-conn-per-circuit"]
     rows.sort(key=lambda r: (transports.index(r["transport"]) if r["transport"] in transports else 9,
                              order[r["drops"]]))
     return rows
+
+
+def pct(x, digits=0):
+    return "-" if math.isnan(x) else f"{x:.{digits}f} %"
 
 
 def exp3(records):
@@ -156,8 +168,8 @@ def exp3(records):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    if len(args) != 1:
+    args = sys.argv[1:]
+    if len(args) != 1 or args[0].startswith("-"):
         sys.exit(__doc__)
     records, reps = load(args[0])
     if any(r["workload"] == "loaded" for r in records):
@@ -174,7 +186,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['transport']} | {r['drops']} | {fmt(*r['network'])} | {fmt(*r['circuit'], 1)} | "
-              f"{r['degradation']:.0f} % | {fmt(*r['latency'])} | {r['latency_increase']:.1f} % | "
+              f"{pct(r['degradation'])} | {fmt(*r['latency'])} | {pct(r['latency_increase'], 1)} | "
               f"{fmt(*r['effective'], 3)} % | {fmt(*r['queue'], 2)} % | {r['reps']} | {r['failed']} |")
 
 

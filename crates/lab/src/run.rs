@@ -186,8 +186,9 @@ pub struct WireParity {
     pub quic_initial_mtu: u16,
     /// QUIC's initial congestion window (bytes).
     pub quic_initial_window_bytes: u64,
-    /// dtls-utcp's lanes (relays and clients) in the first variant; their
-    /// congestion control follows each variant's `congestion`.
+    /// dtls-utcp's lanes in the first dtls-utcp variant (its first
+    /// relay's; empty without one); their congestion control follows each
+    /// node's `tcp_congestion`.
     #[serde(default)]
     pub utcp: UtcpParity,
 }
@@ -215,9 +216,10 @@ pub struct UtcpParity {
 }
 
 impl UtcpParity {
-    /// The lanes of a variant's nodes ([`utcp_table`]).
-    pub fn for_variant(variant: &Variant) -> Self {
-        let utcp = crate::scenario::relay_settings_config(&utcp_line(variant))
+    /// The lanes of a variant's node on `host` ([`utcp_table`]; checked
+    /// when the scenario was read).
+    pub fn for_variant(variant: &Variant, host: &str) -> Self {
+        let utcp = crate::scenario::relay_settings_config(&utcp_line(variant, host))
             .map(|c| c.utcp)
             .unwrap_or_default();
         UtcpParity {
@@ -375,7 +377,12 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
             let (mut recs, r, host_sysctls) =
                 run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
             if !opts.out.join("environment.json").exists() {
-                write_environment(&opts.out, host_sysctls, variant)?;
+                let utcp = variants
+                    .iter()
+                    .find(|v| v.transport.may_use_utcp())
+                    .zip(scenario.relays.first())
+                    .map(|(v, r)| UtcpParity::for_variant(v, &r.host));
+                write_environment(&opts.out, host_sysctls, variant.topology.mtu, utcp)?;
             }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
@@ -413,7 +420,12 @@ fn repetition_seed(scenario_seed: u64, rep: u32) -> u64 {
 }
 
 /// Write `environment.json` ([`Environment`]).
-fn write_environment(out: &Path, host_sysctls: Sysctls, variant: &Variant) -> Result<(), RunError> {
+fn write_environment(
+    out: &Path,
+    host_sysctls: Sysctls,
+    mtu: u32,
+    utcp: Option<UtcpParity>,
+) -> Result<(), RunError> {
     let env = Environment {
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
@@ -421,8 +433,8 @@ fn write_environment(out: &Path, host_sysctls: Sysctls, variant: &Variant) -> Re
         machine_sysctls: hostnet::recorded_sysctls(),
         host_sysctls,
         wire: WireParity {
-            utcp: UtcpParity::for_variant(variant),
-            ..WireParity::for_mtu(variant.topology.mtu)
+            utcp: utcp.unwrap_or_default(),
+            ..WireParity::for_mtu(mtu)
         },
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
@@ -541,36 +553,32 @@ pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
         ));
     }
     if variant.transport.may_use_utcp() {
-        lines.push_str(&utcp_line(variant));
+        lines.push_str(&utcp_line(variant, host));
     }
     lines
 }
 
 /// [`utcp_table`] as one configuration line (an inline table, so the
 /// lines after it stay top-level keys).
-fn utcp_line(variant: &Variant) -> String {
-    let fields: Vec<String> = utcp_table(variant)
+pub(crate) fn utcp_line(variant: &Variant, host: &str) -> String {
+    let fields: Vec<String> = utcp_table(variant, host)
         .iter()
         .map(|(k, v)| format!("{k} = {v}"))
         .collect();
     format!("utcp = {{ {} }}\n", fields.join(", "))
 }
 
-/// The `utcp` table of every node of a variant: the scenario's (from
-/// `[relay_settings]`), with the congestion control of the variant's
-/// `congestion` (cubic, or reno for newreno) and segments that fill the
-/// links' MTU (less the IPv4 and UDP headers and a DTLS record's overhead)
-/// unless the scenario sets them. The scenario refuses dtls-utcp with BBR,
-/// which smoltcp lacks.
-pub fn utcp_table(variant: &Variant) -> toml::Table {
+/// The `utcp` table of a variant's node on `host`: the scenario's (from
+/// `[relay_settings]`), with the kernel TCP's congestion control of that
+/// node (`tcp_congestion`, so that dtls-utcp and pctcp run the same
+/// algorithm; the scenario refuses one smoltcp lacks) and segments that
+/// fill the links' MTU (less the IPv4 and UDP headers and a DTLS record's
+/// overhead) unless the scenario sets them.
+pub fn utcp_table(variant: &Variant, host: &str) -> toml::Table {
     let mut t = variant.utcp.clone();
-    let congestion = if variant.congestion == "newreno" {
-        "reno"
-    } else {
-        "cubic"
-    };
+    let congestion = variant.tcp_congestion_of(host).to_string();
     t.entry("congestion")
-        .or_insert_with(|| toml::Value::String(congestion.into()));
+        .or_insert_with(|| toml::Value::String(congestion));
     let segment = variant
         .topology
         .mtu

@@ -31,7 +31,7 @@
 //!
 //! [[workload]]
 //! name = "light"               # default: the client's name
-//! kind = "download"            # download | upload | echo | web | bulk
+//! kind = "download"            # download | upload | echo | web | bulk | probe | trace | stream
 //! client = "light"
 //! server = "web"
 //! size = "320KiB"
@@ -46,6 +46,13 @@
 //! server = "web"
 //! probes = 100                 # per transfer (default 100)
 //! interval = "100ms"           # between probes (default 100 ms)
+//!
+//! [[workload]]                 # seed 002's timestamp server (crate::stream)
+//! name = "stream"
+//! kind = "stream"
+//! client = "light"
+//! server = "web"
+//! duration = "60s"             # default 60 s
 //!
 //! [[workload]]                 # seed 003's trace replay
 //! name = "interactive"
@@ -74,6 +81,10 @@
 //! size = ["320KiB", "5MiB"]    # every workload's transfer size
 //! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
 //! clients = [1, 2, 4, 8]       # only the first N [[client]] entries (and their workloads) run
+//!
+//! [[exclude]]                  # combinations left out: every pair of one entry matches
+//! "loss:middle-exit" = "1%"
+//! latency = "40ms"
 //!
 //! [report]                     # optional: how reports label and compare variants
 //! compare = "transport"        # default: transport against tls, when the matrix varies it
@@ -164,6 +175,10 @@ struct RawScenario {
     #[serde(default)]
     relay_settings: Option<Spanned<toml::Table>>,
 }
+
+/// Time a stream workload needs beyond its duration (circuit, SOCKS,
+/// draining): `transfer_timeout` must leave at least this much.
+const STREAM_MARGIN: Duration = Duration::from_secs(10);
 
 /// Settings the lab writes itself into every `relay.toml`: a scenario's
 /// `[relay_settings]` may not set them (the matrix does).
@@ -856,11 +871,21 @@ impl Scenario {
             let stream_duration = duration(&w.duration, Duration::from_secs(60))?;
             match (&w.duration, kind) {
                 (Some(d), WorkloadKind::Stream)
-                    if stream_duration.is_zero()
+                    if stream_duration.as_millis() == 0
                         || stream_duration.as_millis()
                             > u128::from(crate::stream::MAX_STREAM_MS) =>
                 {
                     return Err(ctx.err(d.span(), "duration must be between 1 ms and 1 h"));
+                }
+                (d, WorkloadKind::Stream) if stream_duration + STREAM_MARGIN > transfer_timeout => {
+                    let span = d.as_ref().map_or(w.kind.span(), |d| d.span());
+                    return Err(ctx.err(
+                        span,
+                        format!(
+                            "a {stream_duration:?} stream cannot finish within transfer_timeout \
+                             ({transfer_timeout:?}; allow {STREAM_MARGIN:?} more for the circuit)"
+                        ),
+                    ));
                 }
                 (Some(d), k) if k != WorkloadKind::Stream => {
                     return Err(ctx.err(d.span(), "`duration` belongs to kind = \"stream\""));
@@ -931,24 +956,6 @@ impl Scenario {
             return Err(ctx.err(span, check_key(key, &hosts).err().unwrap_or_default()));
         }
         let exclude = check_exclude(&ctx, &raw.exclude, &matrix)?;
-        let bbr_utcp = |c: &Vec<(String, String)>| {
-            let has = |k: &str, v: &str| c.iter().any(|(ck, cv)| ck == k && cv == v);
-            has("congestion", "bbr")
-                && c.iter().any(|(k, v)| {
-                    k == "transport" && v.parse::<TransportChoice>().is_ok_and(|t| t.may_use_utcp())
-                })
-        };
-        if combinations(&matrix)
-            .iter()
-            .any(|c| !excluded(c, &exclude) && bbr_utcp(c))
-        {
-            let span = raw.matrix.get("congestion").map_or(0..0, |v| v.span());
-            return Err(ctx.err(
-                span,
-                "dtls-utcp has no BBR (smoltcp lacks it): leave out transport = \"dtls-utcp\" \
-                 with congestion = \"bbr\" ([[exclude]])",
-            ));
-        }
         let report = match raw.report {
             Some(r) => {
                 r.get_ref()
@@ -959,7 +966,11 @@ impl Scenario {
             None => ReportSettings::default(),
         };
 
-        Ok(Scenario {
+        let congestion_span = ["congestion", "tcp_congestion"]
+            .iter()
+            .find_map(|k| raw.matrix.get(*k).map(|v| v.span()))
+            .unwrap_or(0..0);
+        let scenario = Scenario {
             name: raw.name.get_ref().clone(),
             description: raw.description,
             path: PathBuf::from(origin),
@@ -979,7 +990,45 @@ impl Scenario {
             report,
             relay_settings,
             utcp,
-        })
+        };
+        scenario
+            .check_utcp()
+            .map_err(|m| ctx.err(congestion_span, m))?;
+        Ok(scenario)
+    }
+
+    /// The `utcp` line the lab writes for every dtls-utcp variant and
+    /// node ([`crate::run::utcp_table`]) must make a valid configuration,
+    /// with a congestion control smoltcp has (Cubic or Reno).
+    fn check_utcp(&self) -> std::result::Result<(), String> {
+        let hosts: Vec<&str> = self
+            .relays
+            .iter()
+            .map(|r| r.host.as_str())
+            .chain(self.clients.iter().map(|c| c.host.as_str()))
+            .collect();
+        for v in self.variants() {
+            if !v.transport.may_use_utcp() {
+                continue;
+            }
+            for host in &hosts {
+                let c = v.tcp_congestion_of(host);
+                if c != "cubic" && c != "reno" {
+                    return Err(format!(
+                        "dtls-utcp has no {c} (smoltcp has cubic and reno) for {host} in variant \
+                         {:?}: leave the combination out with [[exclude]]",
+                        v.label
+                    ));
+                }
+                relay_settings_config(&crate::run::utcp_line(&v, host)).map_err(|e| {
+                    format!(
+                        "the lab's dtls-utcp settings for {host} in {:?}: {e}",
+                        v.label
+                    )
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// The matrix's combinations less the excluded ones, in a fixed order.
@@ -1234,11 +1283,12 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "size" => {
             let size = parse_size(value)?;
-            for w in v
-                .workloads
-                .iter_mut()
-                .filter(|w| !matches!(w.kind, WorkloadKind::Probe | WorkloadKind::Stream))
-            {
+            for w in v.workloads.iter_mut().filter(|w| {
+                !matches!(
+                    w.kind,
+                    WorkloadKind::Probe | WorkloadKind::Stream | WorkloadKind::Trace
+                )
+            }) {
                 w.size = size;
             }
             return Ok(());

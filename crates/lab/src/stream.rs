@@ -33,6 +33,8 @@ pub const STREAM_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// older than this much queued data ahead of it on the server host.
 const SERVER_UNSENT_LIMIT: libc::c_int = 16 * 1024;
 const END_SEQ: u64 = u64::MAX;
+/// How long the receiver waits for the close after the end record.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 const HEADER: usize = 16;
 
 fn record(seq: u64, payload: &[u8]) -> [u8; STREAM_RECORD_LEN] {
@@ -81,11 +83,27 @@ pub(crate) async fn serve_stream(s: &mut TcpStream, ms: u64) -> io::Result<()> {
     let end = tokio::time::Instant::now() + Duration::from_millis(ms);
     let mut seq = 0u64;
     while tokio::time::Instant::now() < end {
-        s.write_all(&record(seq, &p)).await?;
+        write_stamped(s, seq, &p).await?;
         seq += 1;
     }
-    s.write_all(&record(END_SEQ, &p)).await?;
+    write_stamped(s, END_SEQ, &p).await?;
     s.shutdown().await
+}
+
+/// Write record `seq`, stamped once the socket can take it (not before
+/// waiting for room: the wait belongs to the server, not to the path).
+async fn write_stamped(s: &mut TcpStream, seq: u64, payload: &[u8]) -> io::Result<()> {
+    loop {
+        s.writable().await?;
+        let r = record(seq, payload);
+        match s.try_write(&r) {
+            Ok(n) if n == r.len() => return Ok(()),
+            // Part of it went: the rest follows, its stamp already sent.
+            Ok(n) => return s.write_all(&r[n..]).await,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// What the receiver keeps of a stream.
@@ -140,7 +158,20 @@ pub async fn stream(
     duration: Duration,
     auth: Option<(&str, &str)>,
 ) -> Result<(Transfer, u64), TransferError> {
-    let (mut s, t0, t1) = open(socks, server, auth).await?;
+    let (s, t0, t1) = open(socks, server, auth).await?;
+    let (mut transfer, bytes) = stream_on(s, duration).await?;
+    transfer.connect = t1 - t0;
+    Ok((transfer, bytes))
+}
+
+/// [`stream`] on a connection already open to the workload server (or
+/// through SOCKS to it): sends the request and receives; times are from
+/// the call (`connect` is zero).
+pub async fn stream_on(
+    mut s: TcpStream,
+    duration: Duration,
+) -> Result<(Transfer, u64), TransferError> {
+    let t1 = Instant::now();
     let err = |m: String| TransferError {
         message: m,
         at_connect: false,
@@ -195,8 +226,14 @@ pub async fn stream(
         pending.drain(..whole * STREAM_RECORD_LEN);
     }
     let end = Instant::now();
+    // Nothing may follow the end record: read to the server's close.
+    match tokio::time::timeout(CLOSE_WAIT, s.read(&mut buf)).await {
+        Ok(Ok(0)) | Err(_) => {}
+        Ok(Ok(_)) => return Err(err("bytes after the end record".into())),
+        Ok(Err(e)) => return Err(err(format!("after the end record: {e}"))),
+    }
     let transfer = Transfer {
-        connect: t1 - t0,
+        connect: Duration::ZERO,
         first_byte: rx.first.unwrap_or(end) - t1,
         last_byte: end - t1,
         longest_gap: rx.longest_gap,

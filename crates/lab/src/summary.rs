@@ -98,19 +98,38 @@ pub struct RunFacts<'a> {
 }
 
 /// The stream workloads' throughput summed per repetition (seed 002's
-/// "network throughput"); a repetition with a failed stream is left out.
+/// "network throughput"; a workload of several streams counts with their
+/// mean, as they ran one after another); a repetition with a failed
+/// stream is left out (the failures are counted with the transfers).
 fn network_throughput(variants: &[String], records: &[TransferRecord]) -> Metric {
+    use std::collections::BTreeMap;
     let values = variants
         .iter()
         .map(|v| {
-            let mut per_rep: std::collections::BTreeMap<u32, Option<f64>> = Default::default();
+            // (repetition, workload) -> throughputs, None once one failed.
+            let mut streams: BTreeMap<(u32, &str), Option<Vec<f64>>> = BTreeMap::new();
             for r in records
                 .iter()
                 .filter(|r| &r.variant == v && r.kind == "stream")
             {
-                let sum = per_rep.entry(r.repetition).or_insert(Some(0.0));
-                *sum = match (*sum, r.error.is_none().then_some(r.goodput_mib_s).flatten()) {
-                    (Some(total), Some(g)) => Some(total + g * 1024.0),
+                let entry = streams
+                    .entry((r.repetition, r.workload.as_str()))
+                    .or_insert_with(|| Some(Vec::new()));
+                match (
+                    entry.as_mut(),
+                    r.error.is_none().then_some(r.goodput_mib_s).flatten(),
+                ) {
+                    (Some(list), Some(g)) => list.push(g * 1024.0),
+                    _ => *entry = None,
+                }
+            }
+            let mut per_rep: BTreeMap<u32, Option<f64>> = BTreeMap::new();
+            for ((rep, _), list) in streams {
+                let sum = per_rep.entry(rep).or_insert(Some(0.0));
+                *sum = match (*sum, list) {
+                    (Some(total), Some(l)) if !l.is_empty() => {
+                        Some(total + l.iter().sum::<f64>() / l.len() as f64)
+                    }
                     _ => None,
                 };
             }

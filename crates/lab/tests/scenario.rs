@@ -676,3 +676,100 @@ fn relay_settings_are_checked_and_written() {
         }
     }
 }
+
+#[test]
+fn stream_workloads_take_a_duration_and_no_size() {
+    let text = BASE.replace(
+        "[[workload]]\nkind = \"download\"",
+        "[[workload]]\nname = \"ts\"\nkind = \"stream\"\nclient = \"op\"\nserver = \"srv\"\nduration = \"2s\"\n\n[[workload]]\nkind = \"download\"",
+    );
+    let text = format!("{text}\n[matrix]\nsize = [\"1MiB\"]\n");
+    let s = parse(&text).expect("valid");
+    let v = &s.variants()[0];
+    let w = v.workloads.iter().find(|w| w.name == "ts").expect("stream");
+    assert_eq!(w.stream_duration, std::time::Duration::from_secs(2));
+    assert_eq!(w.size, 0, "a size matrix must not give a stream a size");
+    // A size or a zero duration on a stream, a duration elsewhere: errors.
+    let sized = BASE.replace("kind = \"download\"", "kind = \"stream\"");
+    assert_error(&sized, 27, "a stream has no size");
+    let zero = BASE
+        .replace(
+            "kind = \"download\"",
+            "kind = \"stream\"\nduration = \"0s\"",
+        )
+        .replace("size = \"320KiB\"\n", "");
+    assert_error(&zero, 25, "between 1 ms and 1 h");
+    let long = BASE
+        .replace(
+            "kind = \"download\"",
+            "kind = \"stream\"\nduration = \"115s\"",
+        )
+        .replace("size = \"320KiB\"\n", "");
+    assert_error(&long, 25, "cannot finish within transfer_timeout");
+    let misplaced = BASE.replace("count = 2", "count = 2\nduration = \"5s\"");
+    assert_error(&misplaced, 29, "belongs to kind = \"stream\"");
+}
+
+#[test]
+fn exclude_leaves_out_matching_combinations() {
+    let text = format!(
+        "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\"]\n\"loss:guard-middle\" = [\"0%\", \"1%\"]\n\"loss:middle-exit\" = [\"0%\", \"1%\"]\n\n[[exclude]]\n\"loss:guard-middle\" = \"1%\"\n\"loss:middle-exit\" = \"1%\"\n"
+    );
+    let s = parse(&text).expect("valid");
+    let labels: Vec<String> = s.variants().iter().map(|v| v.label.clone()).collect();
+    assert_eq!(labels.len(), 6, "{labels:?}");
+    assert!(labels
+        .iter()
+        .all(|l| !(l.contains("loss:guard-middle=1%") && l.contains("loss:middle-exit=1%"))));
+    assert_eq!(s.short_labels().len(), 6);
+
+    let unknown = format!(
+        "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\"]\n\n[[exclude]]\nscheduler = \"ewma\"\n"
+    );
+    assert_error(&unknown, 33, "not a matrix parameter");
+    let value = format!(
+        "{BASE}\n[matrix]\ntransport = [\"tls\", \"quic\"]\n\n[[exclude]]\ntransport = \"pctcp\"\n"
+    );
+    assert_error(&value, 33, "not one of the matrix's values");
+    let all =
+        format!("{BASE}\n[matrix]\ntransport = [\"tls\"]\n\n[[exclude]]\ntransport = \"tls\"\n");
+    assert_error(&all, 33, "leaves no variant");
+}
+
+#[test]
+fn dtls_utcp_with_bbr_is_refused_unless_excluded() {
+    let matrix =
+        "[matrix]\ntransport = [\"tls\", \"dtls-utcp\"]\ncongestion = [\"cubic\", \"bbr\"]\n";
+    let text = format!("{BASE}\n{matrix}");
+    assert_error(&text, 32, "dtls-utcp has no bbr");
+    // The kernel's default (BBR here) is no match for smoltcp either.
+    let system =
+        format!("{BASE}\n[matrix]\ntransport = [\"dtls-utcp\"]\ntcp_congestion = [\"system\"]\n");
+    assert_error(&system, 32, "dtls-utcp has no system");
+    let text =
+        format!("{BASE}\n{matrix}\n[[exclude]]\ntransport = \"dtls-utcp\"\ncongestion = \"bbr\"\n");
+    assert_eq!(parse(&text).expect("valid").variants().len(), 3);
+}
+
+#[test]
+fn the_lab_writes_dtls_utcp_lanes_at_parity() {
+    let text = format!(
+        "{BASE}\n[matrix]\ntransport = [\"dtls-utcp\"]\ncongestion = [\"cubic\", \"newreno\"]\n\n[relay_settings]\nutcp = {{ rx_buffer = 131072 }}\n"
+    );
+    let s = parse(&text).expect("valid");
+    let lines: Vec<String> = s
+        .variants()
+        .iter()
+        .map(|v| onionlab_lab::run::transport_config_lines(v, "client"))
+        .collect();
+    // 1500-byte links: 1500 - 28 (IPv4, UDP) - 23 (DTLS record) = 1449.
+    assert!(
+        lines[0]
+            .contains("utcp = { congestion = \"cubic\", max_segment = 1449, rx_buffer = 131072 }"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].contains("congestion = \"reno\""), "{}", lines[1]);
+    // The table is the lab's to write: not repeated among the relay lines.
+    assert!(!s.relay_settings.contains("utcp"), "{}", s.relay_settings);
+}

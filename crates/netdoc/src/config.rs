@@ -1010,9 +1010,7 @@ fn default_exit_connect_timeout_ms() -> u64 {
     DEFAULT_EXIT_CONNECT_TIMEOUT_MS
 }
 
-/// The QUIC timers of a config: the keep-alive must be shorter than the
-/// idle timeout (or every quiet connection would die), which must be at
-/// most [`MAX_QUIC_IDLE_TIMEOUT_MS`].
+/// The `utcp` table's values, in range (see [`UtcpConfig::lane_tcp`]).
 fn check_utcp(origin: &str, utcp: &UtcpConfig) -> Result<()> {
     utcp.lane_tcp().map(drop).map_err(|message| Error::Invalid {
         origin: origin.to_string(),
@@ -1020,6 +1018,9 @@ fn check_utcp(origin: &str, utcp: &UtcpConfig) -> Result<()> {
     })
 }
 
+/// The QUIC timers of a config: the keep-alive must be shorter than the
+/// idle timeout (or every quiet connection would die), which must be at
+/// most [`MAX_QUIC_IDLE_TIMEOUT_MS`].
 fn check_quic_timers(origin: &str, keep_alive_ms: u64, idle_timeout_ms: u64) -> Result<()> {
     let message = if keep_alive_ms >= idle_timeout_ms {
         format!(

@@ -632,6 +632,43 @@ async fn mixed_pctcp_quic_pctcp_circuit_moves_data_intact() {
     let _ = fs::remove_dir_all(&dir);
 }
 
+/// A circuit over dtls-utcp, TLS and dtls-utcp hops: client->relay0
+/// dtls-utcp (an anonymous session), relay0->relay1 TLS, relay1->relay2
+/// dtls-utcp (authenticated both ways); every relay advertises both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_utcp_tls_utcp_circuit_moves_data_intact() {
+    let (mut net, dir) = mixed_circuit_round_trip(
+        "mixed-utcp-tls-utcp",
+        &[
+            (None, "dtls-utcp"),
+            (Some(0), "tls"),
+            (Some(1), "dtls-utcp"),
+        ],
+        "info,onionlab_node::relay=debug",
+    )
+    .await;
+    let relay_addr = |i: usize| net.relay_addr(i).to_string();
+    let r0 = channels_opened(&net.relays[0]);
+    assert!(
+        r0.iter().any(|(t, _, relay)| t == "dtls-utcp" && !relay),
+        "no dtls-utcp channel from the client at relay0:\n{}",
+        log_of(&net.relays[0])
+    );
+    assert!(
+        r0.iter().any(|(t, p, _)| t == "tls" && *p == relay_addr(1)),
+        "no TLS channel from relay0 to relay1"
+    );
+    assert!(
+        channels_opened(&net.relays[1])
+            .iter()
+            .any(|(t, _, relay)| t == "dtls-utcp" && *relay),
+        "no dtls-utcp channel from relay1 to relay2:\n{}",
+        log_of(&net.relays[1])
+    );
+    net.stop();
+    let _ = fs::remove_dir_all(&dir);
+}
+
 /// A circuit whose hops use different transports: client->relay0 QUIC,
 /// relay0->relay1 TLS, relay1->relay2 QUIC. Each node's `transport` forces
 /// the links it opens; every relay advertises and accepts both.

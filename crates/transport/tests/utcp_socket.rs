@@ -224,3 +224,45 @@ async fn a_session_opened_again_from_the_same_socket_replaces_the_old_one() {
     l2.read_to_end(&mut got).await.expect("read");
     assert_eq!(got, b"second");
 }
+
+/// What a lane holds counts: bytes written to a lane nobody reads stay
+/// in the sender's buffers and then fill the receiver's, and the sessions
+/// report them (the relay counts them toward its memory cap); once read,
+/// the count falls back to nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_bytes_follow_what_lanes_hold() {
+    let key = keypair(6);
+    let (_relay, _client, ours, mut theirs) = session(&key).await;
+    let mut lane = ours.open_lane().expect("lane");
+    let data = pattern(200_000, 6);
+    lane.write_all(&data).await.expect("write");
+    let mut peer = theirs.accept_lane().await.expect("lane");
+    // Nobody reads yet: the bytes are held on one side or the other.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let held = ours.held().send() + theirs.held().recv();
+        if held >= data.len() - 1 && theirs.held().recv() > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "held: sender {} to send, receiver {} received",
+            ours.held().send(),
+            theirs.held().recv()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut got = vec![0u8; data.len()];
+    peer.read_exact(&mut got).await.expect("read");
+    assert!(got == data);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while ours.held().send() + theirs.held().recv() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still held after reading: {} / {}",
+            ours.held().send(),
+            theirs.held().recv()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

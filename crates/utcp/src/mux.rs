@@ -32,7 +32,12 @@ const REMOTE: Ipv4Address = Ipv4Address::new(10, 0, 0, 2);
 /// The lane opener's port and the accepter's.
 const OPENER_PORT: u16 = 1;
 const ACCEPTER_PORT: u16 = 2;
-/// A lane whose peer acknowledges nothing for this long is reset.
+/// A lane whose handshake has not completed after this long is reset.
+/// Only the handshake: smoltcp's timeout counts from the last segment
+/// received, so on an established lane it would also reset a circuit that
+/// is merely idle (found by the seed 002 experiments: a circuit idle for a
+/// minute took its link down). Established lanes are watched by their
+/// link's liveness (a heartbeat, and silence on every lane).
 const LANE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest segment handed in: what a TCP/IPv4 packet can carry.
 const MAX_SEGMENT_IN: usize = 65_535 - 40 + crate::tortp::HEADER_LEN;
@@ -324,8 +329,8 @@ impl Mux {
         socket.set_congestion_control(s.congestion.into());
         socket.set_nagle_enabled(s.nagle);
         socket.set_ack_delay(s.ack_delay.map(smoltcp::time::Duration::from));
-        // A peer that stops acknowledging (or never completes the
-        // handshake) ends the lane instead of holding it forever.
+        // A peer that never completes the handshake ends the lane
+        // instead of holding it forever (until it is established).
         socket.set_timeout(Some(smoltcp::time::Duration::from(LANE_TIMEOUT)));
         socket
     }
@@ -473,6 +478,13 @@ impl Mux {
         self.iface.poll(t, &mut self.device, &mut lane.sockets);
         if rst_in && lane.socket().state() == tcp::State::Closed {
             lane.reset = true;
+        }
+        if !matches!(
+            lane.socket().state(),
+            tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Listen
+        ) {
+            // Past the handshake: no timeout (see LANE_TIMEOUT).
+            lane.socket_mut().set_timeout(None);
         }
         // Anything left for the stack was not for this socket.
         self.device.rx.clear();

@@ -353,3 +353,32 @@ fn a_reset_by_the_peer_is_reported_as_one() {
     let events: Vec<LaneEvent> = std::iter::from_fn(|| p.a.poll_event()).collect();
     assert_eq!(events, [LaneEvent::Closed { lane, reset: true }]);
 }
+
+/// A lane idle far longer than any timeout stays open and carries data
+/// again (smoltcp's timeout counts from the last segment received; set on
+/// an established lane it reset circuits that were merely idle).
+#[test]
+fn an_idle_lane_outlives_any_timeout() {
+    let mut p = Pair::new(Settings::default());
+    let lane = p.a.open(p.now).expect("open");
+    transfer(&mut p, &[(lane, pattern(1, 10_000))]);
+    let later = p.now + Duration::from_secs(600);
+    while p.now < later {
+        p.step(later);
+    }
+    assert_eq!(p.a.lane_state(lane), Some(LaneState::Open));
+    assert_eq!(p.b.lane_state(lane), Some(LaneState::Open));
+    assert_eq!(p.a.poll_event(), None);
+    assert_eq!(p.b.poll_event(), None);
+    // Both ways still work.
+    transfer(&mut p, &[(lane, pattern(2, 10_000))]);
+    let mut buf = [0u8; 64];
+    assert_eq!(p.b.send(lane, b"back", p.now).expect("send"), 4);
+    let limit = p.now + Duration::from_secs(5);
+    while p.a.recv_queued(lane) < 4 {
+        assert!(p.now < limit, "nothing came back");
+        p.step(limit);
+    }
+    assert_eq!(p.a.recv(lane, &mut buf, p.now).expect("recv"), 4);
+    assert_eq!(&buf[..4], b"back");
+}

@@ -83,6 +83,16 @@ pub(crate) enum Dialer {
 }
 
 impl Dialer {
+    /// Bytes the lanes' transport holds in this process (received, to
+    /// send): a dtls-utcp session's user-space TCP buffers; nothing for
+    /// kernel TCP, whose buffers are the kernel's (as for tls links).
+    fn held(&self) -> (usize, usize) {
+        match self {
+            Dialer::Tcp { .. } => (0, 0),
+            Dialer::Utcp(session) => (session.held().recv(), session.held().send()),
+        }
+    }
+
     /// Whether lanes can be opened to the peer at all.
     fn can_open(&self) -> bool {
         match self {
@@ -623,7 +633,8 @@ impl CellReader for PctcpReader {
     }
 
     fn buffered_bytes(&self) -> usize {
-        self.end.shared.recv_bytes.load(AtomicOrdering::Relaxed)
+        let link = &self.end.shared;
+        link.recv_bytes.load(AtomicOrdering::Relaxed) + link.dialer.held().0
     }
 }
 
@@ -766,7 +777,7 @@ impl CellWriter for PctcpWriter {
     }
 
     fn buffered_bytes(&self) -> usize {
-        self.link().send_bytes.load(AtomicOrdering::Relaxed)
+        self.link().send_bytes.load(AtomicOrdering::Relaxed) + self.link().dialer.held().1
     }
 
     async fn flush(&mut self) -> Result<(), Error> {

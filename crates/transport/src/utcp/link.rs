@@ -83,12 +83,13 @@ impl Default for UtcpSettings {
 }
 
 impl UtcpSettings {
-    /// These settings with `tcp` for the lanes, and datagrams large
-    /// enough for its largest segment in one DTLS record.
+    /// These settings with `tcp` for the lanes, and datagrams of its
+    /// largest segment in one DTLS record (no larger: a lab link's MTU
+    /// sets the segment, and a larger datagram would be fragmented), but
+    /// at least 548 bytes (what IPv4's minimum MTU of 576 carries) for
+    /// the handshake's flights.
     pub fn with_lane_tcp(mut self, tcp: Settings) -> Self {
-        self.datagram = self
-            .datagram
-            .max(tcp.max_segment + onionlab_utcp::session::RECORD_OVERHEAD);
+        self.datagram = (tcp.max_segment + onionlab_utcp::session::RECORD_OVERHEAD).max(548);
         self.utcp = tcp;
         self
     }

@@ -45,4 +45,4 @@ fn open_link(endpoints: &Endpoints, addr: SocketAddr, expected: Ed25519Identity)
         Ok(AnyLink::erase(TransportKind::DTLS_UTCP, link))
     })
 }
-pub use socket::{IncomingLanes, LaneStream, UtcpSession, UtcpSocket};
+pub use socket::{HeldBytes, IncomingLanes, LaneStream, UtcpSession, UtcpSocket};

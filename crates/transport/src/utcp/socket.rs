@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -85,6 +86,30 @@ struct SessionIo {
     generation: u64,
     lanes: HashMap<LaneId, LaneIo>,
     incoming: mpsc::Sender<LaneStream>,
+    held: Arc<HeldBytes>,
+}
+
+/// Bytes a session's lanes hold, received and to send: in the lanes'
+/// stream buffers and in their TCP's (smoltcp's) queues. Kept by the
+/// driver each time it moves the session's lanes; the link reports them
+/// to the relay's memory cap (`max_mem_in_queues`), as other transports
+/// report their user-space buffers.
+#[derive(Debug, Default)]
+pub struct HeldBytes {
+    recv: AtomicUsize,
+    send: AtomicUsize,
+}
+
+impl HeldBytes {
+    /// Received bytes not yet read by the lanes' streams.
+    pub fn recv(&self) -> usize {
+        self.recv.load(AtomicOrdering::Relaxed)
+    }
+
+    /// Bytes written by the lanes' streams and not yet acknowledged.
+    pub fn send(&self) -> usize {
+        self.send.load(AtomicOrdering::Relaxed)
+    }
 }
 
 impl State {
@@ -261,9 +286,15 @@ pub struct UtcpSession {
     generation: u64,
     identity: Option<Ed25519Identity>,
     incoming: mpsc::Receiver<LaneStream>,
+    held: Arc<HeldBytes>,
 }
 
 impl UtcpSession {
+    /// What the session's lanes hold now (see [`HeldBytes`]).
+    pub fn held(&self) -> &HeldBytes {
+        &self.held
+    }
+
     /// The peer's address.
     pub fn peer(&self) -> SocketAddr {
         self.peer
@@ -619,12 +650,14 @@ impl State {
         let (tx, rx) = mpsc::channel(LANE_QUEUE);
         let generation = self.next_generation;
         self.next_generation += 1;
+        let held = Arc::new(HeldBytes::default());
         let session = UtcpSession {
             shared: shared.clone(),
             peer,
             generation,
             identity,
             incoming: rx,
+            held: held.clone(),
         };
         self.sessions.insert(
             peer,
@@ -632,6 +665,7 @@ impl State {
                 generation,
                 lanes: HashMap::new(),
                 incoming: tx,
+                held,
             },
         );
         let unwanted = match self.connects.remove(&peer) {
@@ -679,9 +713,9 @@ impl State {
             let Some(io) = self.sessions.get_mut(&peer) else {
                 continue;
             };
-            let lanes = &mut io.lanes;
+            let (lanes, held) = (&mut io.lanes, &io.held);
             self.endpoint
-                .with_lanes(peer, now, |mux| move_session(mux, lanes, now));
+                .with_lanes(peer, now, |mux| move_session(mux, lanes, held, now));
         }
         // Closing lanes and sessions may have produced events.
         self.take_events(shared);
@@ -722,8 +756,13 @@ fn finish_dropped(
 }
 
 /// One session's lanes: streams' bytes into TCP, TCP's bytes to streams,
-/// ends and drops.
-fn move_session(mux: &mut onionlab_utcp::Mux, lanes: &mut HashMap<LaneId, LaneIo>, now: Instant) {
+/// ends and drops; then what they hold, into `held`.
+fn move_session(
+    mux: &mut onionlab_utcp::Mux,
+    lanes: &mut HashMap<LaneId, LaneIo>,
+    held: &HeldBytes,
+    now: Instant,
+) {
     let mut gone = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     for (&id, lane) in lanes.iter_mut() {
@@ -781,4 +820,11 @@ fn move_session(mux: &mut onionlab_utcp::Mux, lanes: &mut HashMap<LaneId, LaneIo
     for id in gone {
         lanes.remove(&id);
     }
+    let (mut recv, mut send) = (0, 0);
+    for (&id, lane) in lanes.iter() {
+        recv += lane.rx.len() + mux.recv_queued(id);
+        send += lane.tx.len() + mux.send_queued(id);
+    }
+    held.recv.store(recv, AtomicOrdering::Relaxed);
+    held.send.store(send, AtomicOrdering::Relaxed);
 }
