@@ -5,14 +5,16 @@ seed002-exp1 (stream workloads only): per variant, the network throughput
 (the eight streams' throughput summed per repetition), the circuit
 throughput (the mean per stream: network / 8; the paper's tables divide by
 6, see docs/results/seed002.md), the degradation against the same
-transport without drops, the mean latency of the streams' records (sampled
-every 100 ms), and the effective drop rate (packets the links' loss model
+transport without drops, the latency (the mean delay of the probes that
+travel beside the streams, the paper's measure), the streams' own records'
+mean delay (sampled every 100 ms), and the effective drop rate (packets the links' loss model
 dropped over all packets on all links, as the paper counts it; queue drops
 at the bottleneck are given apart).
 
 seed002-exp3 (`base` and `loaded` probes, `bulk` stream): per variant, the
 bulk stream's throughput, the circuit delay (mean delay of the `loaded`
-probes) and the base delay (mean of the `base` probes).
+probes; and the median and 99th percentile of all of them, pooled) and
+the base delay (mean of the `base` probes).
 
 Each value is a mean with a 95% Student-t confidence interval over
 repetitions, as the paper's (the streams of one repetition share the
@@ -88,9 +90,12 @@ def kib_s(r):
 
 def exp1(records, reps):
     by_variant = defaultdict(list)
+    probes = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r["kind"] == "stream":
             by_variant[r["variant"]].append(r)
+        elif r["kind"] == "probe" and r.get("error") is None:
+            probes[r["variant"]][r["repetition"]].extend(r["probe_latency_ms"])
     n_streams = len({r["workload"] for rs in by_variant.values() for r in rs})
     rows = []
     for v, rs in by_variant.items():
@@ -98,14 +103,15 @@ def exp1(records, reps):
         per_rep = defaultdict(list)
         for r in rs:
             per_rep[r["repetition"]].append(r)
-        network, latency = [], []
+        network, stream_latency = [], []
         for rep_records in per_rep.values():
             ok = [r for r in rep_records if r.get("error") is None]
             if len(ok) == n_streams:
                 network.append(sum(kib_s(r) for r in ok))
             samples = [x for r in ok for x in r["probe_latency_ms"]]
             if samples:
-                latency.append(statistics.fmean(samples))
+                stream_latency.append(statistics.fmean(samples))
+        latency = [statistics.fmean(x) for x in probes[v].values() if x]
         eff, queue = [], []
         for rep in reps:
             if rep["variant"] != v or not rep.get("link_packets"):
@@ -121,6 +127,7 @@ def exp1(records, reps):
             "network": mean_ci(network),
             "circuit": mean_ci([x / n_streams for x in network]),
             "latency": mean_ci(latency),
+            "stream_latency": mean_ci(stream_latency),
             "effective": mean_ci(eff),
             "queue": mean_ci(queue),
             "failed": failed,
@@ -129,9 +136,10 @@ def exp1(records, reps):
     base = {r["transport"]: r for r in rows if r["drops"] == "none"}
     for r in rows:
         b = base.get(r["transport"])
-        ok = b and b["circuit"][0] > 0 and b["latency"][0] > 0
-        r["degradation"] = 100 * (1 - r["circuit"][0] / b["circuit"][0]) if ok else math.nan
-        r["latency_increase"] = 100 * (r["latency"][0] / b["latency"][0] - 1) if ok else math.nan
+        tput = b and b["circuit"][0] > 0
+        lat = b and b["latency"][0] > 0
+        r["degradation"] = 100 * (1 - r["circuit"][0] / b["circuit"][0]) if tput else math.nan
+        r["latency_increase"] = 100 * (r["latency"][0] / b["latency"][0] - 1) if lat else math.nan
     order = {"none": 0, "remaining": 1, "shared": 2}
     transports = ["dtls-utcp", "tls", "pctcp", "quic", "quic-conn-per-circuit"]
     rows.sort(key=lambda r: (transports.index(r["transport"]) if r["transport"] in transports else 9,
@@ -153,11 +161,14 @@ def exp3(records):
         ok = {k: [r for r in rs if r.get("error") is None] for k, rs in w.items()}
         bulk = [kib_s(r) for r in ok.get("bulk", [])]
         loaded = [statistics.fmean(r["probe_latency_ms"]) for r in ok.get("loaded", [])]
+        pooled = sorted(x for r in ok.get("loaded", []) for x in r["probe_latency_ms"])
         base = [statistics.fmean(r["probe_latency_ms"]) for r in ok.get("base", [])]
         rows.append({
             "transport": params(v).get("transport", "tls"),
             "bulk": mean_ci(bulk),
             "loaded": mean_ci(loaded),
+            "loaded_p50": statistics.median(pooled) if pooled else math.nan,
+            "loaded_p99": pooled[int(0.99 * (len(pooled) - 1))] if pooled else math.nan,
             "base": mean_ci(base),
             "failed": failed,
             "reps": len(ok.get("bulk", [])),
@@ -174,19 +185,23 @@ def main():
     records, reps = load(args[0])
     if any(r["workload"] == "loaded" for r in records):
         rows = exp3(records)
-        print("| transport | bulk throughput (KiB/s) | circuit delay (ms) | base delay (ms) | runs | failed |")
-        print("|---|---|---|---|---|---|")
+        print("| transport | bulk throughput (KiB/s) | circuit delay (ms) | median, 99th percentile (ms) "
+              "| base delay (ms) | runs | failed |")
+        print("|---|---|---|---|---|---|---|")
         for r in rows:
             print(f"| {r['transport']} | {fmt(*r['bulk'])} | {fmt(*r['loaded'])} | "
+                  f"{fmt(r['loaded_p50'], math.nan)}, {fmt(r['loaded_p99'], math.nan)} | "
                   f"{fmt(*r['base'])} | {r['reps']} | {r['failed']} |")
         return
     rows = exp1(records, reps)
     print("| transport | drops | network throughput (KiB/s) | circuit throughput (KiB/s) "
-          "| degradation | latency (ms) | latency increase | effective drop rate | queue drops | runs | failed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| degradation | latency (ms) | latency increase | stream records' delay (ms) "
+          "| effective drop rate | queue drops | runs | failed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['transport']} | {r['drops']} | {fmt(*r['network'])} | {fmt(*r['circuit'], 1)} | "
               f"{pct(r['degradation'])} | {fmt(*r['latency'])} | {pct(r['latency_increase'], 1)} | "
+              f"{fmt(*r['stream_latency'])} | "
               f"{fmt(*r['effective'], 3)} % | {fmt(*r['queue'], 2)} % | {r['reps']} | {r['failed']} |")
 
 

@@ -58,6 +58,7 @@ fn config(identity: Option<Arc<Keypair>>, accept: bool) -> EndpointConfig {
         accept,
         max_sessions: 6,
         max_handshakes: 4,
+        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }
 

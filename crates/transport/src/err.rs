@@ -24,6 +24,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A dtls-utcp session or one of its lanes failed (a lane reset,
+    /// the session ended).
+    #[error("dtls-utcp with {peer}: {source}")]
+    Utcp {
+        /// The peer.
+        peer: SocketAddr,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The QUIC connection failed or was closed with an error.
     #[error("QUIC with {peer}: {detail}")]
     Quic {
@@ -90,7 +100,9 @@ impl Error {
     /// resource exhaustion, such as `EMFILE` on accept, from the rest).
     pub fn io_error(&self) -> Option<&std::io::Error> {
         match self {
-            Error::Io { source, .. } | Error::Tls { source, .. } => Some(source),
+            Error::Io { source, .. } | Error::Tls { source, .. } | Error::Utcp { source, .. } => {
+                Some(source)
+            }
             _ => None,
         }
     }

@@ -35,6 +35,7 @@ fn config(identity: Option<Arc<Keypair>>, accept: bool) -> EndpointConfig {
         accept,
         max_sessions: DEFAULT_MAX_SESSIONS,
         max_handshakes: DEFAULT_MAX_HANDSHAKES,
+        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }
 

@@ -43,9 +43,9 @@
 //! endpoint shares the endpoint's DTLS certificate (no key generation per
 //! handshake; a client's sessions each get a fresh one, so that relays
 //! cannot link them). A datagram from an unknown address that is neither
-//! is dropped unanswered. Not limited yet: half-open sessions per source
-//! IP address (one host with many ports can take all the half-open
-//! slots for a handshake timeout).
+//! is dropped unanswered. One IP address may hold at most
+//! [`EndpointConfig::max_handshakes_per_ip`] of the half-open sessions, so
+//! one host with many ports cannot take them all for a handshake timeout.
 //! Each refusal is counted in [`EndpointStats`].
 
 use std::collections::{HashMap, VecDeque};
@@ -60,6 +60,11 @@ use crate::{Certificate, Error, LaneEvent, Mux, Session, SessionConfig, SessionE
 pub const DEFAULT_MAX_SESSIONS: usize = 4096;
 /// Default [`EndpointConfig::max_handshakes`].
 pub const DEFAULT_MAX_HANDSHAKES: usize = 256;
+/// Default [`EndpointConfig::max_handshakes_per_ip`]: an eighth of the
+/// half-open slots (a network of relays sharing one address, as on
+/// loopback, still starts: a refused ClientHello is sent again on its
+/// retransmission timer).
+pub const DEFAULT_MAX_HANDSHAKES_PER_IP: usize = 32;
 /// First byte of a `RETRY` (see the module docs).
 pub const RETRY: u8 = 0xf0;
 /// First byte of a `HELLO` (see the module docs).
@@ -85,6 +90,8 @@ pub struct EndpointConfig {
     pub max_sessions: usize,
     /// Half-open sessions at most (see the module docs).
     pub max_handshakes: usize,
+    /// Half-open sessions from one IP address at most.
+    pub max_handshakes_per_ip: usize,
 }
 
 /// What an endpoint reports.
@@ -191,9 +198,12 @@ impl Endpoint {
         if config.accept && config.session.identity.is_none() {
             return Err(Error::Settings("only relays accept sessions".into()));
         }
-        if config.max_sessions == 0 || config.max_handshakes == 0 {
+        if config.max_sessions == 0
+            || config.max_handshakes == 0
+            || config.max_handshakes_per_ip == 0
+        {
             return Err(Error::Settings(
-                "max_sessions and max_handshakes must be positive".into(),
+                "max_sessions, max_handshakes and max_handshakes_per_ip must be positive".into(),
             ));
         }
         // A relay's sessions share one certificate (its identity is public
@@ -288,7 +298,7 @@ impl Endpoint {
         let Some(hello) = self.validated_hello(from, datagram, now) else {
             return;
         };
-        if !self.has_room() {
+        if !self.has_room(from) {
             self.stats.handshakes_refused += 1;
             return;
         }
@@ -397,10 +407,19 @@ impl Endpoint {
         out
     }
 
-    /// Room for one more session whose peer has not proven itself.
-    fn has_room(&self) -> bool {
+    /// Room for one more session whose peer (at `from`) has not proven
+    /// itself.
+    fn has_room(&self, from: SocketAddr) -> bool {
+        let (mut half_open, mut from_ip) = (0, 0);
+        for (addr, e) in &self.sessions {
+            if !e.authenticated {
+                half_open += 1;
+                from_ip += usize::from(addr.ip() == from.ip());
+            }
+        }
         self.sessions.len() < self.config.max_sessions
-            && self.half_open() < self.config.max_handshakes
+            && half_open < self.config.max_handshakes
+            && from_ip < self.config.max_handshakes_per_ip
     }
 
     /// Run the timers due by `now`.
@@ -469,6 +488,14 @@ impl Endpoint {
     /// Whether there is a session with `peer`, open or opening.
     pub fn has_session(&self, peer: SocketAddr) -> bool {
         self.sessions.contains_key(&peer)
+    }
+
+    /// Sessions from `ip` whose peer has not proven itself yet.
+    pub fn half_open_from(&self, ip: std::net::IpAddr) -> usize {
+        self.sessions
+            .iter()
+            .filter(|(a, e)| !e.authenticated && a.ip() == ip)
+            .count()
     }
 
     /// Sessions whose peer has not proven itself yet.

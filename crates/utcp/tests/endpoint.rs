@@ -40,7 +40,28 @@ fn endpoint_with(
     lane_budget: Option<LaneBudget>,
     anonymous_max_lanes: usize,
 ) -> Endpoint {
-    let config = EndpointConfig {
+    Endpoint::new(
+        config_with(
+            identity,
+            accept,
+            max_handshakes,
+            lane_budget,
+            anonymous_max_lanes,
+        ),
+        7,
+        Instant::now(),
+    )
+    .expect("endpoint")
+}
+
+fn config_with(
+    identity: Option<Arc<Keypair>>,
+    accept: bool,
+    max_handshakes: usize,
+    lane_budget: Option<LaneBudget>,
+    anonymous_max_lanes: usize,
+) -> EndpointConfig {
+    EndpointConfig {
         session: SessionConfig {
             utcp: Settings::default(),
             datagram: 1280,
@@ -54,8 +75,8 @@ fn endpoint_with(
         accept,
         max_sessions: 64,
         max_handshakes,
-    };
-    Endpoint::new(config, 7, Instant::now()).expect("endpoint")
+        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
+    }
 }
 
 /// Endpoints by address, and datagrams in flight.
@@ -424,6 +445,7 @@ fn limits_and_duplicates_are_refused_at_connect() {
         accept: true,
         max_sessions: 8,
         max_handshakes: 8,
+        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     };
     assert!(matches!(
         Endpoint::new(bad, 1, now),
@@ -561,4 +583,36 @@ fn lanes_stay_within_the_node_budget_and_the_anonymous_limit() {
     // One client's session ends: its places come back.
     assert!(net.node(r).close(addr(1)));
     assert!(budget.used() <= 2, "{} still held", budget.used());
+}
+
+/// One IP address may hold only its share of the half-open sessions:
+/// with two per address, a third ClientHello from another port of the
+/// same host waits, while a host at another address gets in at once.
+#[test]
+fn one_address_cannot_take_every_half_open_slot() {
+    let relay_key = keypair(1);
+    let mut config = config_with(Some(relay_key.clone()), true, 8, None, 64);
+    config.max_handshakes_per_ip = 2;
+    let mut net = Net::new();
+    let r = addr(0);
+    net.nodes
+        .insert(r, Endpoint::new(config, 7, Instant::now()).expect("relay"));
+    let other = SocketAddr::from(([10, 0, 0, 2], 1001));
+    for c in [addr(1), addr(2), addr(3), other] {
+        net.client_connects(c, r, identity(&relay_key));
+    }
+    let same_ip = |net: &mut Net| net.node(r).half_open_from(addr(1).ip());
+    for _ in 0..200 {
+        net.run_for(Duration::from_millis(5));
+        assert!(same_ip(&mut net) <= 2);
+    }
+    assert!(net.node(r).stats().handshakes_refused >= 1);
+    assert!(
+        net.authenticated(other, r).is_some(),
+        "the other host waited"
+    );
+    net.run_for(Duration::from_secs(3));
+    for c in [addr(1), addr(2), addr(3)] {
+        assert!(net.authenticated(c, r).is_some(), "{c} authenticated later");
+    }
 }

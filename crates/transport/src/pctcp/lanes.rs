@@ -204,6 +204,12 @@ impl LinkShared {
 
     /// The link is broken: tell the reader, stop every connection.
     fn fail(&self, e: Error) {
+        // The stream code below is shared with TLS lanes: name the
+        // transport that failed.
+        let e = match (e, &self.dialer) {
+            (Error::Tls { peer, source }, Dialer::Utcp(_)) => Error::Utcp { peer, source },
+            (e, _) => e,
+        };
         debug!(peer = %self.addr(), "pctcp link failed: {e}");
         lock(&self.failure).get_or_insert(e);
         self.failed.notify_one();

@@ -257,7 +257,7 @@ impl UtcpTransport {
         } else {
             incoming.next().await.ok_or(Error::Closed)?
         };
-        let io = |source| Error::Tls { peer, source };
+        let io = |source| Error::Utcp { peer, source };
         let our_token: [u8; TOKEN_LEN] = rand::random();
         let mut hello = CONTROL_MAGIC.to_vec();
         hello.extend_from_slice(&our_token);
@@ -378,5 +378,6 @@ fn endpoint_config(
         accept,
         max_sessions: DEFAULT_MAX_SESSIONS,
         max_handshakes: DEFAULT_MAX_HANDSHAKES,
+        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }
