@@ -187,10 +187,10 @@ pub struct WireParity {
     /// QUIC's initial congestion window (bytes).
     pub quic_initial_window_bytes: u64,
     /// dtls-utcp's lanes in the first dtls-utcp variant (its first
-    /// relay's; empty without one); their congestion control follows each
-    /// node's `tcp_congestion`.
-    #[serde(default)]
-    pub utcp: UtcpParity,
+    /// relay's; absent when no variant runs dtls-utcp); their congestion
+    /// control follows each node's `tcp_congestion`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub utcp: Option<UtcpParity>,
 }
 
 /// The user-space TCP of dtls-utcp's lanes: the relays' `[utcp]` settings
@@ -246,7 +246,7 @@ impl WireParity {
             tcp_initial_window_segments: 10,
             quic_initial_mtu: quic,
             quic_initial_window_bytes: 10 * u64::from(quic),
-            utcp: UtcpParity::default(),
+            utcp: None,
         }
     }
 }
@@ -433,7 +433,7 @@ fn write_environment(
         machine_sysctls: hostnet::recorded_sysctls(),
         host_sysctls,
         wire: WireParity {
-            utcp: utcp.unwrap_or_default(),
+            utcp,
             ..WireParity::for_mtu(mtu)
         },
     };
