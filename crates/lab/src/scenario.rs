@@ -171,7 +171,9 @@ struct RawScenario {
     #[serde(default)]
     exclude: Vec<Spanned<BTreeMap<String, toml::Value>>>,
     #[serde(default)]
-    report: Option<Spanned<ReportSettings>>,
+    // Not `Spanned`: toml cannot span a table that only `[report.labels]`
+    // defines; errors point at the table's header line instead.
+    report: Option<ReportSettings>,
     #[serde(default)]
     relay_settings: Option<Spanned<toml::Table>>,
 }
@@ -246,6 +248,20 @@ pub(crate) fn relay_settings_config(
         "0".repeat(64)
     );
     onionlab_netdoc::RelayConfig::from_toml_str(&probe, "[relay_settings]", Path::new("/"))
+}
+
+/// The span of the scenario's first `[report` table header (`[report]` or
+/// `[report.labels]`), for errors in the report settings.
+fn report_header_span(src: &str) -> std::ops::Range<usize> {
+    let mut offset = 0;
+    for line in src.split_inclusive('\n') {
+        let trimmed = line.trim();
+        if trimmed.starts_with("[report]") || trimmed.starts_with("[report.") {
+            return offset..offset + trimmed.len();
+        }
+        offset += line.len();
+    }
+    0..0
 }
 
 fn default_repetitions() -> Spanned<u32> {
@@ -956,15 +972,10 @@ impl Scenario {
             return Err(ctx.err(span, check_key(key, &hosts).err().unwrap_or_default()));
         }
         let exclude = check_exclude(&ctx, &raw.exclude, &matrix)?;
-        let report = match raw.report {
-            Some(r) => {
-                r.get_ref()
-                    .check(&matrix)
-                    .map_err(|m| ctx.err(r.span(), m))?;
-                r.into_inner()
-            }
-            None => ReportSettings::default(),
-        };
+        let report = raw.report.unwrap_or_default();
+        report
+            .check(&matrix)
+            .map_err(|m| ctx.err(report_header_span(src), m))?;
 
         let congestion_span = ["congestion", "tcp_congestion"]
             .iter()

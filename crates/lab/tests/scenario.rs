@@ -634,6 +634,14 @@ fn report_settings_name_and_compare_the_variants() {
         "compare = \"transport\"\ncolour = 1",
     );
     assert_error(&bad, line + 2, "unknown field");
+    // [report.labels] alone (no [report] line) is the same table.
+    let labels_only = text.replace(
+        "[report]\ncompare = \"transport\"\nbaseline = \"quic\"\n",
+        "",
+    );
+    let s = parse(&labels_only).expect("[report.labels] without [report]");
+    assert_eq!(s.short_labels()[3], "quic, per hop 40ms");
+    assert_eq!(s.design().compare.unwrap().baseline, "tls");
 }
 
 /// `[relay_settings]` reach every relay.toml, and are checked when the

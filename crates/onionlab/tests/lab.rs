@@ -209,3 +209,18 @@ fn quic_falls_back_to_tls_when_udp_is_blocked() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A scenario name that is neither a file nor a bundled scenario (here:
+/// run outside the repository root) says where it looked and what to do.
+#[test]
+fn an_unknown_scenario_name_says_where_bundled_ones_are() {
+    let out = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["lab", "check", "seed002-exp3"])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .expect("onionlab runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("scenarios/seed002-exp3.toml"), "{stderr}");
+    assert!(stderr.contains("lab list"), "{stderr}");
+}

@@ -83,16 +83,21 @@ pub enum LabCommand {
     },
 }
 
-fn scenario_path(name: &str) -> PathBuf {
+/// The scenario file NAME names: a path, or a bundled scenario's name.
+fn scenario_path(name: &str) -> Result<PathBuf> {
     let p = PathBuf::from(name);
     if p.exists() {
-        return p;
+        return Ok(p);
     }
     let bundled = Path::new(SCENARIO_DIR).join(format!("{name}.toml"));
     if bundled.exists() {
-        return bundled;
+        return Ok(bundled);
     }
-    p
+    Err(Error::Usage(format!(
+        "no scenario file {name:?} and no bundled scenario ./{} \
+         (bundled scenarios are found from the repository root; `onionlab lab list` shows them)",
+        bundled.display()
+    )))
 }
 
 fn bundled() -> Vec<(String, std::result::Result<Scenario, onionlab_lab::Error>)> {
@@ -189,7 +194,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         LabCommand::Check { scenario } => {
-            let s = Scenario::from_file(&scenario_path(&scenario))?;
+            let s = Scenario::from_file(&scenario_path(&scenario)?)?;
             println!("{}: {}", s.name, s.description);
             println!("{} repetitions of each variant:", s.repetitions);
             let variants = s.variants();
@@ -212,7 +217,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             resume,
         } => {
             onionlab_netem::check_privileges()?;
-            let s = Scenario::from_file(&scenario_path(&scenario))?;
+            let s = Scenario::from_file(&scenario_path(&scenario)?)?;
             let stamp = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
