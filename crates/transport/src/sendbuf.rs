@@ -40,6 +40,13 @@ pub(crate) trait Owner: Send + Sync + 'static {
     fn peer_addr(&self) -> SocketAddr;
     /// Writing failed: the link is broken.
     fn fail(&self, e: Error);
+    /// Writing the connection of `circ_id` (0: the link's own) failed.
+    /// By default the link is broken; a link with a connection per
+    /// circuit may end just that circuit.
+    fn conn_failed(self: &Arc<Self>, circ_id: u32, e: Error) {
+        let _ = circ_id;
+        self.fail(e);
+    }
     /// `bytes` left a buffer for the socket: there is room again.
     fn drained(&self, bytes: usize);
 }
@@ -107,6 +114,23 @@ impl SendBuffer {
         self.wake();
     }
 
+    /// The connection failed: drop what is queued and stop its task.
+    /// Returns the bytes dropped (queued or being written), 0 if it was
+    /// already dead.
+    pub(crate) fn kill(&self) -> usize {
+        let mut st = self.state();
+        if st.dead {
+            return 0;
+        }
+        st.dead = true;
+        let dropped = st.buf.len() + st.in_flight;
+        st.buf.clear();
+        st.in_flight = 0;
+        drop(st);
+        self.data.notify_one();
+        dropped
+    }
+
     /// Shut the connection down once what is queued is written.
     pub(crate) fn close(&self) {
         self.state().closing = true;
@@ -126,6 +150,9 @@ pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin +
     loop {
         let (chunk, closing) = {
             let mut st = buffer.state();
+            if st.dead {
+                return;
+            }
             let chunk = st.buf.split();
             st.in_flight = chunk.len();
             (chunk, st.closing)
@@ -136,14 +163,19 @@ pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin +
                 w.flush().await
             };
             if let Err(source) = written.await {
-                buffer.state().dead = true;
-                owner.fail(Error::Tls {
-                    peer: owner.peer_addr(),
-                    source,
-                });
+                owner.drained(buffer.kill());
+                let peer = owner.peer_addr();
+                owner.conn_failed(buffer.circ_id, Error::Tls { peer, source });
                 return;
             }
-            buffer.state().in_flight = 0;
+            {
+                let mut st = buffer.state();
+                if st.dead {
+                    // Killed while writing: its bytes were counted then.
+                    return;
+                }
+                st.in_flight = 0;
+            }
             owner.drained(chunk.len());
             continue;
         }

@@ -208,3 +208,37 @@ async fn a_lane_to_a_relay_that_is_not_the_link_peer_is_refused() {
         .expect_err("the link fails");
     assert!(matches!(err, Error::WrongIdentity { .. }), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lane_ends_its_circuit_not_the_link() {
+    use onionlab_cell::chan::DestroyReason;
+    // Relay a claims a lane address where nothing listens: b's lane
+    // toward a is refused. Only that circuit ends (b's node gets a
+    // DESTROY); the link carries the next circuit on its main connection.
+    let closed = std::net::TcpListener::bind(loopback())
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let a = node(13, 64, Some(closed)).await;
+    let mut b = node(14, 64, None).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    let (refused, next) = (0x0000_0078, 0x0000_0079);
+    ba.writer.queue(cell(refused, 1)).expect("queue");
+    let got = receive(&mut ba.reader, 1).await;
+    assert_eq!(got[0].circid().map(u32::from), Some(refused));
+    match got[0].msg() {
+        AnyChanMsg::Destroy(d) => assert_eq!(d.reason(), DestroyReason::CHANNEL_CLOSED),
+        other => panic!("not a DESTROY: {other:?}"),
+    }
+    let (_, got) = tokio::join!(
+        send(&mut ba.writer, vec![cell(next, 1), cell(next, 2)]),
+        receive(&mut ab.reader, 2)
+    );
+    assert_eq!(per_circuit(&got)[&next], [1, 2]);
+    assert_eq!(b.tcp.pctcp_fallbacks(), 1);
+    assert_eq!(b.tcp.pctcp_open_lanes(), 0);
+    let (_, got) = tokio::join!(
+        send(&mut ab.writer, vec![cell(next, 3)]),
+        receive(&mut ba.reader, 1)
+    );
+    assert_eq!(index_of(&got[0]), Some((next, 3)));
+}

@@ -109,6 +109,56 @@ async fn a_relay_proving_another_identity_is_refused() {
     assert!(r.is_err(), "a link to the wrong relay");
 }
 
+/// A relay over its lane budget refuses a lane: only that circuit ends
+/// (its node gets a DESTROY, CHANNEL_CLOSED), the link and the circuits
+/// on other lanes go on, and new circuits use the main connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_lane_ends_its_circuit_not_the_link() {
+    use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
+    let (a, _) = relay(11).await;
+    let kb = keys(12);
+    // The control lane and two circuits' lanes.
+    let settings = UtcpSettings {
+        max_lanes: 3,
+        ..UtcpSettings::default()
+    };
+    let b = Arc::new(
+        UtcpTransport::relay(&kb, vec![], loopback(), settings)
+            .await
+            .expect("relay"),
+    );
+    let (mut ab, mut ba) = linked(&a, &b, &kb).await;
+    let (c1, c2, c3, c4) = (0x8000_0001, 0x8000_0002, 0x8000_0003, 0x8000_0004);
+    // Two lanes fill b's budget.
+    let (_, got) = tokio::join!(
+        send(&mut ab.writer, vec![cell(c1, 0), cell(c2, 0)]),
+        receive(&mut ba.reader, 2)
+    );
+    assert_eq!(got.len(), 2);
+    // The third is refused: a's node hears that circuit end.
+    send(&mut ab.writer, vec![cell(c3, 0), cell(c3, 1)]).await;
+    let got = receive(&mut ab.reader, 1).await;
+    assert_eq!(got[0].circid().map(u32::from), Some(c3));
+    match got[0].msg() {
+        AnyChanMsg::Destroy(d) => assert_eq!(d.reason(), DestroyReason::CHANNEL_CLOSED),
+        other => panic!("not a DESTROY: {other:?}"),
+    }
+    // The other circuits still work both ways, and a new one is carried
+    // on the main connection.
+    let cells = vec![cell(c1, 1), cell(c2, 1), cell(c4, 0), cell(c4, 1)];
+    let (_, got) = tokio::join!(send(&mut ab.writer, cells), receive(&mut ba.reader, 4));
+    let per = per_circuit(&got);
+    assert_eq!(per[&c1], [1]);
+    assert_eq!(per[&c2], [1]);
+    assert_eq!(per[&c4], [0, 1]);
+    assert!(!per.contains_key(&c3), "cells of the refused lane arrived");
+    let replies = vec![cell(c1, 9), cell(c2, 9), cell(c4, 9)];
+    let (_, got) = tokio::join!(send(&mut ba.writer, replies), receive(&mut ab.reader, 3));
+    assert_eq!(per_circuit(&got).len(), 3);
+    assert_eq!(a.open_lanes(), 2);
+    assert_eq!(b.open_lanes(), 2);
+}
+
 /// One circuit's throughput on loopback, dtls-utcp against pctcp (the
 /// kernel's TCP with TLS): what the user-space stack and DTLS cost in CPU
 /// where nothing is lost. A measurement, not a check (`--ignored`, release

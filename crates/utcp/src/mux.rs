@@ -79,6 +79,9 @@ pub enum LaneEvent {
         lane: LaneId,
         /// Whether it was reset rather than closed.
         reset: bool,
+        /// Whether it was a lane we opened that the peer reset before it
+        /// ever opened (refused: nothing sent on it arrived).
+        refused: bool,
     },
 }
 
@@ -157,6 +160,8 @@ struct Lane {
     poll_at: Option<Instant>,
     /// Whether an RST was seen or sent.
     reset: bool,
+    /// Whether its handshake completed (both sides synchronised).
+    synchronized: bool,
 }
 
 impl Lane {
@@ -346,6 +351,7 @@ impl Mux {
                 opened_by_us,
                 poll_at: None,
                 reset: false,
+                synchronized: false,
             },
         );
     }
@@ -479,12 +485,14 @@ impl Mux {
         if rst_in && lane.socket().state() == tcp::State::Closed {
             lane.reset = true;
         }
-        if !matches!(
+        let handshaking = matches!(
             lane.socket().state(),
             tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Listen
-        ) {
+        );
+        if !handshaking {
             // Past the handshake: no timeout (see LANE_TIMEOUT).
             lane.socket_mut().set_timeout(None);
+            lane.synchronized |= lane.socket().state() != tcp::State::Closed;
         }
         // Anything left for the stack was not for this socket.
         self.device.rx.clear();
@@ -513,8 +521,13 @@ impl Mux {
         if back_to_listen || (state == tcp::State::Closed && !lane.socket().can_recv()) {
             // Reset, or closed both ways and read: forget it.
             let reset = lane.reset;
+            let refused = reset && lane.opened_by_us && !lane.synchronized;
             self.forget(id);
-            self.events.push_back(LaneEvent::Closed { lane: id, reset });
+            self.events.push_back(LaneEvent::Closed {
+                lane: id,
+                reset,
+                refused,
+            });
         }
     }
 
@@ -646,6 +659,7 @@ impl Mux {
             self.events.push_back(LaneEvent::Closed {
                 lane: id,
                 reset: true,
+                refused: false,
             });
         }
         Ok(())

@@ -167,7 +167,11 @@ fn a_lane_carries_a_megabyte_intact_and_closes() {
     }
     assert_eq!(
         p.a.poll_event(),
-        Some(LaneEvent::Closed { lane, reset: false })
+        Some(LaneEvent::Closed {
+            lane,
+            reset: false,
+            refused: false
+        })
     );
 }
 
@@ -306,7 +310,11 @@ fn a_reset_during_the_handshake_frees_the_lane() {
     assert_eq!(b.lanes(), 0, "a half-open lane stayed");
     assert_eq!(
         b.poll_event(),
-        Some(LaneEvent::Closed { lane, reset: true })
+        Some(LaneEvent::Closed {
+            lane,
+            reset: true,
+            refused: false
+        })
     );
     // A SYN with FIN opens nothing.
     let mut synfin = syn(LaneId::new(2, true).expect("lane"));
@@ -351,7 +359,48 @@ fn a_reset_by_the_peer_is_reported_as_one() {
         p.step(limit);
     }
     let events: Vec<LaneEvent> = std::iter::from_fn(|| p.a.poll_event()).collect();
-    assert_eq!(events, [LaneEvent::Closed { lane, reset: true }]);
+    assert_eq!(
+        events,
+        [LaneEvent::Closed {
+            lane,
+            reset: true,
+            refused: false
+        }]
+    );
+}
+
+/// A lane the peer refuses (over its lane limit) is reported as refused.
+#[test]
+fn a_lane_over_the_peers_limit_is_reported_as_refused() {
+    let mut p = Pair::new(Settings::default());
+    let one_lane = Settings {
+        max_lanes: 1,
+        ..Settings::default()
+    };
+    p.b = Mux::new(one_lane, Role::Responder, 2, p.now).expect("mux b");
+    let first = p.a.open(p.now).expect("open");
+    let limit = p.now + Duration::from_secs(1);
+    while p.b.lane_state(first) != Some(LaneState::Open) {
+        assert!(p.now < limit, "not open");
+        p.step(limit);
+    }
+    let second = p.a.open(p.now).expect("open");
+    let limit = p.now + Duration::from_secs(1);
+    while p.a.lanes() > 1 {
+        assert!(p.now < limit, "the refusal did not arrive");
+        p.step(limit);
+    }
+    assert_eq!(p.b.stats().lanes_refused, 1);
+    let events: Vec<LaneEvent> = std::iter::from_fn(|| p.a.poll_event()).collect();
+    assert_eq!(
+        events,
+        [LaneEvent::Closed {
+            lane: second,
+            reset: true,
+            refused: true
+        }]
+    );
+    // (A lane reset after it opened is not refused: the test above.)
 }
 
 /// A lane idle far longer than any timeout stays open and carries data

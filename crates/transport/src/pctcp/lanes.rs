@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
+use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, Destroy, DestroyReason};
 use onionlab_cell::codec::CellCodec;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::wire::{self, LanePreamble, TOKEN_LEN};
 use super::{NodeLanes, MAX_LANES_PER_LINK};
@@ -54,6 +54,10 @@ const MAX_ON_MAIN: usize = 65_536;
 /// How long cells for a circuit whose DESTROY arrived on its lane are
 /// dropped instead of opening a lane again (the peer has forgotten it).
 const ENDED_GRACE: Duration = Duration::from_secs(60);
+/// How long new circuits use the main connection after the peer refused
+/// a lane (its lane or connection limit is reached, its lane listener is
+/// gone): they would likely be refused too.
+const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Everything needed to start a link after its handshakes.
 pub(crate) struct LinkSpec {
@@ -155,8 +159,12 @@ pub(crate) struct LinkShared {
     /// Circuits carried on the main connection (no lane, or received
     /// there): both directions stay there.
     on_main: Mutex<HashSet<u32>>,
-    /// Circuits whose DESTROY arrived on their lane, and when.
+    /// Circuits whose DESTROY arrived on their lane (or whose lane
+    /// failed), and when.
     ended: Mutex<HashMap<u32, Instant>>,
+    /// Until when new circuits stay on the main connection: the peer
+    /// refused a lane.
+    refused_until: Mutex<Option<Instant>>,
     send_seq: Mutex<SendSeq>,
     order: Mutex<RecvOrder>,
     admitted: Notify,
@@ -178,6 +186,18 @@ struct Batch {
     bytes: usize,
 }
 
+/// The socket error behind `e`, if it is one (not a protocol error or
+/// another identity).
+fn io_kind(e: &Error) -> Option<std::io::ErrorKind> {
+    match e {
+        Error::Io { source, .. } | Error::Tls { source, .. } | Error::Utcp { source, .. } => {
+            Some(source.kind())
+        }
+        Error::HandshakeTimeout { .. } => Some(std::io::ErrorKind::TimedOut),
+        _ => None,
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -191,6 +211,11 @@ impl Owner for LinkShared {
         LinkShared::fail(self, e)
     }
 
+    fn conn_failed(self: &Arc<Self>, circ_id: u32, e: Error) {
+        let refused = io_kind(&e) == Some(std::io::ErrorKind::ConnectionRefused);
+        self.lane_failed(circ_id, e, refused);
+    }
+
     fn drained(&self, bytes: usize) {
         self.send_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
         self.room.notify_one();
@@ -202,14 +227,18 @@ impl LinkShared {
         self.peer.addr
     }
 
-    /// The link is broken: tell the reader, stop every connection.
-    fn fail(&self, e: Error) {
-        // The stream code below is shared with TLS lanes: name the
-        // transport that failed.
-        let e = match (e, &self.dialer) {
+    /// The stream code below is shared with TLS lanes: name the
+    /// transport that failed.
+    fn named(&self, e: Error) -> Error {
+        match (e, &self.dialer) {
             (Error::Tls { peer, source }, Dialer::Utcp(_)) => Error::Utcp { peer, source },
             (e, _) => e,
-        };
+        }
+    }
+
+    /// The link is broken: tell the reader, stop every connection.
+    fn fail(&self, e: Error) {
+        let e = self.named(e);
         debug!(peer = %self.addr(), "pctcp link failed: {e}");
         lock(&self.failure).get_or_insert(e);
         self.failed.notify_one();
@@ -218,6 +247,44 @@ impl LinkShared {
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(task);
+    }
+
+    /// A lane connection of `circ_id` failed with `e`. A socket error
+    /// (reset, refused, timed out) ends only that circuit: the node gets a
+    /// DESTROY (CHANNEL_CLOSED, "the connection carrying this circuit
+    /// died") as from the peer, our lane is dropped, and the link and its
+    /// other circuits go on; `refused` (nothing sent on it arrived) also
+    /// keeps new circuits on the main connection for [`REFUSED_BACKOFF`].
+    /// Anything else (the main connection, another identity, a protocol
+    /// error) is the link's failure.
+    fn lane_failed(self: &Arc<Self>, circ_id: u32, e: Error, refused: bool) {
+        if circ_id == 0 || io_kind(&e).is_none() {
+            return self.fail(e);
+        }
+        let e = self.named(e);
+        if let Some(lane) = lock(&self.lanes).remove(&circ_id) {
+            self.send_bytes
+                .fetch_sub(lane.kill(), AtomicOrdering::Relaxed);
+            self.room.notify_one();
+        }
+        if refused {
+            *lock(&self.refused_until) = Some(Instant::now() + REFUSED_BACKOFF);
+        }
+        // Once per circuit: the peer may have ended it already, or the
+        // lane's other half failed first.
+        let first = lock(&self.ended).insert(circ_id, Instant::now()).is_none();
+        if !first {
+            return;
+        }
+        info!(peer = %self.addr(), circ_id, refused, "pctcp lane failed, its circuit ends: {e}");
+        let destroy = AnyChanCell::new(
+            CircId::new(circ_id),
+            AnyChanMsg::Destroy(Destroy::new(DestroyReason::CHANNEL_CLOSED)),
+        );
+        let link = self.clone();
+        self.spawn(async move {
+            deliver(&link, vec![destroy]).await;
+        });
     }
 
     /// Run `task` with the link's own (aborted when the link ends).
@@ -306,6 +373,7 @@ pub(crate) fn start(
         lanes: Mutex::default(),
         on_main: Mutex::default(),
         ended: Mutex::default(),
+        refused_until: Mutex::default(),
         send_seq: Mutex::default(),
         order: Mutex::default(),
         admitted: Notify::new(),
@@ -453,8 +521,8 @@ async fn open_lane(
     let conn = match opened.await {
         Ok(conn) => conn,
         Err(e) => {
-            lane.state().dead = true;
-            link.fail(e);
+            // Nothing reached the peer on it.
+            link.lane_failed(lane.circ_id, e, true);
             return;
         }
     };
@@ -507,6 +575,8 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: 
             }
         }
         link.admitted.notify_waiters();
+        // A new circuit with this ID: whatever ended before is past.
+        lock(&link.ended).remove(&preamble.circ_id);
         debug!(peer = %link.addr(), circ_id = preamble.circ_id, seq = preamble.seq, "pctcp lane accepted");
         let (r, mut w) = tokio::io::split(conn);
         let r = Heard::new(r, link.liveness.clone());
@@ -607,7 +677,11 @@ async fn read_lane(
                 return;
             }
             Ok(_) => {}
-            Err(source) => return link.fail(Error::Tls { peer, source }),
+            Err(source) => {
+                let refused = source.kind() == std::io::ErrorKind::ConnectionRefused;
+                link.release_slot(&slot);
+                return link.lane_failed(circ_id, Error::Tls { peer, source }, refused);
+            }
         }
     }
 }
@@ -695,7 +769,8 @@ impl PctcpWriter {
         }
         let node_full = link.node.open.load(AtomicOrdering::Relaxed) >= link.node.max;
         let link_full = link.lanes_open.load(AtomicOrdering::Relaxed) >= MAX_LANES_PER_LINK;
-        if node_full || link_full {
+        let refusing = lock(&link.refused_until).is_some_and(|until| Instant::now() < until);
+        if node_full || link_full || refusing {
             link.node.fell_back(link.addr());
             return false;
         }

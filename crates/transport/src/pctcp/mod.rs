@@ -64,10 +64,14 @@
 //!   circuit queues; received cells wait in a bounded queue for the node,
 //!   and connections are not read while it is full.
 //!
-//! A lane that cannot be opened (the peer is gone, it proves another
-//! identity) fails the whole link, as its circuits' cells were queued for
-//! it: the node then destroys the link's circuits, and the applications
-//! see their streams fail.
+//! A lane that fails (cannot be opened, is refused or reset) ends only its
+//! circuit: the node gets a DESTROY (CHANNEL_CLOSED) as from the peer,
+//! the cells queued on the lane are dropped with it, and the link and its
+//! other circuits go on; after a refusal new circuits use the main
+//! connection for a while (counted as fallbacks). A lane to a relay that
+//! proves another identity, a protocol error on a lane, or the main
+//! connection's failure fails the whole link: the node then destroys the
+//! link's circuits, and the applications see their streams fail.
 
 pub(crate) mod lanes;
 pub mod wire;

@@ -604,14 +604,23 @@ impl State {
                 } => self.lane_accepted(peer, id, shared),
                 EndpointEvent::Lane {
                     peer,
-                    event: LaneEvent::Closed { lane, reset },
+                    event:
+                        LaneEvent::Closed {
+                            lane,
+                            reset,
+                            refused,
+                        },
                 } => {
                     if let Some(l) = self
                         .sessions
                         .get_mut(&peer)
                         .and_then(|s| s.lanes.get_mut(&lane))
                     {
-                        if reset {
+                        if refused {
+                            // Nothing sent on it arrived (pctcp may end
+                            // just its circuit, and stop opening lanes).
+                            l.fail(io::ErrorKind::ConnectionRefused);
+                        } else if reset {
                             l.fail(io::ErrorKind::ConnectionReset);
                         } else {
                             l.eof = true;
