@@ -190,6 +190,12 @@ pub trait CongestionControl: std::fmt::Debug + Send {
     fn snapshot(&self) -> Option<CcSnapshot> {
         None
     }
+    /// Whether the channel the circuit sends on is blocked now (its cells
+    /// wait for the transport): a congestion signal to algorithms that use
+    /// one (TOR_VEGAS); ignored by default.
+    fn set_channel_blocked(&mut self, blocked: bool) {
+        let _ = blocked;
+    }
 }
 
 /// The state of an RTT-based congestion control at one moment.
@@ -203,6 +209,8 @@ pub struct CcSnapshot {
     pub in_slow_start: bool,
     /// Smoothed and minimum RTT, and how many samples were taken.
     pub rtt: crate::vegas::RttStats,
+    /// Whether the channel it sends on was last reported blocked.
+    pub channel_blocked: bool,
 }
 
 /// tor-spec's fixed circuit window: at most 1000 unacknowledged DATA cells.
@@ -270,6 +278,11 @@ impl CircSender {
     /// The congestion control's state (None under fixed windows).
     pub fn snapshot(&self) -> Option<CcSnapshot> {
         self.cc.snapshot()
+    }
+    /// Whether the channel this hop sends on is blocked now
+    /// ([`CongestionControl::set_channel_blocked`]).
+    pub fn set_channel_blocked(&mut self, blocked: bool) {
+        self.cc.set_channel_blocked(blocked);
     }
     /// Record a DATA cell sent; `tag` is the running digest after it.
     pub fn on_data_sent(&mut self, tag: SendmeTag, now: Instant) {

@@ -759,6 +759,16 @@ impl RelayCircuit {
         }
     }
 
+    /// Whether the channel on `side` is blocked now (the transport takes
+    /// no more of this circuit's cells): the exit's congestion control
+    /// takes it as a congestion signal at its next SENDME (only the
+    /// inbound side carries data this relay originates).
+    pub fn set_channel_blocked(&mut self, side: Side, blocked: bool) {
+        if let (Side::Inbound, Some(exit)) = (side, self.exit.as_mut()) {
+            exit.sender.set_channel_blocked(blocked);
+        }
+    }
+
     /// Does the circuit have a cell for `side` now?
     pub fn wants_transmit(&self, side: Side) -> bool {
         if self.closed {

@@ -263,6 +263,9 @@ pub struct Vegas {
     /// Whether the link to the next hop is blocked (set by the driver;
     /// an immediate congestion signal).
     orconn_blocked: bool,
+    /// `orconn_blocked` as the last SENDME found it: a change is a
+    /// congestion event at once (C tor's `blocked_chan`).
+    blocked_at_last_ack: bool,
 }
 
 impl Vegas {
@@ -282,6 +285,7 @@ impl Vegas {
             rtt: RttStats::default(),
             clock_stalled: false,
             orconn_blocked: false,
+            blocked_at_last_ack: false,
         }
     }
 
@@ -311,7 +315,10 @@ impl Vegas {
     }
 
     /// Tell whether the channel toward the next hop is blocked (cells wait
-    /// for the transport): taken as congestion at the next SENDME.
+    /// for the transport): taken as congestion at the next SENDME. As in C
+    /// tor, the state each SENDME finds is compared with the previous
+    /// SENDME's, and a change (blocked or unblocked) makes that SENDME a
+    /// congestion event whatever the once-per-window pacing.
     pub fn set_orconn_blocked(&mut self, blocked: bool) {
         self.orconn_blocked = blocked;
     }
@@ -462,6 +469,10 @@ impl Vegas {
             self.inflight = self.inflight.saturating_sub(self.p.sendme_inc);
             return;
         }
+        if self.orconn_blocked != self.blocked_at_last_ack {
+            self.blocked_at_last_ack = self.orconn_blocked;
+            self.next_cc_event = 0;
+        }
         let bdp = self.bdp();
         let queue = self.cwnd.saturating_sub(bdp);
         self.update_full();
@@ -515,12 +526,17 @@ impl CongestionControl for Vegas {
         self.p.sendme_inc
     }
 
+    fn set_channel_blocked(&mut self, blocked: bool) {
+        self.set_orconn_blocked(blocked);
+    }
+
     fn snapshot(&self) -> Option<crate::flow::CcSnapshot> {
         Some(crate::flow::CcSnapshot {
             cwnd: self.cwnd,
             inflight: self.inflight,
             in_slow_start: self.in_slow_start,
             rtt: self.rtt,
+            channel_blocked: self.orconn_blocked,
         })
     }
 }
@@ -642,6 +658,44 @@ mod tests {
             last < settled && last > 500 && last < 500 + 310 + 31,
             "{settled} then {after:?}"
         );
+    }
+
+    #[test]
+    fn a_blocked_channel_ends_slow_start_and_shrinks_the_window_at_once() {
+        let base = Duration::from_millis(100);
+        // In slow start on a fast path, a blocked channel ends it at the
+        // next SENDME (the window set from the BDP estimate).
+        let mut v = Vegas::new(VegasParams::default());
+        bulk(&mut v, base, u32::MAX, Duration::ZERO, 2);
+        assert!(v.in_slow_start());
+        v.set_channel_blocked(true);
+        bulk(&mut v, base, u32::MAX, Duration::ZERO, 1);
+        assert!(!v.in_slow_start(), "blocked, still in slow start");
+        // In steady state a change of the signal is a congestion event at
+        // the very next SENDME, whatever the once-per-window pacing:
+        // blocked takes cwnd_inc off, and keeps doing so once per window.
+        let mut v = Vegas::new(VegasParams::default());
+        bulk(&mut v, base, 1000, Duration::from_micros(100), 60);
+        assert!(!v.in_slow_start());
+        let now = Instant::now();
+        while v.can_send() {
+            v.on_data_sent(now);
+        }
+        let settled = v.cwnd();
+        v.next_cc_event = 5;
+        v.set_channel_blocked(true);
+        v.on_sendme(now + base);
+        assert_eq!(v.cwnd(), settled - v.params().cwnd_inc);
+        let blocked = bulk(&mut v, base, 1000, Duration::from_micros(100), 20);
+        assert!(blocked.windows(2).all(|w| w[1] <= w[0]), "{blocked:?}");
+        assert!(
+            *blocked.last().expect("rounds") < settled - 31,
+            "{blocked:?}"
+        );
+        // Unblocked, it grows back toward the path's capacity.
+        v.set_channel_blocked(false);
+        let free = bulk(&mut v, base, 1000, Duration::from_micros(100), 60);
+        assert!(*free.last().expect("rounds") > 1000, "{free:?}");
     }
 
     #[test]

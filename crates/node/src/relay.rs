@@ -838,6 +838,11 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
                 };
                 writer.queue(cell).map_err(|e| e.to_string())?;
             }
+            if !writer.has_room() {
+                // Circuits wait for the connection: a congestion signal
+                // to the exit's circuit congestion control.
+                st.node.channel_full(chan);
+            }
         }
         Ordering::PerCircuit => {
             // Circuits set aside behind full lanes come back; those whose

@@ -224,7 +224,15 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
             assert!(snap.rtt.samples > 100, "{who}: {snap:?}");
             assert!(snap.rtt.min_us > 0, "{who}: {snap:?}");
             assert_ne!(snap.cwnd, vegas.cwnd_init, "{who}: {snap:?}");
+            assert!(!snap.channel_blocked, "{who}: {snap:?}");
         }
+        // A full channel toward the client reaches the exit's Vegas (a
+        // congestion signal at its next SENDME).
+        let node = &mut net.relays[exit];
+        let chan = node.inbound_channel(exit_circ).expect("circuit");
+        node.channel_full(chan);
+        let snap = node.exit_cc_snapshot(exit_circ).expect("Vegas");
+        assert!(snap.channel_blocked, "{snap:?}");
     }
 }
 

@@ -40,11 +40,11 @@ pub(crate) trait Owner: Send + Sync + 'static {
     fn peer_addr(&self) -> SocketAddr;
     /// Writing failed: the link is broken.
     fn fail(&self, e: Error);
-    /// Writing the connection of `circ_id` (0: the link's own) failed.
-    /// By default the link is broken; a link with a connection per
-    /// circuit may end just that circuit.
-    fn conn_failed(self: &Arc<Self>, circ_id: u32, e: Error) {
-        let _ = circ_id;
+    /// Writing the connection of `buffer` failed (the buffer is already
+    /// killed). By default the link is broken; a link with a connection
+    /// per circuit may end just that circuit.
+    fn conn_failed(self: &Arc<Self>, buffer: &Arc<SendBuffer>, e: Error) {
+        let _ = buffer;
         self.fail(e);
     }
     /// `bytes` left a buffer for the socket: there is room again.
@@ -165,7 +165,7 @@ pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin +
             if let Err(source) = written.await {
                 owner.drained(buffer.kill());
                 let peer = owner.peer_addr();
-                owner.conn_failed(buffer.circ_id, Error::Tls { peer, source });
+                owner.conn_failed(&buffer, Error::Tls { peer, source });
                 return;
             }
             {

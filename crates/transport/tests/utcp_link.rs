@@ -159,6 +159,38 @@ async fn a_refused_lane_ends_its_circuit_not_the_link() {
     assert_eq!(b.open_lanes(), 2);
 }
 
+/// A node at its own lane budget (the control lane counts) carries new
+/// circuits on the control lane: none fails, the link stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_our_own_lane_budget_new_circuits_share_the_control_lane() {
+    let ka = keys(13);
+    let settings = UtcpSettings {
+        max_lanes: 2,
+        ..UtcpSettings::default()
+    };
+    let a = UtcpTransport::relay(&ka, vec![], loopback(), settings)
+        .await
+        .expect("relay");
+    let (b, kb) = relay(14).await;
+    let (mut ab, mut ba) = linked(&a, &b, &kb).await;
+    let circs = [0x8000_0001, 0x8000_0002, 0x8000_0003];
+    let cells: Vec<AnyChanCell> = (0..20)
+        .flat_map(|i| circs.iter().map(move |&c| cell(c, i)))
+        .collect();
+    let (_, got) = tokio::join!(send(&mut ab.writer, cells), receive(&mut ba.reader, 60));
+    for (circ, idx) in per_circuit(&got) {
+        assert_eq!(idx, (0..20).collect::<Vec<_>>(), "circuit {circ:#x}");
+    }
+    assert_eq!(
+        a.open_lanes(),
+        1,
+        "one circuit lane beside the control lane"
+    );
+    let replies: Vec<AnyChanCell> = circs.iter().map(|&c| cell(c, 99)).collect();
+    let (_, got) = tokio::join!(send(&mut ba.writer, replies), receive(&mut ab.reader, 3));
+    assert_eq!(per_circuit(&got).len(), 3);
+}
+
 /// One circuit's throughput on loopback, dtls-utcp against pctcp (the
 /// kernel's TCP with TLS): what the user-space stack and DTLS cost in CPU
 /// where nothing is lost. A measurement, not a check (`--ignored`, release

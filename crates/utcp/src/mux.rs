@@ -270,6 +270,13 @@ impl Mux {
         self.budget = Some(budget);
     }
 
+    /// Whether a lane could be opened now (below [`Settings::max_lanes`]
+    /// and, with a budget, below the node's lanes in all).
+    pub fn has_room(&self) -> bool {
+        self.lanes.len() < self.settings.max_lanes
+            && self.budget.as_ref().is_none_or(|b| b.used() < b.0 .1)
+    }
+
     /// Take a place for a new lane (false: refused and counted).
     fn take_place(&mut self) -> bool {
         let fits = self.lanes.len() < self.settings.max_lanes

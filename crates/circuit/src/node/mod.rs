@@ -611,8 +611,10 @@ impl RelayNode {
             if !has_room(circid) {
                 // Its lane is full: it stays out of the active set until
                 // `lanes_writable` or its next input puts it back.
+                entry.circ.set_channel_blocked(side, true);
                 continue;
             }
+            entry.circ.set_channel_blocked(side, false);
             let Some(msg) = entry.circ.poll_transmit(now, side) else {
                 // Nothing after all: handle its events but do not put it
                 // back in the scheduler, or a disagreement between
@@ -628,6 +630,23 @@ impl RelayNode {
             }
             self.refresh(now, key);
             return Some(ChanCell::new(Some(circid), msg));
+        }
+    }
+
+    /// The transport of `chan` takes no more cells now (a per-connection
+    /// transport's writer is full) while the node may have more: every
+    /// circuit on `chan` is blocked on it until it next sends a cell
+    /// ([`RelayCircuit::set_channel_blocked`], a congestion signal to the
+    /// exit's circuit congestion control, as C tor's "streams blocked on
+    /// the channel"). O(circuits on the channel).
+    pub fn channel_full(&mut self, chan: ChannelId) {
+        let Some(ch) = self.channels.get(&chan) else {
+            return;
+        };
+        for (_, (key, side)) in ch.circuits.iter() {
+            if let Some(e) = self.circuits.get_mut(&key) {
+                e.circ.set_channel_blocked(side, true);
+            }
         }
     }
 
@@ -1012,6 +1031,11 @@ impl RelayNode {
         self.circuits
             .get(&circ)
             .map_or(0, |e| e.circ.exit_readable_bytes(stream))
+    }
+
+    /// The channel circuit `circ` came in on (toward the client).
+    pub fn inbound_channel(&self, circ: CircKey) -> Option<ChannelId> {
+        self.circuits.get(&circ).map(|e| e.inbound.0)
     }
 
     /// Exit: the congestion control of circuit `circ`'s sending side (see

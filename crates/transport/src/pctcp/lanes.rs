@@ -97,6 +97,16 @@ impl Dialer {
         }
     }
 
+    /// Whether a lane could be opened now: a dtls-utcp session's lane
+    /// limit and the node's lane budget, which also count its control lane
+    /// and closing lanes (kernel TCP: the node's cap, checked apart).
+    fn has_room(&self) -> bool {
+        match self {
+            Dialer::Tcp { .. } => true,
+            Dialer::Utcp(session) => session.can_open_lane(),
+        }
+    }
+
     /// Whether lanes can be opened to the peer at all.
     fn can_open(&self) -> bool {
         match self {
@@ -211,9 +221,15 @@ impl Owner for LinkShared {
         LinkShared::fail(self, e)
     }
 
-    fn conn_failed(self: &Arc<Self>, circ_id: u32, e: Error) {
-        let refused = io_kind(&e) == Some(std::io::ErrorKind::ConnectionRefused);
-        self.lane_failed(circ_id, e, refused);
+    /// A lane's writing failed: drop it. The DESTROY for its circuit
+    /// comes from the reading half of the same connection, which fails
+    /// too, in its place in the circuit's receive order.
+    fn conn_failed(self: &Arc<Self>, buffer: &Arc<SendBuffer>, e: Error) {
+        if buffer.circ_id == 0 || io_kind(&e).is_none() {
+            return self.fail(e);
+        }
+        debug!(peer = %self.addr(), circ_id = buffer.circ_id, "pctcp lane write failed: {}", self.named(e));
+        self.drop_send_lane(buffer);
     }
 
     fn drained(&self, bytes: usize) {
@@ -249,42 +265,64 @@ impl LinkShared {
         self.tasks.spawn(task);
     }
 
-    /// A lane connection of `circ_id` failed with `e`. A socket error
-    /// (reset, refused, timed out) ends only that circuit: the node gets a
-    /// DESTROY (CHANNEL_CLOSED, "the connection carrying this circuit
-    /// died") as from the peer, our lane is dropped, and the link and its
-    /// other circuits go on; `refused` (nothing sent on it arrived) also
-    /// keeps new circuits on the main connection for [`REFUSED_BACKOFF`].
-    /// Anything else (the main connection, another identity, a protocol
-    /// error) is the link's failure.
-    fn lane_failed(self: &Arc<Self>, circ_id: u32, e: Error, refused: bool) {
+    /// Our send lane `lane` is dead: drop what it holds and stop routing
+    /// its circuit to it (if it is still the circuit's lane).
+    fn drop_send_lane(&self, lane: &Arc<SendBuffer>) {
+        {
+            let mut lanes = lock(&self.lanes);
+            if lanes
+                .get(&lane.circ_id)
+                .is_some_and(|l| Arc::ptr_eq(l, lane))
+            {
+                lanes.remove(&lane.circ_id);
+            }
+        }
+        self.send_bytes
+            .fetch_sub(lane.kill(), AtomicOrdering::Relaxed);
+        self.room.notify_one();
+    }
+
+    /// A lane connection of `circ_id` failed with `e` (`ours`: our send
+    /// lane on that connection, if we send on it). A socket error (reset,
+    /// refused, timed out) ends only that circuit: our lane is dropped and
+    /// the DESTROY (CHANNEL_CLOSED, "the connection carrying this circuit
+    /// died") returned is for the caller to hand to the node as from the
+    /// peer, in the circuit's receive order; the link and its other
+    /// circuits go on. `refused` (nothing sent on it arrived) also keeps
+    /// new circuits on the main connection for [`REFUSED_BACKOFF`].
+    /// Anything else (another identity, a protocol error) is the link's
+    /// failure, and so is a failure of the main connection.
+    fn lane_failed(
+        &self,
+        circ_id: u32,
+        ours: Option<&Arc<SendBuffer>>,
+        e: Error,
+        refused: bool,
+    ) -> Option<AnyChanCell> {
         if circ_id == 0 || io_kind(&e).is_none() {
-            return self.fail(e);
+            self.fail(e);
+            return None;
         }
         let e = self.named(e);
-        if let Some(lane) = lock(&self.lanes).remove(&circ_id) {
-            self.send_bytes
-                .fetch_sub(lane.kill(), AtomicOrdering::Relaxed);
-            self.room.notify_one();
+        match ours {
+            Some(lane) => self.drop_send_lane(lane),
+            // We send on a lane of our own: the circuit is over, so is it.
+            None => self.close_lane(circ_id),
         }
         if refused {
             *lock(&self.refused_until) = Some(Instant::now() + REFUSED_BACKOFF);
         }
-        // Once per circuit: the peer may have ended it already, or the
-        // lane's other half failed first.
+        // Once per circuit: the peer may have ended it already, or another
+        // of its connections failed first.
         let first = lock(&self.ended).insert(circ_id, Instant::now()).is_none();
         if !first {
-            return;
+            return None;
         }
         info!(peer = %self.addr(), circ_id, refused, "pctcp lane failed, its circuit ends: {e}");
-        let destroy = AnyChanCell::new(
+        Some(AnyChanCell::new(
             CircId::new(circ_id),
             AnyChanMsg::Destroy(Destroy::new(DestroyReason::CHANNEL_CLOSED)),
-        );
-        let link = self.clone();
-        self.spawn(async move {
-            deliver(&link, vec![destroy]).await;
-        });
+        ))
     }
 
     /// Run `task` with the link's own (aborted when the link ends).
@@ -521,8 +559,17 @@ async fn open_lane(
     let conn = match opened.await {
         Ok(conn) => conn,
         Err(e) => {
-            // Nothing reached the peer on it.
-            link.lane_failed(lane.circ_id, e, true);
+            let refused = io_kind(&e) == Some(std::io::ErrorKind::ConnectionRefused);
+            let destroy = link.lane_failed(lane.circ_id, Some(&lane), e, refused);
+            let (prev, slot) = slot;
+            if let Some(destroy) = destroy {
+                // After whatever an earlier lane of this circuit ID holds.
+                if let Some(prev) = prev {
+                    let _ = prev.await;
+                }
+                deliver(&link, vec![destroy]).await;
+            }
+            link.release_slot(&slot);
             return;
         }
     };
@@ -533,8 +580,8 @@ async fn open_lane(
     link.spawn(read_lane(
         link.clone(),
         lane.circ_id,
+        Some(lane.clone()),
         r,
-        BytesMut::new(),
         prev,
         slot,
         count.clone(),
@@ -585,14 +632,14 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: 
             std::collections::hash_map::Entry::Occupied(_) => None,
             std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(SendBuffer::new(circ_id)).clone()),
         };
-        match ours {
+        match ours.clone() {
             Some(lane) => link.spawn(write_task(link.clone(), lane, w, Some(count.clone()))),
             // We opened one for this circuit too: keep ours.
             None => {
                 let _ = w.shutdown().await;
             }
         }
-        read_lane(link, circ_id, r, BytesMut::new(), prev, slot, count).await;
+        read_lane(link, circ_id, ours, r, prev, slot, count).await;
     });
 }
 
@@ -624,12 +671,13 @@ async fn wait_for_predecessor(link: &LinkShared, p: &LanePreamble) -> bool {
 }
 
 /// Read one lane's cells (all of circuit `circ_id`) after the previous
-/// lane of that circuit ID ended.
+/// lane of that circuit ID ended. `ours`: our send lane on the same
+/// connection, if we send on it.
 async fn read_lane(
     link: Arc<LinkShared>,
     circ_id: u32,
+    ours: Option<Arc<SendBuffer>>,
     mut r: Heard<ReadHalf<BoxConn>>,
-    mut buf: BytesMut,
     prev: Option<oneshot::Receiver<()>>,
     slot: ReadSlot,
     count: Arc<LaneCount>,
@@ -637,6 +685,7 @@ async fn read_lane(
     if let Some(prev) = prev {
         let _ = prev.await;
     }
+    let mut buf = BytesMut::new();
     let peer = link.addr();
     let mut codec = CellCodec::new(link.link_version);
     loop {
@@ -679,8 +728,14 @@ async fn read_lane(
             Ok(_) => {}
             Err(source) => {
                 let refused = source.kind() == std::io::ErrorKind::ConnectionRefused;
+                let e = Error::Tls { peer, source };
+                if let Some(destroy) = link.lane_failed(circ_id, ours.as_ref(), e, refused) {
+                    // Before the slot is released: ahead of any later lane
+                    // of this circuit ID.
+                    deliver(&link, vec![destroy]).await;
+                }
                 link.release_slot(&slot);
-                return link.lane_failed(circ_id, Error::Tls { peer, source }, refused);
+                return;
             }
         }
     }
@@ -770,7 +825,7 @@ impl PctcpWriter {
         let node_full = link.node.open.load(AtomicOrdering::Relaxed) >= link.node.max;
         let link_full = link.lanes_open.load(AtomicOrdering::Relaxed) >= MAX_LANES_PER_LINK;
         let refusing = lock(&link.refused_until).is_some_and(|until| Instant::now() < until);
-        if node_full || link_full || refusing {
+        if node_full || link_full || refusing || !link.dialer.has_room() {
             link.node.fell_back(link.addr());
             return false;
         }

@@ -305,13 +305,29 @@ impl UtcpSession {
         self.identity
     }
 
+    /// Whether [`open_lane`](Self::open_lane) would find room: the
+    /// session's lane limit and the node's lane budget (its control lane
+    /// and closing lanes count too). False if the session ended.
+    pub fn can_open_lane(&self) -> bool {
+        let mut st = lock(&self.shared);
+        if st.session(self.peer, self.generation).is_none() {
+            return false;
+        }
+        let now = Instant::now();
+        st.endpoint
+            .with_lanes(self.peer, now, |m| m.has_room())
+            .unwrap_or(false)
+    }
+
     /// Open a lane to the peer. What is written before its handshake
     /// completes waits in its buffer.
     ///
     /// # Errors
     ///
-    /// [`Error::Closed`] if the session ended; [`Error::Protocol`] if
-    /// the lane limit is reached.
+    /// [`Error::Closed`] if the session ended; [`Error::Utcp`] with
+    /// `ConnectionRefused` if the lane limit is reached (a circuit of its
+    /// own, not the link's failure); [`Error::Protocol`] if the lane
+    /// numbers ran out.
     pub fn open_lane(&self) -> Result<LaneStream, Error> {
         let stream = {
             let mut st = lock(&self.shared);
@@ -322,7 +338,13 @@ impl UtcpSession {
                 .endpoint
                 .with_lanes(self.peer, now, |m| m.open(now))
                 .ok_or(Error::Closed)?
-                .map_err(|e| protocol(self.peer, e))?;
+                .map_err(|e| match e {
+                    onionlab_utcp::Error::TooManyLanes(_) => Error::Utcp {
+                        peer: self.peer,
+                        source: io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()),
+                    },
+                    e => protocol(self.peer, e),
+                })?;
             st.session(self.peer, self.generation)
                 .ok_or(Error::Closed)?
                 .lanes
