@@ -150,6 +150,30 @@ pub fn prepare_host(host: &str, congestion: &str, kernel: KernelTcp) -> HostTcp 
     }
 }
 
+/// Let namespaces use `algorithm` as their default TCP congestion control
+/// (for programs that set none per socket, such as C tor): outside the
+/// initial namespace Linux accepts only the algorithms listed in the
+/// machine-wide `net.ipv4.tcp_allowed_congestion_control`, so it is added
+/// there if missing. Call from the initial namespace (as root). Returns
+/// whether the list changed. The change stays after the run: it only lets
+/// unprivileged programs pick an algorithm the kernel already has.
+pub fn allow_congestion(algorithm: &str) -> io::Result<bool> {
+    let name = "net.ipv4.tcp_allowed_congestion_control";
+    let allowed = read_sysctl(name).unwrap_or_default();
+    if allowed.split_whitespace().any(|a| a == algorithm) {
+        return Ok(false);
+    }
+    write_sysctl(name, &format!("{allowed} {algorithm}"))?;
+    tracing::info!("added {algorithm} to {name} (C tor sets no congestion control per socket)");
+    Ok(true)
+}
+
+/// Make `algorithm` this namespace's default TCP congestion control (it
+/// must be allowed: [`allow_congestion`]).
+pub fn set_default_congestion(algorithm: &str) -> io::Result<()> {
+    write_sysctl("net.ipv4.tcp_congestion_control", algorithm)
+}
+
 /// What one host's TCP did during a repetition, from the namespace's
 /// counters (`/proc/net/snmp`, `/proc/net/netstat`): how much it
 /// retransmitted and why. A retransmission timeout is what a connection

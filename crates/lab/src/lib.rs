@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod ctor;
 mod error;
 pub mod hostnet;
 pub mod journal;

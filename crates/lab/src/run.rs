@@ -29,10 +29,10 @@ use serde::{Deserialize, Serialize};
 use crate::agent::{AgentSpec, TransferRecord};
 use crate::hostnet::{self, HostDrops, HostTcp, HostTcpCounters};
 use crate::journal::Journal;
-use crate::scenario::{Scenario, Variant};
+use crate::scenario::{Implementation, Scenario, Variant};
 
 /// Port relays listen on in their hosts.
-const RELAY_PORT: u16 = 9001;
+pub(crate) const RELAY_PORT: u16 = 9001;
 /// Port workload servers listen on.
 const SERVER_PORT: u16 = 8000;
 /// The client's SOCKS port (on the client host's loopback).
@@ -264,12 +264,20 @@ pub struct RunOutcome {
     pub variants: Vec<String>,
 }
 
-struct Proc {
-    name: String,
-    child: Child,
+/// A process the lab started in a host; stopped when dropped.
+pub(crate) struct Proc {
+    pub(crate) name: String,
+    pub(crate) child: Child,
 }
 
 impl Proc {
+    pub(crate) fn new(name: &str, child: Child) -> Proc {
+        Proc {
+            name: name.into(),
+            child,
+        }
+    }
+
     fn stop(&mut self) {
         // SAFETY: kill(2) on our own child's PID.
         unsafe {
@@ -785,64 +793,22 @@ fn run_one(
     topology.seed = seed;
     let net = Network::up(topology, NetworkOptions::default())?;
     let (tcp, host_sysctls) = prepare_hosts(&net, variant)?;
-    let layout = write_network(scenario, variant, &net, dir, seed)?;
-
-    let mut relays = Vec::new();
-    for (name, config, addr) in &layout.relay_configs {
-        let log = dir.join(format!("{name}.log"));
-        let cfg = config.to_string_lossy().into_owned();
-        let p = spawn_in(
-            &net,
-            name,
-            bin,
-            &["--log", "info", "relay", "--config", &cfg],
-            &log,
-            name,
-        )?;
-        relays.push((p, *addr, log, name.clone()));
-    }
-    let mut servers = Vec::new();
-    let mut server_addrs = std::collections::HashMap::new();
-    for s in &scenario.servers {
-        let addr = SocketAddr::new(IpAddr::V4(net.address(&s.host)?), SERVER_PORT);
-        let log = dir.join(format!("server-{}.log", s.name));
-        let p = spawn_in(
-            &net,
-            &s.host,
-            bin,
-            &[
-                "lab",
-                "serve",
-                "--listen",
-                &addr.to_string(),
-                "--tcp-congestion",
-                variant.tcp_congestion_of(&s.host),
-            ],
-            &log,
-            &s.name,
-        )?;
-        servers.push((p, addr, log, s.host.clone()));
-        server_addrs.insert(s.name.clone(), addr);
-    }
-    for (p, addr, log, host) in relays.iter_mut().chain(servers.iter_mut()) {
-        wait_ready(&net, host, *addr, p, log)?;
-    }
-    let mut clients = Vec::new();
-    for (name, host, config) in &layout.client_configs {
-        let log = dir.join(format!("client-{name}.log"));
-        let cfg = config.to_string_lossy().into_owned();
-        let mut p = spawn_in(
-            &net,
-            host,
-            bin,
-            &["--log", "info", "client", "--config", &cfg],
-            &log,
-            name,
-        )?;
-        let socks = SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT));
-        wait_ready(&net, host, socks, &mut p, &log)?;
-        clients.push((p, log));
-    }
+    let (mut servers, server_addrs) = start_servers(scenario, variant, &net, dir, bin)?;
+    let mut nodes = match variant.implementation {
+        Implementation::Onionlab => start_onionlab(scenario, variant, &net, dir, seed, bin)?,
+        Implementation::Ctor => {
+            let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
+            let c = crate::ctor::start(scenario, variant, &net, dir, &addrs, SOCKS_PORT)?;
+            Nodes {
+                relays: c.relays,
+                clients: c.clients,
+                others: vec![c.authority],
+            }
+        }
+    };
+    // What the nodes did before the workload (bootstrap, C tor's test
+    // downloads) is not the workload's.
+    let before = Baseline::take(&net, &nodes)?;
 
     // Workload agents, one per client with workloads.
     let cpu_start = cpu_jiffies();
@@ -904,23 +870,26 @@ fn run_one(
         _ => 0.0,
     };
 
-    let relay_cpu_s = relays
+    let relay_cpu_s = before.relay_cpu_since(&nodes);
+    let relay_peak_rss = nodes
+        .relays
         .iter()
-        .map(|(p, _, _, n)| (n.clone(), cpu_seconds(p.child.id()).unwrap_or(f64::NAN)))
+        .map(|(p, n)| (n.clone(), peak_rss(p.child.id()).unwrap_or(0)))
         .collect();
-    let relay_peak_rss = relays
-        .iter()
-        .map(|(p, _, _, n)| (n.clone(), peak_rss(p.child.id()).unwrap_or(0)))
-        .collect();
-    for (p, _) in &mut clients {
+    for (p, _) in &mut nodes.clients {
         p.stop();
     }
-    for (p, ..) in relays.iter_mut().chain(servers.iter_mut()) {
+    let procs = nodes.relays.iter_mut().map(|(p, _)| p);
+    for p in procs
+        .chain(servers.iter_mut().map(|s| &mut s.0))
+        .chain(nodes.others.iter_mut())
+    {
         p.stop();
     }
     let host_drops = read_host_drops(&net)?;
     let tcp_counters = read_tcp_counters(&net)?;
-    let counters = net.shutdown()?;
+    let mut counters = net.shutdown()?;
+    before.subtract_from(&mut counters);
 
     // Records: what the agents wrote, and a failure for every transfer
     // an agent did not report.
@@ -950,7 +919,7 @@ fn run_one(
         records.extend(got);
     }
     let mut circuit_build_ms = Vec::new();
-    for (_, log) in &clients {
+    for (_, log) in &nodes.clients {
         let text = fs::read_to_string(log).unwrap_or_default();
         for line in text.lines().filter(|l| l.contains("circuit built")) {
             if let Some(ms) = line
@@ -1025,6 +994,168 @@ fn run_one(
     Ok((records, repetition, host_sysctls))
 }
 
+/// The relays and clients of one repetition, whichever implementation
+/// runs them.
+struct Nodes {
+    /// Relay processes and their hosts.
+    relays: Vec<(Proc, String)>,
+    /// Client processes and their logs.
+    clients: Vec<(Proc, PathBuf)>,
+    /// Other processes of the network (C tor's directory authority).
+    others: Vec<Proc>,
+}
+
+/// Start the scenario's workload servers and wait until they listen;
+/// returns them (process, address, log, host) and their addresses by name.
+#[allow(clippy::type_complexity)]
+fn start_servers(
+    scenario: &Scenario,
+    variant: &Variant,
+    net: &Network,
+    dir: &Path,
+    bin: &Path,
+) -> Result<
+    (
+        Vec<(Proc, SocketAddr, PathBuf, String)>,
+        std::collections::HashMap<String, SocketAddr>,
+    ),
+    RunError,
+> {
+    let mut servers = Vec::new();
+    let mut server_addrs = std::collections::HashMap::new();
+    for s in &scenario.servers {
+        let addr = SocketAddr::new(IpAddr::V4(net.address(&s.host)?), SERVER_PORT);
+        let log = dir.join(format!("server-{}.log", s.name));
+        let p = spawn_in(
+            net,
+            &s.host,
+            bin,
+            &[
+                "lab",
+                "serve",
+                "--listen",
+                &addr.to_string(),
+                "--tcp-congestion",
+                variant.tcp_congestion_of(&s.host),
+            ],
+            &log,
+            &s.name,
+        )?;
+        servers.push((p, addr, log, s.host.clone()));
+        server_addrs.insert(s.name.clone(), addr);
+    }
+    for (p, addr, log, host) in &mut servers {
+        wait_ready(net, host, *addr, p, log)?;
+    }
+    Ok((servers, server_addrs))
+}
+
+/// Write an onionlab network for the variant, start its relays and
+/// clients, and wait until they listen.
+fn start_onionlab(
+    scenario: &Scenario,
+    variant: &Variant,
+    net: &Network,
+    dir: &Path,
+    seed: u64,
+    bin: &Path,
+) -> Result<Nodes, RunError> {
+    let layout = write_network(scenario, variant, net, dir, seed)?;
+    let mut relays = Vec::new();
+    for (name, config, addr) in &layout.relay_configs {
+        let log = dir.join(format!("{name}.log"));
+        let cfg = config.to_string_lossy().into_owned();
+        let p = spawn_in(
+            net,
+            name,
+            bin,
+            &["--log", "info", "relay", "--config", &cfg],
+            &log,
+            name,
+        )?;
+        relays.push((p, *addr, log, name.clone()));
+    }
+    for (p, addr, log, host) in &mut relays {
+        wait_ready(net, host, *addr, p, log)?;
+    }
+    let mut clients = Vec::new();
+    for (name, host, config) in &layout.client_configs {
+        let log = dir.join(format!("client-{name}.log"));
+        let cfg = config.to_string_lossy().into_owned();
+        let mut p = spawn_in(
+            net,
+            host,
+            bin,
+            &["--log", "info", "client", "--config", &cfg],
+            &log,
+            name,
+        )?;
+        let socks = SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT));
+        wait_ready(net, host, socks, &mut p, &log)?;
+        clients.push((p, log));
+    }
+    Ok(Nodes {
+        relays: relays.into_iter().map(|(p, _, _, n)| (p, n)).collect(),
+        clients,
+        others: Vec::new(),
+    })
+}
+
+/// The emulated links' counters and the relays' CPU time when the
+/// workload starts: what came before (start-up, C tor's bootstrap and
+/// test downloads) is left out of the repetition's records.
+struct Baseline {
+    counters: onionlab_netem::Counters,
+    relay_cpu_s: Vec<f64>,
+}
+
+impl Baseline {
+    fn take(net: &Network, nodes: &Nodes) -> Result<Baseline, RunError> {
+        Ok(Baseline {
+            counters: net.counters()?,
+            relay_cpu_s: nodes
+                .relays
+                .iter()
+                .map(|(p, _)| cpu_seconds(p.child.id()).unwrap_or(f64::NAN))
+                .collect(),
+        })
+    }
+
+    /// Each relay's CPU seconds since the baseline.
+    fn relay_cpu_since(&self, nodes: &Nodes) -> Vec<(String, f64)> {
+        nodes
+            .relays
+            .iter()
+            .zip(&self.relay_cpu_s)
+            .map(|((p, n), before)| {
+                let now = cpu_seconds(p.child.id()).unwrap_or(f64::NAN);
+                (n.clone(), now - before)
+            })
+            .collect()
+    }
+
+    /// Take the baseline's packet and byte counts off `end`'s paths.
+    fn subtract_from(&self, end: &mut onionlab_netem::Counters) {
+        for p in &mut end.paths {
+            let Some(b) = self.counters.path(&p.src, &p.dst) else {
+                continue;
+            };
+            p.submitted_packets = p.submitted_packets.saturating_sub(b.submitted_packets);
+            p.submitted_bytes = p.submitted_bytes.saturating_sub(b.submitted_bytes);
+            p.delivered_packets = p.delivered_packets.saturating_sub(b.delivered_packets);
+            p.delivered_bytes = p.delivered_bytes.saturating_sub(b.delivered_bytes);
+            let (d, bd) = (&mut p.drops, &b.drops);
+            d.uplink_queue = d.uplink_queue.saturating_sub(bd.uplink_queue);
+            d.path_queue = d.path_queue.saturating_sub(bd.path_queue);
+            d.downlink_queue = d.downlink_queue.saturating_sub(bd.downlink_queue);
+            d.loss = d.loss.saturating_sub(bd.loss);
+            d.link_down = d.link_down.saturating_sub(bd.link_down);
+            d.overflow = d.overflow.saturating_sub(bd.overflow);
+            d.blocked = d.blocked.saturating_sub(bd.blocked);
+        }
+    }
+}
+
 /// Sysctl names and values.
 type Sysctls = BTreeMap<String, String>;
 
@@ -1034,16 +1165,36 @@ type Sysctls = BTreeMap<String, String>;
 /// in their configurations, `lab serve --tcp-congestion`): a namespace's
 /// default may only be an algorithm the machine allows unprivileged
 /// users, which Cubic here is not.
+///
+/// C tor sets no congestion control on its sockets: for C tor variants
+/// each namespace's default is set to the host's algorithm instead.
 fn prepare_hosts(net: &Network, variant: &Variant) -> Result<(Vec<HostTcp>, Sysctls), RunError> {
+    let ctor = variant.implementation == Implementation::Ctor;
     let mut tcp = Vec::new();
     let mut sysctls = BTreeMap::new();
     for h in &variant.topology.hosts {
         let congestion = variant.tcp_congestion_of(&h.name);
+        let set_default = ctor && congestion != "system";
+        if set_default {
+            hostnet::allow_congestion(congestion)
+                .map_err(io_err("allowing a TCP congestion control for C tor"))?;
+        }
         let first = tcp.is_empty();
-        let (got, recorded) = net.run_in(&h.name, || {
-            let got = hostnet::prepare_host(&h.name, congestion, variant.kernel_tcp);
-            (got, first.then(hostnet::recorded_sysctls))
-        })?;
+        let (got, recorded) = net
+            .run_in(&h.name, || {
+                let set = if set_default {
+                    hostnet::set_default_congestion(congestion)
+                } else {
+                    Ok(())
+                };
+                let got = hostnet::prepare_host(&h.name, congestion, variant.kernel_tcp);
+                (set, got, first.then(hostnet::recorded_sysctls))
+            })
+            .map(|(set, got, recorded)| set.map(|()| (got, recorded)))?
+            .map_err(io_err(format!(
+                "setting {}'s TCP congestion control",
+                h.name
+            )))?;
         tcp.push(got);
         sysctls.extend(recorded.unwrap_or_default());
     }

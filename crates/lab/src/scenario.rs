@@ -62,7 +62,8 @@
 //! trace = "traces/interactive.csv"   # CSV `time_ms,bytes`; relative to this file
 //!
 //! [matrix]                     # every combination is a variant
-//! transport = ["tls", "quic"]  # "auto" or any transport: onionlab lab run --help lists them
+//! transport = ["tls", "quic"]  # "auto" or any transport: onionlab lab run --help lists them;
+//!                              # "ctor": C tor's relays and clients instead (docs/ctor.md)
 //! congestion = ["cubic", "bbr"] # QUIC congestion control: cubic (default), newreno, bbr
 //! tcp_congestion = ["cubic"]   # kernel TCP congestion control of every host: cubic, reno,
 //!                              # bbr, system; default: congestion's match (cubic, reno, bbr)
@@ -142,6 +143,20 @@ pub const CIRCUIT_CCS: &[&str] = &["fixed", "vegas"];
 pub const SLOW_START_AFTER_IDLE: &[&str] = &["on", "off"];
 /// Circuit schedulers.
 pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
+/// The matrix's `transport` value that runs C tor instead of onionlab.
+pub const CTOR: &str = "ctor";
+
+/// Which onion-routing implementation runs a variant's relays and clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Implementation {
+    /// onionlab's relays and clients, over the variant's transport.
+    #[default]
+    Onionlab,
+    /// C tor (Debian's `tor`) in a private network with a directory
+    /// authority of its own (`transport = "ctor"`; docs/ctor.md). Its
+    /// channels are TLS over TCP.
+    Ctor,
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -467,8 +482,10 @@ pub struct Variant {
     /// Parameter values of this variant.
     pub params: Vec<(String, String)>,
     /// Transport of every channel: the nodes' `transport` setting (`auto`
-    /// or a registered transport).
+    /// or a registered transport; TLS for C tor).
     pub transport: TransportChoice,
+    /// Which implementation runs the relays and clients.
+    pub implementation: Implementation,
     /// QUIC congestion control of every node (one of [`CONGESTIONS`];
     /// default `cubic`; no effect on TLS).
     pub congestion: String,
@@ -1075,6 +1092,7 @@ impl Scenario {
         let mut v = Variant {
             label: String::new(),
             transport: TransportChoice::Only(TransportKind::TLS),
+            implementation: Implementation::Onionlab,
             congestion: "cubic".into(),
             scheduler: "ewma".into(),
             circuit_cc: "fixed".into(),
@@ -1208,10 +1226,11 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
     check_key(key, hosts)?;
     let name = key.split(':').next().unwrap_or(key);
     match name {
+        "transport" if value == CTOR => Ok(()),
         "transport" => value
             .parse::<TransportChoice>()
             .map(|_| ())
-            .map_err(|e| e.to_string()),
+            .map_err(|e| format!("{e}, or {CTOR} (C tor)")),
         "congestion" if !CONGESTIONS.contains(&value) => Err(format!(
             "unknown congestion control {value:?} ({})",
             CONGESTIONS.join(", ")
@@ -1248,7 +1267,13 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         None => (key, None),
     };
     let update = match name {
+        "transport" if value == CTOR => {
+            v.implementation = Implementation::Ctor;
+            v.transport = TransportChoice::Only(TransportKind::TLS);
+            return Ok(());
+        }
         "transport" => {
+            v.implementation = Implementation::Onionlab;
             v.transport = value.parse().map_err(|e: UnknownTransport| e.to_string())?;
             return Ok(());
         }
