@@ -3,8 +3,9 @@
 #
 # Installs what it needs (cargo-nextest from crates.io if missing; iproute2
 # from Debian if `ip` is missing, for the emulated-network tests; curl from
-# Debian if missing, for the end-to-end SOCKS test; chromium from Debian if
-# missing, for the test that renders the HTML report).
+# Debian if missing, for the end-to-end SOCKS test; tor from Debian if
+# missing, for the lab's C tor variant; chromium from Debian if missing,
+# for the test that renders the HTML report).
 # The emulated-network fidelity tests need root, TUN and network namespaces;
 # they run in their own serial step because they measure timing.
 set -euo pipefail
@@ -26,6 +27,15 @@ if ! command -v curl >/dev/null 2>&1; then
     else
         echo "curl is missing and we are not root: install curl (the SOCKS end-to-end test uses it)" >&2
         exit 1
+    fi
+fi
+
+if ! command -v tor >/dev/null 2>&1 || ! command -v tor-gencert >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "== installing tor (the lab's C tor variant is tested)"
+        apt-get update -qq && apt-get install -y -qq tor >/dev/null
+    else
+        echo "tor is missing and cannot be installed here: the lab's C tor test will be skipped" >&2
     fi
 fi
 

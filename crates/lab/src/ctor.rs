@@ -52,7 +52,7 @@ pub fn tor_version() -> Result<String, RunError> {
     let missing = |what: &str, e: std::io::Error| {
         RunError::Start(format!(
             "C tor variants need `{what}` ({e}): install Debian's tor (`apt-get install tor`; \
-             scripts/test.sh and scripts/demo.sh do it as root)"
+             scripts/test.sh does it as root)"
         ))
     };
     let out = Command::new("tor")

@@ -171,6 +171,9 @@ pub struct Environment {
     /// in segments, the UDP payload of QUIC's first packets and QUIC's
     /// initial window in bytes.
     pub wire: WireParity,
+    /// C tor's version (`tor --version`), when a variant runs C tor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctor_version: Option<String>,
 }
 
 /// See [`Environment::wire`].
@@ -339,6 +342,12 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
 /// not yet in the output directory).
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let variants = scenario.variants();
+    // C tor must be there before anything runs.
+    let ctor_version = variants
+        .iter()
+        .any(|v| v.implementation == Implementation::Ctor)
+        .then(crate::ctor::tor_version)
+        .transpose()?;
     let reps = opts.repetitions.unwrap_or(scenario.repetitions);
     let mut journal = if opts.resume {
         Journal::resume(&opts.out, scenario, reps)?
@@ -390,7 +399,13 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                     .find(|v| v.transport.may_use_utcp())
                     .zip(scenario.relays.first())
                     .map(|(v, r)| UtcpParity::for_variant(v, &r.host));
-                write_environment(&opts.out, host_sysctls, variant.topology.mtu, utcp)?;
+                let env = EnvironmentParts {
+                    host_sysctls,
+                    mtu: variant.topology.mtu,
+                    utcp,
+                    ctor_version: ctor_version.clone(),
+                };
+                write_environment(&opts.out, env)?;
             }
             for rec in &mut recs {
                 rec.variant = variant.label.clone();
@@ -427,23 +442,27 @@ fn repetition_seed(scenario_seed: u64, rep: u32) -> u64 {
         .wrapping_add(u64::from(rep))
 }
 
-/// Write `environment.json` ([`Environment`]).
-fn write_environment(
-    out: &Path,
+/// What [`write_environment`] takes from the run.
+struct EnvironmentParts {
     host_sysctls: Sysctls,
     mtu: u32,
     utcp: Option<UtcpParity>,
-) -> Result<(), RunError> {
+    ctor_version: Option<String>,
+}
+
+/// Write `environment.json` ([`Environment`]).
+fn write_environment(out: &Path, parts: EnvironmentParts) -> Result<(), RunError> {
     let env = Environment {
         kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         machine_sysctls: hostnet::recorded_sysctls(),
-        host_sysctls,
+        host_sysctls: parts.host_sysctls,
         wire: WireParity {
-            utcp,
-            ..WireParity::for_mtu(mtu)
+            utcp: parts.utcp,
+            ..WireParity::for_mtu(parts.mtu)
         },
+        ctor_version: parts.ctor_version,
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
     // Through a renamed temporary file: a half-written file would stop a

@@ -23,6 +23,22 @@ fn netns_available() -> bool {
     }
 }
 
+/// Whether C tor is installed; without it the test is skipped, unless
+/// ONIONLAB_REQUIRE_NETNS=1 (CI as root, where scripts/test.sh installs
+/// it), where that is a failure.
+fn ctor_available() -> bool {
+    match onionlab_lab::ctor::tor_version() {
+        Ok(_) => true,
+        Err(e) if std::env::var("ONIONLAB_REQUIRE_NETNS").as_deref() == Ok("1") => {
+            panic!("ONIONLAB_REQUIRE_NETNS=1 but C tor is unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            false
+        }
+    }
+}
+
 /// `onionlab lab run scenarios/NAME.toml --reps 1` into a fresh directory;
 /// returns the directory and the transfer records.
 fn run_scenario(name: &str) -> (PathBuf, Vec<TransferRecord>, String) {
@@ -223,4 +239,71 @@ fn an_unknown_scenario_name_says_where_bundled_ones_are() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("scenarios/seed002-exp3.toml"), "{stderr}");
     assert!(stderr.contains("lab list"), "{stderr}");
+}
+
+/// C tor as a variant (scenarios/ctor-quick.toml): a private tor network
+/// in the same hosts carries the same download as onionlab's tls, both
+/// are recorded alike, and the report compares them.
+#[test]
+fn c_tor_runs_beside_onionlab_in_the_lab() {
+    if !netns_available() || !ctor_available() {
+        return;
+    }
+    let (out, records, text) = run_scenario("ctor-quick");
+    assert_eq!(records.len(), 2, "{text}");
+    for r in &records {
+        assert_eq!(r.error, None, "{r:?}");
+        assert_eq!(r.size, 1024 * 1024);
+        // Three 20 ms hops each way.
+        assert!(r.ttfb_ms.expect("ttfb") >= 119.0, "{r:?}");
+    }
+    let variants: std::collections::BTreeSet<&str> =
+        records.iter().map(|r| r.variant.as_str()).collect();
+    assert_eq!(
+        variants.into_iter().collect::<Vec<_>>(),
+        ["transport=ctor", "transport=tls"]
+    );
+    let reps = std::fs::read_to_string(out.join("repetitions.jsonl")).expect("repetitions");
+    for line in reps.lines() {
+        let r: onionlab_lab::run::RepetitionRecord = serde_json::from_str(line).expect("record");
+        // The same measurements for both: the three relays' CPU, the
+        // links' bytes from the workload's start (the download, not C
+        // tor's bootstrap), every host's TCP Cubic.
+        let names: Vec<&str> = r.relay_cpu_s.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["guard", "middle", "exit"], "{line}");
+        let to_client: u64 = r
+            .links
+            .iter()
+            .filter(|l| l.0 == "guard" && l.1 == "client")
+            .map(|l| l.2)
+            .sum();
+        assert!(
+            (1_048_576..1_500_000).contains(&to_client),
+            "{} bytes to the client: {line}",
+            to_client
+        );
+        for h in &r.tcp {
+            assert_eq!(h.congestion, "cubic", "{line}");
+        }
+        if r.variant == "transport=ctor" {
+            // C tor sets nothing per socket: the namespaces' default is it.
+            assert!(r.tcp.iter().all(|h| h.kernel_default == "cubic"), "{line}");
+        }
+    }
+    let env: onionlab_lab::run::Environment =
+        serde_json::from_str(&std::fs::read_to_string(out.join("environment.json")).expect("env"))
+            .expect("environment.json");
+    assert!(
+        env.ctor_version
+            .as_deref()
+            .is_some_and(|v| v.starts_with("Tor version 0.4")),
+        "{:?}",
+        env.ctor_version
+    );
+    let md = std::fs::read_to_string(out.join("report/report.md")).expect("report.md");
+    assert!(
+        md.contains("ctor / tls"),
+        "the report compares C tor with tls"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
