@@ -259,16 +259,25 @@ fn relay_torrc(common: &str, r: &RelayPlan, variant: &Variant) -> String {
     t
 }
 
-fn client_torrc(common: &str, path: Option<[&str; 3]>, socks: SocketAddr) -> String {
+/// A client's torrc: `path` pins its circuits (guard, middle, exit);
+/// without one tor chooses, with middles among `relays` (never the
+/// authority, which is no relay of the scenario).
+fn client_torrc(
+    common: &str,
+    path: Option<[&str; 3]>,
+    relays: &[&str],
+    socks: SocketAddr,
+) -> String {
     let mut t = format!(
         "{common}SocksPort {socks}\nClientOnly 1\nConfluxEnabled 0\n\
          FetchDirInfoEarly 1\nFetchDirInfoExtraEarly 1\nLearnCircuitBuildTimeout 0\n\
          CircuitBuildTimeout 60\nUseEntryGuards 1\n"
     );
-    if let Some([entry, middle, exit]) = path {
-        t.push_str(&format!(
+    match path {
+        Some([entry, middle, exit]) => t.push_str(&format!(
             "EntryNodes {entry}\nMiddleNodes {middle}\nExitNodes {exit}\nStrictNodes 1\n"
-        ));
+        )),
+        None => t.push_str(&format!("MiddleNodes {}\n", relays.join(","))),
     }
     t
 }
@@ -314,7 +323,7 @@ pub(crate) fn start(
     net: &Network,
     dir: &Path,
     servers: &[SocketAddr],
-    socks_port: u16,
+    status: &dyn Fn(&str),
 ) -> Result<CtorNodes, RunError> {
     let base = dir.join("ctor");
     let first = scenario
@@ -385,19 +394,19 @@ pub(crate) fn start(
             .map(|p| p.fingerprint.as_str())
             .unwrap_or("")
     };
-    let socks = SocketAddr::from(([127, 0, 0, 1], socks_port));
+    let socks = SocketAddr::from(([127, 0, 0, 1], crate::run::SOCKS_PORT));
+    let all_relays: Vec<&str> = plans.iter().map(|p| p.fingerprint.as_str()).collect();
     let mut client_plans = Vec::new();
     for c in variant.active_clients(&scenario.clients) {
         let cdir = base.join(format!("client-{}", c.name));
         data_dir(&cdir)?;
+        // Three hops (checked when the scenario was read).
         let path = c
             .path
             .as_ref()
             .and_then(|p| Some([fp_of(p.first()?), fp_of(p.get(1)?), fp_of(p.get(2)?)]));
-        write(
-            &cdir,
-            client_torrc(&common_torrc(&cdir, &dir_authority), path, socks),
-        )?;
+        let common = common_torrc(&cdir, &dir_authority);
+        write(&cdir, client_torrc(&common, path, &all_relays, socks))?;
         client_plans.push((c.name.clone(), c.host.clone(), cdir));
     }
 
@@ -418,7 +427,8 @@ pub(crate) fn start(
     };
     let test_server = servers.first().copied();
     for (i, (name, host, cdir)) in client_plans.iter().enumerate() {
-        wait_ready(net, &mut nodes, i, (name, host, cdir), socks, test_server)?;
+        let client = (name.as_str(), host.as_str(), cdir.as_path());
+        wait_ready(net, &mut nodes, i, client, (socks, test_server), status)?;
     }
     Ok(nodes)
 }
@@ -442,8 +452,8 @@ fn wait_ready(
     nodes: &mut CtorNodes,
     i: usize,
     (name, host, cdir): (&str, &str, &Path),
-    socks: SocketAddr,
-    test_server: Option<SocketAddr>,
+    (socks, test_server): (SocketAddr, Option<SocketAddr>),
+    status: &dyn Fn(&str),
 ) -> Result<(), RunError> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let fail = |why: String| {
@@ -452,9 +462,19 @@ fn wait_ready(
             log_tail(cdir)
         ))
     };
+    let mut shown = String::new();
     loop {
         let log = fs::read_to_string(&nodes.clients[i].1).unwrap_or_default();
-        if log.contains("Bootstrapped 100%") {
+        let percent = log
+            .lines()
+            .rev()
+            .find_map(|l| l.split("Bootstrapped ").nth(1)?.split('%').next())
+            .unwrap_or("0");
+        if percent != shown {
+            status(&format!("C tor client {name} bootstrapping: {percent}%"));
+            shown = percent.to_string();
+        }
+        if percent == "100" {
             break;
         }
         if let Some(why) = exited(nodes) {
@@ -470,6 +490,7 @@ fn wait_ready(
     let Some(server) = test_server else {
         return Ok(());
     };
+    status(&format!("C tor client {name}: test download"));
     let mut last = String::new();
     while Instant::now() < deadline {
         let fetched = net.run_in(host, || {

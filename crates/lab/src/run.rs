@@ -36,7 +36,7 @@ pub(crate) const RELAY_PORT: u16 = 9001;
 /// Port workload servers listen on.
 const SERVER_PORT: u16 = 8000;
 /// The client's SOCKS port (on the client host's loopback).
-const SOCKS_PORT: u16 = 9050;
+pub(crate) const SOCKS_PORT: u16 = 9050;
 /// Busy fraction of all CPUs above which a repetition is flagged.
 pub const SATURATED_BUSY_FRACTION: f64 = 0.90;
 
@@ -386,13 +386,23 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                 }
                 break 'reps;
             }
-            if opts.progress {
-                let label = format!("rep {rep}: {:<width$}", short[vi]);
-                progress(done, left, started, &label);
-            }
+            let label = format!("rep {rep}: {:<width$}", short[vi]);
+            // What the repetition is doing before its workload (C tor's
+            // bootstrap), after the label.
+            let status = |what: &str| {
+                if opts.progress {
+                    let now = if what.is_empty() {
+                        label.clone()
+                    } else {
+                        format!("{label} ({what})")
+                    };
+                    progress(done, left, started, &now);
+                }
+            };
+            status("");
             let dir = journal.fresh_raw_dir(rep, vi)?;
             let (mut recs, r, host_sysctls) =
-                run_one(scenario, variant, rep, seed, &dir, &opts.bin)?;
+                run_one(scenario, variant, (rep, seed), &dir, &opts.bin, &status)?;
             if !opts.out.join("environment.json").exists() {
                 let utcp = variants
                     .iter()
@@ -797,13 +807,15 @@ fn wait_ready(
     }
 }
 
+/// Run repetition `rep` (with `seed`) of `variant` in `dir`; `status`
+/// hears what it is doing before the workload starts.
 fn run_one(
     scenario: &Scenario,
     variant: &Variant,
-    rep: u32,
-    seed: u64,
+    (rep, seed): (u32, u64),
     dir: &Path,
     bin: &Path,
+    status: &dyn Fn(&str),
 ) -> Result<(Vec<TransferRecord>, RepetitionRecord, Sysctls), RunError> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(io_err("creating the repetition directory"))?;
@@ -817,7 +829,8 @@ fn run_one(
         Implementation::Onionlab => start_onionlab(scenario, variant, &net, dir, seed, bin)?,
         Implementation::Ctor => {
             let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
-            let c = crate::ctor::start(scenario, variant, &net, dir, &addrs, SOCKS_PORT)?;
+            let c = crate::ctor::start(scenario, variant, &net, dir, &addrs, status)?;
+            status("");
             Nodes {
                 relays: c.relays,
                 clients: c.clients,

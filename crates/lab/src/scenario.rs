@@ -1022,7 +1022,31 @@ impl Scenario {
         scenario
             .check_utcp()
             .map_err(|m| ctx.err(congestion_span, m))?;
+        scenario.check_ctor().map_err(|m| ctx.err(0..0, m))?;
         Ok(scenario)
+    }
+
+    /// C tor builds three-hop circuits: a pinned path of a C tor variant
+    /// must name three relays (guard, middle, exit).
+    fn check_ctor(&self) -> std::result::Result<(), String> {
+        for v in self.variants() {
+            if v.implementation != Implementation::Ctor {
+                continue;
+            }
+            for c in v.active_clients(&self.clients) {
+                if let Some(path) = c.path.as_ref().filter(|p| p.len() != 3) {
+                    return Err(format!(
+                        "client {:?} has a {}-hop path, and C tor (variant {:?}) builds three-hop \
+                         circuits: give it three relays, or leave the combination out with \
+                         [[exclude]]",
+                        c.name,
+                        path.len(),
+                        v.label
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The `utcp` line the lab writes for every dtls-utcp variant and

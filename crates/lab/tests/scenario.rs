@@ -781,3 +781,35 @@ fn the_lab_writes_dtls_utcp_lanes_at_parity() {
     // The table is the lab's to write: not repeated among the relay lines.
     assert!(!s.relay_settings.contains("utcp"), "{}", s.relay_settings);
 }
+
+/// `transport = "ctor"` makes a C tor variant (TLS channels); a misspelt
+/// transport names ctor among the valid values; C tor needs three-hop
+/// paths.
+#[test]
+fn ctor_is_a_transport_value_with_three_hop_paths() {
+    use onionlab_lab::scenario::Implementation;
+    let text = format!("{BASE}\n[matrix]\ntransport = [\"tls\", \"ctor\"]\n");
+    let v = parse(&text).expect("valid").variants();
+    let kinds: Vec<Implementation> = v.iter().map(|v| v.implementation).collect();
+    assert_eq!(kinds, [Implementation::Onionlab, Implementation::Ctor]);
+    assert_eq!(v[1].label, "transport=ctor");
+    assert_eq!(v[1].transport.to_string(), v[0].transport.to_string());
+    let lines = text.lines().count();
+    assert_error(
+        &text.replace("\"ctor\"]", "\"c-tor\"]"),
+        lines,
+        "or ctor (C tor)",
+    );
+    let two_hops = text.replace(
+        "path = [\"guard\", \"middle\", \"exit\"]",
+        "path = [\"guard\", \"exit\"]",
+    );
+    match parse(&two_hops) {
+        Err(Error::Scenario { message, .. }) => {
+            assert!(message.contains("2-hop path"), "{message}")
+        }
+        other => panic!("a 2-hop C tor path accepted: {other:?}"),
+    }
+    // Without C tor the same path is fine.
+    parse(&two_hops.replace(", \"ctor\"]", "]")).expect("onionlab takes any path");
+}
