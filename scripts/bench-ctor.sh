@@ -4,7 +4,8 @@
 #   bash scripts/bench-ctor.sh [--runs N] [--size-mib M] [--small-downloads K]
 #                              [--workdir DIR] [--keep] [--serve]
 #
-# For each run, starts a fresh private C tor network on 127.0.0.1 (one
+# For each run, starts a fresh private C tor network on 127.0.0.1 with
+# `onionlab bench ctor-network` (the lab's C tor set-up, docs/ctor.md: one
 # directory authority, three relays, a client whose path is pinned to
 # relay0 -> relay1 -> relay2), waits for the client to bootstrap, and runs
 # `onionlab bench socks` against the client's SocksPort, watching the three
@@ -80,25 +81,20 @@ fi
 WORKDIR="$(cd "$WORKDIR" && pwd)"
 log "work directory $WORKDIR"
 
-# --- process bookkeeping --------------------------------------------------
+# --- the C tor network ----------------------------------------------------
 
-STARTED=() # PIDs of the tor processes of the current network
+# `onionlab bench ctor-network` sets up and runs the network with the lab's
+# C tor code (crates/lab/src/ctor.rs, docs/ctor.md): an authority, relay0
+# (guard) -> relay1 -> relay2 (exit), a client pinned to that path. It
+# prints one `ready socks=... relay0=PID ...` line once the client
+# bootstrapped, and stops every tor on SIGTERM.
+NET_PID="" # the running `onionlab bench ctor-network`
 
 stop_network() {
-    local pid i
-    [ "${#STARTED[@]}" -gt 0 ] || return 0
-    for pid in "${STARTED[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${STARTED[@]}"; do
-        for i in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    STARTED=()
+    [ -n "$NET_PID" ] || return 0
+    kill -TERM "$NET_PID" 2>/dev/null || true
+    wait "$NET_PID" 2>/dev/null || true
+    NET_PID=""
 }
 
 # Run an onionlab benchmark in the background and wait for it, so that a
@@ -133,224 +129,46 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# --- a private tor network ------------------------------------------------
-
-# Print N free TCP ports on 127.0.0.1 (nothing accepts connections there).
-free_ports() {
-    local n="$1" got=() p
-    while [ "${#got[@]}" -lt "$n" ]; do
-        p=$((20000 + RANDOM % 30000))
-        case " ${got[*]} " in *" $p "*) continue ;; esac
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
-            ! ss -Htan "( sport = :$p )" 2>/dev/null | grep -q .; then
-            got+=("$p")
-        fi
-    done
-    echo "${got[@]}"
+# The value of KEY in the ready line of network $1.
+net_value() {
+    tr ' ' '\n' <"$1/ready" | awk -F= -v k="$2" '$1 == k { print $2 }'
 }
 
-# tor's relay fingerprint for a data directory (creates the keys).
-fingerprint() {
-    local dir="$1" port="$2" nick="$3"
-    printf 'DataDirectory %s\nORPort 127.0.0.1:%s\nAddress 127.0.0.1\nNickname %s\nSocksPort 0\nLog err stderr\n' \
-        "$dir" "$port" "$nick" >"$dir/fpr.torrc"
-    tor --defaults-torrc /dev/null -f "$dir/fpr.torrc" --list-fingerprint 2>/dev/null |
-        awk -v n="$nick" '$1 == n { $1 = ""; gsub(/ /, ""); print; exit }'
-}
-
-# Start tor with a torrc in the background; records its PID.
-start_tor() {
-    local dir="$1"
-    tor --defaults-torrc /dev/null -f "$dir/torrc" >"$dir/stdout.log" 2>&1 &
-    STARTED+=("$!")
-    echo "$!" >"$dir/pid"
-}
-
-# Sets up and starts the network of one run in $1; sets NET_* variables.
-start_network() {
-    local net="$1"
+# Start a network in $1 and wait (up to 300 s) until its client
+# bootstrapped; sets NET_SOCKS, NET_CONTROL, NET_COOKIE, NET_PID_*.
+start_and_bootstrap() {
+    local net="$1" start=$SECONDS
     mkdir -p "$net"
-    local ports
-    read -r -a ports <<<"$(free_ports 7)"
-    local auth_or="${ports[0]}" auth_dir="${ports[1]}"
-    local relay_or=("${ports[2]}" "${ports[3]}" "${ports[4]}")
-    NET_SOCKS="${ports[5]}"
-    NET_CONTROL="${ports[6]}"
-
-    # Authority: identity/signing keys and certificate, relay identity.
-    local a="$net/auth"
-    mkdir -p "$a/keys"
-    chmod 700 "$a"
-    (cd "$a/keys" && echo "" | tor-gencert --create-identity-key -m 12 \
-        -a "127.0.0.1:$auth_dir" --passphrase-fd 0 >/dev/null 2>&1)
-    local v3ident auth_fp
-    v3ident="$(awk '$1 == "fingerprint" { print $2 }' "$a/keys/authority_certificate")"
-    auth_fp="$(fingerprint "$a" "$auth_or" auth)"
-    [ -n "$v3ident" ] && [ -n "$auth_fp" ] || { log "authority key setup failed"; return 1; }
-    local dirauth="DirAuthority auth orport=$auth_or v3ident=$v3ident 127.0.0.1:$auth_dir $auth_fp"
-
-    local i r
-    NET_FP=()
-    for i in 0 1 2; do
-        r="$net/relay$i"
-        mkdir -p "$r"
-        chmod 700 "$r"
-        NET_FP+=("$(fingerprint "$r" "${relay_or[$i]}" "relay$i")")
-        [ -n "${NET_FP[$i]}" ] || { log "relay$i key setup failed"; return 1; }
-    done
-
-    # Settings every node shares. Relays and the authority build no
-    # circuits of their own (__DisablePredictedCircuits): otherwise they try
-    # once a second to build exit circuits, which costs CPU during the
-    # measurement (and fails on relay2, the only exit).
-    common() {
-        cat <<EOF
-TestingTorNetwork 1
-$dirauth
-DataDirectory $1
-Log notice file $1/notice.log
-SafeLogging 0
-RunAsDaemon 0
-ShutdownWaitLength 0
-ContactInfo onionlab-bench@localhost
-EOF
-    }
-
-    # The authority votes quickly, and hands out the flags our path needs:
-    # Guard to relay0 only, Exit to relay2 only, Stable to all (a client
-    # only takes a Stable relay as its guard, and by default only relays
-    # with at least the median uptime are Stable: a coin toss here).
-    {
-        common "$a"
-        cat <<EOF
-Nickname auth
-Address 127.0.0.1
-ORPort 127.0.0.1:$auth_or
-DirPort 127.0.0.1:$auth_dir
-SocksPort 0
-AuthoritativeDirectory 1
-V3AuthoritativeDirectory 1
-AssumeReachable 1
-__DisablePredictedCircuits 1
-ExitRelay 0
-ExitPolicy reject *:*
-TestingV3AuthInitialVotingInterval 5
-TestingV3AuthInitialVoteDelay 2
-TestingV3AuthInitialDistDelay 2
-V3AuthVotingInterval 20
-V3AuthVoteDelay 2
-V3AuthDistDelay 2
-TestingDirAuthVoteGuard ${NET_FP[0]}
-TestingDirAuthVoteGuardIsStrict 1
-TestingDirAuthVoteExit ${NET_FP[2]}
-TestingDirAuthVoteExitIsStrict 1
-AuthDirVoteStableGuaranteeMinUptime 0
-AuthDirVoteStableGuaranteeMTBF 0
-EOF
-    } >"$a/torrc"
-
-    for i in 0 1 2; do
-        r="$net/relay$i"
-        {
-            common "$r"
-            cat <<EOF
-Nickname relay$i
-Address 127.0.0.1
-ORPort 127.0.0.1:${relay_or[$i]}
-SocksPort 0
-AssumeReachable 1
-__DisablePredictedCircuits 1
-EOF
-            if [ "$i" -eq 2 ]; then
-                # The workload server listens on 127.0.0.1.
-                cat <<EOF
-ExitRelay 1
-ExitPolicyRejectPrivate 0
-ExitPolicyRejectLocalInterfaces 0
-ExitPolicy accept 127.0.0.1:*
-ExitPolicy reject *:*
-EOF
-            else
-                printf 'ExitRelay 0\nExitPolicy reject *:*\n'
-            fi
-        } >"$r/torrc"
-    done
-
-    # The client: path pinned to relay0 -> relay1 -> relay2, one circuit
-    # (no conflux). Full descriptors instead of microdescriptors: a
-    # microdescriptor's exit policy summary cannot express "127.0.0.1 only",
-    # so with microdescriptors the client would see no usable exit.
-    local c="$net/client"
-    mkdir -p "$c"
-    chmod 700 "$c"
-    {
-        common "$c"
-        cat <<EOF
-SocksPort 127.0.0.1:$NET_SOCKS
-ControlPort 127.0.0.1:$NET_CONTROL
-CookieAuthentication 1
-ClientOnly 1
-EntryNodes ${NET_FP[0]}
-MiddleNodes ${NET_FP[1]}
-ExitNodes ${NET_FP[2]}
-StrictNodes 1
-UseEntryGuards 1
-ConfluxEnabled 0
-UseMicrodescriptors 0
-EOF
-    } >"$c/torrc"
-
-    start_tor "$a"
-    for i in 0 1 2; do
-        start_tor "$net/relay$i"
-    done
-    start_tor "$c"
-    NET_PID_AUTH="$(cat "$a/pid")"
-    NET_PID_RELAY=("$(cat "$net/relay0/pid")" "$(cat "$net/relay1/pid")" "$(cat "$net/relay2/pid")")
-    NET_PID_CLIENT="$(cat "$c/pid")"
-}
-
-# Wait until the client of network $1 logs "Bootstrapped 100%".
-wait_bootstrap() {
-    local net="$1" limit="${2:-300}" start=$SECONDS pid name
-    while ! grep -q 'Bootstrapped 100%' "$net/client/notice.log" 2>/dev/null; do
-        for name in auth relay0 relay1 relay2 client; do
-            pid="$(cat "$net/$name/pid")"
-            if ! kill -0 "$pid" 2>/dev/null; then
-                log "tor $name exited; its log:"
-                tail -n 20 "$net/$name/notice.log" "$net/$name/stdout.log" >&2 || true
-                return 1
-            fi
-        done
-        if [ $((SECONDS - start)) -ge "$limit" ]; then
-            log "the tor client did not bootstrap in ${limit}s; last lines of its log:"
-            tail -n 20 "$net/client/notice.log" >&2 || true
+    "$ONIONLAB" --log warn bench ctor-network --dir "$net" --circuit-cc vegas \
+        >"$net/ready" 2>"$net/network.log" &
+    NET_PID=$!
+    while ! grep -q '^ready ' "$net/ready" 2>/dev/null; do
+        if ! kill -0 "$NET_PID" 2>/dev/null; then
+            log "the C tor network did not start:"
+            tail -n 30 "$net/network.log" >&2 || true
+            NET_PID=""
+            return 1
+        fi
+        if [ $((SECONDS - start)) -ge 300 ]; then
+            log "the C tor network was not ready in 300 s"
             return 1
         fi
         sleep 0.5
     done
+    NET_SOCKS="$(net_value "$net" socks)"
+    NET_CONTROL="$(net_value "$net" control)"
+    NET_COOKIE="$(net_value "$net" cookie)"
+    NET_PID_AUTH="$(net_value "$net" auth)"
+    NET_PID_RELAY=("$(net_value "$net" relay0)" "$(net_value "$net" relay1)" "$(net_value "$net" relay2)")
+    NET_PID_CLIENT="$(net_value "$net" client)"
     log "tor client bootstrapped in $((SECONDS - start))s"
-}
-
-# Start a network in $1 and wait for its client; one retry with a fresh
-# network if it does not bootstrap.
-start_and_bootstrap() {
-    local net="$1"
-    start_network "$net"
-    wait_bootstrap "$net" && return 0
-    stop_network
-    mv "$net" "$net.failed"
-    log "retrying with a fresh network (the failed one is in $net.failed)"
-    KEEP=1
-    start_network "$net"
-    wait_bootstrap "$net"
 }
 
 # One command on the client's ControlPort (cookie authentication).
 control() {
-    local net="$1" cmd="$2" cookie
-    cookie="$(od -An -tx1 -v "$net/client/control_auth_cookie" | tr -d ' \n')"
-    exec 7<>"/dev/tcp/127.0.0.1/$NET_CONTROL"
+    local cmd="$1" cookie
+    cookie="$(od -An -tx1 -v "$NET_COOKIE" | tr -d ' \n')"
+    exec 7<>"/dev/tcp/${NET_CONTROL%:*}/${NET_CONTROL##*:}"
     printf 'AUTHENTICATE %s\r\n%s\r\nQUIT\r\n' "$cookie" "$cmd" >&7
     tr -d '\r' <&7
     exec 7<&-
@@ -358,7 +176,7 @@ control() {
 
 # Print the client's built general-purpose circuits as nickname paths.
 circuit_paths() {
-    control "$1" "GETINFO circuit-status" |
+    control "GETINFO circuit-status" |
         awk '/ BUILT / && /PURPOSE=GENERAL/ {
             n = split($3, hops, ",")
             path = ""
@@ -373,11 +191,11 @@ if [ "$SERVE" -eq 1 ]; then
     net="$WORKDIR/tor-serve"
     start_and_bootstrap "$net" || { KEEP=1; exit 1; }
     echo "tor network up in $net (Ctrl-C stops it); measure it with:"
-    echo "  $ONIONLAB bench socks --socks 127.0.0.1:$NET_SOCKS" \
+    echo "  $ONIONLAB bench socks --socks $NET_SOCKS" \
         "--process relay0=${NET_PID_RELAY[0]} --process relay1=${NET_PID_RELAY[1]}" \
         "--process relay2=${NET_PID_RELAY[2]} --process client=$NET_PID_CLIENT" \
         "--process auth=$NET_PID_AUTH --size-mib $SIZE_MIB --small-downloads $SMALL"
-    while kill -0 "$NET_PID_CLIENT" 2>/dev/null; do sleep 1; done
+    wait "$NET_PID" || true
     exit 0
 fi
 
@@ -391,7 +209,7 @@ echo "   load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq 0 $((RUNS - 1))); do
     net="$WORKDIR/tor-run-$run"
     start_and_bootstrap "$net" || { KEEP=1; exit 1; }
-    if ! run_bench "$ONIONLAB" --log warn bench socks --socks "127.0.0.1:$NET_SOCKS" \
+    if ! run_bench "$ONIONLAB" --log warn bench socks --socks "$NET_SOCKS" \
         --process "relay0=${NET_PID_RELAY[0]}" --process "relay1=${NET_PID_RELAY[1]}" \
         --process "relay2=${NET_PID_RELAY[2]}" --process "client=$NET_PID_CLIENT" \
         --process "auth=$NET_PID_AUTH" \
@@ -399,15 +217,15 @@ for run in $(seq 0 $((RUNS - 1))); do
         --label tor --run "$run" --json "$TOR_JSON" >"$net/bench.out"; then
         cat "$net/bench.out"
         log "bench socks failed against tor; last lines of the client's log:"
-        tail -n 15 "$net/client/notice.log" >&2 || true
+        tail -n 15 "$net/ctor/client-client/notice.log" >&2 || true
         KEEP=1
         exit 1
     fi
     sed -n 2p "$net/bench.out" | sed "s/^tor:/run $run:/"
     # The client's circuits (directory circuits have one hop).
-    paths="$(circuit_paths "$net" || true)"
+    paths="$(circuit_paths || true)"
     echo "$paths" | sed 's/^ */    circuits built: /'
-    if echo "$paths" | grep -- '->' | grep -v -q 'relay0 -> relay1 -> relay2$'; then
+    if echo "$paths" | grep -- '->' | grep -v -q 'r0relay0 -> r1relay1 -> r2relay2$'; then
         log "WARNING: the tor client built a circuit off the pinned path (see above)"
     fi
     stop_network

@@ -34,6 +34,10 @@ if ! command -v tor >/dev/null 2>&1 || ! command -v tor-gencert >/dev/null 2>&1;
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "== installing tor (the lab's C tor variant is tested)"
         apt-get update -qq && apt-get install -y -qq tor >/dev/null
+        # Debian may start tor as a system service: not during our tests.
+        if command -v service >/dev/null 2>&1; then
+            service tor stop >/dev/null 2>&1 || true
+        fi
     else
         echo "tor is missing and cannot be installed here: the lab's C tor test will be skipped" >&2
     fi

@@ -21,26 +21,18 @@ use std::time::{Duration, Instant};
 
 use onionlab_netem::Network;
 
-use crate::run::{Proc, RunError};
+use crate::run::{io_err, Proc, RunError};
 use crate::scenario::{Scenario, Variant};
 
 /// The authority's ports, beside the first relay's own.
 const AUTH_OR_PORT: u16 = 9101;
 const AUTH_DIR_PORT: u16 = 9130;
+/// A client's control port, when the plan asks for one.
+const CONTROL_PORT: u16 = 9051;
 /// How long a tor client may take to bootstrap and pass its test fetch.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The test fetch's size.
 const TEST_FETCH_BYTES: u64 = 16 * 1024;
-
-/// The C tor processes of one repetition.
-pub(crate) struct CtorNodes {
-    /// Relays, by scenario host.
-    pub(crate) relays: Vec<(Proc, String)>,
-    /// Clients and their notice logs.
-    pub(crate) clients: Vec<(Proc, PathBuf)>,
-    /// The directory authority (not a relay of the scenario).
-    pub(crate) authority: Proc,
-}
 
 /// `tor --version`'s first line, e.g. `Tor version 0.4.9.11.`.
 ///
@@ -81,11 +73,6 @@ fn nickname(index: usize, host: &str) -> String {
     let mut nick = format!("r{index}{alnum}");
     nick.truncate(19);
     nick
-}
-
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
-    let what = what.into();
-    move |source| RunError::Io { what, source }
 }
 
 /// A data directory tor accepts (mode 700).
@@ -161,15 +148,183 @@ fn authority_keys(dir: &Path, dir_addr: SocketAddr) -> Result<String, RunError> 
         .ok_or_else(|| RunError::Start("the authority certificate has no fingerprint".into()))
 }
 
+/// Where a C tor network runs.
+pub enum Place<'a> {
+    /// In the lab's hosts: each node at its host's address, with the
+    /// lab's fixed ports.
+    Lab(&'a Network),
+    /// Every node on 127.0.0.1 in this namespace, each with free ports of
+    /// its own (`onionlab bench ctor-network`).
+    Loopback,
+}
+
+impl Place<'_> {
+    fn ip(&self, host: &str) -> Result<IpAddr, RunError> {
+        match self {
+            Place::Lab(net) => Ok(IpAddr::V4(net.address(host)?)),
+            Place::Loopback => Ok(IpAddr::from([127, 0, 0, 1])),
+        }
+    }
+
+    /// `fixed` in the lab's hosts; a free port on loopback.
+    fn port(&self, fixed: u16) -> Result<u16, RunError> {
+        match self {
+            Place::Lab(_) => Ok(fixed),
+            Place::Loopback => std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .map_err(io_err("finding a free port")),
+        }
+    }
+
+    fn tor_command(&self, host: &str) -> Result<Command, RunError> {
+        match self {
+            Place::Lab(net) => Ok(net.command(host, "tor")?),
+            Place::Loopback => Ok(Command::new("tor")),
+        }
+    }
+
+    fn run_in<R: Send>(&self, host: &str, f: impl FnOnce() -> R + Send) -> Result<R, RunError> {
+        match self {
+            Place::Lab(net) => Ok(net.run_in(host, f)?),
+            Place::Loopback => Ok(f()),
+        }
+    }
+}
+
+/// A relay of a C tor network: its host and roles.
+#[derive(Debug, Clone)]
+pub struct RelayRole {
+    /// The host it runs in (its name in logs and records).
+    pub host: String,
+    /// Voted Guard.
+    pub guard: bool,
+    /// Voted Exit.
+    pub exit: bool,
+}
+
+/// A client of a C tor network.
+#[derive(Debug, Clone)]
+pub struct ClientRole {
+    /// Its name.
+    pub name: String,
+    /// The host it runs in.
+    pub host: String,
+    /// Guard, middle and exit hosts, or `None`: tor chooses.
+    pub path: Option<Vec<String>>,
+}
+
+/// What a C tor network is made of.
+#[derive(Debug, Clone)]
+pub struct NetPlan {
+    /// The relays; the authority runs beside the first.
+    pub relays: Vec<RelayRole>,
+    /// The clients.
+    pub clients: Vec<ClientRole>,
+    /// Proposal 324's Vegas (`cc_alg=2`), or SENDME windows (`cc_alg=0`).
+    pub vegas: bool,
+    /// Circuit scheduling without EWMA (`CircuitPriorityHalflife 0`).
+    pub round_robin: bool,
+    /// Give each client a control port (cookie authentication).
+    pub control_port: bool,
+}
+
+impl NetPlan {
+    /// The relays and active clients of a scenario's variant.
+    pub fn of_variant(scenario: &Scenario, variant: &Variant) -> NetPlan {
+        NetPlan {
+            relays: scenario
+                .relays
+                .iter()
+                .map(|r| RelayRole {
+                    host: r.host.clone(),
+                    guard: r.guard,
+                    exit: r.exit,
+                })
+                .collect(),
+            clients: variant
+                .active_clients(&scenario.clients)
+                .iter()
+                .map(|c| ClientRole {
+                    name: c.name.clone(),
+                    host: c.host.clone(),
+                    path: c.path.clone(),
+                })
+                .collect(),
+            vegas: variant.circuit_cc == "vegas",
+            round_robin: variant.scheduler == "round-robin",
+            control_port: false,
+        }
+    }
+
+    /// Three relays (`relay0` guard, `relay1`, `relay2` exit) and one
+    /// client (`client`) pinned to them, as `onionlab bench chain` runs.
+    pub fn chain(vegas: bool) -> NetPlan {
+        let relay = |i: usize| RelayRole {
+            host: format!("relay{i}"),
+            guard: i == 0,
+            exit: i == 2,
+        };
+        NetPlan {
+            relays: (0..3).map(relay).collect(),
+            clients: vec![ClientRole {
+                name: "client".into(),
+                host: "client".into(),
+                path: Some((0..3).map(|i| format!("relay{i}")).collect()),
+            }],
+            vegas,
+            round_robin: false,
+            control_port: true,
+        }
+    }
+}
+
+/// The C tor processes of a running network; they stop when it is
+/// dropped.
+pub struct CtorNetwork {
+    /// Relays, by host.
+    pub relays: Vec<(Proc, String)>,
+    /// Clients and their notice logs.
+    pub clients: Vec<(Proc, PathBuf)>,
+    /// Each client's SOCKS port (same order).
+    pub socks: Vec<SocketAddr>,
+    /// Each client's control port, if the plan asked for one, and its
+    /// cookie file.
+    pub control: Vec<Option<(SocketAddr, PathBuf)>>,
+    /// The directory authority (not a relay of the plan).
+    pub authority: Proc,
+}
+
 /// One relay's place in the network.
 struct RelayPlan {
     host: String,
     nick: String,
     dir: PathBuf,
     addr: IpAddr,
+    or_port: u16,
     fingerprint: String,
     guard: bool,
     exit: bool,
+}
+
+/// The authority's place in the network.
+struct AuthPlan {
+    host: String,
+    dir: PathBuf,
+    addr: IpAddr,
+    or_port: u16,
+    dir_port: u16,
+    /// The `DirAuthority` line every tor gets.
+    line: String,
+}
+
+/// One client's place in the network.
+struct ClientPlan {
+    name: String,
+    host: String,
+    dir: PathBuf,
+    socks: SocketAddr,
+    control: Option<SocketAddr>,
 }
 
 /// What every tor of the network shares.
@@ -194,9 +349,9 @@ fn common_torrc(dir: &Path, dir_authority: &str) -> String {
     t
 }
 
-/// The authority's torrc: quick votes, the scenario's roles as flags,
-/// and the variant's circuit congestion control as a consensus parameter.
-fn authority_torrc(common: &str, addr: IpAddr, relays: &[RelayPlan], variant: &Variant) -> String {
+/// The authority's torrc: quick votes, the plan's roles as flags, and
+/// its circuit congestion control as a consensus parameter.
+fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> String {
     let list = |f: fn(&RelayPlan) -> bool| {
         relays
             .iter()
@@ -205,17 +360,19 @@ fn authority_torrc(common: &str, addr: IpAddr, relays: &[RelayPlan], variant: &V
             .collect::<Vec<_>>()
             .join(",")
     };
-    let cc_alg = if variant.circuit_cc == "vegas" { 2 } else { 0 };
+    let cc_alg = if plan.vegas { 2 } else { 0 };
+    let (addr, or_port, dir_port) = (auth.addr, auth.or_port, auth.dir_port);
     let mut t = format!(
-        "{common}Nickname auth\nAddress {addr}\nORPort {addr}:{AUTH_OR_PORT}\n\
-         DirPort {addr}:{AUTH_DIR_PORT}\nSocksPort 0\nAuthoritativeDirectory 1\n\
+        "{}Nickname auth\nAddress {addr}\nORPort {addr}:{or_port}\n\
+         DirPort {addr}:{dir_port}\nSocksPort 0\nAuthoritativeDirectory 1\n\
          V3AuthoritativeDirectory 1\nAssumeReachable 1\n__DisablePredictedCircuits 1\n\
          ExitRelay 0\nExitPolicy reject *:*\n\
          TestingV3AuthInitialVotingInterval 5\nTestingV3AuthInitialVoteDelay 2\n\
          TestingV3AuthInitialDistDelay 2\nV3AuthVotingInterval 20\nV3AuthVoteDelay 2\n\
          V3AuthDistDelay 2\nAuthDirVoteStableGuaranteeMinUptime 0\n\
          AuthDirVoteStableGuaranteeMTBF 0\n\
-         ConsensusParams cc_alg={cc_alg}\n"
+         ConsensusParams cc_alg={cc_alg}\n",
+        common_torrc(&auth.dir, &auth.line)
     );
     let guards = list(|r| r.guard);
     if !guards.is_empty() {
@@ -232,16 +389,17 @@ fn authority_torrc(common: &str, addr: IpAddr, relays: &[RelayPlan], variant: &V
     t
 }
 
-fn relay_torrc(common: &str, r: &RelayPlan, variant: &Variant) -> String {
+fn relay_torrc(auth: &AuthPlan, r: &RelayPlan, plan: &NetPlan) -> String {
     let mut t = format!(
-        "{common}Nickname {}\nAddress {}\nORPort {}:{}\nSocksPort 0\nAssumeReachable 1\n\
+        "{}Nickname {}\nAddress {}\nORPort {}:{}\nSocksPort 0\nAssumeReachable 1\n\
          __DisablePredictedCircuits 1\n",
+        common_torrc(&r.dir, &auth.line),
         r.nick,
         r.addr,
         r.addr,
-        crate::run::RELAY_PORT
+        r.or_port
     );
-    if variant.scheduler == "round-robin" {
+    if plan.round_robin {
         t.push_str("CircuitPriorityHalflife 0\n");
     }
     if r.exit {
@@ -249,7 +407,7 @@ fn relay_torrc(common: &str, r: &RelayPlan, variant: &Variant) -> String {
             "ExitRelay 1\nExitPolicyRejectPrivate 0\nExitPolicyRejectLocalInterfaces 0\n\
              RefuseUnknownExits 0\n",
         );
-        // The emulated network has only the lab's hosts: accepting
+        // The network has only the lab's hosts (or loopback): accepting
         // everything lets the policy's summary in the consensus say so,
         // which clients that use microdescriptors (the default) need.
         t.push_str("ExitPolicy accept *:*\n");
@@ -261,18 +419,23 @@ fn relay_torrc(common: &str, r: &RelayPlan, variant: &Variant) -> String {
 
 /// A client's torrc: `path` pins its circuits (guard, middle, exit);
 /// without one tor chooses, with middles among `relays` (never the
-/// authority, which is no relay of the scenario).
+/// authority, which is no relay of the plan).
 fn client_torrc(
-    common: &str,
+    auth: &AuthPlan,
+    c: &ClientPlan,
     path: Option<[&str; 3]>,
     relays: &[&str],
-    socks: SocketAddr,
 ) -> String {
     let mut t = format!(
-        "{common}SocksPort {socks}\nClientOnly 1\nConfluxEnabled 0\n\
+        "{}SocksPort {}\nClientOnly 1\nConfluxEnabled 0\n\
          FetchDirInfoEarly 1\nFetchDirInfoExtraEarly 1\nLearnCircuitBuildTimeout 0\n\
-         CircuitBuildTimeout 60\nUseEntryGuards 1\n"
+         CircuitBuildTimeout 60\nUseEntryGuards 1\n",
+        common_torrc(&c.dir, &auth.line),
+        c.socks
     );
+    if let Some(control) = c.control {
+        t.push_str(&format!("ControlPort {control}\nCookieAuthentication 1\n"));
+    }
     match path {
         Some([entry, middle, exit]) => t.push_str(&format!(
             "EntryNodes {entry}\nMiddleNodes {middle}\nExitNodes {exit}\nStrictNodes 1\n"
@@ -282,12 +445,12 @@ fn client_torrc(
     t
 }
 
-/// Start `tor -f torrc` inside `host`; its stdout and stderr go to
-/// `stdout.log` in its data directory.
-fn spawn_tor(net: &Network, host: &str, dir: &Path, name: &str) -> Result<Proc, RunError> {
+/// Start `tor -f torrc` of data directory `dir` in `host`; its stdout
+/// and stderr go to `stdout.log` there.
+fn spawn_tor(place: &Place, host: &str, dir: &Path, name: &str) -> Result<Proc, RunError> {
     let log = fs::File::create(dir.join("stdout.log")).map_err(io_err("creating a tor log"))?;
     let err = log.try_clone().map_err(io_err("creating a tor log"))?;
-    let mut cmd = net.command(host, "tor")?;
+    let mut cmd = place.tor_command(host)?;
     cmd.args(["--defaults-torrc", "/dev/null", "-f"])
         .arg(dir.join("torrc"))
         .stdin(Stdio::null())
@@ -313,47 +476,41 @@ fn log_tail(dir: &Path) -> String {
     out
 }
 
-/// Write a network for `variant` into `dir/ctor` and start it: the
-/// authority, the relays and the clients, each in its scenario host.
-/// Returns once every client is ready (bootstrapped, and a test download
-/// from `test_server` through it succeeded).
-pub(crate) fn start(
-    scenario: &Scenario,
-    variant: &Variant,
-    net: &Network,
-    dir: &Path,
-    servers: &[SocketAddr],
-    status: &dyn Fn(&str),
-) -> Result<CtorNodes, RunError> {
-    let base = dir.join("ctor");
-    let first = scenario
+/// Data directories, keys and fingerprints of the authority (beside the
+/// first relay) and the relays, under `base`.
+fn plan_nodes(
+    place: &Place,
+    plan: &NetPlan,
+    base: &Path,
+) -> Result<(AuthPlan, Vec<RelayPlan>), RunError> {
+    let first = plan
         .relays
         .first()
         .ok_or_else(|| RunError::Start("a C tor network needs a relay".into()))?;
-    let auth_host = first.host.clone();
-    let auth_ip = IpAddr::V4(net.address(&auth_host)?);
     let auth_dir = base.join("auth");
     data_dir(&auth_dir)?;
-    let v3ident = authority_keys(&auth_dir, SocketAddr::new(auth_ip, AUTH_DIR_PORT))?;
-
-    // Keys: tor makes each identity; in parallel, as each takes a while.
-    let mut plans = Vec::new();
-    for (i, r) in scenario.relays.iter().enumerate() {
+    let auth_addr = place.ip(&first.host)?;
+    let (auth_or, auth_dirport) = (place.port(AUTH_OR_PORT)?, place.port(AUTH_DIR_PORT)?);
+    let v3ident = authority_keys(&auth_dir, SocketAddr::new(auth_addr, auth_dirport))?;
+    let mut relays = Vec::new();
+    for (i, r) in plan.relays.iter().enumerate() {
         let rdir = base.join(&r.host);
         data_dir(&rdir)?;
-        plans.push(RelayPlan {
+        relays.push(RelayPlan {
             host: r.host.clone(),
             nick: nickname(i, &r.host),
             dir: rdir,
-            addr: IpAddr::V4(net.address(&r.host)?),
+            addr: place.ip(&r.host)?,
+            or_port: place.port(crate::run::RELAY_PORT)?,
             fingerprint: String::new(),
             guard: r.guard,
             exit: r.exit,
         });
     }
+    // tor makes each identity; in parallel, as each takes a while.
     let (auth_fp, fps) = std::thread::scope(|s| {
         let auth = s.spawn(|| fingerprint(&auth_dir, "auth"));
-        let relays: Vec<_> = plans
+        let each: Vec<_> = relays
             .iter()
             .map(|p| s.spawn(|| fingerprint(&p.dir, &p.nick)))
             .collect();
@@ -361,83 +518,121 @@ pub(crate) fn start(
             h.join()
                 .unwrap_or_else(|_| Err(RunError::Start("fingerprint thread panicked".into())))
         };
-        (join(auth), relays.into_iter().map(join).collect::<Vec<_>>())
+        (join(auth), each.into_iter().map(join).collect::<Vec<_>>())
     });
     let auth_fp = auth_fp?;
-    for (p, fp) in plans.iter_mut().zip(fps) {
+    for (p, fp) in relays.iter_mut().zip(fps) {
         p.fingerprint = fp?;
     }
-    let dir_authority = format!(
-        "DirAuthority auth orport={AUTH_OR_PORT} v3ident={v3ident} {auth_ip}:{AUTH_DIR_PORT} {auth_fp}"
-    );
+    let auth = AuthPlan {
+        host: first.host.clone(),
+        line: format!(
+            "DirAuthority auth orport={auth_or} v3ident={v3ident} {auth_addr}:{auth_dirport} {auth_fp}"
+        ),
+        dir: auth_dir,
+        addr: auth_addr,
+        or_port: auth_or,
+        dir_port: auth_dirport,
+    };
+    Ok((auth, relays))
+}
 
+/// Write every torrc of the network; returns the clients' places.
+fn write_torrcs(
+    place: &Place,
+    plan: &NetPlan,
+    base: &Path,
+    auth: &AuthPlan,
+    relays: &[RelayPlan],
+) -> Result<Vec<ClientPlan>, RunError> {
     let write = |d: &Path, text: String| {
         fs::write(d.join("torrc"), text).map_err(io_err("writing a torrc"))
     };
-    write(
-        &auth_dir,
-        authority_torrc(
-            &common_torrc(&auth_dir, &dir_authority),
-            auth_ip,
-            &plans,
-            variant,
-        ),
-    )?;
-    for p in &plans {
-        let common = common_torrc(&p.dir, &dir_authority);
-        write(&p.dir, relay_torrc(&common, p, variant))?;
+    write(&auth.dir, authority_torrc(auth, relays, plan))?;
+    for r in relays {
+        write(&r.dir, relay_torrc(auth, r, plan))?;
     }
     let fp_of = |host: &str| {
-        plans
+        relays
             .iter()
             .find(|p| p.host == host)
             .map(|p| p.fingerprint.as_str())
             .unwrap_or("")
     };
-    let socks = SocketAddr::from(([127, 0, 0, 1], crate::run::SOCKS_PORT));
-    let all_relays: Vec<&str> = plans.iter().map(|p| p.fingerprint.as_str()).collect();
-    let mut client_plans = Vec::new();
-    for c in variant.active_clients(&scenario.clients) {
-        let cdir = base.join(format!("client-{}", c.name));
-        data_dir(&cdir)?;
-        // Three hops (checked when the scenario was read).
+    let all: Vec<&str> = relays.iter().map(|p| p.fingerprint.as_str()).collect();
+    let mut clients = Vec::new();
+    for c in &plan.clients {
+        let dir = base.join(format!("client-{}", c.name));
+        data_dir(&dir)?;
+        let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let control = if plan.control_port {
+            Some(local(place.port(CONTROL_PORT)?))
+        } else {
+            None
+        };
+        let cp = ClientPlan {
+            name: c.name.clone(),
+            host: c.host.clone(),
+            socks: local(place.port(crate::run::SOCKS_PORT)?),
+            control,
+            dir,
+        };
+        // Three hops (the lab checks its scenarios when it reads them).
         let path = c
             .path
             .as_ref()
             .and_then(|p| Some([fp_of(p.first()?), fp_of(p.get(1)?), fp_of(p.get(2)?)]));
-        let common = common_torrc(&cdir, &dir_authority);
-        write(&cdir, client_torrc(&common, path, &all_relays, socks))?;
-        client_plans.push((c.name.clone(), c.host.clone(), cdir));
+        write(&cp.dir, client_torrc(auth, &cp, path, &all))?;
+        clients.push(cp);
     }
-
-    let authority = spawn_tor(net, &auth_host, &auth_dir, "ctor-auth")?;
-    let mut relays = Vec::new();
-    for p in &plans {
-        relays.push((spawn_tor(net, &p.host, &p.dir, &p.host)?, p.host.clone()));
-    }
-    let mut clients = Vec::new();
-    for (name, host, cdir) in &client_plans {
-        let p = spawn_tor(net, host, cdir, name)?;
-        clients.push((p, cdir.join("notice.log")));
-    }
-    let mut nodes = CtorNodes {
-        relays,
-        clients,
-        authority,
-    };
-    let test_server = servers.first().copied();
-    for (i, (name, host, cdir)) in client_plans.iter().enumerate() {
-        let client = (name.as_str(), host.as_str(), cdir.as_path());
-        wait_ready(net, &mut nodes, i, client, (socks, test_server), status)?;
-    }
-    Ok(nodes)
+    Ok(clients)
 }
 
-/// Whether every tor of `nodes` still runs; else which one exited.
-fn exited(nodes: &mut CtorNodes) -> Option<String> {
-    let procs = std::iter::once(&mut nodes.authority)
-        .chain(nodes.relays.iter_mut().map(|(p, _)| p))
-        .chain(nodes.clients.iter_mut().map(|(p, _)| p));
+/// Write a C tor network for `plan` into `dir/ctor` and start it: the
+/// authority, the relays and the clients, each in its host. Returns once
+/// every client is ready: bootstrapped and, given a `test_server`, a test
+/// download from it through the client succeeded. `status` hears each
+/// client's bootstrap progress.
+pub fn start(
+    place: &Place,
+    plan: &NetPlan,
+    dir: &Path,
+    test_server: Option<SocketAddr>,
+    status: &dyn Fn(&str),
+) -> Result<CtorNetwork, RunError> {
+    let base = dir.join("ctor");
+    let (auth, relays) = plan_nodes(place, plan, &base)?;
+    let clients = write_torrcs(place, plan, &base, &auth, &relays)?;
+    let authority = spawn_tor(place, &auth.host, &auth.dir, "ctor-auth")?;
+    let mut network = CtorNetwork {
+        relays: Vec::new(),
+        clients: Vec::new(),
+        socks: clients.iter().map(|c| c.socks).collect(),
+        control: clients
+            .iter()
+            .map(|c| c.control.map(|a| (a, c.dir.join("control_auth_cookie"))))
+            .collect(),
+        authority,
+    };
+    for r in &relays {
+        let p = spawn_tor(place, &r.host, &r.dir, &r.host)?;
+        network.relays.push((p, r.host.clone()));
+    }
+    for c in &clients {
+        let p = spawn_tor(place, &c.host, &c.dir, &c.name)?;
+        network.clients.push((p, c.dir.join("notice.log")));
+    }
+    for (i, c) in clients.iter().enumerate() {
+        wait_ready(place, &mut network, i, c, test_server, status)?;
+    }
+    Ok(network)
+}
+
+/// Whether every tor of `network` still runs; else which one exited.
+fn exited(network: &mut CtorNetwork) -> Option<String> {
+    let procs = std::iter::once(&mut network.authority)
+        .chain(network.relays.iter_mut().map(|(p, _)| p))
+        .chain(network.clients.iter_mut().map(|(p, _)| p));
     for p in procs {
         if let Ok(Some(status)) = p.child.try_wait() {
             return Some(format!("tor {} exited ({status})", p.name));
@@ -448,36 +643,44 @@ fn exited(nodes: &mut CtorNodes) -> Option<String> {
 
 /// Wait for client `i` to bootstrap, then for a test download through it.
 fn wait_ready(
-    net: &Network,
-    nodes: &mut CtorNodes,
+    place: &Place,
+    network: &mut CtorNetwork,
     i: usize,
-    (name, host, cdir): (&str, &str, &Path),
-    (socks, test_server): (SocketAddr, Option<SocketAddr>),
+    c: &ClientPlan,
+    test_server: Option<SocketAddr>,
     status: &dyn Fn(&str),
 ) -> Result<(), RunError> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let fail = |why: String| {
         RunError::Start(format!(
-            "C tor client {name} (host {host}) not ready: {why}; its last log lines:{}",
-            log_tail(cdir)
+            "C tor client {} (host {}) not ready: {why}; the network's data directories \
+             are under {} (rerun with ONIONLAB_CTOR_LOG=info for tor's info logs); the \
+             client's last log lines:{}",
+            c.name,
+            c.host,
+            c.dir.parent().unwrap_or(&c.dir).display(),
+            log_tail(&c.dir)
         ))
     };
     let mut shown = String::new();
     loop {
-        let log = fs::read_to_string(&nodes.clients[i].1).unwrap_or_default();
+        let log = fs::read_to_string(&network.clients[i].1).unwrap_or_default();
         let percent = log
             .lines()
             .rev()
             .find_map(|l| l.split("Bootstrapped ").nth(1)?.split('%').next())
             .unwrap_or("0");
         if percent != shown {
-            status(&format!("C tor client {name} bootstrapping: {percent}%"));
+            status(&format!(
+                "C tor client {} bootstrapping: {percent}%",
+                c.name
+            ));
             shown = percent.to_string();
         }
         if percent == "100" {
             break;
         }
-        if let Some(why) = exited(nodes) {
+        if let Some(why) = exited(network) {
             return Err(fail(why));
         }
         if Instant::now() > deadline {
@@ -490,35 +693,14 @@ fn wait_ready(
     let Some(server) = test_server else {
         return Ok(());
     };
-    status(&format!("C tor client {name}: test download"));
+    status(&format!("C tor client {}: test download", c.name));
     let mut last = String::new();
     while Instant::now() < deadline {
-        let fetched = net.run_in(host, || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| e.to_string())?;
-            rt.block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(30),
-                    crate::traffic::transfer(
-                        crate::traffic::OP_DOWNLOAD,
-                        socks,
-                        server,
-                        TEST_FETCH_BYTES,
-                        None,
-                    ),
-                )
-                .await
-                .map_err(|_| "timed out".to_string())?
-                .map_err(|e| e.to_string())
-            })
-        })?;
-        match fetched {
-            Ok(_) => return Ok(()),
+        match place.run_in(&c.host, || test_download(c.socks, server))? {
+            Ok(()) => return Ok(()),
             Err(e) => last = e,
         }
-        if let Some(why) = exited(nodes) {
+        if let Some(why) = exited(network) {
             return Err(fail(why));
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -526,6 +708,29 @@ fn wait_ready(
     Err(fail(format!(
         "the test download from {server} kept failing for {READY_TIMEOUT:?} (last: {last})"
     )))
+}
+
+/// One [`TEST_FETCH_BYTES`] download from `server` through `socks`, on a
+/// runtime of its own (the caller's thread may be in a host namespace).
+fn test_download(socks: SocketAddr, server: SocketAddr) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let fetch = crate::traffic::transfer(
+            crate::traffic::OP_DOWNLOAD,
+            socks,
+            server,
+            TEST_FETCH_BYTES,
+            None,
+        );
+        tokio::time::timeout(Duration::from_secs(30), fetch)
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
 }
 
 #[cfg(test)]

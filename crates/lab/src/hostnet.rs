@@ -159,7 +159,9 @@ pub fn prepare_host(host: &str, congestion: &str, kernel: KernelTcp) -> HostTcp 
 /// unprivileged programs pick an algorithm the kernel already has.
 pub fn allow_congestion(algorithm: &str) -> io::Result<bool> {
     let name = "net.ipv4.tcp_allowed_congestion_control";
-    let allowed = read_sysctl(name).unwrap_or_default();
+    // Unreadable: writing only `algorithm` would drop what was allowed.
+    let allowed = read_sysctl(name)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("cannot read {name}")))?;
     if allowed.split_whitespace().any(|a| a == algorithm) {
         return Ok(false);
     }

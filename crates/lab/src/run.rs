@@ -83,7 +83,7 @@ pub enum RunError {
     Start(String),
 }
 
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
     let what = what.into();
     move |source| RunError::Io { what, source }
 }
@@ -267,8 +267,9 @@ pub struct RunOutcome {
     pub variants: Vec<String>,
 }
 
-/// A process the lab started in a host; stopped when dropped.
-pub(crate) struct Proc {
+/// A process the lab started in a host; stopped (SIGTERM, then SIGKILL
+/// after 3 s) when dropped.
+pub struct Proc {
     pub(crate) name: String,
     pub(crate) child: Child,
 }
@@ -279,6 +280,16 @@ impl Proc {
             name: name.into(),
             child,
         }
+    }
+
+    /// Its name (a node, server or agent).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn stop(&mut self) {
@@ -828,8 +839,10 @@ fn run_one(
     let mut nodes = match variant.implementation {
         Implementation::Onionlab => start_onionlab(scenario, variant, &net, dir, seed, bin)?,
         Implementation::Ctor => {
-            let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.1).collect();
-            let c = crate::ctor::start(scenario, variant, &net, dir, &addrs, status)?;
+            let plan = crate::ctor::NetPlan::of_variant(scenario, variant);
+            let place = crate::ctor::Place::Lab(&net);
+            let test_server = servers.first().map(|s| s.1);
+            let c = crate::ctor::start(&place, &plan, dir, test_server, status)?;
             status("");
             Nodes {
                 relays: c.relays,
@@ -844,58 +857,7 @@ fn run_one(
 
     // Workload agents, one per client with workloads.
     let cpu_start = cpu_jiffies();
-    let mut agents = Vec::new();
-    let mut deadline = Duration::from_secs(30);
-    for c in variant.active_clients(&scenario.clients) {
-        let workloads: Vec<_> = variant
-            .workloads
-            .iter()
-            .filter(|w| w.client == c.name)
-            .map(|w| (w.clone(), server_addrs[&w.server]))
-            .collect();
-        if workloads.is_empty() {
-            continue;
-        }
-        for (w, _) in &workloads {
-            let per = scenario.transfer_timeout + w.think_max;
-            deadline = deadline.max(w.start + per * w.count + Duration::from_secs(30));
-        }
-        let spec = AgentSpec {
-            socks: SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT)),
-            workloads,
-            seed,
-            stall_threshold: scenario.stall_threshold,
-            transfer_timeout: scenario.transfer_timeout,
-            out: dir.join(format!("records-{}.jsonl", c.name)),
-        };
-        let spec_path = dir.join(format!("agent-{}.json", c.name));
-        let text = serde_json::to_string_pretty(&spec).unwrap_or_default();
-        fs::write(&spec_path, text).map_err(io_err("writing an agent spec"))?;
-        let log = dir.join(format!("agent-{}.log", c.name));
-        let sp = spec_path.to_string_lossy().into_owned();
-        let p = spawn_in(
-            &net,
-            &c.host,
-            bin,
-            &["lab", "agent", "--spec", &sp],
-            &log,
-            &format!("agent-{}", c.name),
-        )?;
-        agents.push((p, spec));
-    }
-    let wait_until = Instant::now() + deadline;
-    for (p, _) in &mut agents {
-        loop {
-            if let Ok(Some(_)) = p.child.try_wait() {
-                break;
-            }
-            if Instant::now() > wait_until {
-                p.stop();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    let agents = run_agents(scenario, variant, &net, (dir, bin, seed), &server_addrs)?;
     let cpu_end = cpu_jiffies();
     let busy = match (cpu_start, cpu_end) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
@@ -918,79 +880,19 @@ fn run_one(
     {
         p.stop();
     }
-    let host_drops = read_host_drops(&net)?;
-    let tcp_counters = read_tcp_counters(&net)?;
+    let host_drops = before.drops_since(read_host_drops(&net)?);
+    let tcp_counters = before.tcp_since(read_tcp_counters(&net)?);
     let mut counters = net.shutdown()?;
     before.subtract_from(&mut counters);
 
-    // Records: what the agents wrote, and a failure for every transfer
-    // an agent did not report.
-    let mut records = Vec::new();
-    for (_, spec) in &agents {
-        let text = fs::read_to_string(&spec.out).unwrap_or_default();
-        let mut got: Vec<TransferRecord> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect();
-        for (w, _) in &spec.workloads {
-            for index in 0..w.count {
-                if !got.iter().any(|r| r.workload == w.name && r.index == index) {
-                    got.push(TransferRecord {
-                        workload: w.name.clone(),
-                        kind: format!("{:?}", w.kind).to_lowercase(),
-                        index,
-                        size: w.size,
-                        timed_out: true,
-                        stalled: true,
-                        error: Some("no record: the agent did not finish in time".into()),
-                        ..TransferRecord::default()
-                    });
-                }
-            }
-        }
-        records.extend(got);
-    }
-    let mut circuit_build_ms = Vec::new();
-    for (_, log) in &nodes.clients {
-        let text = fs::read_to_string(log).unwrap_or_default();
-        for line in text.lines().filter(|l| l.contains("circuit built")) {
-            if let Some(ms) = line
-                .split_whitespace()
-                .find_map(|f| f.strip_prefix("ms="))
-                .and_then(|v| v.parse::<f64>().ok())
-            {
-                circuit_build_ms.push(ms);
-            }
-        }
-    }
+    let records = agent_records(&agents);
+    let circuit_build_ms = circuit_build_times(&nodes);
     let payload_bytes: u64 = records
         .iter()
         .filter(|r| r.error.is_none())
         .map(|r| if r.kind == "echo" { 2 * r.size } else { r.size })
         .sum();
-    let links: Vec<(String, String, u64, u64)> = counters
-        .paths
-        .iter()
-        .map(|p| {
-            (
-                p.src.clone(),
-                p.dst.clone(),
-                p.delivered_bytes,
-                p.drops.total(),
-            )
-        })
-        .collect();
-    let link_packets = counters
-        .paths
-        .iter()
-        .map(|p| LinkPackets {
-            src: p.src.clone(),
-            dst: p.dst.clone(),
-            packets: p.submitted_packets,
-            lost: p.drops.loss,
-            queue_dropped: p.drops.uplink_queue + p.drops.path_queue + p.drops.downlink_queue,
-        })
-        .collect();
+    let (links, link_packets) = link_summaries(&counters);
     // Wire overhead where the payload crosses exactly once: the clients'
     // access links (both directions: requests, SENDMEs, TLS and TCP/IP
     // headers, retransmissions) per payload byte delivered.
@@ -1024,6 +926,153 @@ fn run_one(
         host_drops,
     };
     Ok((records, repetition, host_sysctls))
+}
+
+/// Start a workload agent per client with workloads and wait for them
+/// all (each stopped past the workloads' deadline); returns them with
+/// their specs.
+fn run_agents(
+    scenario: &Scenario,
+    variant: &Variant,
+    net: &Network,
+    (dir, bin, seed): (&Path, &Path, u64),
+    server_addrs: &std::collections::HashMap<String, SocketAddr>,
+) -> Result<Vec<(Proc, AgentSpec)>, RunError> {
+    let mut agents = Vec::new();
+    let mut deadline = Duration::from_secs(30);
+    for c in variant.active_clients(&scenario.clients) {
+        let workloads: Vec<_> = variant
+            .workloads
+            .iter()
+            .filter(|w| w.client == c.name)
+            .map(|w| (w.clone(), server_addrs[&w.server]))
+            .collect();
+        if workloads.is_empty() {
+            continue;
+        }
+        for (w, _) in &workloads {
+            let per = scenario.transfer_timeout + w.think_max;
+            deadline = deadline.max(w.start + per * w.count + Duration::from_secs(30));
+        }
+        let spec = AgentSpec {
+            socks: SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT)),
+            workloads,
+            seed,
+            stall_threshold: scenario.stall_threshold,
+            transfer_timeout: scenario.transfer_timeout,
+            out: dir.join(format!("records-{}.jsonl", c.name)),
+        };
+        let spec_path = dir.join(format!("agent-{}.json", c.name));
+        let text = serde_json::to_string_pretty(&spec).unwrap_or_default();
+        fs::write(&spec_path, text).map_err(io_err("writing an agent spec"))?;
+        let log = dir.join(format!("agent-{}.log", c.name));
+        let sp = spec_path.to_string_lossy().into_owned();
+        let p = spawn_in(
+            net,
+            &c.host,
+            bin,
+            &["lab", "agent", "--spec", &sp],
+            &log,
+            &format!("agent-{}", c.name),
+        )?;
+        agents.push((p, spec));
+    }
+    let wait_until = Instant::now() + deadline;
+    for (p, _) in &mut agents {
+        loop {
+            if let Ok(Some(_)) = p.child.try_wait() {
+                break;
+            }
+            if Instant::now() > wait_until {
+                p.stop();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(agents)
+}
+
+/// The transfer records the agents wrote, and a failure for every
+/// transfer an agent did not report.
+fn agent_records(agents: &[(Proc, AgentSpec)]) -> Vec<TransferRecord> {
+    let mut records = Vec::new();
+    for (_, spec) in agents {
+        let text = fs::read_to_string(&spec.out).unwrap_or_default();
+        let mut got: Vec<TransferRecord> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        for (w, _) in &spec.workloads {
+            for index in 0..w.count {
+                if !got.iter().any(|r| r.workload == w.name && r.index == index) {
+                    got.push(TransferRecord {
+                        workload: w.name.clone(),
+                        kind: format!("{:?}", w.kind).to_lowercase(),
+                        index,
+                        size: w.size,
+                        timed_out: true,
+                        stalled: true,
+                        error: Some("no record: the agent did not finish in time".into()),
+                        ..TransferRecord::default()
+                    });
+                }
+            }
+        }
+        records.extend(got);
+    }
+    records
+}
+
+/// Circuit build times from the clients' logs (onionlab's
+/// `circuit built ... ms=` lines; C tor's logs have none).
+fn circuit_build_times(nodes: &Nodes) -> Vec<f64> {
+    let mut ms = Vec::new();
+    for (_, log) in &nodes.clients {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("circuit built")) {
+            if let Some(v) = line
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("ms="))
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                ms.push(v);
+            }
+        }
+    }
+    ms
+}
+
+/// Per directed link: (src, dst, delivered bytes, dropped packets), and
+/// its packet counts.
+#[allow(clippy::type_complexity)]
+fn link_summaries(
+    counters: &onionlab_netem::Counters,
+) -> (Vec<(String, String, u64, u64)>, Vec<LinkPackets>) {
+    let links = counters
+        .paths
+        .iter()
+        .map(|p| {
+            (
+                p.src.clone(),
+                p.dst.clone(),
+                p.delivered_bytes,
+                p.drops.total(),
+            )
+        })
+        .collect();
+    let packets = counters
+        .paths
+        .iter()
+        .map(|p| LinkPackets {
+            src: p.src.clone(),
+            dst: p.dst.clone(),
+            packets: p.submitted_packets,
+            lost: p.drops.loss,
+            queue_dropped: p.drops.uplink_queue + p.drops.path_queue + p.drops.downlink_queue,
+        })
+        .collect();
+    (links, packets)
 }
 
 /// The relays and clients of one repetition, whichever implementation
@@ -1139,12 +1188,16 @@ fn start_onionlab(
 struct Baseline {
     counters: onionlab_netem::Counters,
     relay_cpu_s: Vec<f64>,
+    tcp: Vec<HostTcpCounters>,
+    drops: Vec<HostDrops>,
 }
 
 impl Baseline {
     fn take(net: &Network, nodes: &Nodes) -> Result<Baseline, RunError> {
         Ok(Baseline {
             counters: net.counters()?,
+            tcp: read_tcp_counters(net)?,
+            drops: read_host_drops(net)?,
             relay_cpu_s: nodes
                 .relays
                 .iter()
@@ -1153,16 +1206,57 @@ impl Baseline {
         })
     }
 
-    /// Each relay's CPU seconds since the baseline.
+    /// Each relay's CPU seconds since the baseline; a relay whose CPU
+    /// time could not be read (it exited) is left out and logged, never
+    /// written as NaN (JSON has none).
     fn relay_cpu_since(&self, nodes: &Nodes) -> Vec<(String, f64)> {
         nodes
             .relays
             .iter()
             .zip(&self.relay_cpu_s)
-            .map(|((p, n), before)| {
-                let now = cpu_seconds(p.child.id()).unwrap_or(f64::NAN);
-                (n.clone(), now - before)
+            .filter_map(|((p, n), before)| {
+                let used = cpu_seconds(p.child.id()).map(|now| now - before);
+                match used {
+                    Some(s) if s.is_finite() => Some((n.clone(), s)),
+                    _ => {
+                        tracing::warn!(relay = %n, "no CPU time: the relay process is gone");
+                        None
+                    }
+                }
             })
+            .collect()
+    }
+
+    /// Each host's TCP counters since the baseline (hosts that sent
+    /// segments since).
+    fn tcp_since(&self, end: Vec<HostTcpCounters>) -> Vec<HostTcpCounters> {
+        end.into_iter()
+            .map(|mut c| {
+                if let Some(b) = self.tcp.iter().find(|b| b.host == c.host) {
+                    c.out_segs = c.out_segs.saturating_sub(b.out_segs);
+                    c.retrans_segs = c.retrans_segs.saturating_sub(b.retrans_segs);
+                    c.timeouts = c.timeouts.saturating_sub(b.timeouts);
+                    c.loss_probes = c.loss_probes.saturating_sub(b.loss_probes);
+                    c.fast_retrans = c.fast_retrans.saturating_sub(b.fast_retrans);
+                }
+                c
+            })
+            .filter(|c| c.out_segs > 0)
+            .collect()
+    }
+
+    /// Each host's own drops since the baseline (hosts that dropped any).
+    fn drops_since(&self, end: Vec<HostDrops>) -> Vec<HostDrops> {
+        end.into_iter()
+            .map(|mut d| {
+                if let Some(b) = self.drops.iter().find(|b| b.host == d.host) {
+                    d.tun_tx_dropped = d.tun_tx_dropped.saturating_sub(b.tun_tx_dropped);
+                    d.udp_rcvbuf_errors = d.udp_rcvbuf_errors.saturating_sub(b.udp_rcvbuf_errors);
+                    d.tcp_queue_drops = d.tcp_queue_drops.saturating_sub(b.tcp_queue_drops);
+                }
+                d
+            })
+            .filter(HostDrops::any)
             .collect()
     }
 
@@ -1208,8 +1302,10 @@ fn prepare_hosts(net: &Network, variant: &Variant) -> Result<(Vec<HostTcp>, Sysc
         let congestion = variant.tcp_congestion_of(&h.name);
         let set_default = ctor && congestion != "system";
         if set_default {
-            hostnet::allow_congestion(congestion)
-                .map_err(io_err("allowing a TCP congestion control for C tor"))?;
+            hostnet::allow_congestion(congestion).map_err(io_err(format!(
+                "allowing {congestion} as a namespace default for C tor (needs root; \
+                 or set tcp_congestion = \"system\")"
+            )))?;
         }
         let first = tcp.is_empty();
         let (got, recorded) = net
@@ -1237,24 +1333,80 @@ fn prepare_hosts(net: &Network, variant: &Variant) -> Result<(Vec<HostTcp>, Sysc
 fn read_tcp_counters(net: &Network) -> Result<Vec<HostTcpCounters>, RunError> {
     let mut all = Vec::new();
     for h in &net.topology().hosts {
-        let c = net.run_in(&h.name, || hostnet::read_tcp_counters(&h.name))?;
-        if c.out_segs > 0 {
-            all.push(c);
-        }
+        all.push(net.run_in(&h.name, || hostnet::read_tcp_counters(&h.name))?);
     }
     Ok(all)
 }
 
-/// The hosts whose kernels dropped packets themselves.
+/// Every host's own packet drops.
 fn read_host_drops(net: &Network) -> Result<Vec<HostDrops>, RunError> {
     let mut drops = Vec::new();
     for h in &net.topology().hosts {
-        let d = net.run_in(&h.name, || {
+        drops.push(net.run_in(&h.name, || {
             hostnet::read_drops(&h.name, onionlab_netem::netns::TUN_NAME)
-        })?;
-        if d.any() {
-            drops.push(d);
-        }
+        })?);
     }
     Ok(drops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onionlab_netem::counters::PathCounters;
+    use onionlab_netem::Counters;
+
+    fn path(src: &str, bytes: u64, loss: u64) -> PathCounters {
+        let mut p = PathCounters {
+            src: src.into(),
+            dst: "b".into(),
+            submitted_packets: bytes / 100,
+            submitted_bytes: bytes,
+            delivered_packets: bytes / 100,
+            delivered_bytes: bytes,
+            ..PathCounters::default()
+        };
+        p.drops.loss = loss;
+        p
+    }
+
+    /// What came before the workload (C tor's bootstrap, say) is taken
+    /// off every count; a path or host first seen after it keeps all.
+    #[test]
+    fn the_baseline_is_taken_off_links_tcp_and_drops() {
+        let tcp = |host: &str, segs: u64| HostTcpCounters {
+            host: host.into(),
+            out_segs: segs,
+            retrans_segs: segs / 10,
+            ..HostTcpCounters::default()
+        };
+        let drops = |host: &str, n: u64| HostDrops {
+            host: host.into(),
+            udp_rcvbuf_errors: n,
+            ..HostDrops::default()
+        };
+        let before = Baseline {
+            counters: Counters {
+                paths: vec![path("a", 50_000, 2)],
+                ..Counters::default()
+            },
+            relay_cpu_s: Vec::new(),
+            tcp: vec![tcp("a", 300), tcp("c", 40)],
+            drops: vec![drops("a", 5)],
+        };
+        let mut end = Counters {
+            paths: vec![path("a", 1_050_000, 3), path("new", 7_000, 0)],
+            ..Counters::default()
+        };
+        before.subtract_from(&mut end);
+        assert_eq!(end.paths[0].delivered_bytes, 1_000_000);
+        assert_eq!(end.paths[0].submitted_packets, 10_000);
+        assert_eq!(end.paths[0].drops.loss, 1);
+        assert_eq!(end.paths[1].delivered_bytes, 7_000);
+        let t = before.tcp_since(vec![tcp("a", 1300), tcp("c", 40)]);
+        assert_eq!(t.len(), 1, "c sent nothing since: left out");
+        assert_eq!((t[0].out_segs, t[0].retrans_segs), (1000, 100));
+        let d = before.drops_since(vec![drops("a", 5), drops("b", 2)]);
+        assert_eq!(d.len(), 1, "a dropped nothing since");
+        assert_eq!((d[0].host.as_str(), d[0].udp_rcvbuf_errors), ("b", 2));
+    }
 }

@@ -1034,7 +1034,8 @@ impl Scenario {
                 continue;
             }
             for c in v.active_clients(&self.clients) {
-                if let Some(path) = c.path.as_ref().filter(|p| p.len() != 3) {
+                let Some(path) = &c.path else { continue };
+                if path.len() != 3 {
                     return Err(format!(
                         "client {:?} has a {}-hop path, and C tor (variant {:?}) builds three-hop \
                          circuits: give it three relays, or leave the combination out with \
@@ -1042,6 +1043,19 @@ impl Scenario {
                         c.name,
                         path.len(),
                         v.label
+                    ));
+                }
+                // C tor takes only Guard relays first and Exit relays last,
+                // and the lab's authority votes those flags by role.
+                let role = |host: &str, f: fn(&RelaySpec) -> bool| {
+                    self.relays.iter().any(|r| r.host == host && f(r))
+                };
+                if !role(&path[0], |r| r.guard) || !role(&path[2], |r| r.exit) {
+                    return Err(format!(
+                        "client {:?}'s path must start at a `guard = true` relay and end at an \
+                         `exit = true` relay for C tor (variant {:?}), which takes only Guard \
+                         and Exit relays there",
+                        c.name, v.label
                     ));
                 }
             }

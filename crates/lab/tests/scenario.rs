@@ -812,4 +812,15 @@ fn ctor_is_a_transport_value_with_three_hop_paths() {
     }
     // Without C tor the same path is fine.
     parse(&two_hops.replace(", \"ctor\"]", "]")).expect("onionlab takes any path");
+    // C tor's first hop must be a guard, its last an exit.
+    let no_guard_first = text.replace(
+        "path = [\"guard\", \"middle\", \"exit\"]",
+        "path = [\"middle\", \"guard\", \"exit\"]",
+    );
+    match parse(&no_guard_first) {
+        Err(Error::Scenario { message, .. }) => {
+            assert!(message.contains("`guard = true`"), "{message}")
+        }
+        other => panic!("a C tor path without a guard first accepted: {other:?}"),
+    }
 }

@@ -271,6 +271,9 @@ fn c_tor_runs_beside_onionlab_in_the_lab() {
         // tor's bootstrap), every host's TCP Cubic.
         let names: Vec<&str> = r.relay_cpu_s.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["guard", "middle", "exit"], "{line}");
+        for (n, cpu) in &r.relay_cpu_s {
+            assert!(cpu.is_finite() && *cpu >= 0.0, "{n}: {cpu} CPU seconds");
+        }
         let to_client: u64 = r
             .links
             .iter()

@@ -47,6 +47,11 @@ pub enum BenchCommand {
     /// Medians of the runs in JSON-lines files written with `--json`; with
     /// two files, also a comparison table (ratios second / first).
     Report(ReportArgs),
+    /// Start a private C tor network on loopback (an authority, three
+    /// relays on one pinned path, a client) with the lab's C tor set-up;
+    /// print `ready socks=... relay0=PID ...` once its client bootstrapped
+    /// and keep it running until interrupted (scripts/bench-ctor.sh).
+    CtorNetwork(crate::cmd::ctornet::CtorNetworkArgs),
 }
 
 /// What both commands measure per run.
@@ -261,6 +266,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode> {
         BenchCommand::Chain(args) => chain(args),
         BenchCommand::Socks(args) => socks(args),
         BenchCommand::Report(args) => report(args),
+        BenchCommand::CtorNetwork(args) => crate::cmd::ctornet::run(args),
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod client;
+pub mod ctornet;
 pub mod demo;
 pub mod directory;
 pub mod lab;
