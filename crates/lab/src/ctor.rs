@@ -253,7 +253,8 @@ impl NetPlan {
                 .collect(),
             vegas: variant.circuit_cc == "vegas",
             round_robin: variant.scheduler == "round-robin",
-            control_port: false,
+            // For the circuits' build times (CircuitWatch).
+            control_port: true,
         }
     }
 
@@ -733,6 +734,111 @@ fn test_download(socks: SocketAddr, server: SocketAddr) -> Result<(), String> {
     })
 }
 
+/// Watches a C tor client's circuits on its control port (`SETEVENTS
+/// CIRC`) and times each from LAUNCHED to BUILT: the build times
+/// onionlab's clients log. Only circuits launched while it watches count.
+pub struct CircuitWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl CircuitWatch {
+    /// Connect to the control port `control` of the client in `host`
+    /// (cookie authentication with `cookie`) and start watching.
+    pub fn start(
+        place: &Place,
+        host: &str,
+        control: SocketAddr,
+        cookie: &Path,
+    ) -> Result<CircuitWatch, RunError> {
+        use std::io::{BufRead, BufReader, Write};
+        let cookie = fs::read(cookie).map_err(io_err("reading the control cookie"))?;
+        let conn = place
+            .run_in(host, || std::net::TcpStream::connect(control))?
+            .map_err(io_err(format!("connecting to {host}'s tor control port")))?;
+        let mut w = conn.try_clone().map_err(io_err("cloning a socket"))?;
+        let mut r = BufReader::new(conn);
+        let mut line = String::new();
+        for cmd in [
+            format!("AUTHENTICATE {}", hex::encode(cookie)),
+            "SETEVENTS CIRC".into(),
+        ] {
+            w.write_all(format!("{cmd}\r\n").as_bytes())
+                .map_err(io_err("writing to tor's control port"))?;
+            line.clear();
+            r.read_line(&mut line)
+                .map_err(io_err("reading tor's control port"))?;
+            if !line.starts_with("250") {
+                return Err(RunError::Start(format!(
+                    "tor's control port in {host} refused {:?}: {}",
+                    cmd.split(' ').next().unwrap_or(""),
+                    line.trim()
+                )));
+            }
+        }
+        r.get_ref()
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .map_err(io_err("setting a socket timeout"))?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut launched = std::collections::HashMap::new();
+            let mut built = Vec::new();
+            let mut line = String::new();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                // A timeout keeps what was read so far in `line`.
+                match r.read_line(&mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
+                    Err(_) => break,
+                }
+                if let Some(ms) = circ_event(&line, &mut launched, Instant::now()) {
+                    built.push(ms);
+                }
+                line.clear();
+            }
+            built
+        });
+        Ok(CircuitWatch { stop, thread })
+    }
+
+    /// Stop watching; the build times in ms.
+    pub fn finish(self) -> Vec<f64> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// One control-port line: `650 CIRC ID LAUNCHED ...` remembers when the
+/// circuit started, `650 CIRC ID BUILT ...` gives its build time in ms.
+fn circ_event(
+    line: &str,
+    launched: &mut std::collections::HashMap<String, Instant>,
+    now: Instant,
+) -> Option<f64> {
+    let mut f = line.trim_end().split(' ');
+    if (f.next(), f.next()) != (Some("650"), Some("CIRC")) {
+        return None;
+    }
+    let id = f.next()?.to_string();
+    match f.next()? {
+        "LAUNCHED" => {
+            launched.insert(id, now);
+            None
+        }
+        "BUILT" => launched
+            .remove(&id)
+            .map(|t| now.duration_since(t).as_secs_f64() * 1e3),
+        "FAILED" | "CLOSED" => {
+            launched.remove(&id);
+            None
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,5 +854,42 @@ mod tests {
             assert!(n.chars().all(|c| c.is_ascii_alphanumeric()), "{n}");
         }
         assert_ne!(nickname(0, "or-5"), nickname(1, "or5"));
+    }
+
+    #[test]
+    fn circuit_events_give_build_times() {
+        let mut launched = std::collections::HashMap::new();
+        let t0 = Instant::now();
+        let ev = |l: &str, at: u64, m: &mut _| circ_event(l, m, t0 + Duration::from_millis(at));
+        assert_eq!(
+            ev(
+                "650 CIRC 7 LAUNCHED BUILD_FLAGS=NEED_CAPACITY\r\n",
+                0,
+                &mut launched
+            ),
+            None
+        );
+        assert_eq!(ev("650 CIRC 8 LAUNCHED\r\n", 5, &mut launched), None);
+        assert_eq!(
+            ev("650 CIRC 7 EXTENDED $AB~r0guard\r\n", 100, &mut launched),
+            None
+        );
+        let ms = ev(
+            "650 CIRC 7 BUILT $AB~r0guard,$CD~r1middle\r\n",
+            250,
+            &mut launched,
+        );
+        assert_eq!(ms, Some(250.0));
+        assert_eq!(
+            ev("650 CIRC 8 FAILED REASON=TIMEOUT\r\n", 300, &mut launched),
+            None
+        );
+        // A circuit launched before the watch began is not timed.
+        assert_eq!(
+            ev("650 CIRC 3 BUILT $AB~r0guard\r\n", 400, &mut launched),
+            None
+        );
+        assert_eq!(ev("250 OK\r\n", 400, &mut launched), None);
+        assert!(launched.is_empty());
     }
 }

@@ -844,10 +844,18 @@ fn run_one(
             let test_server = servers.first().map(|s| s.1);
             let c = crate::ctor::start(&place, &plan, dir, test_server, status)?;
             status("");
+            let mut circuit_watches = Vec::new();
+            for (client, control) in plan.clients.iter().zip(&c.control) {
+                if let Some((addr, cookie)) = control {
+                    let w = crate::ctor::CircuitWatch::start(&place, &client.host, *addr, cookie)?;
+                    circuit_watches.push(w);
+                }
+            }
             Nodes {
                 relays: c.relays,
                 clients: c.clients,
                 others: vec![c.authority],
+                circuit_watches,
             }
         }
     };
@@ -886,7 +894,10 @@ fn run_one(
     before.subtract_from(&mut counters);
 
     let records = agent_records(&agents);
-    let circuit_build_ms = circuit_build_times(&nodes);
+    let mut circuit_build_ms = circuit_build_times(&nodes);
+    for w in std::mem::take(&mut nodes.circuit_watches) {
+        circuit_build_ms.extend(w.finish());
+    }
     let payload_bytes: u64 = records
         .iter()
         .filter(|r| r.error.is_none())
@@ -1025,7 +1036,7 @@ fn agent_records(agents: &[(Proc, AgentSpec)]) -> Vec<TransferRecord> {
 }
 
 /// Circuit build times from the clients' logs (onionlab's
-/// `circuit built ... ms=` lines; C tor's logs have none).
+/// `circuit built ... ms=` lines; C tor's come from its control port).
 fn circuit_build_times(nodes: &Nodes) -> Vec<f64> {
     let mut ms = Vec::new();
     for (_, log) in &nodes.clients {
@@ -1084,6 +1095,9 @@ struct Nodes {
     clients: Vec<(Proc, PathBuf)>,
     /// Other processes of the network (C tor's directory authority).
     others: Vec<Proc>,
+    /// C tor clients' circuit build times, watched on their control
+    /// ports (onionlab's clients log theirs).
+    circuit_watches: Vec<crate::ctor::CircuitWatch>,
 }
 
 /// Start the scenario's workload servers and wait until they listen;
@@ -1179,6 +1193,7 @@ fn start_onionlab(
         relays: relays.into_iter().map(|(p, _, _, n)| (p, n)).collect(),
         clients,
         others: Vec::new(),
+        circuit_watches: Vec::new(),
     })
 }
 

@@ -292,6 +292,10 @@ fn c_tor_runs_beside_onionlab_in_the_lab() {
             // C tor sets nothing per socket: the namespaces' default is it.
             assert!(r.tcp.iter().all(|h| h.kernel_default == "cubic"), "{line}");
         }
+        // Circuit build times for both: onionlab's from its log, C tor's
+        // from its control port; three 20 ms hops need at least 120 ms.
+        assert!(!r.circuit_build_ms.is_empty(), "{line}");
+        assert!(r.circuit_build_ms.iter().all(|ms| *ms >= 119.0), "{line}");
     }
     let env: onionlab_lab::run::Environment =
         serde_json::from_str(&std::fs::read_to_string(out.join("environment.json")).expect("env"))
