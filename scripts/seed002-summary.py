@@ -163,8 +163,13 @@ def exp3(records):
         loaded = [statistics.fmean(r["probe_latency_ms"]) for r in ok.get("loaded", [])]
         pooled = sorted(x for r in ok.get("loaded", []) for x in r["probe_latency_ms"])
         base = [statistics.fmean(r["probe_latency_ms"]) for r in ok.get("base", [])]
+        p = params(v)
+        # Other matrix parameters (tcp_notsent_lowat, ...) follow the
+        # transport's name.
+        others = " ".join(f"{k}={x}" for k, x in sorted(p.items()) if k != "transport")
         rows.append({
-            "transport": params(v).get("transport", "tls"),
+            "transport": p.get("transport", "tls"),
+            "label": p.get("transport", "tls") + (f" ({others})" if others else ""),
             "bulk": mean_ci(bulk),
             "loaded": mean_ci(loaded),
             "loaded_p50": statistics.median(pooled) if pooled else math.nan,
@@ -174,7 +179,8 @@ def exp3(records):
             "reps": len(ok.get("bulk", [])),
         })
     transports = ["tls", "dtls-utcp", "pctcp", "quic", "quic-conn-per-circuit"]
-    rows.sort(key=lambda r: transports.index(r["transport"]) if r["transport"] in transports else 9)
+    rows.sort(key=lambda r: (transports.index(r["transport"]) if r["transport"] in transports else 9,
+                             r["label"]))
     return rows
 
 
@@ -189,7 +195,7 @@ def main():
               "| base delay (ms) | runs | failed |")
         print("|---|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['transport']} | {fmt(*r['bulk'])} | {fmt(*r['loaded'])} | "
+            print(f"| {r['label']} | {fmt(*r['bulk'])} | {fmt(*r['loaded'])} | "
                   f"{fmt(r['loaded_p50'], math.nan)}, {fmt(r['loaded_p99'], math.nan)} | "
                   f"{fmt(*r['base'])} | {r['reps']} | {r['failed']} |")
         return
