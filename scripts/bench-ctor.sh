@@ -142,7 +142,8 @@ start_and_bootstrap() {
     "$ONIONLAB" --log warn bench ctor-network --dir "$net" --circuit-cc vegas \
         >"$net/ready" 2>"$net/network.log" &
     NET_PID=$!
-    while ! grep -q '^ready ' "$net/ready" 2>/dev/null; do
+    # The whole line: it ends with the authority's PID.
+    while ! grep -Eq '^ready .* auth=[0-9]+$' "$net/ready" 2>/dev/null; do
         if ! kill -0 "$NET_PID" 2>/dev/null; then
             log "the C tor network did not start:"
             tail -n 30 "$net/network.log" >&2 || true

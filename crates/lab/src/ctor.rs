@@ -155,14 +155,37 @@ pub enum Place<'a> {
     Lab(&'a Network),
     /// Every node on 127.0.0.1 in this namespace, each with free ports of
     /// its own (`onionlab bench ctor-network`).
-    Loopback,
+    Loopback(PortPool),
+}
+
+/// Free loopback ports for a network's nodes: each stays bound (so no two
+/// nodes get the same one, and nothing else takes it) until the tors are
+/// about to start.
+#[derive(Default)]
+pub struct PortPool(std::sync::Mutex<Vec<std::net::TcpListener>>);
+
+impl PortPool {
+    fn take(&self) -> Result<u16, RunError> {
+        let l =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
+        let port = l
+            .local_addr()
+            .map_err(io_err("finding a free port"))?
+            .port();
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(l);
+        Ok(port)
+    }
+
+    fn release(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
 }
 
 impl Place<'_> {
     fn ip(&self, host: &str) -> Result<IpAddr, RunError> {
         match self {
             Place::Lab(net) => Ok(IpAddr::V4(net.address(host)?)),
-            Place::Loopback => Ok(IpAddr::from([127, 0, 0, 1])),
+            Place::Loopback(_) => Ok(IpAddr::from([127, 0, 0, 1])),
         }
     }
 
@@ -170,24 +193,21 @@ impl Place<'_> {
     fn port(&self, fixed: u16) -> Result<u16, RunError> {
         match self {
             Place::Lab(_) => Ok(fixed),
-            Place::Loopback => std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .map_err(io_err("finding a free port")),
+            Place::Loopback(pool) => pool.take(),
         }
     }
 
     fn tor_command(&self, host: &str) -> Result<Command, RunError> {
         match self {
             Place::Lab(net) => Ok(net.command(host, "tor")?),
-            Place::Loopback => Ok(Command::new("tor")),
+            Place::Loopback(_) => Ok(Command::new("tor")),
         }
     }
 
     fn run_in<R: Send>(&self, host: &str, f: impl FnOnce() -> R + Send) -> Result<R, RunError> {
         match self {
             Place::Lab(net) => Ok(net.run_in(host, f)?),
-            Place::Loopback => Ok(f()),
+            Place::Loopback(_) => Ok(f()),
         }
     }
 }
@@ -452,6 +472,17 @@ fn spawn_tor(place: &Place, host: &str, dir: &Path, name: &str) -> Result<Proc, 
     let log = fs::File::create(dir.join("stdout.log")).map_err(io_err("creating a tor log"))?;
     let err = log.try_clone().map_err(io_err("creating a tor log"))?;
     let mut cmd = place.tor_command(host)?;
+    // SAFETY: prctl(2) is async-signal-safe. The tor dies with the thread
+    // that started it, even if this process is killed outright.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd.args(["--defaults-torrc", "/dev/null", "-f"])
         .arg(dir.join("torrc"))
         .stdin(Stdio::null())
@@ -604,6 +635,9 @@ pub fn start(
     let base = dir.join("ctor");
     let (auth, relays) = plan_nodes(place, plan, &base)?;
     let clients = write_torrcs(place, plan, &base, &auth, &relays)?;
+    if let Place::Loopback(pool) = place {
+        pool.release();
+    }
     let authority = spawn_tor(place, &auth.host, &auth.dir, "ctor-auth")?;
     let mut network = CtorNetwork {
         relays: Vec::new(),
@@ -630,7 +664,7 @@ pub fn start(
 }
 
 /// Whether every tor of `network` still runs; else which one exited.
-fn exited(network: &mut CtorNetwork) -> Option<String> {
+pub fn exited(network: &mut CtorNetwork) -> Option<String> {
     let procs = std::iter::once(&mut network.authority)
         .chain(network.relays.iter_mut().map(|(p, _)| p))
         .chain(network.clients.iter_mut().map(|(p, _)| p));
@@ -754,8 +788,13 @@ impl CircuitWatch {
         use std::io::{BufRead, BufReader, Write};
         let cookie = fs::read(cookie).map_err(io_err("reading the control cookie"))?;
         let conn = place
-            .run_in(host, || std::net::TcpStream::connect(control))?
+            .run_in(host, || {
+                std::net::TcpStream::connect_timeout(&control, Duration::from_secs(10))
+            })?
             .map_err(io_err(format!("connecting to {host}'s tor control port")))?;
+        // A tor that does not answer its control port cannot hold the run.
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .map_err(io_err("setting a socket timeout"))?;
         let mut w = conn.try_clone().map_err(io_err("cloning a socket"))?;
         let mut r = BufReader::new(conn);
         let mut line = String::new();
@@ -784,17 +823,20 @@ impl CircuitWatch {
         let thread = std::thread::spawn(move || {
             let mut launched = std::collections::HashMap::new();
             let mut built = Vec::new();
-            let mut line = String::new();
+            let mut line = Vec::new();
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                // A timeout keeps what was read so far in `line`.
-                match r.read_line(&mut line) {
+                // Bytes, not a String: a timeout keeps what was read so
+                // far in `line` whatever it is.
+                match r.read_until(b'\n', &mut line) {
                     Ok(0) => break,
-                    Ok(_) => {}
+                    Ok(_) if line.ends_with(b"\n") => {}
+                    Ok(_) => continue,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                     Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
                     Err(_) => break,
                 }
-                if let Some(ms) = circ_event(&line, &mut launched, Instant::now()) {
+                let text = String::from_utf8_lossy(&line).into_owned();
+                if let Some(ms) = circ_event(&text, &mut launched, Instant::now()) {
                     built.push(ms);
                 }
                 line.clear();
@@ -812,7 +854,9 @@ impl CircuitWatch {
 }
 
 /// One control-port line: `650 CIRC ID LAUNCHED ...` remembers when the
-/// circuit started, `650 CIRC ID BUILT ...` gives its build time in ms.
+/// circuit started, `650 CIRC ID BUILT PATH ...` gives its build time in
+/// ms if it is a general-purpose circuit (not a one-hop directory tunnel
+/// or an onion-service circuit: onionlab's clients build only those).
 fn circ_event(
     line: &str,
     launched: &mut std::collections::HashMap<String, Instant>,
@@ -828,9 +872,15 @@ fn circ_event(
             launched.insert(id, now);
             None
         }
-        "BUILT" => launched
-            .remove(&id)
-            .map(|t| now.duration_since(t).as_secs_f64() * 1e3),
+        "BUILT" => {
+            let started = launched.remove(&id)?;
+            let rest: Vec<&str> = f.collect();
+            let general = rest.contains(&"PURPOSE=GENERAL")
+                && !rest
+                    .iter()
+                    .any(|x| x.starts_with("BUILD_FLAGS=") && x.contains("ONEHOP_TUNNEL"));
+            general.then(|| now.duration_since(started).as_secs_f64() * 1e3)
+        }
         "FAILED" | "CLOSED" => {
             launched.remove(&id);
             None
@@ -875,11 +925,16 @@ mod tests {
             None
         );
         let ms = ev(
-            "650 CIRC 7 BUILT $AB~r0guard,$CD~r1middle\r\n",
+            "650 CIRC 7 BUILT $AB~r0,$CD~r1,$EF~r2 BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL\r\n",
             250,
             &mut launched,
         );
         assert_eq!(ms, Some(250.0));
+        // One-hop directory tunnels are not timed.
+        assert_eq!(ev("650 CIRC 9 LAUNCHED\r\n", 260, &mut launched), None);
+        let dir =
+            "650 CIRC 9 BUILT $AB~r0 BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL PURPOSE=GENERAL\r\n";
+        assert_eq!(ev(dir, 280, &mut launched), None);
         assert_eq!(
             ev("650 CIRC 8 FAILED REASON=TIMEOUT\r\n", 300, &mut launched),
             None

@@ -34,14 +34,24 @@ pub struct CtorNetworkArgs {
 pub fn run(args: CtorNetworkArgs) -> Result<ExitCode> {
     let version = ctor::tor_version().map_err(|e| Error::Usage(e.to_string()))?;
     eprintln!("{version}: starting a network in {}", args.dir.display());
-    let plan = NetPlan::chain(args.circuit_cc == "vegas");
-    let status = |s: &str| eprintln!("{s}");
-    let network = ctor::start(&Place::Loopback, &plan, &args.dir, None, &status)
-        .map_err(|e| Error::Usage(format!("bench ctor-network: {e}")))?;
+    // Before the network starts: a signal during its bootstrap must still
+    // stop the tors (they also die with this process: PR_SET_PDEATHSIG).
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Error::Usage(format!("installing a signal handler: {e}")))?;
+    }
+    let plan = NetPlan::chain(args.circuit_cc == "vegas");
+    let status = |s: &str| eprintln!("{s}");
+    let place = Place::Loopback(ctor::PortPool::default());
+    let mut network = ctor::start(&place, &plan, &args.dir, None, &status)
+        .map_err(|e| Error::Usage(format!("bench ctor-network: {e}")))?;
+    if stop.load(Ordering::Relaxed) {
+        return Ok(ExitCode::FAILURE);
     }
     let mut line = format!("ready socks={}", network.socks[0]);
     if let Some((addr, cookie)) = &network.control[0] {
@@ -60,6 +70,9 @@ pub fn run(args: CtorNetworkArgs) -> Result<ExitCode> {
         .and_then(|()| out.flush())
         .map_err(|e| Error::Usage(format!("writing to stdout: {e}")))?;
     while !stop.load(Ordering::Relaxed) {
+        if let Some(why) = ctor::exited(&mut network) {
+            return Err(Error::Usage(format!("bench ctor-network: {why}")));
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     drop(network);
