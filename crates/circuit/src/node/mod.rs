@@ -595,6 +595,7 @@ impl RelayNode {
             self.control_cells -= 1;
             return Some(cell);
         }
+        let blocked_signal = self.blocked_signal();
         loop {
             // `next` takes the circuit out of the active set.
             let (key, side) = self.channels.get_mut(&chan)?.scheduler.next(now)?;
@@ -611,10 +612,14 @@ impl RelayNode {
             if !has_room(circid) {
                 // Its lane is full: it stays out of the active set until
                 // `lanes_writable` or its next input puts it back.
-                entry.circ.set_channel_blocked(side, true);
+                if blocked_signal {
+                    entry.circ.set_channel_blocked(side, true);
+                }
                 continue;
             }
-            entry.circ.set_channel_blocked(side, false);
+            if blocked_signal {
+                entry.circ.set_channel_blocked(side, false);
+            }
             let Some(msg) = entry.circ.poll_transmit(now, side) else {
                 // Nothing after all: handle its events but do not put it
                 // back in the scheduler, or a disagreement between
@@ -640,6 +645,9 @@ impl RelayNode {
     /// exit's circuit congestion control, as C tor's "streams blocked on
     /// the channel"). O(circuits on the channel).
     pub fn channel_full(&mut self, chan: ChannelId) {
+        if !self.blocked_signal() {
+            return;
+        }
         let Some(ch) = self.channels.get(&chan) else {
             return;
         };
@@ -648,6 +656,13 @@ impl RelayNode {
                 e.circ.set_channel_blocked(side, true);
             }
         }
+    }
+
+    /// Whether circuits here take the blocked-channel signal: only under
+    /// an RTT-based congestion control (fixed windows ignore it, so the
+    /// per-cell path skips it).
+    fn blocked_signal(&self) -> bool {
+        !matches!(self.config.circuit.cc, crate::flow::CircuitCc::Fixed)
     }
 
     /// Lanes of `chan` may have room again (one drained, or the driver is
