@@ -282,11 +282,6 @@ impl Proc {
         }
     }
 
-    /// Its name (a node, server or agent).
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Its process ID.
     pub fn pid(&self) -> u32 {
         self.child.id()
