@@ -538,7 +538,7 @@ async fn deliver(link: &LinkShared, cells: Vec<AnyChanCell>) -> bool {
 async fn open_lane(
     link: Arc<LinkShared>,
     lane: Arc<SendBuffer>,
-    preamble: LanePreamble,
+    (preamble, pre): (LanePreamble, Option<BoxConn>),
     slot: (Option<oneshot::Receiver<()>>, ReadSlot),
     count: Arc<LaneCount>,
 ) {
@@ -547,7 +547,10 @@ async fn open_lane(
             peer: link.addr(),
             detail: "a lane to an anonymous peer".into(),
         })?;
-        let mut conn = link.dialer.open(link.addr(), identity).await?;
+        let mut conn = match pre {
+            Some(conn) => conn,
+            None => link.dialer.open(link.addr(), identity).await?,
+        };
         conn.write_all(&wire::encode_lane_preamble(&preamble))
             .await
             .map_err(|source| Error::Tls {
@@ -807,11 +810,15 @@ impl PctcpWriter {
             }
             ended.remove(&circ_id);
         }
-        if !self.may_open_lane() {
-            lock(&link.on_main).insert(circ_id);
-            return Some(link.main.clone());
+        if let Some(lane) = self
+            .may_open_lane()
+            .then(|| self.new_lane(circ_id))
+            .flatten()
+        {
+            return Some(lane);
         }
-        Some(self.new_lane(circ_id))
+        lock(&link.on_main).insert(circ_id);
+        Some(link.main.clone())
     }
 
     /// Whether a new circuit may have a lane: the peer accepts lanes and
@@ -832,8 +839,23 @@ impl PctcpWriter {
         true
     }
 
-    fn new_lane(&self, circ_id: u32) -> Arc<SendBuffer> {
+    /// A lane for `circ_id`, or `None` (the circuit goes on the main
+    /// connection): a dtls-utcp lane is taken from its session here, at
+    /// once, so two new circuits cannot both pass the room check and one
+    /// then fail to open (the check and the taking are one step).
+    fn new_lane(&self, circ_id: u32) -> Option<Arc<SendBuffer>> {
         let link = self.link();
+        let pre: Option<BoxConn> = match &link.dialer {
+            Dialer::Utcp(session) => match session.open_lane() {
+                Ok(stream) => Some(Box::new(stream)),
+                Err(e) => {
+                    debug!(peer = %link.addr(), circ_id, "no dtls-utcp lane: {e}");
+                    link.node.fell_back(link.addr());
+                    return None;
+                }
+            },
+            Dialer::Tcp { .. } => None,
+        };
         let lane = SendBuffer::new(circ_id);
         lock(&link.lanes).insert(circ_id, lane.clone());
         let (seq, prev) = {
@@ -858,8 +880,14 @@ impl PctcpWriter {
         // in the order they were opened here.
         let slot = link.order_slot(circ_id);
         let count = Arc::new(link.lane_opened());
-        link.spawn(open_lane(link.clone(), lane.clone(), preamble, slot, count));
-        lane
+        link.spawn(open_lane(
+            link.clone(),
+            lane.clone(),
+            (preamble, pre),
+            slot,
+            count,
+        ));
+        Some(lane)
     }
 
     /// Lane connections open on this link.
