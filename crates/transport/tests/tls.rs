@@ -277,3 +277,99 @@ async fn ids_are_compared_exactly() {
     );
     assert_ne!(k.public().ed_identity, Ed25519Identity::new([0; 32]));
 }
+
+/// Forward one TCP connection from a fresh listener to `to`, keeping a copy
+/// of each direction's bytes; returns the listener's address and the copies
+/// (client to server, server to client) once both directions end.
+async fn recording_proxy(
+    to: SocketAddr,
+) -> (SocketAddr, tokio::task::JoinHandle<(Vec<u8>, Vec<u8>)>) {
+    let listener = tokio::net::TcpListener::bind(loopback()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (inbound, _) = listener.accept().await.unwrap();
+        let outbound = tokio::net::TcpStream::connect(to).await.unwrap();
+        let (mut in_r, mut in_w) = inbound.into_split();
+        let (mut out_r, mut out_w) = outbound.into_split();
+        async fn pump(
+            r: &mut tokio::net::tcp::OwnedReadHalf,
+            w: &mut tokio::net::tcp::OwnedWriteHalf,
+        ) -> Vec<u8> {
+            let (mut seen, mut buf) = (Vec::new(), vec![0u8; 65536]);
+            while let Ok(n @ 1..) = r.read(&mut buf).await {
+                seen.extend_from_slice(&buf[..n]);
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+            let _ = w.shutdown().await;
+            seen
+        }
+        tokio::join!(pump(&mut in_r, &mut out_w), pump(&mut out_r, &mut in_w))
+    });
+    (addr, task)
+}
+
+/// The lengths of the TLS records in `stream` (5-byte headers: type,
+/// version, length).
+fn record_lengths(stream: &[u8]) -> Vec<usize> {
+    let (mut lengths, mut at) = (Vec::new(), 0);
+    while at + 5 <= stream.len() {
+        let len = usize::from(u16::from_be_bytes([stream[at + 3], stream[at + 4]]));
+        lengths.push(len);
+        at += 5 + len;
+    }
+    assert_eq!(at, stream.len(), "the capture ends inside a record");
+    lengths
+}
+
+/// Records carry at most eight cells: a 16 KiB record is larger than a
+/// fresh TCP connection's initial window, and its tail would wait a round
+/// trip for an ACK before any of its cells could be decrypted.
+#[tokio::test]
+async fn records_are_small_enough_for_a_fresh_congestion_window() {
+    let (a, b) = (keys(1), keys(2));
+    let ta = TlsTransport::relay(&a, vec![]).unwrap();
+    let tb = TlsTransport::relay(&b, vec![]).unwrap();
+    let mut listener = tb.bind(loopback()).await.unwrap();
+    let (proxy, capture) = recording_proxy(listener.local_addr()).await;
+    let b_id = b.public().ed_identity;
+    let (client, server) = tokio::join!(ta.connect(proxy, b_id), accept_one(&mut listener));
+    let (mut client, mut server) = (client.unwrap(), server.unwrap());
+
+    // 200 cells each way, queued before one flush: 100 KB in one write.
+    let n = 200u32;
+    for i in 0..n {
+        client.writer.queue(relay_cell(0x8000_0000 | i, 1)).unwrap();
+        server.writer.queue(relay_cell(0x8000_0000 | i, 2)).unwrap();
+    }
+    let (c, s) = tokio::join!(client.writer.flush(), server.writer.flush());
+    c.unwrap();
+    s.unwrap();
+    let mut cells = Vec::new();
+    for reader in [&mut client.reader, &mut server.reader] {
+        let mut got = 0;
+        while got < n as usize {
+            cells.clear();
+            reader.read_cells(&mut cells).await.unwrap();
+            got += cells.len();
+        }
+    }
+    client.writer.shutdown().await.unwrap();
+    server.writer.shutdown().await.unwrap();
+    drop((client, server));
+    let (to_server, to_client) = capture.await.unwrap();
+
+    // Eight 514-byte cells, the inner content type and AES-GCM's tag.
+    let largest = 8 * 514 + 1 + 16;
+    for (direction, stream) in [("to the server", to_server), ("to the client", to_client)] {
+        let lengths = record_lengths(&stream);
+        let big = lengths.iter().filter(|&&len| len > 4000).count();
+        assert!(
+            big >= 20,
+            "{direction}: only {big} full records: {lengths:?}"
+        );
+        let max = lengths.iter().max().unwrap();
+        assert!(*max <= largest, "{direction}: a {max}-byte record");
+    }
+}
