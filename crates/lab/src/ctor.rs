@@ -389,7 +389,7 @@ fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> Str
          V3AuthoritativeDirectory 1\nAssumeReachable 1\n__DisablePredictedCircuits 1\n\
          ExitRelay 0\nExitPolicy reject *:*\n\
          TestingV3AuthInitialVotingInterval 5\nTestingV3AuthInitialVoteDelay 2\n\
-         TestingV3AuthInitialDistDelay 2\nV3AuthVotingInterval 20\nV3AuthVoteDelay 2\n\
+         TestingV3AuthInitialDistDelay 2\nV3AuthVotingInterval 10\nV3AuthVoteDelay 2\n\
          V3AuthDistDelay 2\nAuthDirVoteStableGuaranteeMinUptime 0\n\
          AuthDirVoteStableGuaranteeMTBF 0\n\
          ConsensusParams cc_alg={cc_alg}\n",
@@ -653,6 +653,7 @@ pub fn start(
         let p = spawn_tor(place, &r.host, &r.dir, &r.host)?;
         network.relays.push((p, r.host.clone()));
     }
+    wait_consensus(&mut network, &auth, &relays, status)?;
     for c in &clients {
         let p = spawn_tor(place, &c.host, &c.dir, &c.name)?;
         network.clients.push((p, c.dir.join("notice.log")));
@@ -661,6 +662,59 @@ pub fn start(
         wait_ready(place, &mut network, i, c, test_server, status)?;
     }
     Ok(network)
+}
+
+/// Wait until the authority has published a consensus that lists every
+/// relay. Relays upload their descriptors a second or two after they
+/// start, often after the authority's first vote: that consensus lists only
+/// the authority, and a client that bootstrapped from it waited for its
+/// next consensus fetch (up to a voting interval and its fetch delay, 10 to
+/// 35 s). Clients started after this find a usable consensus at once.
+fn wait_consensus(
+    network: &mut CtorNetwork,
+    auth: &AuthPlan,
+    relays: &[RelayPlan],
+    status: &dyn Fn(&str),
+) -> Result<(), RunError> {
+    status("C tor authority: waiting for a consensus with every relay");
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let path = auth.dir.join("cached-consensus");
+    loop {
+        let consensus = fs::read_to_string(&path).unwrap_or_default();
+        let missing: Vec<&str> = relays
+            .iter()
+            .map(|r| r.nick.as_str())
+            .filter(|nick| !lists_router(&consensus, nick))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let fail = |why: String| {
+            RunError::Start(format!(
+                "C tor authority (host {}): {why}; its last log lines:{}",
+                auth.host,
+                log_tail(&auth.dir)
+            ))
+        };
+        if let Some(why) = exited(network) {
+            return Err(fail(why));
+        }
+        if Instant::now() > deadline {
+            return Err(fail(format!(
+                "no consensus listing {} in {READY_TIMEOUT:?}",
+                missing.join(", ")
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Whether a consensus document lists a router called `nick` (its `r`
+/// line: `r NICKNAME IDENTITY ...`).
+fn lists_router(consensus: &str, nick: &str) -> bool {
+    consensus
+        .lines()
+        .any(|l| l.strip_prefix("r ").and_then(|r| r.split(' ').next()) == Some(nick))
 }
 
 /// Whether every tor of `network` still runs; else which one exited.
@@ -892,6 +946,18 @@ fn circ_event(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_consensus_lists_routers_by_their_r_lines() {
+        let consensus =
+            "network-status-version 3\nr relay1 AAAA BBBB 2026-11-26 07:18:54 10.0.0.1 9001 0\n\
+                         s Fast Running\nr auth CCCC DDDD 2026-11-26 07:18:54 10.0.0.2 9101 9130\n";
+        assert!(lists_router(consensus, "relay1"));
+        assert!(lists_router(consensus, "auth"));
+        assert!(!lists_router(consensus, "relay"));
+        assert!(!lists_router(consensus, "Fast"));
+        assert!(!lists_router("", "relay1"));
+    }
 
     #[test]
     fn nicknames_are_what_tor_accepts_and_unique() {
