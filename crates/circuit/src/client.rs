@@ -295,13 +295,23 @@ impl ClientCircuit {
         Ok(*self.stream_hop.get_or_insert(self.hops.len() - 1))
     }
 
-    /// Queue bytes on a stream; returns how many were accepted (the rest
-    /// must be offered again after [`StreamEvent::Writable`]).
-    pub fn write(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
+    /// Queue bytes on a stream at `now`; returns how many were accepted
+    /// (the rest must be offered again after [`StreamEvent::Writable`], or
+    /// at [`write_resumes_at`](Self::write_resumes_at) if the exit's XON
+    /// rate held them back).
+    pub fn write(&mut self, now: Instant, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
         self.check_open()?;
         self.streams
-            .write(stream, data)
+            .write(stream, data, now)
             .ok_or(Error::NoStream(stream.into()))
+    }
+
+    /// When the exit's last XON rate (proposal 324) lets
+    /// [`write`](Self::write) take bytes on `stream` again, if it does not
+    /// now. No event marks that moment: wait until then, or for
+    /// [`StreamEvent::Writable`]. `None`: no rate limits the stream now.
+    pub fn write_resumes_at(&self, stream: StreamId) -> Option<Instant> {
+        self.streams.resumes_at(stream)
     }
 
     /// Read received bytes of a stream into `buf` at `now`.

@@ -679,11 +679,23 @@ impl RelayCircuit {
 
     /// Exit: bytes from the target for the client; returns how many were
     /// accepted (the rest after [`StreamEvent::Writable`]).
-    pub fn exit_write(&mut self, stream: StreamId, data: &[u8]) -> Result<usize, Error> {
+    pub fn exit_write(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        data: &[u8],
+    ) -> Result<usize, Error> {
         let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
         exit.streams
-            .write(stream, data)
+            .write(stream, data, now)
             .ok_or(Error::NoStream(stream.into()))
+    }
+
+    /// Exit: when the client's last XON rate lets the target's bytes in
+    /// again, if it does not now (see
+    /// [`RelayNode::exit_write_resumes_at`](crate::node::RelayNode::exit_write_resumes_at)).
+    pub fn exit_write_resumes_at(&self, stream: StreamId) -> Option<Instant> {
+        self.exit.as_ref()?.streams.resumes_at(stream)
     }
 
     /// Exit: bytes from the client for the target.
@@ -727,10 +739,10 @@ impl RelayCircuit {
 
     /// Exit: bytes from the target the stream would take now (see
     /// [`RelayNode::exit_write_room`](crate::node::RelayNode::exit_write_room)).
-    pub fn exit_write_room(&mut self, stream: StreamId) -> Result<usize, Error> {
+    pub fn exit_write_room(&mut self, now: Instant, stream: StreamId) -> Result<usize, Error> {
         let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
         exit.streams
-            .write_room(stream)
+            .write_room(stream, now)
             .ok_or(Error::NoStream(stream.into()))
     }
 

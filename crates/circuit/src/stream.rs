@@ -97,6 +97,16 @@ impl StreamFlow {
         }
     }
 
+    /// Bytes the edge may hand over now (an XON's rate; else unlimited).
+    fn allowance(&mut self, now: Instant) -> usize {
+        match self {
+            StreamFlow::Windows(_) => usize::MAX,
+            StreamFlow::XonXoff { tx, .. } => {
+                usize::try_from(tx.allowance(now)).unwrap_or(usize::MAX)
+            }
+        }
+    }
+
     fn on_packaged(&mut self, bytes: usize) {
         match self {
             StreamFlow::Windows(w) => w.package -= 1,
@@ -308,25 +318,43 @@ impl StreamMap {
         self.streams.len()
     }
 
-    /// Queue application bytes; returns how many were accepted.
-    pub(crate) fn write(&mut self, id: StreamId, data: &[u8]) -> Option<usize> {
+    /// Queue application bytes at `now`; returns how many were accepted:
+    /// as many as the send buffer has room for and an XON's rate allows
+    /// ([`resumes_at`](Self::resumes_at) says when the rate allows more).
+    pub(crate) fn write(&mut self, id: StreamId, data: &[u8], now: Instant) -> Option<usize> {
         let limit = self.config.send_buffer;
         let raw = u16::from(id);
         let s = self.streams.get_mut(&raw)?;
         if s.close_requested {
             return Some(0);
         }
-        let n = data.len().min(limit.saturating_sub(s.send_buf.len()));
+        let room = limit.saturating_sub(s.send_buf.len());
+        let n = data.len().min(room).min(s.flow.allowance(now));
+        if let StreamFlow::XonXoff { tx, .. } = &mut s.flow {
+            tx.take(n);
+        }
         s.send_buf.extend_from_slice(&data[..n]);
         self.buffered += n;
         if n > 0 && !s.in_rr {
             s.in_rr = true;
             self.rr.push_back(raw);
         }
-        if n < data.len() && !self.blocked_writers.contains(&raw) {
+        // Woken once the buffer has room; a writer held back by the rate
+        // alone waits for `resumes_at` instead.
+        if n == room && n < data.len() && !self.blocked_writers.contains(&raw) {
             self.blocked_writers.push(raw);
         }
         Some(n)
+    }
+
+    /// When `id`'s XON rate will let its edge hand over bytes again, if it
+    /// does not now (`None`: no rate, enough allowance, or no such stream).
+    /// An edge refused for the rate should retry then: no event marks it.
+    pub(crate) fn resumes_at(&self, id: StreamId) -> Option<Instant> {
+        match &self.streams.get(&u16::from(id))?.flow {
+            StreamFlow::Windows(_) => None,
+            StreamFlow::XonXoff { tx, .. } => tx.resumes_at(),
+        }
     }
 
     /// The application will write no more: END (reason DONE) after the
@@ -606,13 +634,15 @@ impl StreamMap {
         Some((n, None))
     }
 
-    /// Bytes [`write`](Self::write) would accept on `id` now; `None` for
-    /// an unknown stream, 0 for a closing one. When a stream with no room
-    /// is asked, its writer is woken ([`take_writable`](Self::take_writable))
-    /// once there is room, as after a refused write.
-    pub(crate) fn write_room(&mut self, id: StreamId) -> Option<usize> {
+    /// Bytes [`write`](Self::write) would accept on `id` at `now`; `None`
+    /// for an unknown stream, 0 for a closing one. When a stream with no
+    /// buffer room is asked, its writer is woken
+    /// ([`take_writable`](Self::take_writable)) once there is room, as after
+    /// a refused write; one held back by an XON's rate waits for
+    /// [`resumes_at`](Self::resumes_at).
+    pub(crate) fn write_room(&mut self, id: StreamId, now: Instant) -> Option<usize> {
         let raw = u16::from(id);
-        let s = self.streams.get(&raw)?;
+        let s = self.streams.get_mut(&raw)?;
         if s.close_requested {
             return Some(0);
         }
@@ -620,7 +650,7 @@ impl StreamMap {
         if room == 0 && !self.blocked_writers.contains(&raw) {
             self.blocked_writers.push(raw);
         }
-        Some(room)
+        Some(room.min(s.flow.allowance(now)))
     }
 
     /// Bytes received and not yet read on `id`.
@@ -771,16 +801,16 @@ mod tests {
             StreamFlowKind::Windows,
         );
         let id = open(&mut map);
-        assert_eq!(map.write_room(id), Some(1000));
-        assert_eq!(map.write(id, &[1; 1000]), Some(1000));
-        assert_eq!(map.write_room(id), Some(0));
+        assert_eq!(map.write_room(id, now()), Some(1000));
+        assert_eq!(map.write(id, &[1; 1000], now()), Some(1000));
+        assert_eq!(map.write_room(id, now()), Some(0));
         assert!(map.take_writable().is_empty());
         let Some(Outgoing::Data(..)) = map.next_outgoing(true) else {
             panic!("expected DATA")
         };
         assert_eq!(map.take_writable(), vec![id]);
-        assert_eq!(map.write_room(id), Some(MAX_DATA_LEN));
-        assert_eq!(map.write_room(StreamId::new(999).expect("id")), None);
+        assert_eq!(map.write_room(id, now()), Some(MAX_DATA_LEN));
+        assert_eq!(map.write_room(StreamId::new(999).expect("id"), now()), None);
     }
 
     #[test]
@@ -822,8 +852,8 @@ mod tests {
             StreamFlowKind::Windows,
         );
         let id = open(&mut map);
-        assert_eq!(map.write(id, &[1; 1500]), Some(1000));
-        assert_eq!(map.write(id, &[1; 10]), Some(0));
+        assert_eq!(map.write(id, &[1; 1500], now()), Some(1000));
+        assert_eq!(map.write(id, &[1; 10], now()), Some(0));
         assert!(map.take_writable().is_empty());
         let Some(Outgoing::Data(_, chunk)) = map.next_outgoing(true) else {
             panic!("expected DATA")
@@ -838,8 +868,8 @@ mod tests {
         let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let a = open(&mut map);
         let b = open(&mut map);
-        map.write(a, &[0; 2000]);
-        map.write(b, &[0; 2000]);
+        map.write(a, &[0; 2000], now());
+        map.write(b, &[0; 2000], now());
         let order: Vec<StreamId> = (0..4)
             .filter_map(|_| match map.next_outgoing(true) {
                 Some(Outgoing::Data(id, _)) => Some(id),
@@ -861,7 +891,7 @@ mod tests {
     fn end_follows_the_last_data_and_id_becomes_half_closed() {
         let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let id = open(&mut map);
-        map.write(id, &[7; 600]);
+        map.write(id, &[7; 600], now());
         assert!(map.request_close(id));
         assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
         assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
@@ -879,11 +909,11 @@ mod tests {
         let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
         let a = open(&mut map);
         let b = open(&mut map);
-        map.write(a, &[1; 100]);
+        map.write(a, &[1; 100], now());
         assert!(map.request_close_with(a, EndReason::CONNRESET));
         assert!(map.request_close(b));
         // No more bytes once the close is requested.
-        assert_eq!(map.write(a, &[1; 10]), Some(0));
+        assert_eq!(map.write(a, &[1; 10], now()), Some(0));
         let got: Vec<String> = std::iter::from_fn(|| map.next_packaged(true))
             .map(|p| match p {
                 Packaged::Data(id, d) => format!("data {} {}", u16::from(id), d.len()),
@@ -980,6 +1010,34 @@ mod tests {
     }
 
     #[test]
+    fn an_xon_rate_limits_what_the_edge_hands_over_until_it_refills() {
+        // An exit's sender: no dropmark checks, so an XON may come at once.
+        let mut map = xon_xoff_map(EdgePosition::Exit, EdgePosition::Client);
+        let id = open(&mut map);
+        let t = now();
+        assert_eq!(map.resumes_at(id), None);
+        // 10 KB/s: a burst of 10 000 bytes, then 10 bytes per ms.
+        map.on_xon_xoff(id, 0, Some(10)).expect("xon");
+        assert_eq!(map.write_room(id, t), Some(10_000));
+        assert_eq!(map.write(id, &[1; 12_000], t), Some(10_000));
+        assert_eq!(map.write_room(id, t), Some(0));
+        assert_eq!(map.write(id, &[1; 100], t), Some(0));
+        // Held back by the rate, not the buffer: no Writable wake-up (it
+        // would come at once and find nothing), a time to retry instead.
+        assert!(map.take_writable().is_empty());
+        let resume = map.resumes_at(id).expect("a time to retry");
+        assert!(resume > t && resume <= t + std::time::Duration::from_millis(50));
+        assert_eq!(map.write(id, &[1; 1000], resume), Some(MAX_DATA_LEN));
+        // Rate 0: unlimited again (up to the send buffer).
+        map.on_xon_xoff(id, 0, Some(0)).expect("xon");
+        assert_eq!(map.resumes_at(id), None);
+        assert_eq!(
+            map.write_room(id, resume),
+            Some(StreamConfig::default().send_buffer - 10_000 - MAX_DATA_LEN)
+        );
+    }
+
+    #[test]
     fn a_full_receive_buffer_sends_xoff_and_an_empty_one_xon() {
         let mut map = xon_xoff_map(EdgePosition::Client, EdgePosition::Exit);
         let id = open(&mut map);
@@ -1017,7 +1075,7 @@ mod tests {
     fn xoff_stops_packaging_and_xon_resumes_it() {
         let mut map = xon_xoff_map(EdgePosition::Exit, EdgePosition::Client);
         let id = open(&mut map);
-        map.write(id, &[3u8; 4000]);
+        map.write(id, &[3u8; 4000], now());
         assert!(map.has_work(true));
         map.on_xon_xoff(id, 0, None).expect("xoff");
         assert!(!map.has_work(true));
@@ -1032,7 +1090,7 @@ mod tests {
     fn a_client_refuses_a_repeated_xoff() {
         let mut map = xon_xoff_map(EdgePosition::Client, EdgePosition::Exit);
         let id = open(&mut map);
-        map.write(id, &[3u8; 8000]);
+        map.write(id, &[3u8; 8000], now());
         while map.next_outgoing(true).is_some() {}
         map.on_xon_xoff(id, 0, None)
             .expect("an XOFF after enough data");

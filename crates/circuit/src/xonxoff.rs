@@ -96,13 +96,14 @@
 //!   the circuit, except a repeated XOFF at an exit, which changes nothing
 //!   there and is ignored (a client refuses it: XOFFs that change nothing
 //!   could carry a signal).
+//! * Pacing: an XON's rate limits what the edge hands over, as C tor limits
+//!   its reads from the edge connection: a token bucket of one second's
+//!   worth ([`allowance`](XonXoffSender::allowance)). The stream takes no
+//!   more bytes than it holds, and tells the edge when it will again
+//!   ([`resumes_at`](XonXoffSender::resumes_at)).
 //!
 //! Not done yet, and known:
 //!
-//! * Pacing: the advisory rate of an XON is stored
-//!   ([`rate_limit`](XonXoffSender::rate_limit)) but not enforced; C tor
-//!   limits its reads from the edge connection to it with a token bucket.
-//!   Without it a sender resumes at full speed and relies on the next XOFF.
 //! * The oomkiller of 4.1.3 (close the streams holding the oldest buffered
 //!   data) is the relay's memory accounting, which closes whole circuits by
 //!   queued bytes (stream buffers included).
@@ -460,6 +461,8 @@ pub struct XonXoffSender {
     limits: Option<(u64, u64)>,
     xoff_received: bool,
     rate_kbps: u32,
+    /// Paces what the edge hands over to the rate of the last XON.
+    bucket: Option<RateBucket>,
     sent: u64,
     xoffs: u64,
     xons: u64,
@@ -476,6 +479,7 @@ impl XonXoffSender {
             limits: (local != EdgePosition::Exit).then_some((xoff, xon)),
             xoff_received: false,
             rate_kbps: 0,
+            bucket: None,
             sent: 0,
             xoffs: 0,
             xons: 0,
@@ -491,6 +495,31 @@ impl XonXoffSender {
     /// unlimited (no XON yet, or an XON with rate 0).
     pub fn rate_limit(&self) -> Option<u64> {
         (self.rate_kbps != 0).then(|| u64::from(self.rate_kbps) * 1000)
+    }
+
+    /// Bytes the edge may hand over at `now` under the XON's advisory rate
+    /// (`u64::MAX` without one). Read from the edge no more than this, and
+    /// report what was taken with [`take`](Self::take).
+    pub fn allowance(&mut self, now: Instant) -> u64 {
+        self.bucket.as_mut().map_or(u64::MAX, |b| b.tokens(now))
+    }
+
+    /// The edge handed over `bytes` (at most the last
+    /// [`allowance`](Self::allowance)).
+    pub fn take(&mut self, bytes: usize) {
+        if let Some(b) = &mut self.bucket {
+            b.take(to_u64(bytes));
+        }
+    }
+
+    /// When the allowance will have grown back to a cell's payload (or the
+    /// whole burst, if smaller), if it is below that now; `None` without a
+    /// rate or when there is enough. An edge refused for the rate waits
+    /// until then.
+    pub fn resumes_at(&self) -> Option<Instant> {
+        self.bucket
+            .as_ref()
+            .and_then(|b| b.reaches(CELL_PAYLOAD_BYTES))
     }
 
     /// Stream bytes sent so far.
@@ -553,8 +582,76 @@ impl XonXoffSender {
         }
         self.xons = count;
         self.rate_kbps = kbps;
+        self.bucket = match self.rate_limit() {
+            None => None,
+            Some(rate) => Some(match self.bucket.take() {
+                Some(mut b) => {
+                    b.set_rate(rate);
+                    b
+                }
+                None => RateBucket::full(rate),
+            }),
+        };
         self.xoff_received = false;
         Ok(())
+    }
+}
+
+/// A token bucket in bytes: `rate` bytes per second, holding at most one
+/// second's worth, as C tor paces an edge connection's reads after an XON
+/// with a rate (its `token_bucket_rw_adjust(bucket, rate, rate)`).
+/// Written here: tor-proto has no such bucket for XON rates.
+#[derive(Debug, Clone)]
+struct RateBucket {
+    rate: u64,
+    tokens: f64,
+    /// When `tokens` was last brought up to date (None: not yet used).
+    at: Option<Instant>,
+}
+
+impl RateBucket {
+    fn full(rate: u64) -> Self {
+        RateBucket {
+            rate,
+            tokens: rate as f64,
+            at: None,
+        }
+    }
+
+    fn burst(&self) -> f64 {
+        self.rate as f64
+    }
+
+    /// A new rate keeps the tokens held, up to the new burst.
+    fn set_rate(&mut self, rate: u64) {
+        self.rate = rate;
+        self.tokens = self.tokens.min(self.burst());
+    }
+
+    fn tokens(&mut self, now: Instant) -> u64 {
+        if let Some(at) = self.at {
+            let elapsed = now.saturating_duration_since(at).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * self.rate as f64).min(self.burst());
+        }
+        self.at = Some(now.max(self.at.unwrap_or(now)));
+        self.tokens as u64
+    }
+
+    fn take(&mut self, bytes: u64) {
+        self.tokens = (self.tokens - bytes as f64).max(0.0);
+    }
+
+    fn reaches(&self, want: u64) -> Option<Instant> {
+        let want = (want as f64).min(self.burst());
+        if self.tokens >= want {
+            return None;
+        }
+        let at = self.at?;
+        let wait = (want - self.tokens) / self.rate as f64;
+        // Rounded up to the next microsecond, so that the allowance then
+        // is not a rounding error short.
+        let micros = (wait * 1e6).ceil() as u64 + 1;
+        Some(at + std::time::Duration::from_micros(micros))
     }
 }
 
@@ -860,6 +957,37 @@ mod tests {
         s.on_xon(0, 0).expect("advisory xon");
         assert!(s.can_package());
         assert_eq!(s.rate_limit(), None, "0 is unlimited");
+    }
+
+    #[test]
+    fn an_xon_rate_paces_the_edge_with_a_one_second_burst() {
+        let t = Instant::now();
+        let mut s = client_sender();
+        assert_eq!(s.allowance(t), u64::MAX, "no XON yet: unlimited");
+        assert_eq!(s.resumes_at(), None);
+        s.on_data_sent(LIMIT as usize);
+        s.on_xon(0, 100).expect("xon");
+        // 100 KB/s: a full second's worth at once, then 100 bytes per ms.
+        assert_eq!(s.allowance(t), 100_000);
+        s.take(100_000);
+        assert_eq!(s.allowance(t), 0);
+        let resume = s.resumes_at().expect("empty: waits");
+        let wait = resume - t;
+        // 498 bytes at 100 KB/s: 4.98 ms.
+        assert!(wait >= Duration::from_micros(4980) && wait <= Duration::from_micros(4990));
+        assert_eq!(s.allowance(t + Duration::from_millis(10)), 1000);
+        assert_eq!(s.resumes_at(), None);
+        // Never more than a second's worth, however long idle.
+        assert_eq!(s.allowance(t + Duration::from_secs(60)), 100_000);
+        // A lower rate caps what is held at its own burst.
+        s.on_data_sent(LIMIT as usize);
+        s.on_xon(0, 10).expect("advisory xon");
+        assert_eq!(s.allowance(t + Duration::from_secs(60)), 10_000);
+        // Rate 0 lifts the limit.
+        s.on_data_sent(LIMIT as usize);
+        s.on_xon(0, 0).expect("advisory xon");
+        assert_eq!(s.allowance(t + Duration::from_secs(60)), u64::MAX);
+        assert_eq!(s.resumes_at(), None);
     }
 
     #[test]

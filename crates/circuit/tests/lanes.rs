@@ -362,7 +362,10 @@ fn lane_sim(kind: SchedulerKind, n_bulk: usize, seconds: u64) -> LaneRun {
     for slot in 0..seconds * 1000 {
         r.now = start + SLOT * u32::try_from(slot).expect("slot");
         for cl in &clients[1..] {
-            let room = r.node.exit_write_room(cl.c.key, cl.sid).expect("room");
+            let room = r
+                .node
+                .exit_write_room(r.now, cl.c.key, cl.sid)
+                .expect("room");
             let n = room.min(bulk_chunk.len());
             r.node
                 .exit_write(r.now, cl.c.key, cl.sid, &bulk_chunk[..n])

@@ -507,7 +507,9 @@ fn client_closes_on_stream_window_violation() {
 fn client_closes_on_forged_sendme() {
     let mut x = RawExit::new();
     let s = x.connected_stream();
-    x.client.write(s, &vec![5u8; 100 * 498]).expect("write");
+    x.client
+        .write(x.now, s, &vec![5u8; 100 * 498])
+        .expect("write");
     let sent = std::iter::from_fn(|| x.client.poll_transmit(x.now)).count();
     assert_eq!(sent, 100);
     x.send(None, Sendme::new_tag([0; 20]).into());
@@ -722,7 +724,7 @@ fn truncated_from_the_last_hop_with_streams_closes_the_circuit() {
         onionlab_cell::msg::Truncated::new(DestroyReason::CHANNEL_CLOSED).into(),
     );
     assert!(x.client.is_closed());
-    assert!(x.client.write(s, b"x").is_err());
+    assert!(x.client.write(x.now, s, b"x").is_err());
     let out: Vec<_> = std::iter::from_fn(|| x.client.poll_transmit(x.now)).collect();
     assert!(
         matches!(out.as_slice(), [AnyChanMsg::Destroy(_)]),

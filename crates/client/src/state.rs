@@ -754,9 +754,15 @@ impl State {
     /// Offer bytes to stream `s`: how many it took (`None`: it is gone).
     pub(crate) fn stream_write(&mut self, s: &StreamRef, data: &[u8]) -> Option<usize> {
         let c = self.live_circuit(s)?;
-        let r = c.circ.write(s.id, data).ok();
+        let r = c.circ.write(Instant::now(), s.id, data).ok();
         self.touch(s.circ);
         r
+    }
+
+    /// When the exit's XON rate lets stream `s` take bytes again, if it
+    /// refuses them now for the rate.
+    pub(crate) fn stream_write_resumes_at(&mut self, s: &StreamRef) -> Option<Instant> {
+        self.live_circuit(s)?.circ.write_resumes_at(s.id)
     }
 
     /// Read what stream `s` received.

@@ -7,7 +7,8 @@
 //! and offers them to the circuit stream (`State::stream_write`), which
 //! takes what fits in its bounded send buffer. Until it has taken all of
 //! them, the task does not read the application socket again; it waits for
-//! the stream's `Writable` event. Downstream, it reads at most [`CHUNK`]
+//! the stream's `Writable` event (or, when the exit's XON rate held the
+//! bytes back, until the rate allows more). Downstream, it reads at most [`CHUNK`]
 //! bytes from the stream and reads again only once the application socket
 //! took them all; the stream's receive window (and SENDMEs sent as the task
 //! reads) bounds what waits in the circuit. So a stream holds at most two
@@ -271,9 +272,10 @@ async fn relay(
     let mut app_eof = false;
     let mut closed_by_app = false;
     loop {
-        let (view, gone) = {
+        let (view, gone, resume) = {
             let mut st = shared.borrow_mut();
             let mut gone = false;
+            let mut resume = None;
             if up_off < up.len() {
                 match st.stream_write(sref, &up[up_off..]) {
                     Some(n) => up_off += n,
@@ -282,6 +284,10 @@ async fn relay(
                 if up_off == up.len() {
                     up.clear();
                     up_off = 0;
+                } else {
+                    // Held back by the exit's XON rate: no event comes
+                    // when it allows more.
+                    resume = st.stream_write_resumes_at(sref);
                 }
             }
             if app_eof && up.is_empty() && !closed_by_app {
@@ -294,7 +300,7 @@ async fn relay(
                     ReadResult::Gone => gone = true,
                 }
             }
-            (st.stream_view(sref), gone)
+            (st.stream_view(sref), gone, resume)
         };
         let drained = down_start == down_end;
         let peer_end = match view {
@@ -346,7 +352,17 @@ async fn relay(
                 }
             },
             _ = notify.notified() => {}
+            () = sleep_until_some(resume), if resume.is_some() => {}
         }
+    }
+}
+
+/// Sleep until `at` (forever without one; the caller's guard keeps that
+/// branch out).
+async fn sleep_until_some(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

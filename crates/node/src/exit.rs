@@ -583,10 +583,24 @@ thread_local! {
 /// send buffer, then read at most that much from the target.
 async fn target_to_circuit(shared: Shared, circ: CircKey, stream: StreamId, es: Rc<ExitStream>) {
     let reason = loop {
-        let room = shared.borrow_mut().node.exit_write_room(circ, stream);
+        let (room, resume) = {
+            let mut st = shared.borrow_mut();
+            let room = st.node.exit_write_room(Instant::now(), circ, stream);
+            (room, st.node.exit_write_resumes_at(circ, stream))
+        };
         let room = match room {
             Ok(0) => {
-                es.from_target.notified().await;
+                // Room comes back with a Writable event, or, if the
+                // client's XON rate held the bytes back, at a known time.
+                match resume {
+                    Some(at) => {
+                        tokio::select! {
+                            () = es.from_target.notified() => {}
+                            () = tokio::time::sleep_until(at.into()) => {}
+                        }
+                    }
+                    None => es.from_target.notified().await,
+                }
                 continue;
             }
             Ok(n) => n.min(CHUNK),

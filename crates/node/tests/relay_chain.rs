@@ -251,7 +251,11 @@ async fn echo_through(client: &mut MiniClient, target: SocketAddr, total: usize)
         if sent < total {
             sent += client
                 .circ
-                .write(stream, &data[sent..(sent + 64 * 1024).min(total)])
+                .write(
+                    Instant::now(),
+                    stream,
+                    &data[sent..(sent + 64 * 1024).min(total)],
+                )
                 .unwrap_or(0);
         }
         client.step(Duration::from_millis(20)).await;

@@ -158,7 +158,7 @@ pub fn run(config: &DemoConfig, scheduler: SchedulerKind) -> Result<DemoReport, 
         }
         if ping_sent_at.is_none() && net.now >= next_ping {
             let ping = vec![0x70u8; config.ping_bytes];
-            if circuit(&mut net, light)?.write(light_stream, &ping)? == ping.len() {
+            if circuit(&mut net, light)?.write(now, light_stream, &ping)? == ping.len() {
                 ping_sent_at = Some(net.now);
                 next_ping = net.now + config.ping_interval;
             }

@@ -114,7 +114,7 @@ fn scenario(seed: u64, scheduler: SchedulerKind, cc: CircuitCc) -> Vec<String> {
                 continue;
             };
             let chunk = f.up_data.peek(4096).to_vec();
-            let n = circ.write(f.up, &chunk).unwrap_or(0);
+            let n = circ.write(now, f.up, &chunk).unwrap_or(0);
             f.up_data.consume(n);
             moved.push(n);
             moved.push(circ.read(now, f.down, &mut buf).unwrap_or(0));

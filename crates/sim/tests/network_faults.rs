@@ -56,7 +56,7 @@ fn push_bytes(net: &mut Net, id: u32, port: u16, bytes: usize, limit: Duration) 
             return false;
         }
         if written < bytes {
-            written += circ.write(s, &payload[written..]).unwrap_or(0);
+            written += circ.write(now, s, &payload[written..]).unwrap_or(0);
         }
         if let Some((c, st)) = exit_stream {
             let exit = net.relays.len() - 1;

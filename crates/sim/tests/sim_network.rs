@@ -126,7 +126,7 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
             let circ = net.circuits.get_mut(&id).expect("circuit");
             let chunk = up[i].pattern.peek(16 * 1024).to_vec();
             if !chunk.is_empty() {
-                let n = circ.write(s, &chunk).expect("write");
+                let n = circ.write(now, s, &chunk).expect("write");
                 up[i].sent.update(&chunk[..n]);
                 up[i].pattern.consume(n);
             }

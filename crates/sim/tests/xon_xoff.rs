@@ -82,8 +82,9 @@ fn an_exit_target_that_stops_reading_stops_the_client() {
     let until = net.now + Duration::from_secs(5);
     while net.now < until {
         let chunk = up.peek(64 * 1024).to_vec();
+        let now = net.instant();
         let c = net.circuits.get_mut(&id).expect("circuit");
-        let n = c.write(s, &chunk).expect("write");
+        let n = c.write(now, s, &chunk).expect("write");
         up.consume(n);
         net.tick();
         no_closure(&mut net, id);
@@ -105,8 +106,9 @@ fn an_exit_target_that_stops_reading_stops_the_client() {
     while check.remaining > 0 {
         assert!(net.now < deadline, "upload did not finish after XON");
         let chunk = up.peek(64 * 1024).to_vec();
+        let now = net.instant();
         let c = net.circuits.get_mut(&id).expect("circuit");
-        let n = c.write(s, &chunk).expect("write");
+        let n = c.write(now, s, &chunk).expect("write");
         up.consume(n);
         let now = net.instant();
         let n = net.relays[exit]
@@ -156,4 +158,52 @@ fn a_client_that_stops_reading_stops_the_exit() {
         net.tick();
         no_closure(&mut net, id);
     }
+}
+
+/// A client reading steadily at 100 KB/s: after its XOFF, the XONs carry
+/// its drain rate, and the exit takes the target's bytes at about that
+/// rate (the token bucket of proposal 324 section 4.1.2, as C tor paces its
+/// edge reads), instead of bursting until the next XOFF.
+#[test]
+fn a_slow_reader_paces_the_exit_at_its_drain_rate() {
+    let (mut net, id, s, circ, stream) = open_stream(13);
+    let exit = 2;
+    let rate = 100_000.0; // bytes per second read by the client
+    let mut down = Pattern::new(7, TOTAL);
+    let mut check = Pattern::new(7, TOTAL);
+    let mut buf = vec![0u8; 64 * 1024];
+    let start = net.now;
+    let (mut paced, mut taken_after) = (false, 0usize);
+    let measure_from = Duration::from_secs(10);
+    while net.now - start < Duration::from_secs(20) {
+        let now = net.instant();
+        let chunk = down.peek(64 * 1024).to_vec();
+        let n = net.relays[exit]
+            .exit_write(now, circ, stream, &chunk)
+            .expect("exit_write");
+        down.consume(n);
+        if net.now - start >= measure_from {
+            taken_after += n;
+        }
+        paced |= net.relays[exit]
+            .exit_write_resumes_at(circ, stream)
+            .is_some();
+        // The client reads what its rate allows by now.
+        let allowed = ((net.now - start).as_secs_f64() * rate) as usize;
+        let read_so_far = TOTAL - check.remaining;
+        let want = allowed.saturating_sub(read_so_far).min(buf.len());
+        let c = net.circuits.get_mut(&id).expect("circuit");
+        let n = c.read(now, s, &mut buf[..want]).expect("read");
+        assert!(check.expect(&buf[..n]), "download corrupt");
+        net.tick();
+        no_closure(&mut net, id);
+    }
+    assert!(paced, "the exit never waited for the XON rate");
+    // Over the last 10 s the exit took about what the client read; without
+    // pacing it takes a send buffer's worth more between XOFFs.
+    let exit_rate = taken_after as f64 / 10.0;
+    assert!(
+        exit_rate > 0.5 * rate && exit_rate < 1.5 * rate,
+        "the exit took {exit_rate:.0} B/s from its target while the client read {rate} B/s"
+    );
 }

@@ -991,7 +991,7 @@ impl RelayNode {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, Error> {
-        let r = self.circuit_mut(circ)?.exit_write(stream, data);
+        let r = self.circuit_mut(circ)?.exit_write(now, stream, data);
         self.refresh(now, circ);
         r
     }
@@ -1037,8 +1037,22 @@ impl RelayNode {
     /// # Errors
     ///
     /// The circuit or stream is gone.
-    pub fn exit_write_room(&mut self, circ: CircKey, stream: StreamId) -> Result<usize, Error> {
-        self.circuit_mut(circ)?.exit_write_room(stream)
+    pub fn exit_write_room(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        stream: StreamId,
+    ) -> Result<usize, Error> {
+        self.circuit_mut(circ)?.exit_write_room(now, stream)
+    }
+
+    /// Exit: when the client's XON rate (proposal 324) will let
+    /// [`exit_write`](Self::exit_write) take bytes again, if it does not
+    /// now. No event marks that moment: a driver refused for the rate
+    /// waits until then, or for [`StreamEvent::Writable`], whichever comes
+    /// first. `None`: no rate limits the stream now (or no such stream).
+    pub fn exit_write_resumes_at(&self, circ: CircKey, stream: StreamId) -> Option<Instant> {
+        self.circuits.get(&circ)?.circ.exit_write_resumes_at(stream)
     }
 
     /// Exit: bytes from the client not yet read for the target.
