@@ -245,11 +245,31 @@ pub struct NetPlan {
     pub vegas: bool,
     /// Circuit scheduling without EWMA (`CircuitPriorityHalflife 0`).
     pub round_robin: bool,
+    /// Every tor's channel scheduler (`Schedulers`; None: tor's default,
+    /// KIST on Linux).
+    pub schedulers: Option<String>,
     /// Give each client a control port (cookie authentication).
     pub control_port: bool,
+    /// More torrc lines for every relay, after the lab's (`[ctor]`).
+    pub relay_torrc: Vec<String>,
+    /// More torrc lines for every client, after the lab's.
+    pub client_torrc: Vec<String>,
 }
 
 impl NetPlan {
+    /// The `Schedulers` line of every relay and client, if the plan
+    /// chooses one.
+    fn scheduler_lines(&self) -> Vec<String> {
+        let name = match self.schedulers.as_deref() {
+            None => return Vec::new(),
+            Some("kist") => "KIST",
+            Some("kistlite") => "KISTLite",
+            Some("vanilla") => "Vanilla",
+            Some(other) => other,
+        };
+        vec![format!("Schedulers {name}")]
+    }
+
     /// The relays and active clients of a scenario's variant.
     pub fn of_variant(scenario: &Scenario, variant: &Variant) -> NetPlan {
         NetPlan {
@@ -273,8 +293,11 @@ impl NetPlan {
                 .collect(),
             vegas: variant.circuit_cc == "vegas",
             round_robin: variant.scheduler == "round-robin",
+            schedulers: variant.ctor_scheduler.clone(),
             // For the circuits' build times (CircuitWatch).
             control_port: true,
+            relay_torrc: scenario.ctor_relay_torrc.clone(),
+            client_torrc: scenario.ctor_client_torrc.clone(),
         }
     }
 
@@ -295,7 +318,10 @@ impl NetPlan {
             }],
             vegas,
             round_robin: false,
+            schedulers: None,
             control_port: true,
+            relay_torrc: Vec::new(),
+            client_torrc: Vec::new(),
         }
     }
 }
@@ -435,7 +461,18 @@ fn relay_torrc(auth: &AuthPlan, r: &RelayPlan, plan: &NetPlan) -> String {
     } else {
         t.push_str("ExitRelay 0\nExitPolicy reject *:*\n");
     }
+    push_lines(&mut t, &plan.scheduler_lines());
+    push_lines(&mut t, &plan.relay_torrc);
     t
+}
+
+/// Append torrc lines of the scenario (its matrix and `[ctor]`), each on
+/// its own line.
+fn push_lines(torrc: &mut String, lines: &[String]) {
+    for line in lines {
+        torrc.push_str(line);
+        torrc.push('\n');
+    }
 }
 
 /// A client's torrc: `path` pins its circuits (guard, middle, exit);
@@ -446,6 +483,7 @@ fn client_torrc(
     c: &ClientPlan,
     path: Option<[&str; 3]>,
     relays: &[&str],
+    extra: &[String],
 ) -> String {
     let mut t = format!(
         "{}SocksPort {}\nClientOnly 1\nConfluxEnabled 0\n\
@@ -463,6 +501,7 @@ fn client_torrc(
         )),
         None => t.push_str(&format!("MiddleNodes {}\n", relays.join(","))),
     }
+    push_lines(&mut t, extra);
     t
 }
 
@@ -614,7 +653,8 @@ fn write_torrcs(
             .path
             .as_ref()
             .and_then(|p| Some([fp_of(p.first()?), fp_of(p.get(1)?), fp_of(p.get(2)?)]));
-        write(&cp.dir, client_torrc(auth, &cp, path, &all))?;
+        let extra = [plan.scheduler_lines(), plan.client_torrc.clone()].concat();
+        write(&cp.dir, client_torrc(auth, &cp, path, &all, &extra))?;
         clients.push(cp);
     }
     Ok(clients)

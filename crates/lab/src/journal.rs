@@ -46,6 +46,9 @@ pub struct Segment {
     pub runs_done_before: usize,
     /// The kernel it ran on (`uname -r`).
     pub kernel: String,
+    /// Runs it ran again because they had run on a saturated CPU
+    /// (`lab run --resume --redo-saturated`).
+    pub redone_saturated: usize,
 }
 
 /// An open run directory, appending as runs complete.
@@ -104,7 +107,7 @@ impl Journal {
             records: Vec::new(),
             repetitions: Vec::new(),
         };
-        journal.add_segment(repetitions, false)?;
+        journal.add_segment(repetitions, false, 0)?;
         Ok(journal)
     }
 
@@ -112,8 +115,14 @@ impl Journal {
     /// topology (byte for byte: a changed file would silently mix two
     /// experiments). Runs whose repetition record is missing (interrupted)
     /// are forgotten, their transfer records and raw directory removed, and
-    /// run again.
-    pub fn resume(out: &Path, scenario: &Scenario, repetitions: u32) -> Result<Journal, RunError> {
+    /// run again; so are, with `redo_saturated`, runs that ran on a
+    /// saturated CPU (their results measured the machine).
+    pub fn resume(
+        out: &Path,
+        scenario: &Scenario,
+        repetitions: u32,
+        redo_saturated: bool,
+    ) -> Result<Journal, RunError> {
         same_file(
             &out.join("scenario.toml"),
             scenario.text.as_bytes(),
@@ -129,8 +138,18 @@ impl Journal {
             same_file(&out.join(TRACES_FILE), digest.as_bytes(), "traces' content")?;
         }
 
-        let repetitions_done: Vec<RepetitionRecord> =
+        let mut repetitions_done: Vec<RepetitionRecord> =
             read_complete_lines(&out.join("repetitions.jsonl"))?;
+        let before = repetitions_done.len();
+        if redo_saturated {
+            repetitions_done.retain(|r| !r.cpu_saturated);
+        }
+        let redone_saturated = before - repetitions_done.len();
+        if redone_saturated > 0 {
+            tracing::warn!(
+                "resume: {redone_saturated} runs ran on a saturated CPU; they run again"
+            );
+        }
         let done = check_done(&repetitions_done, scenario, repetitions)?;
         let mut by_run: BTreeMap<(u32, String), Vec<TransferRecord>> = BTreeMap::new();
         let mut forgotten = 0;
@@ -144,7 +163,8 @@ impl Journal {
         }
         if forgotten > 0 {
             tracing::warn!(
-                "resume: forgetting {forgotten} transfer records of an interrupted run; it runs again"
+                "resume: forgetting {forgotten} transfer records of runs that run again \
+                 (interrupted, or redone)"
             );
         }
         // Rewrite both files with exactly the complete runs: into temporary
@@ -186,7 +206,7 @@ impl Journal {
             records: by_run.into_values().flatten().collect(),
             repetitions: repetitions_done,
         };
-        journal.add_segment(repetitions, true)?;
+        journal.add_segment(repetitions, true, redone_saturated)?;
         Ok(journal)
     }
 
@@ -238,7 +258,12 @@ impl Journal {
         Ok(())
     }
 
-    fn add_segment(&self, repetitions: u32, resumed: bool) -> Result<(), RunError> {
+    fn add_segment(
+        &self,
+        repetitions: u32,
+        resumed: bool,
+        redone_saturated: usize,
+    ) -> Result<(), RunError> {
         let segment = Segment {
             started_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -251,6 +276,7 @@ impl Journal {
             kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|k| k.trim().to_string())
                 .unwrap_or_default(),
+            redone_saturated,
         };
         if let Some(last) = segments(&self.out).last() {
             if last.commit != segment.commit || last.kernel != segment.kernel {
@@ -498,7 +524,7 @@ mod tests {
         fs::create_dir_all(&raw).expect("raw");
         fs::write(raw.join("guard.log"), "half a run").expect("log");
 
-        let mut j = Journal::resume(&out, &s, 3).expect("resume");
+        let mut j = Journal::resume(&out, &s, 3, false).expect("resume");
         assert!(j.is_done(0, A) && j.is_done(0, B));
         assert!(!j.is_done(1, A));
         assert_eq!(j.runs_done(), 2);
@@ -526,19 +552,47 @@ mod tests {
     }
 
     #[test]
+    fn runs_on_a_saturated_cpu_run_again_only_when_asked() {
+        let out = temp_dir("saturated");
+        let s = scenario();
+        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let busy = RepetitionRecord {
+            cpu_saturated: true,
+            ..rep(B, 0)
+        };
+        j.append(vec![transfer(A, 0, 0)], rep(A, 0))
+            .expect("append");
+        j.append(vec![transfer(B, 0, 0), transfer(B, 0, 1)], busy)
+            .expect("append");
+        drop(j);
+        let j = Journal::resume(&out, &s, 2, false).expect("resume");
+        assert!(j.is_done(0, B), "kept without --redo-saturated");
+        assert_eq!(segments(&out).last().map(|g| g.redone_saturated), Some(0));
+        drop(j);
+        let j = Journal::resume(&out, &s, 2, true).expect("resume");
+        assert!(j.is_done(0, A) && !j.is_done(0, B));
+        assert_eq!(j.records.len(), 1, "the saturated run's transfers are gone");
+        assert_eq!(segments(&out).last().map(|g| g.redone_saturated), Some(1));
+        drop(j);
+        let text = fs::read_to_string(out.join("repetitions.jsonl")).expect("reps");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
     fn resuming_with_a_changed_scenario_or_elsewhere_is_refused() {
         let out = temp_dir("changed");
         let mut s = scenario();
         drop(Journal::create(&out, &s, 1).expect("create"));
         s.text.push_str("\n# an edit\n");
-        let e = Journal::resume(&out, &s, 1)
+        let e = Journal::resume(&out, &s, 1, false)
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("scenario differs"), "{e}");
 
         let nowhere = temp_dir("nowhere");
-        let e = Journal::resume(&nowhere, &scenario(), 1)
+        let e = Journal::resume(&nowhere, &scenario(), 1, false)
             .err()
             .expect("refused")
             .to_string();
@@ -553,16 +607,16 @@ mod tests {
         let mut j = Journal::create(&out, &s, 3).expect("create");
         j.append(vec![], rep(A, 2)).expect("append");
         drop(j);
-        let e = Journal::resume(&out, &s, 2)
+        let e = Journal::resume(&out, &s, 2, false)
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("already has 3 repetitions"), "{e}");
 
-        let mut j = Journal::resume(&out, &s, 3).expect("resume");
+        let mut j = Journal::resume(&out, &s, 3, false).expect("resume");
         j.append(vec![], rep(A, 2)).expect("append");
         drop(j);
-        let e = Journal::resume(&out, &s, 3)
+        let e = Journal::resume(&out, &s, 3, false)
             .err()
             .expect("refused")
             .to_string();
@@ -573,7 +627,7 @@ mod tests {
             serde_json::to_string(&rep("scheduler=fifo", 0)).expect("json") + "\n",
         )
         .expect("write");
-        let e = Journal::resume(&out, &s, 3)
+        let e = Journal::resume(&out, &s, 3, false)
             .err()
             .expect("refused")
             .to_string();
@@ -586,13 +640,13 @@ mod tests {
         let out = temp_dir("locked");
         let s = scenario();
         let first = Journal::create(&out, &s, 1).expect("create");
-        let e = Journal::resume(&out, &s, 1)
+        let e = Journal::resume(&out, &s, 1, false)
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("another lab run"), "{e}");
         drop(first);
-        Journal::resume(&out, &s, 1).expect("free again");
+        Journal::resume(&out, &s, 1, false).expect("free again");
         let _ = fs::remove_dir_all(&out);
     }
 
@@ -604,7 +658,7 @@ mod tests {
         j.append(vec![], rep(A, 0)).expect("append");
         drop(j);
         fs::remove_file(out.join(SEGMENTS_FILE)).expect("remove");
-        drop(Journal::resume(&out, &s, 2).expect("resume"));
+        drop(Journal::resume(&out, &s, 2, false).expect("resume"));
         let segs = segments(&out);
         assert_eq!(segs.len(), 2);
         assert_eq!(segs[0].commit, "unknown");
@@ -618,7 +672,7 @@ mod tests {
         let s = scenario();
         drop(Journal::create(&out, &s, 1).expect("create"));
         fs::write(out.join("repetitions.jsonl"), "not json\n{}\n").expect("write");
-        let e = Journal::resume(&out, &s, 1)
+        let e = Journal::resume(&out, &s, 1, false)
             .err()
             .expect("refused")
             .to_string();

@@ -90,6 +90,7 @@ pub fn default_short(name: &str, names: &[&str]) -> String {
         "congestion" => "cc",
         "tcp_congestion" => "tcp",
         "circuit_cc" => "circuit cc",
+        "ctor_scheduler" => "tor sched",
         other => other,
     };
     let shared = names.iter().filter(|n| base_name(n) == base).count() > 1;

@@ -55,6 +55,8 @@ pub struct RunOptions {
     /// Continue the run already in `out` (same scenario and topology):
     /// run only what it lacks, up to `repetitions`.
     pub resume: bool,
+    /// When resuming, also run again the runs that ran on a saturated CPU.
+    pub redo_saturated: bool,
     /// Set (by a signal handler) to stop after the repetition under way;
     /// what ran is written out as usual.
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
@@ -356,7 +358,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         .transpose()?;
     let reps = opts.repetitions.unwrap_or(scenario.repetitions);
     let mut journal = if opts.resume {
-        Journal::resume(&opts.out, scenario, reps)?
+        Journal::resume(&opts.out, scenario, reps, opts.redo_saturated)?
     } else {
         Journal::create(&opts.out, scenario, reps)?
     };

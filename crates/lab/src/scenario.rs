@@ -13,6 +13,10 @@
 //! [relay_settings]             # optional: more relay.toml settings for every relay
 //! torchestra_thresh_light = 0.4 # (not those the lab writes, such as transport)
 //!
+//! [ctor]                       # optional: more torrc lines for C tor variants
+//! relay_torrc = ["Schedulers Vanilla"]  # every relay (not what the lab writes,
+//! client_torrc = []            # such as ORPort); every client
+//!
 //! [[relay]]                    # nickname = host name
 //! host = "guard"
 //! guard = true
@@ -76,6 +80,8 @@
 //! scheduler = ["ewma", "round-robin"]
 //! circuit_cc = ["fixed", "vegas"] # circuit flow control: tor-spec's fixed windows (default)
 //!                              # or proposal 324's Vegas with XON/XOFF
+//! ctor_scheduler = ["kist", "vanilla"] # C tor variants only: its Schedulers
+//!                              # option (kist, kistlite, vanilla); default: tor's
 //! latency = ["20ms", "40ms"]   # every path's one-way latency
 //! "loss:middle-exit" = ["0%", "1%"]   # one pair (both directions); also "latency:A-B"
 //! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
@@ -96,7 +102,7 @@
 //!
 //! Errors name the file, line and column.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -143,6 +149,11 @@ pub const CIRCUIT_CCS: &[&str] = &["fixed", "vegas"];
 pub const SLOW_START_AFTER_IDLE: &[&str] = &["on", "off"];
 /// Circuit schedulers.
 pub const SCHEDULERS: &[&str] = &["ewma", "round-robin"];
+/// C tor's channel schedulers (its `Schedulers` option), for the matrix's
+/// `ctor_scheduler`: KIST (tor's default on Linux) writes to a socket only
+/// what TCP can send soon, every 10 ms; Vanilla writes as soon as cells
+/// are queued.
+pub const CTOR_SCHEDULERS: &[&str] = &["kist", "kistlite", "vanilla"];
 /// The matrix's `transport` value that runs C tor instead of onionlab.
 pub const CTOR: &str = "ctor";
 
@@ -191,6 +202,64 @@ struct RawScenario {
     report: Option<ReportSettings>,
     #[serde(default)]
     relay_settings: Option<Spanned<toml::Table>>,
+    #[serde(default)]
+    ctor: Option<Spanned<RawCtor>>,
+}
+
+/// `[ctor]`: more torrc lines for a C tor variant's tors.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawCtor {
+    #[serde(default)]
+    relay_torrc: Vec<String>,
+    #[serde(default)]
+    client_torrc: Vec<String>,
+}
+
+/// torrc options the lab writes for C tor variants, which `[ctor]` lines
+/// may not set: they place the tors in the lab's network and hosts.
+const LAB_TORRC_OPTIONS: &[&str] = &[
+    "DataDirectory",
+    "DirAuthority",
+    "Address",
+    "ORPort",
+    "DirPort",
+    "SocksPort",
+    "ControlPort",
+    "Nickname",
+    "TestingTorNetwork",
+    "EntryNodes",
+    "MiddleNodes",
+    "ExitNodes",
+    "StrictNodes",
+    "RunAsDaemon",
+    "Log",
+];
+
+/// A `[ctor]` list of torrc lines, checked: one option per line, none the
+/// lab writes itself.
+fn torrc_lines(lines: &[String], what: &str) -> std::result::Result<Vec<String>, String> {
+    lines
+        .iter()
+        .map(|line| {
+            let line = line.trim();
+            let option = line.split_whitespace().next().unwrap_or("");
+            if option.is_empty() || line.contains('\n') || option.starts_with('#') {
+                return Err(format!(
+                    "[ctor] {what}: {line:?} is not one torrc line (`Option value`)"
+                ));
+            }
+            if let Some(own) = LAB_TORRC_OPTIONS
+                .iter()
+                .find(|o| o.eq_ignore_ascii_case(option))
+            {
+                return Err(format!(
+                    "[ctor] {what} may not set {own}: the lab writes it to place the tors"
+                ));
+            }
+            Ok(line.to_string())
+        })
+        .collect()
 }
 
 /// Time a stream workload needs beyond its duration (circuit, SOCKS,
@@ -472,6 +541,11 @@ pub struct Scenario {
     pub exclude: Vec<Vec<(String, String)>>,
     /// How reports label and compare the variants (`[report]`).
     pub report: ReportSettings,
+    /// torrc lines added to every C tor relay of a `ctor` variant
+    /// (`[ctor] relay_torrc`), after the lab's own.
+    pub ctor_relay_torrc: Vec<String>,
+    /// torrc lines added to every C tor client (`[ctor] client_torrc`).
+    pub ctor_client_torrc: Vec<String>,
 }
 
 /// One combination of matrix values, resolved.
@@ -493,6 +567,9 @@ pub struct Variant {
     pub scheduler: String,
     /// Circuit-level flow control of the network (one of [`CIRCUIT_CCS`]).
     pub circuit_cc: String,
+    /// C tor's channel scheduler (one of [`CTOR_SCHEDULERS`]; `None`:
+    /// tor's default). Only for `ctor` variants.
+    pub ctor_scheduler: Option<String>,
     /// TCP congestion control of every host, if the matrix sets it (one of
     /// [`TCP_CONGESTIONS`]); see [`Variant::tcp_congestion_of`].
     pub tcp_congestion: Option<String>,
@@ -700,6 +777,16 @@ impl Scenario {
             }
         };
         let (relay_settings, utcp) = relay_settings(&ctx, raw.relay_settings.as_ref())?;
+        let (ctor_relay_torrc, ctor_client_torrc) = match &raw.ctor {
+            None => (Vec::new(), Vec::new()),
+            Some(c) => {
+                let err = |m| ctx.err(c.span(), m);
+                (
+                    torrc_lines(&c.get_ref().relay_torrc, "relay_torrc").map_err(err)?,
+                    torrc_lines(&c.get_ref().client_torrc, "client_torrc").map_err(err)?,
+                )
+            }
+        };
         let transfer_timeout = duration(&raw.transfer_timeout, Duration::from_secs(120))?;
         let stall_threshold = duration(&raw.stall_threshold, Duration::from_secs(5))?;
 
@@ -1018,6 +1105,8 @@ impl Scenario {
             report,
             relay_settings,
             utcp,
+            ctor_relay_torrc,
+            ctor_client_torrc,
         };
         scenario
             .check_utcp()
@@ -1029,8 +1118,24 @@ impl Scenario {
     /// C tor builds three-hop circuits: a pinned path of a C tor variant
     /// must name three relays (guard, middle, exit).
     fn check_ctor(&self) -> std::result::Result<(), String> {
+        // onionlab variants ignore ctor_scheduler: two that differ only in
+        // it would run the same thing twice.
+        let mut onionlab: HashMap<Vec<(String, String)>, String> = HashMap::new();
         for v in self.variants() {
             if v.implementation != Implementation::Ctor {
+                let rest: Vec<_> = v
+                    .params
+                    .iter()
+                    .filter(|(k, _)| k != "ctor_scheduler")
+                    .cloned()
+                    .collect();
+                if let Some(other) = onionlab.insert(rest, v.label.clone()) {
+                    return Err(format!(
+                        "variants {other:?} and {:?} differ only in ctor_scheduler, which \
+                         onionlab's transports ignore: leave one out with [[exclude]]",
+                        v.label
+                    ));
+                }
                 continue;
             }
             for c in v.active_clients(&self.clients) {
@@ -1134,6 +1239,7 @@ impl Scenario {
             congestion: "cubic".into(),
             scheduler: "ewma".into(),
             circuit_cc: "fixed".into(),
+            ctor_scheduler: None,
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
             kernel_tcp: KernelTcp::default(),
@@ -1182,8 +1288,8 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     match (name, pair) {
         (
             "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
-            | "tcp_notsent_lowat" | "scheduler" | "circuit_cc" | "size" | "latency" | "loss"
-            | "block" | "clients",
+            | "tcp_notsent_lowat" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
+            | "latency" | "loss" | "block" | "clients",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -1208,7 +1314,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -1286,6 +1392,10 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             "unknown circuit congestion control {value:?} ({})",
             CIRCUIT_CCS.join(", ")
         )),
+        "ctor_scheduler" if !CTOR_SCHEDULERS.contains(&value) => Err(format!(
+            "unknown C tor scheduler {value:?} ({})",
+            CTOR_SCHEDULERS.join(", ")
+        )),
         "scheduler" if !SCHEDULERS.contains(&value) => Err(format!(
             "unknown scheduler {value:?} ({})",
             SCHEDULERS.join(", ")
@@ -1325,6 +1435,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "circuit_cc" => {
             v.circuit_cc = value.into();
+            return Ok(());
+        }
+        "ctor_scheduler" => {
+            v.ctor_scheduler = Some(value.into());
             return Ok(());
         }
         "slow_start_after_idle" => {

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use onionlab_lab::scenario::parse_size;
+use onionlab_lab::scenario::Implementation;
 use onionlab_lab::{Error, Scenario};
 
 fn scenarios_dir() -> PathBuf {
@@ -823,4 +824,52 @@ fn ctor_is_a_transport_value_with_three_hop_paths() {
         }
         other => panic!("a C tor path without a guard first accepted: {other:?}"),
     }
+}
+
+#[test]
+fn ctor_torrc_lines_are_kept_and_the_labs_own_options_refused() {
+    let ok = format!(
+        "{BASE}\n[ctor]\nrelay_torrc = [\"Schedulers Vanilla\", \" KISTSchedRunInterval 2 msec \"]\n\
+         client_torrc = [\"CircuitPadding 0\"]\n"
+    );
+    let s = parse(&ok).expect("valid");
+    assert_eq!(
+        s.ctor_relay_torrc,
+        vec!["Schedulers Vanilla", "KISTSchedRunInterval 2 msec"]
+    );
+    assert_eq!(s.ctor_client_torrc, vec!["CircuitPadding 0"]);
+    assert!(parse(BASE).expect("valid").ctor_relay_torrc.is_empty());
+    let line = BASE.lines().count() + 2;
+    let own = format!("{BASE}\n[ctor]\nrelay_torrc = [\"orport 9999\"]\n");
+    assert_error(&own, line, "may not set ORPort");
+    let two = format!("{BASE}\n[ctor]\nclient_torrc = [\"A 1\\nB 2\"]\n");
+    assert_error(&two, line, "is not one torrc line");
+    let unknown = format!("{BASE}\n[ctor]\nrelays = []\n");
+    assert_error(&unknown, line + 1, "unknown field");
+}
+
+#[test]
+fn ctor_scheduler_varies_c_tor_only() {
+    let matrix =
+        "\n[matrix]\ntransport = [\"tls\", \"ctor\"]\nctor_scheduler = [\"kist\", \"vanilla\"]\n";
+    let both = format!("{BASE}{matrix}");
+    assert_error(&both, 1, "differ only in ctor_scheduler");
+    let one_tls =
+        format!("{BASE}{matrix}\n[[exclude]]\ntransport = \"tls\"\nctor_scheduler = \"vanilla\"\n");
+    let s = parse(&one_tls).expect("valid");
+    let schedulers: Vec<_> = s
+        .variants()
+        .iter()
+        .map(|v| (v.implementation, v.ctor_scheduler.clone()))
+        .collect();
+    assert_eq!(schedulers.len(), 3);
+    assert!(schedulers.contains(&(Implementation::Ctor, Some("vanilla".into()))));
+    assert!(schedulers.contains(&(Implementation::Ctor, Some("kist".into()))));
+    let unknown =
+        format!("{BASE}\n[matrix]\ntransport = [\"ctor\"]\nctor_scheduler = [\"fifo\"]\n");
+    assert_error(
+        &unknown,
+        BASE.lines().count() + 4,
+        "unknown C tor scheduler",
+    );
 }

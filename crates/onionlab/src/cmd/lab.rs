@@ -38,6 +38,11 @@ pub enum LabCommand {
         /// and topology must be unchanged.
         #[arg(long, requires = "out")]
         resume: bool,
+        /// With --resume: also run again the repetitions that ran on a
+        /// saturated CPU (flagged in the report; their results measured the
+        /// machine). segments.jsonl records how many.
+        #[arg(long, requires = "resume")]
+        redo_saturated: bool,
     },
     /// (Re)write the report of a run directory (into DIR/report).
     Report {
@@ -215,6 +220,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             reps,
             out,
             resume,
+            redo_saturated,
         } => {
             onionlab_netem::check_privileges()?;
             let s = Scenario::from_file(&scenario_path(&scenario)?)?;
@@ -238,6 +244,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 bin,
                 repetitions: reps,
                 resume,
+                redo_saturated,
                 progress: true,
                 stop: Some(stop),
             };
