@@ -512,14 +512,14 @@ impl XonXoffSender {
         }
     }
 
-    /// When the allowance will have grown back to a cell's payload (or the
-    /// whole burst, if smaller), if it is below that now; `None` without a
-    /// rate or when there is enough. An edge refused for the rate waits
-    /// until then.
+    /// When the allowance will have grown back to 10 ms of the rate, or a
+    /// cell's payload if that is more (the whole burst if less), if it is
+    /// below that now; `None` without a rate or when there is enough. An
+    /// edge refused for the rate waits until then: at most about 100
+    /// wake-ups a second, mostly whole cells.
     pub fn resumes_at(&self) -> Option<Instant> {
-        self.bucket
-            .as_ref()
-            .and_then(|b| b.reaches(CELL_PAYLOAD_BYTES))
+        let b = self.bucket.as_ref()?;
+        b.reaches(CELL_PAYLOAD_BYTES.max(b.rate / 100))
     }
 
     /// Stream bytes sent so far.
@@ -973,8 +973,8 @@ mod tests {
         assert_eq!(s.allowance(t), 0);
         let resume = s.resumes_at().expect("empty: waits");
         let wait = resume - t;
-        // 498 bytes at 100 KB/s: 4.98 ms.
-        assert!(wait >= Duration::from_micros(4980) && wait <= Duration::from_micros(4990));
+        // 10 ms of 100 KB/s (1000 bytes, more than a cell's 498).
+        assert!(wait >= Duration::from_micros(10_000) && wait <= Duration::from_micros(10_010));
         assert_eq!(s.allowance(t + Duration::from_millis(10)), 1000);
         assert_eq!(s.resumes_at(), None);
         // Never more than a second's worth, however long idle.

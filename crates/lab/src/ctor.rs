@@ -731,7 +731,7 @@ fn wait_consensus(
         }
         let fail = |why: String| {
             RunError::Start(format!(
-                "C tor authority (host {}): {why}; its last log lines:{}",
+                "C tor network not ready: {why}; the authority's (host {}) last log lines:{}",
                 auth.host,
                 log_tail(&auth.dir)
             ))

@@ -14,8 +14,8 @@
 //! torchestra_thresh_light = 0.4 # (not those the lab writes, such as transport)
 //!
 //! [ctor]                       # optional: more torrc lines for C tor variants
-//! relay_torrc = ["Schedulers Vanilla"]  # every relay (not what the lab writes,
-//! client_torrc = []            # such as ORPort); every client
+//! relay_torrc = ["KISTSchedRunInterval 2 msec"] # every relay (not what the lab
+//! client_torrc = []            # writes, such as ORPort or Schedulers); every client
 //!
 //! [[relay]]                    # nickname = host name
 //! host = "guard"
@@ -234,6 +234,10 @@ const LAB_TORRC_OPTIONS: &[&str] = &[
     "StrictNodes",
     "RunAsDaemon",
     "Log",
+    "CookieAuthentication",
+    // What the matrix sets: `scheduler` and `ctor_scheduler`.
+    "CircuitPriorityHalflife",
+    "Schedulers",
 ];
 
 /// A `[ctor]` list of torrc lines, checked: one option per line, none the
@@ -243,7 +247,13 @@ fn torrc_lines(lines: &[String], what: &str) -> std::result::Result<Vec<String>,
         .iter()
         .map(|line| {
             let line = line.trim();
-            let option = line.split_whitespace().next().unwrap_or("");
+            // torrc's `+Option` appends to and `/Option` clears an option:
+            // the same option all the same.
+            let option = line
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches(['+', '/']);
             if option.is_empty() || line.contains('\n') || option.starts_with('#') {
                 return Err(format!(
                     "[ctor] {what}: {line:?} is not one torrc line (`Option value`)"
@@ -254,7 +264,8 @@ fn torrc_lines(lines: &[String], what: &str) -> std::result::Result<Vec<String>,
                 .find(|o| o.eq_ignore_ascii_case(option))
             {
                 return Err(format!(
-                    "[ctor] {what} may not set {own}: the lab writes it to place the tors"
+                    "[ctor] {what} may not set {own}: the lab writes it (to place the tors, or \
+                     from the matrix)"
                 ));
             }
             Ok(line.to_string())

@@ -842,6 +842,8 @@ fn ctor_torrc_lines_are_kept_and_the_labs_own_options_refused() {
     let line = BASE.lines().count() + 2;
     let own = format!("{BASE}\n[ctor]\nrelay_torrc = [\"orport 9999\"]\n");
     assert_error(&own, line, "may not set ORPort");
+    let matrix = format!("{BASE}\n[ctor]\nrelay_torrc = [\"+Schedulers Vanilla\"]\n");
+    assert_error(&matrix, line, "may not set Schedulers");
     let two = format!("{BASE}\n[ctor]\nclient_torrc = [\"A 1\\nB 2\"]\n");
     assert_error(&two, line, "is not one torrc line");
     let unknown = format!("{BASE}\n[ctor]\nrelays = []\n");

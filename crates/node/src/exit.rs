@@ -588,7 +588,7 @@ async fn target_to_circuit(shared: Shared, circ: CircKey, stream: StreamId, es: 
             let room = st.node.exit_write_room(Instant::now(), circ, stream);
             (room, st.node.exit_write_resumes_at(circ, stream))
         };
-        let room = match room {
+        match room {
             Ok(0) => {
                 // Room comes back with a Writable event, or, if the
                 // client's XON rate held the bytes back, at a known time.
@@ -603,7 +603,7 @@ async fn target_to_circuit(shared: Shared, circ: CircKey, stream: StreamId, es: 
                 }
                 continue;
             }
-            Ok(n) => n.min(CHUNK),
+            Ok(_) => {}
             // The stream is gone (the client ended it): the writer closes
             // the connection.
             Err(_) => {
@@ -611,26 +611,35 @@ async fn target_to_circuit(shared: Shared, circ: CircKey, stream: StreamId, es: 
                 es.to_target.notify_one();
                 return;
             }
-        };
+        }
         if let Err(e) = es.tcp.readable().await {
             break end_reason_for_io(&e);
         }
+        // The room is asked again now: while this task waited, an XON may
+        // have lowered the rate, and what is read must all be taken.
         let read = SCRATCH.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
+            let mut st = shared.borrow_mut();
+            let now = Instant::now();
+            let room = match st.node.exit_write_room(now, circ, stream) {
+                Ok(room) => room.min(CHUNK),
+                // Gone or no room: the next round sees which.
+                Err(_) => 0,
+            };
+            if room == 0 {
+                return Ok(None);
+            }
             let n = es.tcp.try_read(&mut scratch[..room])?;
             if n > 0 {
-                let mut st = shared.borrow_mut();
-                // Within the room just reported: all of it is taken (or
-                // the stream vanished, and the next round sees that).
-                let _ = st
-                    .node
-                    .exit_write(Instant::now(), circ, stream, &scratch[..n]);
+                // Within the room just reported, in the same borrow: all
+                // of it is taken.
+                let _ = st.node.exit_write(now, circ, stream, &scratch[..n]);
                 process(&shared, &mut st);
             }
-            Ok::<usize, io::Error>(n)
+            Ok::<Option<usize>, io::Error>(Some(n))
         });
         match read {
-            Ok(0) => break EndReason::DONE,
+            Ok(Some(0)) => break EndReason::DONE,
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => {}
             Err(e) => {

@@ -502,7 +502,7 @@ async fn exit_stream(
     let (mut t0, mut t1) = (0, 0);
     let mut target_eof = false;
     loop {
-        let (ended, closed) = {
+        let (ended, closed, resume) = {
             let mut me = relay.borrow_mut();
             let now = Instant::now();
             if off < from_target.len() {
@@ -520,8 +520,17 @@ async fn exit_stream(
                     (t0, t1) = (0, n);
                 }
             }
+            // Held back by an XON's rate (Vegas): no event says when more
+            // is taken.
+            let resume = (off < from_target.len())
+                .then(|| me.node.exit_write_resumes_at(circ, stream))
+                .flatten();
             let slot = me.streams.get(&key);
-            (slot.is_none_or(|s| s.ended), slot.is_none_or(|s| s.closed))
+            (
+                slot.is_none_or(|s| s.ended),
+                slot.is_none_or(|s| s.closed),
+                resume,
+            )
         };
         pump(&relay);
         if closed {
@@ -550,6 +559,8 @@ async fn exit_stream(
                 _ => break,
             },
             _ = notify.notified() => {}
+            () = tokio::time::sleep_until(resume.unwrap_or_else(Instant::now).into()),
+                if resume.is_some() => {}
         }
     }
     relay.borrow_mut().streams.remove(&key);

@@ -11,8 +11,9 @@
 
 pub mod identity;
 
-/// The largest TLS record we send, header included (rustls's
-/// `max_fragment_size`): eight 514-byte cells. rustls's default is the TLS
+/// rustls's `max_fragment_size` for our records: eight 514-byte cells of
+/// plaintext and the 5-byte header (on the wire, 4134 bytes with the
+/// content type and AES-GCM's tag). rustls's default is the TLS
 /// maximum of 16 KiB, more than a fresh TCP connection's initial window
 /// (10 segments, about 14.5 KB): the record's tail then waits a round trip
 /// for an ACK, and no cell of it can be decrypted before. At every hop of a
