@@ -829,13 +829,13 @@ fn ctor_is_a_transport_value_with_three_hop_paths() {
 #[test]
 fn ctor_torrc_lines_are_kept_and_the_labs_own_options_refused() {
     let ok = format!(
-        "{BASE}\n[ctor]\nrelay_torrc = [\"Schedulers Vanilla\", \" KISTSchedRunInterval 2 msec \"]\n\
+        "{BASE}\n[ctor]\nrelay_torrc = [\"NumCPUs 1\", \" KISTSchedRunInterval 2 msec \"]\n\
          client_torrc = [\"CircuitPadding 0\"]\n"
     );
     let s = parse(&ok).expect("valid");
     assert_eq!(
         s.ctor_relay_torrc,
-        vec!["Schedulers Vanilla", "KISTSchedRunInterval 2 msec"]
+        vec!["NumCPUs 1", "KISTSchedRunInterval 2 msec"]
     );
     assert_eq!(s.ctor_client_torrc, vec!["CircuitPadding 0"]);
     assert!(parse(BASE).expect("valid").ctor_relay_torrc.is_empty());
