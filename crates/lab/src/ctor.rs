@@ -243,8 +243,6 @@ pub struct NetPlan {
     pub clients: Vec<ClientRole>,
     /// Proposal 324's Vegas (`cc_alg=2`), or SENDME windows (`cc_alg=0`).
     pub vegas: bool,
-    /// Circuit scheduling without EWMA (`CircuitPriorityHalflife 0`).
-    pub round_robin: bool,
     /// Every tor's channel scheduler (`Schedulers`; None: tor's default,
     /// KIST on Linux).
     pub schedulers: Option<String>,
@@ -292,7 +290,6 @@ impl NetPlan {
                 })
                 .collect(),
             vegas: variant.circuit_cc == "vegas",
-            round_robin: variant.scheduler == "round-robin",
             schedulers: variant.ctor_scheduler.clone(),
             // For the circuits' build times (CircuitWatch).
             control_port: true,
@@ -317,7 +314,6 @@ impl NetPlan {
                 path: Some((0..3).map(|i| format!("relay{i}")).collect()),
             }],
             vegas,
-            round_robin: false,
             schedulers: None,
             control_port: true,
             relay_torrc: Vec::new(),
@@ -446,9 +442,6 @@ fn relay_torrc(auth: &AuthPlan, r: &RelayPlan, plan: &NetPlan) -> String {
         r.addr,
         r.or_port
     );
-    if plan.round_robin {
-        t.push_str("CircuitPriorityHalflife 0\n");
-    }
     if r.exit {
         t.push_str(
             "ExitRelay 1\nExitPolicyRejectPrivate 0\nExitPolicyRejectLocalInterfaces 0\n\

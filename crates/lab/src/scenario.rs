@@ -235,8 +235,7 @@ const LAB_TORRC_OPTIONS: &[&str] = &[
     "RunAsDaemon",
     "Log",
     "CookieAuthentication",
-    // What the matrix sets: `scheduler` and `ctor_scheduler`.
-    "CircuitPriorityHalflife",
+    // What the matrix sets (`ctor_scheduler`).
     "Schedulers",
 ];
 
@@ -1148,6 +1147,14 @@ impl Scenario {
                     ));
                 }
                 continue;
+            }
+            if v.scheduler == "round-robin" {
+                return Err(format!(
+                    "variant {:?}: C tor cannot schedule circuits round robin (since 0.4.x it \
+                     raises CircuitPriorityHalflife 0 to its 30 s default, EWMA): leave the \
+                     combination out with [[exclude]]",
+                    v.label
+                ));
             }
             for c in v.active_clients(&self.clients) {
                 let Some(path) = &c.path else { continue };

@@ -867,6 +867,8 @@ fn ctor_scheduler_varies_c_tor_only() {
     assert_eq!(schedulers.len(), 3);
     assert!(schedulers.contains(&(Implementation::Ctor, Some("vanilla".into()))));
     assert!(schedulers.contains(&(Implementation::Ctor, Some("kist".into()))));
+    let rr = format!("{BASE}\n[matrix]\ntransport = [\"ctor\"]\nscheduler = [\"round-robin\"]\n");
+    assert_error(&rr, 1, "cannot schedule circuits round robin");
     let unknown =
         format!("{BASE}\n[matrix]\ntransport = [\"ctor\"]\nctor_scheduler = [\"fifo\"]\n");
     assert_error(
