@@ -23,6 +23,9 @@ pub enum Error {
     /// A scenario problem.
     #[error(transparent)]
     Lab(#[from] onionlab_lab::Error),
+    /// The anonymity analysis's input or parameters.
+    #[error(transparent)]
+    Anonymity(#[from] onionlab_anonymity::Error),
     /// The client failed.
     #[error(transparent)]
     Client(#[from] onionlab_client::Error),

@@ -44,6 +44,10 @@ enum Command {
     /// Benchmarks of real processes on loopback.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
+    /// What multi-path clients cost in anonymity (seed 004): compromise
+    /// probabilities and guard fingerprinting, analytic and by Monte Carlo
+    /// over a network's bandwidth weights.
+    Analyze(cmd::analyze::AnalyzeArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +62,7 @@ fn main() -> std::process::ExitCode {
         Command::Directory(a) => cmd::directory::run(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Lab(c) => cmd::lab::run_cmd(c),
+        Command::Analyze(a) => cmd::analyze::run(a),
     };
     match result {
         Ok(code) => code,

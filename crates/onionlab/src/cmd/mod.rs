@@ -1,5 +1,6 @@
 //! Subcommand groups. Each module exposes a clap `Subcommand` enum and a `run` function.
 
+pub mod analyze;
 pub mod bench;
 pub mod client;
 pub mod ctornet;
