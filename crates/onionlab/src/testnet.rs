@@ -123,6 +123,8 @@ pub struct LocalNetwork {
     nofile: std::collections::HashMap<String, u64>,
     /// Extra environment variables per node name.
     env: std::collections::HashMap<String, Vec<(String, String)>>,
+    /// Remove `dir` when dropped ([`LocalNetwork::remove_when_done`]).
+    scratch: bool,
 }
 
 /// Find `n` consecutive free TCP ports on 127.0.0.1.
@@ -194,7 +196,16 @@ impl LocalNetwork {
             log_filter: "info".into(),
             nofile: Default::default(),
             env: Default::default(),
+            scratch: false,
         })
+    }
+
+    /// Remove the network's directory when it is dropped, unless the
+    /// thread is panicking (a failed test keeps its logs) or
+    /// `ONIONLAB_KEEP_TEST_DIRS` is set. For tests: their directories
+    /// under /tmp otherwise pile up (about a gigabyte a CI run).
+    pub fn remove_when_done(&mut self) {
+        self.scratch = true;
     }
 
     /// Make every node use transport `name` (`auto` or a registered
@@ -438,6 +449,12 @@ impl LocalNetwork {
 impl Drop for LocalNetwork {
     fn drop(&mut self) {
         self.stop();
+        if self.scratch
+            && !std::thread::panicking()
+            && std::env::var_os("ONIONLAB_KEEP_TEST_DIRS").is_none()
+        {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -27,6 +27,7 @@ fn network(name: &str) -> LocalNetwork {
         std::env::temp_dir().join(format!("onionlab-abuse-exit-{}-{name}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.start_relays().expect("relays start");
     net.start_client(Some(&PATH), "").expect("client starts");
     net

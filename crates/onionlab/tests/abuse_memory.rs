@@ -38,6 +38,7 @@ async fn streams_that_are_never_read_stay_within_the_exit_memory_cap() {
     let dir = std::env::temp_dir().join(format!("onionlab-abuse-memory-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     let config = net.relay_config(EXIT);
     let text: String = fs::read_to_string(&config)
         .expect("exit config")

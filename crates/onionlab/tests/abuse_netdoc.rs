@@ -21,6 +21,7 @@ fn an_expired_document_signed_by_the_network_key_is_refused_by_every_node() {
     let dir = std::env::temp_dir().join(format!("onionlab-abuse-netdoc-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     let key = load_network_key(&dir.join("network-key.secret")).expect("network key");
     let doc = NetworkDocument::load_file(&dir.join("network.doc"), &key.verifying_key())
         .expect("the fresh document");

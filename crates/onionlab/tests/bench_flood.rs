@@ -147,6 +147,7 @@ async fn honest_client_goodput_under_a_flood() {
     let dir = std::env::temp_dir().join(format!("onionlab-bench-flood-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 4, 1).expect("network init");
+    net.remove_when_done();
     net.start_relays().expect("relays start");
     net.start_client(Some(&PATH), "").expect("client starts");
     let key =

@@ -28,6 +28,7 @@ fn workdir(name: &str) -> PathBuf {
 fn network(name: &str, transport: &str) -> LocalNetwork {
     let dir = workdir(&format!("{name}-{transport}"));
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_transport(transport).expect("transport");
     net.set_log_filter("info,onionlab_node::relay=debug");
     net.start_relays().expect("relays start");
@@ -185,6 +186,7 @@ async fn twenty_parallel_streams_on_shared_and_isolated_circuits(transport: &str
 async fn a_relay_with_the_wrong_identity_key_is_refused(transport: &str) {
     let dir = workdir(&format!("wrong-identity-{transport}"));
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_transport(transport).expect("transport");
     // relay1 runs with relay0's keys: it claims to be someone else.
     fs::copy(
@@ -208,7 +210,8 @@ async fn a_relay_with_the_wrong_identity_key_is_refused(transport: &str) {
 #[test]
 fn a_tampered_network_document_is_refused() {
     let dir = workdir("tampered");
-    let net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     let path = dir.join("network.doc");
     let text = fs::read_to_string(&path).expect("doc");
     let tampered = text.replacen("bandwidth = 1000", "bandwidth = 9000", 1);
@@ -445,6 +448,7 @@ fn channels_opened(p: &testnet::NodeProcess) -> Vec<(String, String, bool)> {
 async fn torchestra_moves_a_bulk_circuit_to_the_heavy_connections() {
     let dir = workdir("torchestra-moves");
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_transport("torchestra").expect("transport");
     for i in 0..3 {
         net.append_relay_config(
@@ -526,6 +530,7 @@ async fn mixed_circuit_round_trip(
 ) -> (LocalNetwork, PathBuf) {
     let dir = workdir(name);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     for &(node, transport) in transports {
         net.set_node_transport(node, transport).expect("transport");
     }

@@ -53,6 +53,7 @@ fn network(name: &str, transport: &str) -> LocalNetwork {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_transport(transport).expect("transport");
     net.set_log_filter("info,onionlab_client=debug");
     net.start_relays().expect("relays start");
@@ -285,6 +286,7 @@ async fn hostile_middle_never_sees_a_stream(transport: &str) {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_transport(transport).expect("transport");
     net.set_log_filter("info,onionlab_circuit=debug,onionlab_client=debug");
     net.set_node_env("relay1", "ONIONLAB_FAULT_HOSTILE_TRUNCATE", "1");

@@ -35,6 +35,7 @@ fn network(name: &str, limited: &str) -> LocalNetwork {
     ));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_transport("tls").expect("transport");
     net.set_nofile_limit(limited, 64);
     // These tests run a node out of descriptors with a flood from this

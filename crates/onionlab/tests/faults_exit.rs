@@ -45,6 +45,7 @@ fn workdir(name: &str) -> PathBuf {
 /// `transport` (`auto` by default).
 fn network(name: &str, exit_nofile: Option<u64>, transport: Option<&str>) -> LocalNetwork {
     let mut net = LocalNetwork::init(&bin(), &workdir(name), 3, 1).expect("network init");
+    net.remove_when_done();
     if let Some(t) = transport {
         net.set_transport(t).expect("transport");
     }

@@ -54,6 +54,7 @@ async fn a_running_client_keeps_the_newest_valid_document() {
     let dir = std::env::temp_dir().join(format!("onionlab-netdoc-refresh-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.start_relays().expect("relays start");
     let server = testnet::workload_server().await.expect("workload server");
     net.start_client(None, "network_refresh_s = 1")

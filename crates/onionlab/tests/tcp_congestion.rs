@@ -97,6 +97,7 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     let dir = std::env::temp_dir().join(format!("onionlab-tcp-cc-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     for i in 0..3 {
         net.append_relay_config(
             i,
@@ -156,6 +157,7 @@ async fn a_congestion_control_the_kernel_lacks_stops_the_relay_with_a_clear_erro
     let dir = std::env::temp_dir().join(format!("onionlab-tcp-cc-bad-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 1, 1).expect("network init");
+    net.remove_when_done();
     net.append_relay_config(0, "tcp_congestion = \"no_such_cc\"\n")
         .expect("relay config");
     let err = net.start_relays().expect_err("the relay must not start");

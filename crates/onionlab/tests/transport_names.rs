@@ -27,6 +27,7 @@ fn a_misspelt_transport_in_a_node_config_stops_the_node() {
     let dir = std::env::temp_dir().join(format!("onionlab-names-{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
+    net.remove_when_done();
     net.set_node_transport(Some(0), "quick").expect("rewrite");
     net.set_node_transport(None, "TLS").expect("rewrite");
     for (config, name) in [
