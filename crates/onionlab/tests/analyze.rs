@@ -64,6 +64,20 @@ fn a_monte_carlo_over_a_consensus_and_bad_input() {
         text.contains("Monte Carlo over") && text.contains("60 relays"),
         "{text}"
     );
+    // The Monte Carlo's one-path row: about f_g f_x = 4% correlated, 20%
+    // with an adversarial entry, each client sharing its guard with about
+    // 20 000 / 30 others.
+    let simulated = text.split("Monte Carlo over").nth(1).expect("section");
+    let row: Vec<f64> = simulated
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("1"))
+        .expect("row 1")
+        .split_whitespace()
+        .map(|w| w.trim_end_matches('%').parse().expect("a number"))
+        .collect();
+    assert!((3.0..5.0).contains(&row[1]), "{row:?}");
+    assert!((18.0..22.0).contains(&row[2]), "{row:?}");
+    assert!((600.0..740.0).contains(&row[4]), "{row:?}");
     let broken = dir.join("broken");
     std::fs::write(&broken, "r a\nw Bandwidth=lots\n").expect("write");
     let (ok, text) = analyze(&["--consensus", broken.to_str().expect("utf-8")]);
