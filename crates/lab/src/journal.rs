@@ -140,9 +140,17 @@ impl Journal {
 
         let mut repetitions_done: Vec<RepetitionRecord> =
             read_complete_lines(&out.join("repetitions.jsonl"))?;
+        // Checked before any run is dropped for --redo-saturated, so that a
+        // `--reps` below what the run has is refused even when the runs
+        // above it were all saturated (they would be lost, not run again).
+        let mut done = check_done(&repetitions_done, scenario, repetitions)?;
         let before = repetitions_done.len();
         if redo_saturated {
             repetitions_done.retain(|r| !r.cpu_saturated);
+            done = repetitions_done
+                .iter()
+                .map(|r| (r.repetition, r.variant.clone()))
+                .collect();
         }
         let redone_saturated = before - repetitions_done.len();
         if redone_saturated > 0 {
@@ -150,7 +158,6 @@ impl Journal {
                 "resume: {redone_saturated} runs ran on a saturated CPU; they run again"
             );
         }
-        let done = check_done(&repetitions_done, scenario, repetitions)?;
         let mut by_run: BTreeMap<(u32, String), Vec<TransferRecord>> = BTreeMap::new();
         let mut forgotten = 0;
         for r in read_complete_lines::<TransferRecord>(&out.join("records.jsonl"))? {
@@ -576,6 +583,27 @@ mod tests {
         drop(j);
         let text = fs::read_to_string(out.join("repetitions.jsonl")).expect("reps");
         assert_eq!(text.lines().count(), 1, "{text}");
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn redoing_saturated_runs_cannot_shrink_a_run() {
+        let out = temp_dir("saturated-top");
+        let s = scenario();
+        let mut j = Journal::create(&out, &s, 2).expect("create");
+        j.append(vec![], rep(A, 0)).expect("append");
+        let busy = RepetitionRecord {
+            cpu_saturated: true,
+            ..rep(A, 1)
+        };
+        j.append(vec![], busy).expect("append");
+        drop(j);
+        // Repetition 1 exists (saturated): --reps 1 would drop it unrun.
+        let e = Journal::resume(&out, &s, 1, true)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("already has 2 repetitions"), "{e}");
         let _ = fs::remove_dir_all(&out);
     }
 
