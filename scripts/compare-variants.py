@@ -10,10 +10,11 @@ loss:guard-middle=1% transport=quic"). Failed transfers are left out and
 counted. Standard library only.
 """
 import json
-import random
 import statistics
 import sys
 from collections import defaultdict
+
+from bootstrap import ratio_ci
 
 
 def load(run):
@@ -29,16 +30,6 @@ def load(run):
             data[key]["ttfb"].append(r["ttfb_ms"])
             data[key]["ttlb"].append(r["ttlb_ms"])
     return data, failed
-
-
-def ratio_ci(a, b, resamples=4000, seed=1):
-    rng = random.Random(seed)
-    boot = sorted(
-        statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(resamples)
-    )
-    point = statistics.median(a) / statistics.median(b)
-    return point, boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]
 
 
 def main():

@@ -16,10 +16,11 @@ Variant labels must contain transport=tls and transport=quic (other
 parameters pair them). Standard library only.
 """
 import json
-import random
 import statistics
 import sys
 from collections import defaultdict
+
+from bootstrap import ratio_ci
 
 
 def params(label):
@@ -53,17 +54,6 @@ def load(run):
             if r.get("wire_overhead") is not None:
                 overhead[r["variant"]].append(r["wire_overhead"])
     return slowest, failed, overhead
-
-
-def ratio_ci(a, b, resamples=4000, seed=1):
-    rng = random.Random(seed)
-    boot = sorted(
-        statistics.median(rng.choices(a, k=len(a)))
-        / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(resamples)
-    )
-    point = statistics.median(a) / statistics.median(b)
-    return point, boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]
 
 
 def loss_value(text):

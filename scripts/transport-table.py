@@ -16,22 +16,10 @@ Standard library only.
 """
 import argparse
 import json
-import random
 import statistics
 from collections import defaultdict
 
-RESAMPLES = 4000
-
-
-def ratio_ci(a, b, seed=1):
-    rng = random.Random(seed)
-    boot = sorted(
-        statistics.median(rng.choices(a, k=len(a)))
-        / statistics.median(rng.choices(b, k=len(b)))
-        for _ in range(RESAMPLES)
-    )
-    point = statistics.median(a) / statistics.median(b)
-    return point, boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+from bootstrap import ratio_ci
 
 
 def split(variant):
