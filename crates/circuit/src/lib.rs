@@ -7,6 +7,8 @@
 //! in-memory network of the tests) move cells between them.
 //!
 //! * [`client::ClientCircuit`]: the client end of one circuit;
+//! * [`client_node::ClientNode`]: a whole client: channels to guards, their
+//!   circuit-ID maps and schedulers, circuits built along given paths;
 //! * [`relay::RelayCircuit`]: one circuit at a relay or exit;
 //! * [`node::RelayNode`]: a whole relay: channels, circuit-ID maps, a circuit
 //!   scheduler per channel, EXTEND2 handling across channels;
@@ -18,6 +20,7 @@
 //! * [`torchestra`]: Torchestra's light/heavy circuit classifier (seed 003).
 
 pub mod client;
+pub mod client_node;
 mod err;
 pub mod flow;
 pub mod node;

@@ -44,11 +44,13 @@
 //! # Design
 //!
 //! Single-threaded, as tor is: a current-thread runtime and a `LocalSet`;
-//! the sans-IO circuits ([`onionlab_circuit::client::ClientCircuit`]) and
-//! the channel maps live in one `Rc<RefCell<State>>`, borrowed only between
-//! awaits. Tasks: the accept loop; one per SOCKS connection; a reader and a
-//! writer per guard channel, woken by a `tokio::sync::Notify`; a timer per
-//! circuit build; a housekeeping task that closes unused dirty circuits;
+//! the sans-IO client node ([`onionlab_circuit::client_node::ClientNode`]:
+//! guard channels, their circuit-ID maps and schedulers, circuits and
+//! streams) and what the client adds (path selection, isolation, stream
+//! tasks) live in one `Rc<RefCell<State>>`, borrowed only between awaits.
+//! Tasks: the accept loop; one per SOCKS connection; a reader and a writer
+//! per guard channel, woken by a `tokio::sync::Notify`; a timer task for
+//! the node's build and hop timeouts; a housekeeping task that closes unused dirty circuits;
 //! a task that reloads the network document every `network_refresh` and
 //! keeps the newest valid one (see the refresh module in the source).
 //!
@@ -189,6 +191,7 @@ impl Client {
                 }
             })
         };
+        let timer = tokio::task::spawn_local(State::run_timer(state.clone()));
         let refresh = refresh::spawn(&state);
         let max_conns = state.borrow().cfg.settings.max_socks_connections;
         let active = Rc::new(Cell::new(0usize));
@@ -230,6 +233,7 @@ impl Client {
         }
         tracing::info!("shutting down");
         housekeeping.abort();
+        timer.abort();
         if let Some(r) = refresh {
             r.abort();
         }

@@ -1,12 +1,14 @@
-//! The client's shared state: guard channels, circuits (sans-IO
-//! [`ClientCircuit`]s) and the streams attached to them.
+//! The client's shared state: the sans-IO [`ClientNode`] (guard channels,
+//! their circuit-ID maps and schedulers, circuits and their streams) and
+//! what the node leaves to its driver: path selection, which circuit a
+//! stream may use (isolation, exit policy, dirtiness, network document
+//! changes), the stream tasks' slots, and the connections' tasks.
 //!
 //! Every task holds an `Rc<RefCell<State>>` and borrows it only between
-//! awaits. Whatever touches a circuit calls [`State::touch`] afterwards,
-//! which handles the circuit's events (extending it hop by hop, waking
-//! stream tasks), tells the channel's scheduler and writer task that the
-//! circuit has cells to send, and forgets the circuit once it is closed and
-//! its DESTROY is out.
+//! awaits. Whatever calls into the node calls [`State::settle`] afterwards,
+//! which handles the node's events (circuits built or closed, stream
+//! events waking stream tasks, channels to connect) and wakes the writer
+//! task of every channel with cells to send.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -14,10 +16,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId, Destroy, DestroyReason};
 use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
-use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
-use onionlab_circuit::scheduler::CircuitScheduler;
+use onionlab_circuit::client::{ClientConfig, ClientEvent};
+use onionlab_circuit::client_node::{ClientNode, ClientNodeConfig, ClientNodeEvent, PathHop};
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
@@ -27,10 +28,12 @@ use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
 use onionlab_transport::{CellWriter, Ordering};
 use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
 use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+pub(crate) use onionlab_circuit::client_node::BuildFailure;
+pub(crate) use onionlab_circuit::node::CircKey;
 
 use crate::path::{
     path_names, resolve_pinned, select_path, select_path_avoiding, PathError, PinnedPathError,
@@ -42,13 +45,9 @@ use crate::socks::{IsolationKey, StreamFailure};
 /// The state as the tasks share it.
 pub(crate) type Shared = Rc<RefCell<State>>;
 
-/// Identifies a circuit within the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct CircKey(pub(crate) u64);
-
 /// Identifies a channel within the client (a new channel to the same
 /// guard gets a new key).
-pub(crate) type ChanKey = u64;
+pub(crate) type ChanKey = onionlab_circuit::node::ChannelId;
 
 /// A relay's Ed25519 identity: how state that outlives a network document
 /// (channels, failed relays) names relays. Indexes into a document's relay
@@ -64,15 +63,6 @@ pub(crate) enum Phase {
     Open,
     /// The build failed.
     Failed(BuildFailure),
-}
-
-/// Why a build failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BuildFailure {
-    /// Not built within the build timeout.
-    Timeout,
-    /// Something else, described.
-    Failed(String),
 }
 
 /// Settings with the pinned path resolved against their network
@@ -161,11 +151,10 @@ struct StreamSlot {
     ended: Option<EndReason>,
 }
 
-/// One circuit.
+/// What the client knows of one circuit beyond the node: where it goes,
+/// who may use it, and its streams' tasks. Dropped when the node reports
+/// the circuit closed.
 struct Circ {
-    circ: ClientCircuit,
-    chan: ChanKey,
-    circ_id: u32,
     /// The document the path was chosen from: `path` indexes its relays,
     /// whatever document the client holds now.
     doc: Arc<NetworkDocument>,
@@ -175,50 +164,17 @@ struct Circ {
     stale: bool,
     isolation: IsolationKey,
     phase: watch::Sender<Phase>,
-    started: Instant,
     first_use: Option<Instant>,
-    timed_out: bool,
-    /// What first went wrong while building, for the failure report.
-    failure: Option<String>,
-    closed: bool,
     streams: HashMap<u16, StreamSlot>,
 }
 
 impl Circ {
-    /// A circuit being built on `path` (indexes into `doc`), at channel
-    /// `chan` with ID `circ_id`.
-    fn new(
-        circ: ClientCircuit,
-        (chan, circ_id): (ChanKey, u32),
-        doc: Arc<NetworkDocument>,
-        path: Vec<usize>,
-        isolation: IsolationKey,
-        phase: watch::Sender<Phase>,
-    ) -> Self {
-        Circ {
-            circ,
-            chan,
-            circ_id,
-            doc,
-            path,
-            stale: false,
-            isolation,
-            phase,
-            started: Instant::now(),
-            first_use: None,
-            timed_out: false,
-            failure: None,
-            closed: false,
-            streams: HashMap::new(),
-        }
-    }
-
     fn is_open(&self) -> bool {
-        !self.closed && *self.phase.borrow() == Phase::Open
+        *self.phase.borrow() == Phase::Open
     }
 
     fn is_building(&self) -> bool {
-        !self.closed && *self.phase.borrow() == Phase::Building
+        *self.phase.borrow() == Phase::Building
     }
 
     fn is_dirty(&self, now: Instant, max: Duration) -> bool {
@@ -242,15 +198,11 @@ impl Circ {
     }
 }
 
-/// One channel to a guard.
-struct Channel {
+/// The tasks of one channel to a guard (the node holds the rest).
+struct ChannelTasks {
     guard: RelayId,
     /// The guard's nickname, for logs.
     guard_nick: String,
-    open: bool,
-    closing: bool,
-    circuits: HashMap<u32, CircKey>,
-    scheduler: Box<dyn CircuitScheduler<CircKey>>,
     wake: Rc<Notify>,
     reader: Option<AbortHandle>,
     writer: Option<AbortHandle>,
@@ -298,11 +250,15 @@ pub(crate) struct State {
     pub(crate) cfg: Rc<Config>,
     connector: Connector,
     rng: StdRng,
-    channels: HashMap<ChanKey, Channel>,
-    by_guard: HashMap<RelayId, ChanKey>,
+    node: ClientNode,
+    channels: HashMap<ChanKey, ChannelTasks>,
     circuits: HashMap<CircKey, Circ>,
-    next_circ: u64,
-    next_chan: ChanKey,
+    /// Channels the node asked for since the last launch took them.
+    wanted: Vec<(ChanKey, Ed25519Identity)>,
+    /// Wakes the timer task when the node's next deadline moved earlier.
+    timer: Rc<Notify>,
+    /// The deadline the timer task sleeps until.
+    timer_armed: Option<Instant>,
     next_token: u64,
     shutting_down: bool,
     /// Writer tasks, awaited at shutdown so DESTROYs go out.
@@ -378,17 +334,42 @@ fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error
     )
 }
 
+/// The path of relays `path` (indexes into `doc`) as the node takes it.
+fn path_hops(doc: &NetworkDocument, path: &[usize]) -> Vec<PathHop> {
+    path.iter()
+        .filter_map(|&i| doc.relays.get(i))
+        .map(|r| PathHop {
+            keys: r.public_keys(),
+            linkspecs: linkspecs(r),
+            name: r.nickname.clone(),
+        })
+        .collect()
+}
+
 impl State {
     pub(crate) fn new(cfg: Config) -> Result<Self, crate::Error> {
+        let settings = &cfg.settings;
+        let node = ClientNode::new(
+            ClientNodeConfig {
+                scheduler: settings.scheduler,
+                build_timeout: settings.circuit_build_timeout,
+                circuit: ClientConfig {
+                    hop_timeout: settings.circuit_build_timeout,
+                    ..ClientConfig::default()
+                },
+            },
+            rand::make_rng(),
+        );
         Ok(State {
-            connector: connector(&cfg.settings)?,
+            connector: connector(settings)?,
             cfg: Rc::new(cfg),
             rng: rand::make_rng(),
+            node,
             channels: HashMap::new(),
-            by_guard: HashMap::new(),
             circuits: HashMap::new(),
-            next_circ: 1,
-            next_chan: 1,
+            wanted: Vec::new(),
+            timer: Rc::new(Notify::new()),
+            timer_armed: None,
             next_token: 1,
             shutting_down: false,
             writers: Vec::new(),
@@ -444,7 +425,7 @@ impl State {
             .count();
         let mut retired = 0;
         for c in self.circuits.values_mut() {
-            if !c.stale && !c.closed && !still_usable(&c.doc.relays, &c.path, &cfg) {
+            if !c.stale && !still_usable(&c.doc.relays, &c.path, &cfg) {
                 c.stale = true;
                 retired += 1;
             }
@@ -529,31 +510,74 @@ impl State {
         }
     }
 
-    /// The channel to `relay`, created (and its connection started) if
-    /// there is none.
-    fn channel_for(&mut self, shared: &Shared, relay: &RelayEntry) -> ChanKey {
-        let guard = relay.ed_identity;
-        if let Some(&k) = self.by_guard.get(&guard) {
-            return k;
-        }
-        let key = self.next_chan;
-        self.next_chan += 1;
-        let wake = Rc::new(Notify::new());
-        self.channels.insert(
+    /// Start building a circuit on `path` (guard first): the node sends
+    /// CREATE2 on the guard's channel (opened here if there is none), then
+    /// an EXTEND2 per hop as each is added, and abandons the build after
+    /// the build timeout.
+    pub(crate) fn launch(
+        &mut self,
+        shared: &Shared,
+        path: NewPath,
+        iso: IsolationKey,
+    ) -> (CircKey, watch::Receiver<Phase>) {
+        let NewPath { doc, hops: path } = path;
+        let now = Instant::now();
+        let launched = self
+            .node
+            .launch(now, path_hops(&doc, &path), doc.params.circuit_cc);
+        let key = match launched {
+            Ok(key) => key,
+            Err(e) => {
+                // Path selection never gives an empty path.
+                let failure = BuildFailure::Failed(format!("cannot launch: {e}"));
+                let (_, rx) = watch::channel(Phase::Failed(failure));
+                return (CircKey(0), rx);
+            }
+        };
+        tracing::debug!(
+            circ = key.0,
+            path = %path_names(&doc.relays, &path),
+            "building circuit"
+        );
+        let (phase, rx) = watch::channel(Phase::Building);
+        self.circuits.insert(
             key,
-            Channel {
-                guard,
+            Circ {
+                doc: doc.clone(),
+                path: path.clone(),
+                stale: false,
+                isolation: iso,
+                phase,
+                first_use: None,
+                streams: HashMap::new(),
+            },
+        );
+        self.settle();
+        for (chan, guard) in std::mem::take(&mut self.wanted) {
+            match doc
+                .relays
+                .iter()
+                .find(|r| Ed25519Identity::new(r.ed_identity) == guard)
+            {
+                Some(relay) => self.connect_channel(shared, chan, relay),
+                None => self.close_channel(chan, "the guard is not in the circuit's document"),
+            }
+        }
+        (key, rx)
+    }
+
+    /// Start the connection of channel `chan` to `relay`.
+    fn connect_channel(&mut self, shared: &Shared, chan: ChanKey, relay: &RelayEntry) {
+        self.channels.insert(
+            chan,
+            ChannelTasks {
+                guard: relay.ed_identity,
                 guard_nick: relay.nickname.clone(),
-                open: false,
-                closing: false,
-                circuits: HashMap::new(),
-                scheduler: self.cfg.settings.scheduler.build(),
-                wake,
+                wake: Rc::new(Notify::new()),
                 reader: None,
                 writer: None,
             },
         );
-        self.by_guard.insert(guard, key);
         let identity = Ed25519Identity::new(relay.ed_identity);
         let addrs = PeerAddrs::from_document(|name| relay.address(name));
         match addrs.tls.or(addrs.quic) {
@@ -561,7 +585,7 @@ impl State {
                 tracing::debug!(guard = %relay.nickname, %addr, "opening channel");
                 tokio::task::spawn_local(crate::channel::connect(
                     shared.clone(),
-                    key,
+                    chan,
                     addrs,
                     identity,
                 ));
@@ -569,126 +593,147 @@ impl State {
             None => {
                 // Path selection only picks relays with a tls address; a
                 // channel to one without fails its circuits at once.
-                let nick = relay.nickname.clone();
-                self.close_channel(key, &format!("guard {nick} has no tls address"));
-            }
-        }
-        key
-    }
-
-    /// Start building a circuit on `path` (guard first): CREATE2 on the
-    /// guard's channel, then an EXTEND2 per hop as each is added (see
-    /// [`touch`](Self::touch)). The build is abandoned after the build
-    /// timeout.
-    pub(crate) fn launch(
-        &mut self,
-        shared: &Shared,
-        path: NewPath,
-        iso: IsolationKey,
-    ) -> (CircKey, watch::Receiver<Phase>) {
-        let cfg = self.cfg.clone();
-        let NewPath { doc, hops: path } = path;
-        let guard = &doc.relays[path[0]];
-        let chan = self.channel_for(shared, guard);
-        let key = CircKey(self.next_circ);
-        self.next_circ += 1;
-        let (phase, rx) = watch::channel(Phase::Building);
-        let circ_config = ClientConfig {
-            hop_timeout: cfg.settings.circuit_build_timeout,
-            cc: doc.params.circuit_cc,
-            ..ClientConfig::default()
-        };
-        let circ = ClientCircuit::new(
-            circ_config,
-            &guard.public_keys(),
-            StdRng::from_rng(&mut self.rng),
-        );
-        let mut circ_id = 0;
-        if let Some(ch) = self.channels.get_mut(&chan) {
-            // Link protocol 4+: the initiator's IDs have the high bit set.
-            circ_id = loop {
-                let id = self.rng.random::<u32>() | 0x8000_0000;
-                if !ch.circuits.contains_key(&id) {
-                    break id;
-                }
-            };
-            ch.circuits.insert(circ_id, key);
-        }
-        tracing::debug!(
-            circ = key.0,
-            path = %path_names(&doc.relays, &path),
-            circ_id = format_args!("{circ_id:#x}"),
-            "building circuit"
-        );
-        self.circuits
-            .insert(key, Circ::new(circ, (chan, circ_id), doc, path, iso, phase));
-        if circ_id == 0 {
-            // The channel failed at once (see channel_for).
-            if let Some(c) = self.circuits.get_mut(&key) {
-                c.failure = Some("no channel to the guard".into());
-                c.circ.destroy();
-            }
-        }
-        self.touch(key);
-        let timeout = cfg.settings.circuit_build_timeout;
-        let shared = shared.clone();
-        tokio::task::spawn_local(async move {
-            tokio::time::sleep(timeout).await;
-            shared.borrow_mut().build_timed_out(key);
-        });
-        (key, rx)
-    }
-
-    /// The build timer of `key` fired: abandon the circuit if it is still
-    /// being built.
-    fn build_timed_out(&mut self, key: CircKey) {
-        if let Some(c) = self.circuits.get_mut(&key) {
-            if c.is_building() {
-                c.timed_out = true;
-                c.circ.destroy();
-                self.touch(key);
+                let nick = &relay.nickname;
+                self.close_channel(chan, &format!("guard {nick} has no tls address"));
             }
         }
     }
 
-    /// After anything happened to circuit `key`: handle its events, let
-    /// its channel know if it has cells to send, and forget it once it is
-    /// closed with nothing left to send.
-    pub(crate) fn touch(&mut self, key: CircKey) {
-        self.touch_inner(key, true);
-    }
-
-    /// [`touch`](Self::touch), but with `activate` false the circuit is
-    /// not put back in its channel's scheduler: after a `poll_transmit`
-    /// that gave nothing, so that a circuit that claims work and yields no
-    /// cell cannot spin the writer. Its next input re-activates it.
-    fn touch_inner(&mut self, key: CircKey, activate: bool) {
+    /// Handle what the node reports: circuits built or closed, stream
+    /// events (waking their tasks), relays that failed, channels it wants;
+    /// then wake the writers of channels with cells to send, and the timer
+    /// task if the node's next deadline moved earlier.
+    pub(crate) fn settle(&mut self) {
         let now = Instant::now();
-        let Some(c) = self.circuits.get_mut(&key) else {
-            return;
-        };
-        while let Some(ev) = c.circ.poll_event() {
-            if let Some(failed) = on_event(key, c, ev, now) {
-                self.failed_relays.insert(failed, now);
+        while let Some(ev) = self.node.poll_event() {
+            match ev {
+                ClientNodeEvent::ChannelWanted { chan, guard } => self.wanted.push((chan, guard)),
+                ClientNodeEvent::Built { circ, elapsed } => {
+                    if let Some(c) = self.circuits.get_mut(&circ) {
+                        c.phase.send_replace(Phase::Open);
+                        tracing::info!(
+                            circ = circ.0,
+                            path = %path_names(&c.doc.relays, &c.path),
+                            ms = elapsed.as_millis() as u64,
+                            "circuit built"
+                        );
+                    }
+                }
+                ClientNodeEvent::Circuit { circ, event } => self.on_circuit_event(circ, event, now),
+                ClientNodeEvent::Closed {
+                    circ,
+                    reason,
+                    build_failure,
+                    detail,
+                } => {
+                    let Some(c) = self.circuits.remove(&circ) else {
+                        continue;
+                    };
+                    let path = path_names(&c.doc.relays, &c.path);
+                    match build_failure {
+                        Some(failure) => {
+                            match &failure {
+                                BuildFailure::Timeout => tracing::info!(
+                                    circ = circ.0,
+                                    %path,
+                                    "circuit build timed out after {:?}",
+                                    self.cfg.settings.circuit_build_timeout
+                                ),
+                                BuildFailure::Failed(why) => {
+                                    tracing::info!(circ = circ.0, %path, "circuit build failed: {why}")
+                                }
+                            }
+                            c.phase.send_replace(Phase::Failed(failure));
+                        }
+                        None if reason.kind == onionlab_circuit::CloseKind::Local
+                            && reason.reason == onionlab_cell::chan::DestroyReason::NONE =>
+                        {
+                            tracing::debug!(circ = circ.0, %path, "circuit closed: {reason}");
+                        }
+                        None => {
+                            let why = detail.unwrap_or_else(|| reason.to_string());
+                            tracing::info!(
+                                circ = circ.0,
+                                %path,
+                                streams = c.streams.len(),
+                                "circuit failed: {why}"
+                            );
+                        }
+                    }
+                    for slot in c.streams.values() {
+                        slot.notify.notify_one();
+                    }
+                }
             }
         }
-        let wants = c.circ.wants_transmit();
-        let ch = self.channels.get_mut(&c.chan);
-        let chan_alive = ch.is_some();
-        if let Some(ch) = ch {
-            if wants && activate {
-                ch.scheduler.activate(key, now);
+        while let Some(chan) = self.node.poll_channel_ready() {
+            if let Some(ch) = self.channels.get(&chan) {
                 ch.wake.notify_one();
             }
         }
-        if c.closed && !(wants && chan_alive) {
-            let (chan, circ_id) = (c.chan, c.circ_id);
-            self.circuits.remove(&key);
-            if let Some(ch) = self.channels.get_mut(&chan) {
-                if ch.circuits.get(&circ_id) == Some(&key) {
-                    ch.circuits.remove(&circ_id);
+        let next = self.node.poll_timeout();
+        if next.is_some_and(|n| self.timer_armed.is_none_or(|armed| n < armed)) {
+            self.timer.notify_one();
+        }
+    }
+
+    /// An event of circuit `key` other than its closing.
+    fn on_circuit_event(&mut self, key: CircKey, event: ClientEvent, now: Instant) {
+        let Some(c) = self.circuits.get_mut(&key) else {
+            return;
+        };
+        match event {
+            ClientEvent::HopFailed { hop, .. } => {
+                // The circuit closes right after; its relay is avoided for
+                // a while (it may be innocent: see ClientEvent::HopFailed).
+                if let Some(r) = c.path.get(hop).and_then(|&i| c.doc.relays.get(i)) {
+                    self.failed_relays.insert(r.ed_identity, now);
                 }
-                ch.scheduler.remove(key);
+            }
+            ClientEvent::Stream(ev) => {
+                let (id, connected, ended) = match ev {
+                    StreamEvent::Connected { stream } => (stream, true, None),
+                    StreamEvent::Readable { stream } | StreamEvent::Writable { stream } => {
+                        (stream, false, None)
+                    }
+                    StreamEvent::Ended { stream, reason } => (stream, false, Some(reason)),
+                };
+                if let Some(slot) = c.streams.get_mut(&u16::from(id)) {
+                    slot.connected |= connected;
+                    if ended.is_some() {
+                        slot.ended = ended;
+                        tracing::debug!(circ = key.0, stream = %id, reason = ?slot.ended, "stream ended by the exit");
+                    }
+                    slot.notify.notify_one();
+                }
+            }
+            ClientEvent::HopAdded { .. }
+            | ClientEvent::Resolved { .. }
+            | ClientEvent::Closed(_) => {}
+        }
+    }
+
+    /// The timer task: sleeps until the node's next deadline (build and hop
+    /// timeouts), or until woken because a nearer one appeared.
+    pub(crate) async fn run_timer(shared: Shared) {
+        let timer = shared.borrow().timer.clone();
+        loop {
+            let next = {
+                let mut st = shared.borrow_mut();
+                let next = st.node.poll_timeout();
+                st.timer_armed = next;
+                next
+            };
+            match next {
+                Some(at) => tokio::select! {
+                    () = tokio::time::sleep_until(at.into()) => {
+                        let mut st = shared.borrow_mut();
+                        st.node.handle_timeout(Instant::now());
+                        st.settle();
+                    }
+                    () = timer.notified() => {}
+                },
+                None => timer.notified().await,
             }
         }
     }
@@ -700,19 +745,25 @@ impl State {
         target: &Target,
         notify: Rc<Notify>,
     ) -> Result<StreamRef, StreamFailure> {
-        let Some(c) = self.circuits.get_mut(&key).filter(|c| c.is_open()) else {
+        let now = Instant::now();
+        if !self.circuits.get(&key).is_some_and(Circ::is_open) {
+            return Err(StreamFailure::CircuitClosed);
+        }
+        let begun = self
+            .node
+            .begin(now, key, &target.host_string(), target.port);
+        self.settle();
+        let id = begun.map_err(|e| match e {
+            onionlab_circuit::Error::BadTarget(_) => StreamFailure::BadTarget,
+            onionlab_circuit::Error::Closed => StreamFailure::CircuitClosed,
+            other => StreamFailure::Attach(other.to_string()),
+        })?;
+        let Some(c) = self.circuits.get_mut(&key) else {
             return Err(StreamFailure::CircuitClosed);
         };
-        let id = c
-            .circ
-            .begin(&target.host_string(), target.port)
-            .map_err(|e| match e {
-                onionlab_circuit::Error::BadTarget(_) => StreamFailure::BadTarget,
-                other => StreamFailure::Attach(other.to_string()),
-            })?;
         let token = self.next_token;
         self.next_token += 1;
-        c.first_use.get_or_insert_with(Instant::now);
+        c.first_use.get_or_insert(now);
         c.streams.insert(
             u16::from(id),
             StreamSlot {
@@ -723,7 +774,6 @@ impl State {
             },
         );
         tracing::debug!(circ = key.0, stream = %id, %target, "BEGIN");
-        self.touch(key);
         Ok(StreamRef {
             circ: key,
             id,
@@ -733,48 +783,51 @@ impl State {
 
     /// What `s`'s task should know about it.
     pub(crate) fn stream_view(&self, s: &StreamRef) -> StreamView {
-        match self.circuits.get(&s.circ) {
-            Some(c) if !c.closed => match c.slot(s) {
-                Some(slot) => StreamView::Live {
-                    connected: slot.connected,
-                    ended: slot.ended,
-                },
-                None => StreamView::Lost,
+        match self.circuits.get(&s.circ).and_then(|c| c.slot(s)) {
+            Some(slot) => StreamView::Live {
+                connected: slot.connected,
+                ended: slot.ended,
             },
-            _ => StreamView::Lost,
+            None => StreamView::Lost,
         }
     }
 
-    fn live_circuit(&mut self, s: &StreamRef) -> Option<&mut Circ> {
+    /// Whether stream `s` still has its slot on a live circuit.
+    fn is_live(&self, s: &StreamRef) -> bool {
         self.circuits
-            .get_mut(&s.circ)
-            .filter(|c| !c.closed && c.slot(s).is_some())
+            .get(&s.circ)
+            .is_some_and(|c| c.slot(s).is_some())
     }
 
     /// Offer bytes to stream `s`: how many it took (`None`: it is gone).
     pub(crate) fn stream_write(&mut self, s: &StreamRef, data: &[u8]) -> Option<usize> {
-        let c = self.live_circuit(s)?;
-        let r = c.circ.write(Instant::now(), s.id, data).ok();
-        self.touch(s.circ);
+        if !self.is_live(s) {
+            return None;
+        }
+        let r = self.node.write(Instant::now(), s.circ, s.id, data).ok();
+        self.settle();
         r
     }
 
     /// When the exit's XON rate lets stream `s` take bytes again, if it
     /// refuses them now for the rate.
     pub(crate) fn stream_write_resumes_at(&mut self, s: &StreamRef) -> Option<Instant> {
-        self.live_circuit(s)?.circ.write_resumes_at(s.id)
+        if !self.is_live(s) {
+            return None;
+        }
+        self.node.write_resumes_at(s.circ, s.id)
     }
 
     /// Read what stream `s` received.
     pub(crate) fn stream_read(&mut self, s: &StreamRef, buf: &mut [u8]) -> ReadResult {
-        let Some(c) = self.live_circuit(s) else {
+        if !self.is_live(s) {
             return ReadResult::Gone;
-        };
-        let r = match c.circ.read(Instant::now(), s.id, buf) {
+        }
+        let r = match self.node.read(Instant::now(), s.circ, s.id, buf) {
             Ok(n) => ReadResult::Data(n),
             Err(_) => ReadResult::Gone,
         };
-        self.touch(s.circ);
+        self.settle();
         r
     }
 
@@ -791,17 +844,20 @@ impl State {
             return;
         }
         c.streams.remove(&u16::from(s.id));
-        // Fails harmlessly if the stream is already gone.
-        let _ = c.circ.close_stream(s.id);
-        if c.streams.is_empty() && c.is_open() && c.is_retired(now, max_dirty) {
+        let close_circuit = c.streams.is_empty() && c.is_open() && c.is_retired(now, max_dirty);
+        if close_circuit {
             tracing::debug!(
                 circ = s.circ.0,
                 stale = c.stale,
                 "closing dirty circuit after its last stream"
             );
-            c.circ.destroy();
         }
-        self.touch(s.circ);
+        // Fails harmlessly if the stream is already gone.
+        let _ = self.node.close_stream(now, s.circ, s.id);
+        if close_circuit {
+            self.node.destroy(now, s.circ);
+        }
+        self.settle();
     }
 
     /// Close circuits past their dirtiness limit (or stale after a
@@ -816,16 +872,16 @@ impl State {
             .map(|(k, _)| *k)
             .collect();
         for key in expired {
-            if let Some(c) = self.circuits.get_mut(&key) {
+            if let Some(c) = self.circuits.get(&key) {
                 tracing::debug!(
                     circ = key.0,
                     stale = c.stale,
                     "closing dirty unused circuit"
                 );
-                c.circ.destroy();
             }
-            self.touch(key);
+            self.node.destroy(now, key);
         }
+        self.settle();
     }
 
     /// The channel's connection is up: its writer and reader tasks run.
@@ -841,13 +897,13 @@ impl State {
             writer.abort();
             return false;
         };
-        ch.open = true;
         ch.reader = Some(reader);
         ch.writer = Some(writer.abort_handle());
-        ch.wake.notify_one();
+        let nick = ch.guard_nick.clone();
         self.writers.retain(|w| !w.is_finished());
         self.writers.push(writer);
-        let nick = &ch.guard_nick;
+        self.node.channel_opened(chan);
+        self.settle();
         tracing::info!(guard = %nick, "channel open to {nick} at {how}");
         true
     }
@@ -871,16 +927,13 @@ impl State {
         let Some(ch) = self.channels.remove(&chan) else {
             return;
         };
-        if self.by_guard.get(&ch.guard) == Some(&chan) {
-            self.by_guard.remove(&ch.guard);
-        }
-        let nick = ch.guard_nick.clone();
+        let nick = &ch.guard_nick;
         if self.shutting_down {
             tracing::debug!(guard = %nick, "channel closed: {why}");
         } else {
             // The guard is unreachable or dropped us: avoid it for a while.
             self.failed_relays.insert(ch.guard, Instant::now());
-            tracing::info!(guard = %nick, circuits = ch.circuits.len(), "channel closed: {why}");
+            tracing::info!(guard = %nick, "channel closed: {why}");
         }
         if let Some(r) = &ch.reader {
             r.abort();
@@ -888,155 +941,98 @@ impl State {
         if let Some(w) = &ch.writer {
             w.abort();
         }
-        let now = Instant::now();
-        for key in ch.circuits.into_values() {
-            if let Some(c) = self.circuits.get_mut(&key) {
-                c.failure
-                    .get_or_insert_with(|| format!("channel to guard {nick} closed: {why}"));
-                c.circ
-                    .handle_cell(now, Destroy::new(DestroyReason::CHANNEL_CLOSED).into());
-            }
-            self.touch(key);
-        }
+        self.node.channel_closed(Instant::now(), chan, why);
+        self.settle();
     }
 
-    /// Cells read from a channel: hand each to its circuit.
-    pub(crate) fn handle_cells(&mut self, chan: ChanKey, cells: impl Iterator<Item = AnyChanCell>) {
+    /// Cells read from a channel: to their circuits.
+    pub(crate) fn handle_cells(
+        &mut self,
+        chan: ChanKey,
+        cells: impl Iterator<Item = onionlab_cell::chan::AnyChanCell>,
+    ) {
         let now = Instant::now();
         for cell in cells {
-            let (id, msg) = cell.into_circid_and_msg();
-            let Some(ch) = self.channels.get(&chan) else {
-                return;
-            };
-            // Cells without a circuit ID (padding is filtered by the
-            // transport) and cells for circuits we forgot are dropped.
-            let Some(&key) = id.and_then(|id| ch.circuits.get(&u32::from(id))) else {
-                continue;
-            };
-            if let Some(c) = self.circuits.get_mut(&key) {
-                c.circ.handle_cell(now, msg);
-            }
-            self.touch(key);
+            self.node.handle_cell(now, chan, cell);
         }
+        self.settle();
     }
 
-    /// Queue cells from the channel's circuits on `w`, in the order the
-    /// circuit scheduler gives, while the writer has room.
+    /// Queue cells of the channel's circuits on `w`, in the order the
+    /// channel's circuit scheduler gives, while the writer has room.
     pub(crate) fn fill<W: CellWriter>(
         &mut self,
         chan: ChanKey,
         w: &mut W,
     ) -> Result<Fill, onionlab_transport::Error> {
+        if !self.node.has_channel(chan) {
+            return Ok(Fill::Gone);
+        }
         let now = Instant::now();
-        if w.ordering() == Ordering::PerCircuit {
-            return self.fill_lanes(chan, w, now);
-        }
-        loop {
-            let Some(ch) = self.channels.get_mut(&chan) else {
-                return Ok(Fill::Gone);
-            };
-            if !w.has_room() {
-                return Ok(Fill::Continue);
-            }
-            let Some(key) = ch.scheduler.next(now) else {
-                return Ok(if ch.closing {
-                    Fill::Done
-                } else {
-                    Fill::Continue
-                });
-            };
-            let Some(c) = self.circuits.get_mut(&key) else {
-                continue;
-            };
-            let sent = match c.circ.poll_transmit(now) {
-                Some(msg) => {
-                    w.queue(ChanCell::new(CircId::new(c.circ_id), msg))?;
-                    ch.scheduler.on_sent(key, 1, now);
-                    true
-                }
-                None => false,
-            };
-            self.touch_inner(key, sent);
-        }
-    }
-
-    /// [`fill`](Self::fill) for a writer with a lane per circuit: each
-    /// circuit with cells fills its own lane while that lane has room, so a
-    /// full lane holds back only its circuit.
-    fn fill_lanes<W: CellWriter>(
-        &mut self,
-        chan: ChanKey,
-        w: &mut W,
-        now: Instant,
-    ) -> Result<Fill, onionlab_transport::Error> {
-        let Some(ch) = self.channels.get(&chan) else {
-            return Ok(Fill::Gone);
+        let filled = if w.ordering() == Ordering::PerCircuit {
+            self.fill_lanes(chan, w, now)
+        } else {
+            self.fill_ordered(chan, w, now)
         };
-        let circuits: Vec<(u32, CircKey)> = ch.circuits.iter().map(|(id, k)| (*id, *k)).collect();
-        for (circ_id, key) in circuits {
-            let Some(id) = CircId::new(circ_id) else {
-                continue;
-            };
-            let mut sent = false;
-            // Lanes sharing one connection (QUIC streams) go in the
-            // scheduler's order on the wire.
-            if let Some(ch) = self.channels.get(&chan) {
-                w.set_lane_priority(id, ch.scheduler.priority(&key, now));
-            }
-            while w.has_room_for(id) {
-                let Some(c) = self.circuits.get_mut(&key) else {
-                    break;
-                };
-                let Some(msg) = c.circ.poll_transmit(now) else {
-                    break;
-                };
-                w.queue(ChanCell::new(Some(id), msg))?;
-                sent = true;
-                if let Some(ch) = self.channels.get_mut(&chan) {
-                    ch.scheduler.on_sent(key, 1, now);
-                }
-            }
-            if sent {
-                self.touch_inner(key, false);
-            }
-        }
-        let Some(ch) = self.channels.get(&chan) else {
-            return Ok(Fill::Gone);
-        };
-        let idle = ch.circuits.values().all(|k| {
-            self.circuits
-                .get(k)
-                .is_none_or(|c| !c.circ.wants_transmit())
-        });
-        Ok(if ch.closing && idle {
+        self.settle();
+        filled?;
+        Ok(if self.node.channel_done(chan) {
             Fill::Done
         } else {
             Fill::Continue
         })
     }
 
+    /// [`fill`](Self::fill) for a writer that carries the channel as one
+    /// ordered byte stream.
+    fn fill_ordered<W: CellWriter>(
+        &mut self,
+        chan: ChanKey,
+        w: &mut W,
+        now: Instant,
+    ) -> Result<(), onionlab_transport::Error> {
+        while w.has_room() {
+            let Some(cell) = self.node.poll_transmit(now, chan) else {
+                break;
+            };
+            w.queue(cell)?;
+        }
+        Ok(())
+    }
+
+    /// [`fill`](Self::fill) for a writer with a lane per circuit: each
+    /// circuit with cells fills its own lane while that lane has room, so a
+    /// full lane holds back only its circuit. Lanes sharing one connection
+    /// (QUIC streams) get the scheduler's priorities.
+    fn fill_lanes<W: CellWriter>(
+        &mut self,
+        chan: ChanKey,
+        w: &mut W,
+        now: Instant,
+    ) -> Result<(), onionlab_transport::Error> {
+        for id in self.node.circuits_with_work(chan) {
+            w.set_lane_priority(id, self.node.lane_priority(now, chan, id));
+            while w.has_room_for(id) {
+                let Some(cell) = self.node.poll_transmit_circuit(now, chan, id) else {
+                    break;
+                };
+                w.queue(cell)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Stop: refuse new streams, destroy every circuit, close channels
     /// once their DESTROYs are out. Returns the writer tasks to wait for.
     pub(crate) fn begin_shutdown(&mut self) -> Vec<JoinHandle<()>> {
         self.shutting_down = true;
-        let keys: Vec<CircKey> = self.circuits.keys().copied().collect();
-        for key in keys {
-            if let Some(c) = self.circuits.get_mut(&key) {
-                c.circ.destroy();
-            }
-            self.touch(key);
-        }
-        let chans: Vec<(ChanKey, bool)> = self.channels.iter().map(|(k, c)| (*k, c.open)).collect();
-        for (key, open) in chans {
-            if open {
-                if let Some(ch) = self.channels.get_mut(&key) {
-                    ch.closing = true;
-                    ch.wake.notify_one();
-                }
-            } else {
-                self.close_channel(key, "shutting down");
+        for chan in self.node.shutdown(Instant::now()) {
+            // Not open yet: its connect task finds it gone.
+            if let Some(ch) = self.channels.remove(&chan) {
+                tracing::debug!(guard = %ch.guard_nick, "channel closed: shutting down");
             }
         }
+        self.settle();
         std::mem::take(&mut self.writers)
     }
 
@@ -1070,108 +1066,10 @@ fn still_usable(relays: &[RelayEntry], path: &[usize], new: &Config) -> bool {
     }
 }
 
-/// Handle one event of circuit `c`; returns the identity of a relay the
-/// circuit found failed, if the event names one.
-fn on_event(key: CircKey, c: &mut Circ, ev: ClientEvent, now: Instant) -> Option<RelayId> {
-    let doc = c.doc.clone();
-    let relays = &doc.relays;
-    match ev {
-        ClientEvent::HopAdded { hops } => {
-            if let Some(&next) = c.path.get(hops) {
-                // `path` indexes `doc`, the circuit's own document.
-                let extended = match relays.get(next) {
-                    Some(r) => c
-                        .circ
-                        .extend(&r.public_keys(), linkspecs(r))
-                        .map_err(|e| format!("cannot extend to {}: {e}", r.nickname)),
-                    None => Err(format!("no relay {next} in the circuit's document")),
-                };
-                if let Err(why) = extended {
-                    c.failure.get_or_insert(why);
-                    c.circ.destroy();
-                }
-            } else if c.is_building() {
-                c.phase.send_replace(Phase::Open);
-                tracing::info!(
-                    circ = key.0,
-                    path = %path_names(relays, &c.path),
-                    ms = now.saturating_duration_since(c.started).as_millis() as u64,
-                    "circuit built"
-                );
-            }
-        }
-        ClientEvent::HopFailed { hop, detail } => {
-            // The circuit closes right after (Closed follows).
-            let failed = c.path.get(hop).and_then(|&i| relays.get(i));
-            let nick = failed.map_or("?", |r| r.nickname.as_str());
-            c.failure
-                .get_or_insert_with(|| format!("relay {nick} failed: {detail}"));
-            return failed.map(|r| r.ed_identity);
-        }
-        ClientEvent::Stream(ev) => {
-            let (id, connected, ended) = match ev {
-                StreamEvent::Connected { stream } => (stream, true, None),
-                StreamEvent::Readable { stream } | StreamEvent::Writable { stream } => {
-                    (stream, false, None)
-                }
-                StreamEvent::Ended { stream, reason } => (stream, false, Some(reason)),
-            };
-            if let Some(slot) = c.streams.get_mut(&u16::from(id)) {
-                slot.connected |= connected;
-                if ended.is_some() {
-                    slot.ended = ended;
-                    tracing::debug!(circ = key.0, stream = %id, reason = ?slot.ended, "stream ended by the exit");
-                }
-                slot.notify.notify_one();
-            }
-        }
-        ClientEvent::Resolved { .. } => {}
-        ClientEvent::Closed(reason) => {
-            let was_building = c.is_building();
-            c.closed = true;
-            let path = path_names(relays, &c.path);
-            if was_building {
-                let failure = if c.timed_out {
-                    BuildFailure::Timeout
-                } else {
-                    BuildFailure::Failed(c.failure.take().unwrap_or_else(|| reason.to_string()))
-                };
-                match &failure {
-                    BuildFailure::Timeout => tracing::info!(
-                        circ = key.0,
-                        %path,
-                        "circuit build timed out after {} ms",
-                        now.saturating_duration_since(c.started).as_millis()
-                    ),
-                    BuildFailure::Failed(why) => {
-                        tracing::info!(circ = key.0, %path, "circuit build failed: {why}")
-                    }
-                }
-                c.phase.send_replace(Phase::Failed(failure));
-            } else if reason.kind == onionlab_circuit::CloseKind::Local
-                && reason.reason == onionlab_cell::chan::DestroyReason::NONE
-            {
-                tracing::debug!(circ = key.0, %path, "circuit closed: {reason}");
-            } else {
-                let why = c.failure.take().unwrap_or_else(|| reason.to_string());
-                tracing::info!(
-                    circ = key.0,
-                    %path,
-                    streams = c.streams.len(),
-                    "circuit failed: {why}"
-                );
-            }
-            for slot in c.streams.values() {
-                slot.notify.notify_one();
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
 
     #[test]
     fn sharing_needs_same_isolation_and_a_fitting_exit() {
@@ -1275,8 +1173,8 @@ mod tests {
         path_names(st.cfg.relays(), path)
     }
 
-    /// Add an open circuit on `path` (nicknames, in the document held) with
-    /// no channel, as if it had been built.
+    /// Add a circuit on `path` (nicknames, in the document held) that the
+    /// client takes for built; its channel never opens.
     fn open_circuit(st: &mut State, path: &[&str]) -> CircKey {
         let doc = st.cfg.settings.network.clone();
         let path: Vec<usize> = path
@@ -1288,17 +1186,24 @@ mod tests {
                     .expect("listed")
             })
             .collect();
-        let key = CircKey(st.next_circ);
-        st.next_circ += 1;
-        let circ = ClientCircuit::new(
-            ClientConfig::default(),
-            &doc.relays[path[0]].public_keys(),
-            StdRng::seed_from_u64(key.0),
-        );
+        let hops = path_hops(&doc, &path);
+        let key = st
+            .node
+            .launch(Instant::now(), hops, Default::default())
+            .expect("a path");
         let (phase, _) = watch::channel(Phase::Open);
-        let circ_id = 0x8000_0000 | key.0 as u32;
-        let c = Circ::new(circ, (0, circ_id), doc, path, IsolationKey::None, phase);
+        let c = Circ {
+            doc,
+            path,
+            stale: false,
+            isolation: IsolationKey::None,
+            phase,
+            first_use: None,
+            streams: HashMap::new(),
+        };
         st.circuits.insert(key, c);
+        // The node asks for the guard's channel; nothing opens it here.
+        st.settle();
         key
     }
 
