@@ -84,8 +84,9 @@ pub fn run(config: &DemoConfig, scheduler: SchedulerKind) -> Result<DemoReport, 
     let light = net.new_circuit();
     net.build(bulk)?;
     net.build(light)?;
-    let bulk_stream = circuit(&mut net, bulk)?.begin("bulk.example", 80)?;
-    let light_stream = circuit(&mut net, light)?.begin("light.example", 7)?;
+    let now = net.instant();
+    let bulk_stream = net.client.begin(now, bulk, "bulk.example", 80)?;
+    let light_stream = net.client.begin(now, light, "light.example", 7)?;
 
     let mut exit_bulk: Option<(CircKey, StreamId)> = None;
     let mut exit_light: Option<(CircKey, StreamId)> = None;
@@ -143,11 +144,11 @@ pub fn run(config: &DemoConfig, scheduler: SchedulerKind) -> Result<DemoReport, 
             }
         }
         // Client: read bulk, send pings, time echoes.
-        let n = circuit(&mut net, bulk)?.read(now, bulk_stream, &mut buf)?;
+        let n = net.client.read(now, bulk, bulk_stream, &mut buf)?;
         if !to_check.expect(&buf[..n]) {
             return Err(SimError::Corrupt("bulk download"));
         }
-        let n = circuit(&mut net, light)?.read(now, light_stream, &mut buf)?;
+        let n = net.client.read(now, light, light_stream, &mut buf)?;
         ping_got += n;
         if let Some(sent) = ping_sent_at {
             if ping_got >= config.ping_bytes {
@@ -158,7 +159,7 @@ pub fn run(config: &DemoConfig, scheduler: SchedulerKind) -> Result<DemoReport, 
         }
         if ping_sent_at.is_none() && net.now >= next_ping {
             let ping = vec![0x70u8; config.ping_bytes];
-            if circuit(&mut net, light)?.write(now, light_stream, &ping)? == ping.len() {
+            if net.client.write(now, light, light_stream, &ping)? == ping.len() {
                 ping_sent_at = Some(net.now);
                 next_ping = net.now + config.ping_interval;
             }
@@ -172,11 +173,4 @@ pub fn run(config: &DemoConfig, scheduler: SchedulerKind) -> Result<DemoReport, 
         wall_time: wall.elapsed(),
         ping_rtts,
     })
-}
-
-fn circuit(
-    net: &mut Net,
-    id: u32,
-) -> Result<&mut onionlab_circuit::client::ClientCircuit, SimError> {
-    net.circuits.get_mut(&id).ok_or(SimError::NoCircuit(id))
 }

@@ -1,7 +1,8 @@
 //! A deterministic in-memory onion network over the sans-IO core.
 //!
-//! One client and a chain of relays ([`onionlab_circuit::node::RelayNode`])
-//! joined by channels modelled as ordered links with random per-cell delays;
+//! One client ([`onionlab_circuit::client_node::ClientNode`], the node the
+//! SOCKS client drives too) and a chain of relays
+//! ([`onionlab_circuit::node::RelayNode`]) joined by channels modelled as ordered links with random per-cell delays;
 //! every tick the endpoints act in random order and write random bursts, so
 //! interleavings vary with the seed while each run is exactly repeatable.
 //! Time is simulated: nothing sleeps, and a run takes as long as the CPU
@@ -28,9 +29,6 @@ pub enum SimError {
     /// The condition waited for did not happen in time (simulated).
     #[error("nothing happened within {0:?} of simulated time")]
     Timeout(Duration),
-    /// A client circuit the caller named does not exist.
-    #[error("no client circuit {0:#x}")]
-    NoCircuit(u32),
     /// A path after the guard must name relays `1..n`, each once.
     #[error("bad path after the guard: {0:?}")]
     BadPath(Vec<usize>),

@@ -3,11 +3,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, ChanMsg, CircId};
+use onionlab_cell::chan::{AnyChanCell, ChanMsg};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
+use onionlab_circuit::client_node::{ClientNode, ClientNodeConfig, ClientNodeEvent, PathHop};
 use onionlab_circuit::flow::CircuitCc;
-use onionlab_circuit::node::{ChannelId, ChannelPeer, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
@@ -45,10 +46,15 @@ pub struct Net {
     pub now: Duration,
     /// The relays; the last is the exit.
     pub relays: Vec<RelayNode>,
-    /// Client circuits, by client-side circuit ID.
-    pub circuits: BTreeMap<u32, ClientCircuit>,
-    /// Client events not yet taken, with their circuit.
-    pub client_events: Vec<(u32, ClientEvent)>,
+    /// The client: its channels to guards and its circuits.
+    pub client: ClientNode,
+    /// The client's channels: the guard's index, by the client's channel
+    /// ID, and the other way round.
+    client_chans: BTreeMap<ChannelId, usize>,
+    client_chan_of: BTreeMap<usize, ChannelId>,
+    /// Client events not yet taken, with their circuit (a circuit's
+    /// closing as [`ClientEvent::Closed`]).
+    pub client_events: Vec<(CircKey, ClientEvent)>,
     /// Relay events not yet taken, with their relay index.
     pub node_events: Vec<(usize, NodeEvent)>,
     /// (from, to) -> link. Iterated (in key order, then shuffled with the
@@ -60,7 +66,6 @@ pub struct Net {
     /// Who is at the other end of relay `i`'s channel. Only looked up.
     chan_peer: HashMap<(usize, ChannelId), End>,
     next_chan: ChannelId,
-    next_client_circ: u32,
     /// Most cells a node writes on one channel per tick (random 1..=max).
     pub burst: usize,
     /// Largest one-way delay of a cell on a link, in microseconds.
@@ -114,19 +119,31 @@ impl Net {
                 StdRng::seed_from_u64(rng.next_u64()),
             ));
         }
+        let client = ClientNode::new(
+            ClientNodeConfig {
+                scheduler,
+                circuit: ClientConfig {
+                    cc,
+                    ..ClientConfig::default()
+                },
+                ..ClientNodeConfig::default()
+            },
+            StdRng::seed_from_u64(rng.next_u64()),
+        );
         Net {
             rng,
             base: Instant::now(),
             now: Duration::ZERO,
             relays,
-            circuits: BTreeMap::new(),
+            client,
+            client_chans: BTreeMap::new(),
+            client_chan_of: BTreeMap::new(),
             client_events: Vec::new(),
             node_events: Vec::new(),
             links: BTreeMap::new(),
             chan_ids: HashMap::new(),
             chan_peer: HashMap::new(),
             next_chan: 1,
-            next_client_circ: 0x8000_0001,
             burst: 8,
             max_delay_us: 3000,
             tamper: None,
@@ -156,9 +173,10 @@ impl Net {
     }
 
     /// Relay `i` dies (a crash): every relay with a channel to it loses
-    /// that channel, and every client circuit through it (if it is the
-    /// guard) gets DESTROY, as the client's channel layer reports a closed
-    /// channel. The dead relay sends and receives nothing from now on.
+    /// that channel, and so does the client if `i` is its guard (its
+    /// circuits through it close, as the client's channel layer reports a
+    /// closed channel). The dead relay sends and receives nothing from now
+    /// on.
     pub fn kill_relay(&mut self, i: usize) {
         self.log(|| format!("kill relay {i}"));
         self.dead.insert(i);
@@ -167,17 +185,15 @@ impl Net {
                 self.drop_channel(j, End::Relay(i));
             }
         }
-        if i == 0 {
-            self.links.remove(&(End::Client, End::Relay(0)));
-            self.links.remove(&(End::Relay(0), End::Client));
+        if let Some(chan) = self.client_chan_of.remove(&i) {
+            self.client_chans.remove(&chan);
+            let (me, guard) = (End::Client, End::Relay(i));
+            self.chan_ids.remove(&(me, guard));
+            self.chan_ids.remove(&(guard, me));
+            self.links.remove(&(me, guard));
+            self.links.remove(&(guard, me));
             let now = self.instant();
-            let destroy: AnyChanMsg = onionlab_cell::chan::Destroy::new(
-                onionlab_cell::chan::DestroyReason::CHANNEL_CLOSED,
-            )
-            .into();
-            for c in self.circuits.values_mut() {
-                c.handle_cell(now, destroy.clone());
-            }
+            self.client.channel_closed(now, chan, "the guard died");
         }
     }
 
@@ -236,23 +252,47 @@ impl Net {
         id
     }
 
-    /// Start a circuit from the client through relay 0 (the guard).
-    pub fn new_circuit(&mut self) -> u32 {
-        self.open_channel(End::Client, End::Relay(0));
-        let id = self.next_client_circ;
-        self.next_client_circ += 1;
-        let rng = StdRng::seed_from_u64(self.rng.next_u64());
-        let config = ClientConfig {
-            cc: self.cc,
-            ..ClientConfig::default()
-        };
-        let circ = ClientCircuit::new(config, &self.public(0), rng);
-        self.circuits.insert(id, circ);
-        id
+    /// Relay `i` as a hop of a client path.
+    pub fn hop(&self, i: usize) -> PathHop {
+        let keys = self.public(i);
+        PathHop {
+            linkspecs: linkspecs(&keys, 9000 + i as u16),
+            keys,
+            name: format!("relay{i}"),
+        }
+    }
+
+    /// Start a circuit from the client through relay 0 (the guard); the
+    /// client's channel to it opens at once.
+    pub fn new_circuit(&mut self) -> CircKey {
+        let now = self.instant();
+        let guard = self.hop(0);
+        let key = self
+            .client
+            .launch(now, vec![guard], self.cc)
+            .expect("a one-hop path");
+        self.handle_client_events();
+        key
+    }
+
+    /// Client circuit `id`, to look at (`None` once the client forgot it:
+    /// closed, with its DESTROY out).
+    pub fn circuit(&self, id: CircKey) -> Option<&ClientCircuit> {
+        self.client.circuit(id)
+    }
+
+    /// Whether client circuit `id` is closed (or forgotten).
+    pub fn is_closed(&self, id: CircKey) -> bool {
+        self.circuit(id).is_none_or(ClientCircuit::is_closed)
+    }
+
+    /// Hops client circuit `id` has (0 once forgotten).
+    pub fn n_hops(&self, id: CircKey) -> usize {
+        self.circuit(id).map_or(0, ClientCircuit::n_hops)
     }
 
     /// Build circuit `id` through all relays.
-    pub fn build(&mut self, id: u32) -> Result<(), SimError> {
+    pub fn build(&mut self, id: CircKey) -> Result<(), SimError> {
         let after_guard: Vec<usize> = (1..self.relays.len()).collect();
         self.build_via(id, &after_guard)
     }
@@ -262,7 +302,7 @@ impl Net {
     /// the last relay of the network serves BEGIN). Circuits built through
     /// different relays give relays more than two channels. Relay 0 and
     /// repeated relays are refused ([`SimError::BadPath`]).
-    pub fn build_via(&mut self, id: u32, after_guard: &[usize]) -> Result<(), SimError> {
+    pub fn build_via(&mut self, id: CircKey, after_guard: &[usize]) -> Result<(), SimError> {
         let mut seen = BTreeSet::new();
         let n = self.relays.len();
         if !after_guard
@@ -271,21 +311,14 @@ impl Net {
         {
             return Err(SimError::BadPath(after_guard.to_vec()));
         }
-        self.run_until(Duration::from_secs(10), |net| {
-            net.circuits.get(&id).is_some_and(|c| c.n_hops() >= 1)
-        })?;
+        self.run_until(Duration::from_secs(10), |net| net.n_hops(id) >= 1)?;
         for (i, &relay) in after_guard.iter().enumerate() {
-            let target = self.public(relay);
-            let specs = linkspecs(&target, 9000 + relay as u16);
-            self.circuits
-                .get_mut(&id)
-                .ok_or(SimError::NoCircuit(id))?
-                .extend(&target, specs)?;
+            let now = self.instant();
+            let hop = self.hop(relay);
+            self.client.extend(now, id, hop)?;
             // The guard, and the relays up to this one.
             let hops = i + 2;
-            self.run_until(Duration::from_secs(10), |net| {
-                net.circuits.get(&id).is_some_and(|c| c.n_hops() >= hops)
-            })?;
+            self.run_until(Duration::from_secs(10), |net| net.n_hops(id) >= hops)?;
         }
         Ok(())
     }
@@ -342,29 +375,16 @@ impl Net {
         let now = self.instant();
         match from {
             End::Client => {
-                let to = End::Relay(0);
-                let ids: Vec<u32> = self.circuits.keys().copied().collect();
-                let budget = self.rng.random_range(1..=self.burst);
-                let mut sent = 0;
-                // Client circuits share the guard channel round robin.
-                'outer: loop {
-                    let mut any = false;
-                    for id in &ids {
-                        if sent >= budget {
-                            break 'outer;
-                        }
-                        let Some(circ) = self.circuits.get_mut(id) else {
-                            continue;
+                while self.client.poll_channel_ready().is_some() {}
+                let chans: Vec<(ChannelId, usize)> =
+                    self.client_chans.iter().map(|(c, g)| (*c, *g)).collect();
+                for (chan, guard) in chans {
+                    let budget = self.rng.random_range(1..=self.burst);
+                    for _ in 0..budget {
+                        let Some(cell) = self.client.poll_transmit(now, chan) else {
+                            break;
                         };
-                        if let Some(msg) = circ.poll_transmit(now) {
-                            let cell = ChanCell::new(CircId::new(*id), msg);
-                            self.send(from, to, cell);
-                            sent += 1;
-                            any = true;
-                        }
-                    }
-                    if !any {
-                        break;
+                        self.send(from, End::Relay(guard), cell);
                     }
                 }
             }
@@ -422,10 +442,12 @@ impl Net {
                 });
                 match to {
                     End::Client => {
-                        let (circid, msg) = cell.into_circid_and_msg();
-                        let id = circid.map_or(0, u32::from);
-                        if let Some(c) = self.circuits.get_mut(&id) {
-                            c.handle_cell(now, msg);
+                        let chan = match from {
+                            End::Relay(g) => self.client_chan_of.get(&g).copied(),
+                            End::Client => None,
+                        };
+                        if let Some(chan) = chan {
+                            self.client.handle_cell(now, chan, cell);
                         }
                     }
                     End::Relay(i) if self.dead.contains(&i) => {}
@@ -448,20 +470,40 @@ impl Net {
         }
     }
 
-    fn handle_events(&mut self) {
-        let now = self.instant();
-        for (id, circ) in self.circuits.iter_mut() {
-            circ.handle_timeout(now);
-            while let Some(ev) = circ.poll_event() {
-                if let Some(t) = &mut self.trace {
-                    t.push(format!(
-                        "{:>10} client {id:#x} {ev:?}",
-                        self.now.as_micros()
-                    ));
+    /// Act on the client's events: open the channels it wants (at once),
+    /// and keep its circuits' events for the test.
+    fn handle_client_events(&mut self) {
+        while let Some(ev) = self.client.poll_event() {
+            self.log(|| format!("client {ev:?}"));
+            match ev {
+                ClientNodeEvent::ChannelWanted { chan, guard } => {
+                    let g = (0..self.relays.len()).find(|&i| self.public(i).ed_identity == guard);
+                    match g {
+                        Some(g) if !self.dead.contains(&g) => {
+                            self.open_channel(End::Client, End::Relay(g));
+                            self.client_chans.insert(chan, g);
+                            self.client_chan_of.insert(g, chan);
+                            self.client.channel_opened(chan);
+                        }
+                        _ => {
+                            let now = self.instant();
+                            self.client.channel_closed(now, chan, "no such relay");
+                        }
+                    }
                 }
-                self.client_events.push((*id, ev));
+                ClientNodeEvent::Built { .. } => {}
+                ClientNodeEvent::Circuit { circ, event } => self.client_events.push((circ, event)),
+                ClientNodeEvent::Closed { circ, reason, .. } => {
+                    self.client_events.push((circ, ClientEvent::Closed(reason)))
+                }
             }
         }
+    }
+
+    fn handle_events(&mut self) {
+        let now = self.instant();
+        self.client.handle_timeout(now);
+        self.handle_client_events();
         for i in 0..self.relays.len() {
             while let Some(ev) = self.relays[i].poll_event() {
                 self.log(|| format!("relay {i} {ev:?}"));
@@ -497,7 +539,7 @@ impl Net {
     }
 
     /// Take client events of circuit `id` (removing them from the log).
-    pub fn take_client_events(&mut self, id: u32) -> Vec<ClientEvent> {
+    pub fn take_client_events(&mut self, id: CircKey) -> Vec<ClientEvent> {
         let (mine, rest) = std::mem::take(&mut self.client_events)
             .into_iter()
             .partition(|(c, _)| *c == id);

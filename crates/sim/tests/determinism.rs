@@ -37,7 +37,7 @@ const REPEATS: usize = 4;
 
 /// One client circuit's two streams, client side.
 struct ClientFlows {
-    id: u32,
+    id: CircKey,
     /// The client writes this (upload).
     up: StreamId,
     up_data: Pattern,
@@ -55,10 +55,16 @@ fn scenario(seed: u64, scheduler: SchedulerKind, cc: CircuitCc) -> Vec<String> {
         let id = net.new_circuit();
         let middle = 1 + i % 3;
         net.build_via(id, &[middle, EXIT]).expect("build");
-        let circ = net.circuits.get_mut(&id).expect("circuit");
+        let now = net.instant();
         let port = 1000 + 10 * i as u16;
-        let up = circ.begin("up.example", port).expect("begin");
-        let down = circ.begin("down.example", port + 1).expect("begin");
+        let up = net
+            .client
+            .begin(now, id, "up.example", port)
+            .expect("begin");
+        let down = net
+            .client
+            .begin(now, id, "down.example", port + 1)
+            .expect("begin");
         flows.push(ClientFlows {
             id,
             up,
@@ -110,14 +116,11 @@ fn scenario(seed: u64, scheduler: SchedulerKind, cc: CircuitCc) -> Vec<String> {
             }
         }
         for f in &mut flows {
-            let Some(circ) = net.circuits.get_mut(&f.id) else {
-                continue;
-            };
             let chunk = f.up_data.peek(4096).to_vec();
-            let n = circ.write(now, f.up, &chunk).unwrap_or(0);
+            let n = net.client.write(now, f.id, f.up, &chunk).unwrap_or(0);
             f.up_data.consume(n);
             moved.push(n);
-            moved.push(circ.read(now, f.down, &mut buf).unwrap_or(0));
+            moved.push(net.client.read(now, f.id, f.down, &mut buf).unwrap_or(0));
         }
         app_log.push(format!("tick {tick} app {moved:?}"));
     }
@@ -162,7 +165,10 @@ fn check(scheduler: SchedulerKind, cc: CircuitCc) {
         "{what}: {} circuits closed at relays",
         count("CircuitClosed")
     );
-    assert!(count("Closed(") >= 3, "{what}: no client circuit closed");
+    assert!(
+        count("client Closed {") >= 3,
+        "{what}: no client circuit closed"
+    );
     assert!(count("DESTROY") >= 6, "{what}: too few DESTROYs");
     let drop_at = first
         .iter()

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
 use onionlab_circuit::client::ClientEvent;
-use onionlab_circuit::node::NodeEvent;
+use onionlab_circuit::client_node::PathHop;
+use onionlab_circuit::node::{CircKey, NodeEvent};
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_circuit::CloseKind;
@@ -20,13 +21,9 @@ use rand::SeedableRng;
 
 /// Send `bytes` on a fresh stream of circuit `id` and read them back at the
 /// exit; returns true if all arrived before `limit`.
-fn push_bytes(net: &mut Net, id: u32, port: u16, bytes: usize, limit: Duration) -> bool {
-    let Ok(s) = net
-        .circuits
-        .get_mut(&id)
-        .expect("circuit")
-        .begin("x.example", port)
-    else {
+fn push_bytes(net: &mut Net, id: CircKey, port: u16, bytes: usize, limit: Duration) -> bool {
+    let now = net.instant();
+    let Ok(s) = net.client.begin(now, id, "x.example", port) else {
         return false;
     };
     let payload = vec![0xabu8; bytes];
@@ -51,12 +48,14 @@ fn push_bytes(net: &mut Net, id: u32, port: u16, bytes: usize, limit: Duration) 
                 }
             }
         }
-        let circ = net.circuits.get_mut(&id).expect("circuit");
-        if circ.is_closed() {
+        if net.is_closed(id) {
             return false;
         }
         if written < bytes {
-            written += circ.write(now, s, &payload[written..]).unwrap_or(0);
+            written += net
+                .client
+                .write(now, id, s, &payload[written..])
+                .unwrap_or(0);
         }
         if let Some((c, st)) = exit_stream {
             let exit = net.relays.len() - 1;
@@ -111,7 +110,7 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
     assert!(exit_closed, "{:?}", net.node_events);
     // The client closed circuit a on that TRUNCATED (blaming the exit),
     // and its DESTROY cleared the guard and the middle.
-    assert!(net.circuits[&a].is_closed());
+    assert!(net.is_closed(a));
     assert_eq!(net.relays[0].n_circuits(), 1);
     assert_eq!(net.relays[1].n_circuits(), 1);
     assert_eq!(net.relays[2].n_circuits(), 1);
@@ -135,20 +134,28 @@ fn corrupted_cell_between_relays_kills_only_its_circuit() {
         .all(|e| !matches!(e, ClientEvent::Closed(_))));
 }
 
+/// A relay nobody runs, as a hop.
+fn ghost_hop(keys: &onionlab_crypto::identity::RelayPublicKeys) -> PathHop {
+    PathHop {
+        keys: keys.clone(),
+        linkspecs: linkspecs(keys, 1),
+        name: "ghost".into(),
+    }
+}
+
 #[test]
 fn failed_extend_kills_the_circuit() {
     let mut net = Net::new(12, 3, SchedulerKind::RoundRobin);
     let id = net.new_circuit();
-    net.run_until(Duration::from_secs(5), |n| n.circuits[&id].n_hops() == 1)
+    net.run_until(Duration::from_secs(5), |n| n.n_hops(id) == 1)
         .expect("run");
     // Extend to a relay nobody runs: the guard cannot connect.
     let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(99)).public();
-    net.circuits
-        .get_mut(&id)
-        .expect("c")
-        .extend(&ghost, linkspecs(&ghost, 1))
+    let now = net.instant();
+    net.client
+        .extend(now, id, ghost_hop(&ghost))
         .expect("extend");
-    net.run_until(Duration::from_secs(5), |n| n.circuits[&id].is_closed())
+    net.run_until(Duration::from_secs(5), |n| n.is_closed(id))
         .expect("the circuit closes");
     let ev = net.take_client_events(id);
     assert!(
@@ -163,28 +170,19 @@ fn failed_extend_kills_the_circuit() {
         "{ev:?}"
     );
     // Never re-extended: the circuit is gone at the guard too.
-    let target = net.public(1);
-    assert!(net
-        .circuits
-        .get_mut(&id)
-        .expect("c")
-        .extend(&target, linkspecs(&target, 1))
-        .is_err());
+    let (now, target) = (net.instant(), net.hop(1));
+    assert!(net.client.extend(now, id, target).is_err());
     net.run_for(Duration::from_millis(100));
     assert_eq!(net.relays[0].n_circuits(), 0);
 }
 
 /// Build a 3-hop circuit and start a stream on it whose exit side is
 /// connected; returns the circuit ID.
-fn built_with_stream(net: &mut Net) -> u32 {
+fn built_with_stream(net: &mut Net) -> CircKey {
     let id = net.new_circuit();
     net.build(id).expect("build");
-    let s = net
-        .circuits
-        .get_mut(&id)
-        .expect("c")
-        .begin("x.example", 80)
-        .expect("begin");
+    let now = net.instant();
+    let s = net.client.begin(now, id, "x.example", 80).expect("begin");
     net.run_until(Duration::from_secs(5), |n| {
         n.client_events.iter().any(|(c, e)| {
             *c == id && *e == ClientEvent::Stream(StreamEvent::Connected { stream: s })
@@ -203,7 +201,7 @@ fn a_middle_that_sends_truncated_loses_the_circuit_and_never_sees_a_begin() {
     let id = built_with_stream(&mut net);
     net.take_client_events(id);
     net.drop_channel(1, End::Relay(2));
-    net.run_until(Duration::from_secs(1), |n| n.circuits[&id].is_closed())
+    net.run_until(Duration::from_secs(1), |n| n.is_closed(id))
         .expect("the client closes the circuit at once");
     let ev = net.take_client_events(id);
     assert!(
@@ -216,9 +214,9 @@ fn a_middle_that_sends_truncated_loses_the_circuit_and_never_sees_a_begin() {
     );
     // No stream can attach to what is left, and the client's DESTROY
     // clears the guard and the middle.
-    let circ = net.circuits.get_mut(&id).expect("c");
-    assert!(circ.begin("y.example", 80).is_err());
-    assert!(circ.resolve("y.example").is_err());
+    let now = net.instant();
+    assert!(net.client.begin(now, id, "y.example", 80).is_err());
+    assert!(net.client.resolve(now, id, "y.example").is_err());
     net.run_for(Duration::from_millis(100));
     assert_eq!(net.relays[0].n_circuits(), 0);
     assert_eq!(net.relays[1].n_circuits(), 0);
@@ -237,7 +235,7 @@ fn a_killed_exit_or_middle_closes_the_circuit_naming_the_dead_relay() {
         let id = built_with_stream(&mut net);
         net.take_client_events(id);
         net.kill_relay(dead);
-        net.run_until(Duration::from_secs(1), |n| n.circuits[&id].is_closed())
+        net.run_until(Duration::from_secs(1), |n| n.is_closed(id))
             .expect("the client learns at once");
         let ev = net.take_client_events(id);
         let failed: Vec<usize> = ev
@@ -262,7 +260,7 @@ fn a_killed_guard_closes_the_circuit() {
     let id = built_with_stream(&mut net);
     net.kill_relay(0);
     net.run_for(Duration::from_millis(10));
-    assert!(net.circuits[&id].is_closed());
+    assert!(net.is_closed(id));
     net.run_for(Duration::from_millis(100));
     assert_eq!(net.relays[1].n_circuits(), 0);
     assert_eq!(net.relays[2].n_circuits(), 0);
@@ -274,7 +272,8 @@ fn client_destroy_tears_down_every_hop() {
     let id = net.new_circuit();
     net.build(id).expect("build");
     assert!(net.relays.iter().all(|r| r.n_circuits() == 1));
-    net.circuits.get_mut(&id).expect("c").destroy();
+    let now = net.instant();
+    net.client.destroy(now, id);
     net.run_for(Duration::from_millis(100));
     assert!(net.relays.iter().all(|r| r.n_circuits() == 0));
 }

@@ -48,15 +48,14 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
     let mut net = Net::with_cc(seed, 3, scheduler, cc);
     let id = net.new_circuit();
     net.build(id).expect("build");
-    assert_eq!(net.circuits[&id].n_hops(), 3);
+    assert_eq!(net.n_hops(id), 3);
 
     let mut client_streams = Vec::new();
     for i in 0..n_streams {
+        let now = net.instant();
         let s = net
-            .circuits
-            .get_mut(&id)
-            .expect("circuit")
-            .begin("target.example", 1000 + i)
+            .client
+            .begin(now, id, "target.example", 1000 + i)
             .expect("begin");
         client_streams.push(s);
     }
@@ -123,20 +122,19 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
         for i in 0..usize::from(n_streams) {
             let s = client_streams[i];
             let now = net.instant();
-            let circ = net.circuits.get_mut(&id).expect("circuit");
             let chunk = up[i].pattern.peek(16 * 1024).to_vec();
             if !chunk.is_empty() {
-                let n = circ.write(now, s, &chunk).expect("write");
+                let n = net.client.write(now, id, s, &chunk).expect("write");
                 up[i].sent.update(&chunk[..n]);
                 up[i].pattern.consume(n);
             }
             assert!(
-                circ.readable_bytes(s) <= max_recv,
+                net.client.readable_bytes(id, s) <= max_recv,
                 "client stream buffer over one window"
             );
             if !closed[i] && net.rng.random_bool(0.7) {
                 let want = net.rng.random_range(1..=buf.len());
-                let n = circ.read(now, s, &mut buf[..want]).expect("read");
+                let n = net.client.read(now, id, s, &mut buf[..want]).expect("read");
                 assert!(
                     down_check[i].pattern.expect(&buf[..n]),
                     "stream {i}: bytes out of order or corrupt (down)"
@@ -144,7 +142,7 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
                 down_check[i].got.update(&buf[..n]);
             }
             if !closed[i] && up[i].pattern.remaining == 0 && down_check[i].pattern.remaining == 0 {
-                circ.close_stream(s).expect("close");
+                net.client.close_stream(now, id, s).expect("close");
                 closed[i] = true;
             }
         }
@@ -211,12 +209,12 @@ fn transfer(seed: u64, n_streams: u16, bytes: usize, scheduler: SchedulerKind, c
         })
         .count();
     assert_eq!(ended_at_exit, usize::from(n_streams));
-    assert!(!net.circuits[&id].is_closed());
+    assert!(!net.is_closed(id));
     // Under Vegas both senders took RTT samples and moved their windows.
     if let CircuitCc::Vegas { vegas, .. } = cc {
         let exit_circ = exit_streams.values().next().expect("streams").0;
         let senders = [
-            ("client", net.circuits[&id].cc_snapshot()),
+            ("client", net.circuit(id).and_then(|c| c.cc_snapshot())),
             ("exit", net.relays[exit].exit_cc_snapshot(exit_circ)),
         ];
         for (who, snap) in senders {

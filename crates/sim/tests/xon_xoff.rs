@@ -18,15 +18,14 @@ use onionlab_sim::{Net, Pattern};
 const TOTAL: usize = 4 << 20;
 
 /// A Vegas network with a built 3-hop circuit and one open stream.
-fn open_stream(seed: u64) -> (Net, u32, StreamId, CircKey, StreamId) {
+fn open_stream(seed: u64) -> (Net, CircKey, StreamId, CircKey, StreamId) {
     let mut net = Net::with_cc(seed, 3, SchedulerKind::default(), CircuitCc::vegas());
     let id = net.new_circuit();
     net.build(id).expect("build");
+    let now = net.instant();
     let s = net
-        .circuits
-        .get_mut(&id)
-        .expect("circuit")
-        .begin("target.example", 80)
+        .client
+        .begin(now, id, "target.example", 80)
         .expect("begin");
     let mut at_exit = None;
     for _ in 0..10_000 {
@@ -57,7 +56,7 @@ fn stopped_limit() -> usize {
     (xon.xoff_exit.max(xon.xoff_client) + vegas.ss_max) as usize * MAX_DATA_LEN
 }
 
-fn no_closure(net: &mut Net, id: u32) {
+fn no_closure(net: &mut Net, id: CircKey) {
     for (_, ev) in net.node_events.drain(..) {
         assert!(
             !matches!(
@@ -83,8 +82,7 @@ fn an_exit_target_that_stops_reading_stops_the_client() {
     while net.now < until {
         let chunk = up.peek(64 * 1024).to_vec();
         let now = net.instant();
-        let c = net.circuits.get_mut(&id).expect("circuit");
-        let n = c.write(now, s, &chunk).expect("write");
+        let n = net.client.write(now, id, s, &chunk).expect("write");
         up.consume(n);
         net.tick();
         no_closure(&mut net, id);
@@ -107,8 +105,7 @@ fn an_exit_target_that_stops_reading_stops_the_client() {
         assert!(net.now < deadline, "upload did not finish after XON");
         let chunk = up.peek(64 * 1024).to_vec();
         let now = net.instant();
-        let c = net.circuits.get_mut(&id).expect("circuit");
-        let n = c.write(now, s, &chunk).expect("write");
+        let n = net.client.write(now, id, s, &chunk).expect("write");
         up.consume(n);
         let now = net.instant();
         let n = net.relays[exit]
@@ -137,11 +134,11 @@ fn a_client_that_stops_reading_stops_the_exit() {
         net.tick();
         no_closure(&mut net, id);
     }
-    let held = net.circuits[&id].readable_bytes(s);
+    let held = net.client.readable_bytes(id, s);
     assert!(held > 0 && held <= stopped_limit(), "client holds {held}");
     assert!(down.remaining > 0, "the exit was stopped before the end");
     net.run_for(Duration::from_secs(1));
-    assert_eq!(net.circuits[&id].readable_bytes(s), held);
+    assert_eq!(net.client.readable_bytes(id, s), held);
     let mut buf = vec![0u8; 64 * 1024];
     let deadline = net.now + Duration::from_secs(600);
     while check.remaining > 0 {
@@ -152,8 +149,7 @@ fn a_client_that_stops_reading_stops_the_exit() {
             .exit_write(now, circ, stream, &chunk)
             .expect("exit_write");
         down.consume(n);
-        let c = net.circuits.get_mut(&id).expect("circuit");
-        let n = c.read(now, s, &mut buf).expect("read");
+        let n = net.client.read(now, id, s, &mut buf).expect("read");
         assert!(check.expect(&buf[..n]), "download corrupt");
         net.tick();
         no_closure(&mut net, id);
@@ -184,7 +180,7 @@ fn a_slow_reader_paces_the_exit_at_its_drain_rate() {
         down.consume(n);
         if net.now - start >= measure_from {
             taken_after += n;
-            held_max = held_max.max(net.circuits[&id].readable_bytes(s));
+            held_max = held_max.max(net.client.readable_bytes(id, s));
         }
         paced |= net.relays[exit]
             .exit_write_resumes_at(circ, stream)
@@ -193,8 +189,7 @@ fn a_slow_reader_paces_the_exit_at_its_drain_rate() {
         let allowed = ((net.now - start).as_secs_f64() * rate) as usize;
         let read_so_far = TOTAL - check.remaining;
         let want = allowed.saturating_sub(read_so_far).min(buf.len());
-        let c = net.circuits.get_mut(&id).expect("circuit");
-        let n = c.read(now, s, &mut buf[..want]).expect("read");
+        let n = net.client.read(now, id, s, &mut buf[..want]).expect("read");
         assert!(check.expect(&buf[..n]), "download corrupt");
         net.tick();
         no_closure(&mut net, id);
