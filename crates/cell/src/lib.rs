@@ -30,6 +30,10 @@ pub mod chan {
 
 /// Relay-message types (messages carried end to end inside RELAY cells).
 pub mod msg {
+    pub use tor_cell::relaycell::conflux::{
+        ConfluxLink, ConfluxLinked, ConfluxLinkedAck, ConfluxSwitch, V1DesiredUx, V1LinkPayload,
+        V1Nonce,
+    };
     pub use tor_cell::relaycell::flow_ctrl::{FlowCtrlVersion, Xoff, Xon, XonKBpsEwma};
     pub use tor_cell::relaycell::msg::{
         AnyRelayMsg, Begin, BeginFlags, Connected, Data, Drop, End, EndReason, Extend2, Extended2,

@@ -9,6 +9,7 @@
 //! * [`client::ClientCircuit`]: the client end of one circuit;
 //! * [`client_node::ClientNode`]: a whole client: channels to guards, their
 //!   circuit-ID maps and schedulers, circuits built along given paths;
+//! * [`conflux`]: multi-path circuits (sequence numbers, leg schedulers);
 //! * [`relay::RelayCircuit`]: one circuit at a relay or exit;
 //! * [`node::RelayNode`]: a whole relay: channels, circuit-ID maps, a circuit
 //!   scheduler per channel, EXTEND2 handling across channels;
@@ -21,6 +22,7 @@
 
 pub mod client;
 pub mod client_node;
+pub mod conflux;
 mod err;
 pub mod flow;
 pub mod node;

@@ -560,7 +560,13 @@ impl State {
                 .find(|r| Ed25519Identity::new(r.ed_identity) == guard)
             {
                 Some(relay) => self.connect_channel(shared, chan, relay),
-                None => self.close_channel(chan, "the guard is not in the circuit's document"),
+                // Cannot happen (the guard is the path's first relay); the
+                // node must still learn, or its channel would never open.
+                None => {
+                    let why = "the guard is not in the circuit's document";
+                    self.node.channel_closed(now, chan, why);
+                    self.settle();
+                }
             }
         }
         (key, rx)
@@ -671,9 +677,11 @@ impl State {
                 ch.wake.notify_one();
             }
         }
-        let next = self.node.poll_timeout();
-        if next.is_some_and(|n| self.timer_armed.is_none_or(|armed| n < armed)) {
-            self.timer.notify_one();
+        if self.node.take_deadline_changed() {
+            let next = self.node.poll_timeout();
+            if next.is_some_and(|n| self.timer_armed.is_none_or(|armed| n < armed)) {
+                self.timer.notify_one();
+            }
         }
     }
 
@@ -941,7 +949,10 @@ impl State {
         if let Some(w) = &ch.writer {
             w.abort();
         }
-        self.node.channel_closed(Instant::now(), chan, why);
+        let circuits = self.node.channel_closed(Instant::now(), chan, why);
+        if circuits > 0 {
+            tracing::debug!(guard = %nick, circuits, "circuits on the closed channel fail");
+        }
         self.settle();
     }
 

@@ -2,8 +2,8 @@
 //!
 //! One client ([`onionlab_circuit::client_node::ClientNode`], the node the
 //! SOCKS client drives too) and a chain of relays
-//! ([`onionlab_circuit::node::RelayNode`]) joined by channels modelled as ordered links with random per-cell delays;
-//! every tick the endpoints act in random order and write random bursts, so
+//! ([`onionlab_circuit::node::RelayNode`]) joined by channels modelled as
+//! ordered links with random per-cell delays; every tick the endpoints act in random order and write random bursts, so
 //! interleavings vary with the seed while each run is exactly repeatable.
 //! Time is simulated: nothing sleeps, and a run takes as long as the CPU
 //! needs to push the cells through the real cell, crypto and circuit code.

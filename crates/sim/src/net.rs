@@ -60,8 +60,10 @@ pub struct Net {
     /// (from, to) -> link. Iterated (in key order, then shuffled with the
     /// seeded RNG) to deliver cells, hence ordered.
     links: BTreeMap<(End, End), Link>,
-    /// Channel IDs: the same number at both ends. Only looked up, never
-    /// iterated, so its (randomly seeded) order cannot show.
+    /// Channel IDs of the network: the same number at both ends (the
+    /// client's node numbers its channels itself: `client_chans` maps
+    /// them). Only looked up, never iterated, so its (randomly seeded)
+    /// order cannot show.
     chan_ids: HashMap<(End, End), ChannelId>,
     /// Who is at the other end of relay `i`'s channel. Only looked up.
     chan_peer: HashMap<(usize, ChannelId), End>,
@@ -93,7 +95,10 @@ pub fn linkspecs(keys: &RelayPublicKeys, port: u16) -> Vec<EncodedLinkSpec> {
 
 impl Net {
     /// `n` relays; the last one is an exit. Circuits run tor-spec's fixed
-    /// windows.
+    /// windows. `scheduler` schedules circuits on every channel, the
+    /// client's channel to its guard included. Client circuits not built
+    /// within 60 s of simulated time are abandoned
+    /// ([`ClientNodeConfig`]'s default).
     pub fn new(seed: u64, n: usize, scheduler: SchedulerKind) -> Net {
         Net::with_cc(seed, n, scheduler, CircuitCc::Fixed)
     }
@@ -157,7 +162,9 @@ impl Net {
     /// Relay `at` loses its channel to `peer` (the link broke on its side,
     /// or a hostile relay pretends it did): it tears the channel's circuits
     /// down as a relay does (TRUNCATED toward the client, DESTROY onward),
-    /// while `peer` is not told. Cells in flight between them are dropped.
+    /// while a relay `peer` is not told. The client, if it is the peer,
+    /// sees its link close (its circuits through `at` close). Cells in
+    /// flight between them are dropped.
     pub fn drop_channel(&mut self, at: usize, peer: End) {
         let me = End::Relay(at);
         let Some(chan) = self.chan_ids.remove(&(me, peer)) else {
@@ -170,6 +177,27 @@ impl Net {
         self.links.remove(&(peer, me));
         let now = self.instant();
         self.relays[at].remove_channel(now, chan);
+        if peer == End::Client {
+            // The client's end of the link is gone too: the next circuit
+            // through this guard gets a new channel.
+            self.forget_client_channel(at, "the guard dropped the channel");
+        }
+    }
+
+    /// The client loses its channel to relay `guard` (if it has one): its
+    /// circuits through it close, as the client's channel layer reports a
+    /// closed channel.
+    fn forget_client_channel(&mut self, guard: usize, why: &str) {
+        if let Some(chan) = self.client_chan_of.remove(&guard) {
+            self.client_chans.remove(&chan);
+            let (me, g) = (End::Client, End::Relay(guard));
+            self.chan_ids.remove(&(me, g));
+            self.chan_ids.remove(&(g, me));
+            self.links.remove(&(me, g));
+            self.links.remove(&(g, me));
+            let now = self.instant();
+            self.client.channel_closed(now, chan, why);
+        }
     }
 
     /// Relay `i` dies (a crash): every relay with a channel to it loses
@@ -185,16 +213,7 @@ impl Net {
                 self.drop_channel(j, End::Relay(i));
             }
         }
-        if let Some(chan) = self.client_chan_of.remove(&i) {
-            self.client_chans.remove(&chan);
-            let (me, guard) = (End::Client, End::Relay(i));
-            self.chan_ids.remove(&(me, guard));
-            self.chan_ids.remove(&(guard, me));
-            self.links.remove(&(me, guard));
-            self.links.remove(&(guard, me));
-            let now = self.instant();
-            self.client.channel_closed(now, chan, "the guard died");
-        }
+        self.forget_client_channel(i, "the guard died");
     }
 
     /// Start recording the event log (see [`Net::take_trace`]).

@@ -277,3 +277,24 @@ fn client_destroy_tears_down_every_hop() {
     net.run_for(Duration::from_millis(100));
     assert!(net.relays.iter().all(|r| r.n_circuits() == 0));
 }
+
+#[test]
+fn a_guard_that_drops_the_clients_channel_closes_its_circuits_and_a_new_one_builds() {
+    let mut net = Net::new(41, 3, SchedulerKind::default());
+    let id = built_with_stream(&mut net);
+    net.drop_channel(0, End::Client);
+    net.run_for(Duration::from_millis(10));
+    assert!(net.is_closed(id));
+    let ev = net.take_client_events(id);
+    assert!(matches!(ev.last(), Some(ClientEvent::Closed(_))), "{ev:?}");
+    // A new circuit gets a new channel and works.
+    let again = net.new_circuit();
+    net.build(again).expect("a new channel to the same guard");
+    assert!(push_bytes(
+        &mut net,
+        again,
+        3,
+        50_000,
+        Duration::from_secs(10)
+    ));
+}

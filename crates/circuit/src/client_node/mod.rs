@@ -208,6 +208,9 @@ pub struct ClientNode {
     events: VecDeque<ClientNodeEvent>,
     /// Channels that got cells to send since the driver last asked.
     ready: BTreeSet<ChannelId>,
+    /// A deadline may have moved earlier since the driver last asked
+    /// ([`ClientNode::take_deadline_changed`]).
+    deadline_changed: bool,
 }
 
 impl std::fmt::Debug for ClientNode {
@@ -232,6 +235,7 @@ impl ClientNode {
             next_chan: 1,
             events: VecDeque::new(),
             ready: BTreeSet::new(),
+            deadline_changed: false,
         }
     }
 
@@ -280,6 +284,7 @@ impl ClientNode {
                 closed: false,
             },
         );
+        self.deadline_changed = true;
         self.touch(now, key, true);
         Ok(key)
     }
@@ -297,6 +302,7 @@ impl ClientNode {
             c.started = now;
         }
         c.extend_to_next();
+        self.deadline_changed = true;
         self.touch(now, circ, true);
         Ok(())
     }
@@ -342,11 +348,12 @@ impl ClientNode {
 
     /// Channel `chan` is gone (its connection failed or closed): its
     /// circuits close, and the next circuit through its guard gets a new
-    /// channel.
-    pub fn channel_closed(&mut self, now: Instant, chan: ChannelId, why: &str) {
+    /// channel. Returns how many circuits it carried.
+    pub fn channel_closed(&mut self, now: Instant, chan: ChannelId, why: &str) -> usize {
         let Some(ch) = self.channels.remove(&chan) else {
-            return;
+            return 0;
         };
+        let carried = ch.circuits.len();
         if self.by_guard.get(&ch.guard) == Some(&chan) {
             self.by_guard.remove(&ch.guard);
         }
@@ -361,6 +368,7 @@ impl ClientNode {
             }
             self.touch(now, key, true);
         }
+        carried
     }
 
     /// Whether channel `chan` exists (opening, open or closing).
@@ -403,7 +411,8 @@ impl ClientNode {
     }
 
     /// The next channel that got cells to send (or became able to send
-    /// them) since the last call.
+    /// them, or, after [`ClientNode::shutdown`], may have nothing left:
+    /// see [`ClientNode::channel_done`]) since the last call.
     pub fn poll_channel_ready(&mut self) -> Option<ChannelId> {
         self.ready.pop_first()
     }
@@ -420,6 +429,8 @@ impl ClientNode {
             match c.circ.poll_transmit(now) {
                 Some(msg) => {
                     ch.scheduler.on_sent(key, 1, now);
+                    // A CREATE2 or EXTEND2 going out arms a hop deadline.
+                    self.deadline_changed |= c.circ.is_extending();
                     let cell = ChanCell::new(CircId::new(c.circ_id), msg);
                     self.touch(now, key, true);
                     return Some(cell);
@@ -473,6 +484,7 @@ impl ClientNode {
         let msg = c.circ.poll_transmit(now);
         if msg.is_some() {
             ch.scheduler.on_sent(key, 1, now);
+            self.deadline_changed |= c.circ.is_extending();
         }
         self.touch(now, key, false);
         msg.map(|m| ChanCell::new(Some(id), m))
@@ -585,7 +597,16 @@ impl ClientNode {
         dropped
     }
 
-    /// When [`ClientNode::handle_timeout`] must next be called.
+    /// Whether a deadline may have moved earlier (a launch, an extension,
+    /// a CREATE2 or EXTEND2 sent) since the last call: a driver that
+    /// sleeps until [`ClientNode::poll_timeout`] asks again then. Cheap,
+    /// unlike `poll_timeout`, which looks at every circuit.
+    pub fn take_deadline_changed(&mut self) -> bool {
+        std::mem::take(&mut self.deadline_changed)
+    }
+
+    /// When [`ClientNode::handle_timeout`] must next be called (the
+    /// earliest build or hop deadline; O(circuits)).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.circuits
             .values()
@@ -606,8 +627,10 @@ impl ClientNode {
             if c.is_building() && c.build_deadline.is_some_and(|d| now >= d) {
                 c.timed_out = true;
                 c.circ.destroy();
-            } else {
+            } else if c.circ.poll_timeout().is_some_and(|d| now >= d) {
                 c.circ.handle_timeout(now);
+            } else {
+                continue;
             }
             self.touch(now, key, true);
         }
