@@ -9,13 +9,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use onionlab_cell::chan::{
     AnyChanMsg, ChanMsg, Create2, Destroy, DestroyReason, HandshakeType, Relay,
 };
 use onionlab_cell::msg::{
-    AnyRelayMsg, Begin, BeginFlags, Data, EncodedLinkSpec, End, EndReason, Extend2, RelayMsg,
-    Resolve, ResolvedVal, Sendme, StreamId,
+    AnyRelayMsg, EncodedLinkSpec, Extend2, RelayMsg, ResolvedVal, Sendme, StreamId,
 };
 use onionlab_cell::relay;
 use onionlab_crypto::identity::RelayPublicKeys;
@@ -25,10 +23,11 @@ use rand::rngs::StdRng;
 
 use crate::err::{CloseReason, Error};
 use crate::flow::{CircReceiver, CircSender, CircuitCc};
-use crate::stream::{
-    Outgoing, StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap,
-};
+use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind};
+
+mod streams;
 use crate::xonxoff::EdgePosition;
+use streams::{BeginError, ClientStreams, ControlOverflow};
 
 /// Most RELAY_EARLY cells a circuit may carry (tor-spec).
 pub const MAX_RELAY_EARLY: u8 = 8;
@@ -127,9 +126,7 @@ pub struct ClientCircuit {
     hops: Vec<Hop>,
     /// The hop streams attach to (the last hop when the first stream opened).
     stream_hop: Option<usize>,
-    streams: StreamMap,
-    /// Pending RESOLVE stream IDs.
-    resolves: Vec<StreamId>,
+    streams: ClientStreams,
     /// Channel-level cells not encrypted per hop (CREATE2, DESTROY).
     chan_out: VecDeque<AnyChanMsg>,
     control: VecDeque<PendingMsg>,
@@ -165,7 +162,7 @@ impl ClientCircuit {
             },
         };
         ClientCircuit {
-            streams: StreamMap::new(config.streams.clone(), flow),
+            streams: ClientStreams::new(config.streams.clone(), flow, config.max_control_queue),
             config,
             build: Build::Awaiting {
                 handshake,
@@ -174,7 +171,6 @@ impl ClientCircuit {
             crypto: ClientCircuitCrypto::new(),
             hops: Vec::new(),
             stream_hop: None,
-            resolves: Vec::new(),
             chan_out,
             control: VecDeque::new(),
             events: VecDeque::new(),
@@ -248,43 +244,36 @@ impl ClientCircuit {
     /// Open a stream to `host:port` at the last hop. The stream is usable
     /// for writing at once; data flows once CONNECTED arrives.
     pub fn begin(&mut self, host: &str, port: u16) -> Result<StreamId, Error> {
-        let hop = self.attach_hop()?;
-        // An IPv6 literal may come bracketed (as in a URL); tor-cell adds
-        // the brackets itself. Anything else with brackets or NUL is invalid.
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        if host.is_empty() || !relay::is_valid_begin_addr(host.as_bytes()) {
-            return Err(Error::BadTarget(format!("{host}:{port}")));
-        }
-        let begin = Begin::new(host, port, BeginFlags::IPV6_OKAY)
-            .map_err(|e| Error::BadTarget(format!("{host}:{port}: {e}")))?;
-        let id = self.streams.open_local().ok_or(Error::StreamsExhausted)?;
-        self.queue(PendingMsg {
-            hop,
-            stream: Some(id),
-            msg: begin.into(),
-            early: false,
-        })?;
-        Ok(id)
+        self.attach_hop()?;
+        let r = self.streams.begin(host, port);
+        self.opened(r)
     }
 
     /// Ask the last hop to resolve `host`; the answer arrives as
     /// [`ClientEvent::Resolved`].
     pub fn resolve(&mut self, host: &str) -> Result<StreamId, Error> {
-        let hop = self.attach_hop()?;
-        let id = self.streams.open_local().ok_or(Error::StreamsExhausted)?;
-        // A RESOLVE never carries data: it only borrows the ID.
-        self.streams.abort(id);
-        self.resolves.push(id);
-        self.queue(PendingMsg {
-            hop,
-            stream: Some(id),
-            msg: Resolve::new(host).into(),
-            early: false,
-        })?;
-        Ok(id)
+        self.attach_hop()?;
+        let r = self.streams.resolve(host);
+        self.opened(r)
+    }
+
+    /// The result of a BEGIN or RESOLVE: a full queue closes the circuit.
+    fn opened(&mut self, r: Result<StreamId, BeginError>) -> Result<StreamId, Error> {
+        match r {
+            Ok(id) => Ok(id),
+            Err(BeginError::Refused(e)) => Err(e),
+            Err(BeginError::Overflow) => {
+                self.control_overflow();
+                Err(Error::Closed)
+            }
+        }
+    }
+
+    fn control_overflow(&mut self) {
+        self.close(CloseReason::local(
+            DestroyReason::RESOURCELIMIT,
+            "control queue overflow",
+        ));
     }
 
     fn attach_hop(&mut self) -> Result<usize, Error> {
@@ -311,36 +300,19 @@ impl ClientCircuit {
     /// now. No event marks that moment: wait until then, or for
     /// [`StreamEvent::Writable`]. `None`: no rate limits the stream now.
     pub fn write_resumes_at(&self, stream: StreamId) -> Option<Instant> {
-        self.streams.resumes_at(stream)
+        self.streams.write_resumes_at(stream)
     }
 
     /// Read received bytes of a stream into `buf` at `now`.
     pub fn read(&mut self, now: Instant, stream: StreamId, buf: &mut [u8]) -> Result<usize, Error> {
-        let (n, feedback) = self
-            .streams
-            .read(stream, buf, now)
-            .ok_or(Error::NoStream(stream.into()))?;
-        if let Some(f) = feedback {
-            self.send_feedback(stream, f);
+        let (n, queued) = self.streams.read(stream, buf, now)?;
+        // Feedback is only queued while the circuit is open; if it
+        // overflows the queue the circuit closes and says so in its
+        // events; the bytes read are still the caller's.
+        if queued == Err(ControlOverflow) && !self.closed {
+            self.control_overflow();
         }
         Ok(n)
-    }
-
-    /// Queue a stream SENDME, XON or XOFF toward the stream's hop.
-    fn send_feedback(&mut self, stream: StreamId, feedback: StreamFeedback) {
-        if self.closed {
-            return;
-        }
-        if let Some(hop) = self.stream_hop {
-            // If this overflows the queue the circuit closes and says so
-            // in its events; the bytes read are still the caller's.
-            let _ = self.queue(PendingMsg {
-                hop,
-                stream: Some(stream),
-                msg: feedback.into_msg(),
-                early: false,
-            });
-        }
     }
 
     /// Bytes received on a stream and not yet read.
@@ -350,7 +322,7 @@ impl ClientCircuit {
 
     /// Close a stream for writing: END is sent after the queued bytes.
     pub fn close_stream(&mut self, stream: StreamId) -> Result<(), Error> {
-        if self.streams.request_close(stream) {
+        if self.streams.close(stream) {
             Ok(())
         } else {
             Err(Error::NoStream(stream.into()))
@@ -394,6 +366,7 @@ impl ClientCircuit {
         }
         self.closed = true;
         self.control.clear();
+        self.streams.clear_queued();
         self.chan_out.clear();
         if !why.by_peer {
             self.chan_out.push_back(Destroy::new(why.reason).into());
@@ -470,13 +443,16 @@ impl ClientCircuit {
             Err(e) => return self.violation(format!("undecodable relay message: {e}")),
         };
         match (stream, msg) {
-            (Some(id), AnyRelayMsg::Data(d)) => {
-                self.on_circuit_data(hop, tag);
-                if self.closed {
-                    return;
-                }
-                self.on_stream_data(now, hop, id, Bytes::from(Vec::from(d)));
-            }
+            (
+                Some(id),
+                msg @ (AnyRelayMsg::Data(_)
+                | AnyRelayMsg::Sendme(_)
+                | AnyRelayMsg::Xon(_)
+                | AnyRelayMsg::Xoff(_)
+                | AnyRelayMsg::Connected(_)
+                | AnyRelayMsg::End(_)
+                | AnyRelayMsg::Resolved(_)),
+            ) => self.on_stream_msg(now, hop, tag, id, msg),
             (None, AnyRelayMsg::Sendme(s)) => {
                 let Some(h) = self.hops.get_mut(hop) else {
                     return;
@@ -486,69 +462,6 @@ impl ClientCircuit {
                     .on_sendme(s.into_sendme_tag().as_ref().map(|t| t.as_ref()), now)
                 {
                     self.violation(e);
-                }
-            }
-            (Some(id), AnyRelayMsg::Sendme(_)) => {
-                if !self.is_stream_hop(hop) {
-                    return self.violation("stream SENDME from a hop without streams");
-                }
-                if let Err(e) = self.streams.on_sendme(id) {
-                    self.violation(e);
-                }
-            }
-            (Some(id), AnyRelayMsg::Xon(x)) => self.on_xon_xoff(
-                hop,
-                id,
-                *x.version(),
-                Some(crate::stream::xon_rate_kbps(x.kbytes_per_sec_ewma())),
-            ),
-            (Some(id), AnyRelayMsg::Xoff(x)) => self.on_xon_xoff(hop, id, *x.version(), None),
-            (Some(id), AnyRelayMsg::Connected(_)) => {
-                if !self.is_stream_hop(hop) {
-                    return self.violation("CONNECTED from a hop without streams");
-                }
-                match self.streams.on_connected(id) {
-                    Ok(true) => self
-                        .events
-                        .push_back(ClientEvent::Stream(StreamEvent::Connected { stream: id })),
-                    Ok(false) => {}
-                    Err(e) => self.violation(e),
-                }
-            }
-            (Some(id), AnyRelayMsg::End(e)) => {
-                if !self.is_stream_hop(hop) {
-                    return self.violation("END from a hop without streams");
-                }
-                if self.streams.get(id).is_some() {
-                    self.streams.on_end(id);
-                    self.events
-                        .push_back(ClientEvent::Stream(StreamEvent::Ended {
-                            stream: id,
-                            reason: e.reason(),
-                        }));
-                } else if let Some(pos) = self.resolves.iter().position(|r| *r == id) {
-                    self.resolves.swap_remove(pos);
-                    self.events.push_back(ClientEvent::Resolved {
-                        stream: id,
-                        answers: Vec::new(),
-                    });
-                } else if self.streams.is_half_closed(id) {
-                    self.streams.on_end(id);
-                } else {
-                    self.violation("END for an unknown stream");
-                }
-            }
-            (Some(id), AnyRelayMsg::Resolved(r)) => {
-                match self.resolves.iter().position(|x| *x == id) {
-                    Some(pos) => {
-                        self.resolves.swap_remove(pos);
-                        self.streams.on_end(id);
-                        self.events.push_back(ClientEvent::Resolved {
-                            stream: id,
-                            answers: r.into_answers(),
-                        });
-                    }
-                    None => self.violation("RESOLVED without a RESOLVE"),
                 }
             }
             (None, AnyRelayMsg::Extended2(e)) => {
@@ -609,36 +522,36 @@ impl ClientCircuit {
         }
     }
 
-    fn on_xon_xoff(&mut self, hop: usize, id: StreamId, version: u8, xon: Option<u32>) {
+    /// A stream message from hop `hop`: DATA counts against the circuit
+    /// window first; then the streams handle it.
+    fn on_stream_msg(
+        &mut self,
+        now: Instant,
+        hop: usize,
+        tag: onionlab_crypto::SendmeTag,
+        id: StreamId,
+        msg: AnyRelayMsg,
+    ) {
         if !self.is_stream_hop(hop) {
-            return self.violation("XON/XOFF from a hop without streams");
+            return self.violation(format!("{} from a hop without streams", msg.cmd()));
         }
-        if let Err(e) = self.streams.on_xon_xoff(id, version, xon) {
+        if matches!(msg, AnyRelayMsg::Data(_)) {
+            self.on_circuit_data(hop, tag);
+            if self.closed {
+                return;
+            }
+        }
+        let handled = self.streams.handle(now, id, msg);
+        self.take_stream_events();
+        if let Err(e) = handled {
             self.violation(e);
         }
     }
 
-    fn on_stream_data(&mut self, now: Instant, hop: usize, id: StreamId, data: Bytes) {
-        if !self.is_stream_hop(hop) {
-            return self.violation("DATA from a hop without streams");
-        }
-        if self.streams.get(id).is_none() {
-            if !self.streams.is_half_closed(id) {
-                self.violation("DATA for an unknown stream");
-            }
-            return;
-        }
-        match self.streams.on_data(id, data, false, now) {
-            Ok((readable, feedback)) => {
-                if readable {
-                    self.events
-                        .push_back(ClientEvent::Stream(StreamEvent::Readable { stream: id }));
-                }
-                if let Some(f) = feedback {
-                    self.send_feedback(id, f);
-                }
-            }
-            Err(e) => self.violation(e),
+    /// Move the streams' events into the circuit's, in order.
+    fn take_stream_events(&mut self) {
+        while let Some(ev) = self.streams.poll_event() {
+            self.events.push_back(ev);
         }
     }
 
@@ -673,34 +586,22 @@ impl ClientCircuit {
         let hop = self.stream_hop?;
         let window_open = self.hops.get(hop)?.sender.can_send();
         let out = self.streams.next_outgoing(window_open)?;
-        for stream in self.streams.take_writable() {
-            self.events
-                .push_back(ClientEvent::Stream(StreamEvent::Writable { stream }));
-        }
-        let m = match out {
-            Outgoing::Data(id, bytes) => {
-                let data = match Data::new(&bytes) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        self.close(CloseReason::local(DestroyReason::INTERNAL, format!("{e}")));
-                        return self.chan_out.pop_front();
-                    }
-                };
+        self.take_stream_events();
+        match out {
+            Ok((id, msg)) => self.seal(
                 PendingMsg {
                     hop,
                     stream: Some(id),
-                    msg: data.into(),
+                    msg,
                     early: false,
-                }
+                },
+                now,
+            ),
+            Err(e) => {
+                self.close(CloseReason::local(DestroyReason::INTERNAL, format!("{e}")));
+                self.chan_out.pop_front()
             }
-            Outgoing::End(id) => PendingMsg {
-                hop,
-                stream: Some(id),
-                msg: End::new_with_reason(EndReason::DONE).into(),
-                early: false,
-            },
-        };
-        self.seal(m, now)
+        }
     }
 
     fn arm_deadline(&mut self, now: Instant) {
@@ -764,7 +665,8 @@ impl ClientCircuit {
 
     /// Bytes held by this circuit: queued cells and stream buffers.
     pub fn queued_bytes(&self) -> usize {
-        (self.chan_out.len() + self.control.len()) * crate::QUEUED_CELL_BYTES
+        (self.chan_out.len() + self.control.len() + self.streams.queued_control())
+            * crate::QUEUED_CELL_BYTES
             + self.streams.buffered_bytes()
     }
 }
