@@ -302,7 +302,11 @@ mod tests {
     use onionlab_cell::msg::Connected;
 
     fn streams(max_control: usize) -> ClientStreams {
-        ClientStreams::new(StreamConfig::default(), StreamFlowKind::Windows, max_control)
+        ClientStreams::new(
+            StreamConfig::default(),
+            StreamFlowKind::Windows,
+            max_control,
+        )
     }
 
     #[test]
@@ -317,7 +321,10 @@ mod tests {
             Err(BeginError::Refused(Error::BadTarget(_)))
         ));
         let id = s.begin("[::1]", 443).expect("bracketed IPv6");
-        assert!(s.has_work(false), "BEGIN goes out even with the window shut");
+        assert!(
+            s.has_work(false),
+            "BEGIN goes out even with the window shut"
+        );
         let Some(Ok((sid, AnyRelayMsg::Begin(_)))) = s.next_outgoing(false) else {
             panic!("expected the BEGIN");
         };
@@ -352,9 +359,15 @@ mod tests {
         assert_eq!(s.readable_bytes(id), 5);
         let unknown = StreamId::new(999).expect("nonzero");
         let end = End::new_with_reason(EndReason::DONE);
-        assert!(s.handle(Instant::now(), unknown, end.clone().into()).is_err());
         assert!(s
-            .handle(Instant::now(), unknown, Data::new(b"x").expect("data").into())
+            .handle(Instant::now(), unknown, end.clone().into())
+            .is_err());
+        assert!(s
+            .handle(
+                Instant::now(),
+                unknown,
+                Data::new(b"x").expect("data").into()
+            )
             .is_err());
         s.handle(Instant::now(), id, end.into()).expect("end");
         assert!(matches!(
@@ -376,7 +389,8 @@ mod tests {
             Some(Ok((_, AnyRelayMsg::Resolve(_))))
         ));
         let end = End::new_with_reason(EndReason::RESOLVEFAILED);
-        s.handle(Instant::now(), id, end.into()).expect("end of a resolve");
+        s.handle(Instant::now(), id, end.into())
+            .expect("end of a resolve");
         assert_eq!(
             s.poll_event(),
             Some(ClientEvent::Resolved {

@@ -14,13 +14,12 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
 
-use bytes::Bytes;
 use onionlab_cell::chan::{
     AnyChanMsg, ChanMsg, Create2, Created2, DestroyReason, HandshakeType, Relay,
 };
 use onionlab_cell::msg::{
-    AnyRelayMsg, Connected, Data, EncodedLinkSpec, End, EndReason, Extended2, RelayMsg, Resolved,
-    ResolvedVal, Sendme, StreamId, Truncated,
+    AnyRelayMsg, Data, EncodedLinkSpec, End, EndReason, Extended2, RelayMsg, ResolvedVal, Sendme,
+    StreamId, Truncated,
 };
 use onionlab_cell::relay;
 use onionlab_crypto::identity::RelaySecretKeys;
@@ -29,10 +28,11 @@ use rand::rngs::StdRng;
 
 use crate::err::{CloseReason, Error};
 use crate::flow::{CircReceiver, CircSender, CircuitCc};
-use crate::stream::{
-    Packaged, StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap, StreamState,
-};
+use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind};
 use crate::xonxoff::EdgePosition;
+
+mod exit_streams;
+use exit_streams::ExitStreams;
 
 /// Settings of relay circuits.
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ enum Next {
 
 /// Exit-side state, created on the first BEGIN.
 struct Exit {
-    streams: StreamMap,
+    streams: ExitStreams,
     sender: CircSender,
     receiver: CircReceiver,
 }
@@ -419,14 +419,11 @@ impl RelayCircuit {
                         now,
                     );
                 }
-                // The ID stays reserved (and counted against the stream
-                // limit) until the driver answers.
-                if !self.exit_state().streams.open_remote(id) {
-                    return self.violation("RESOLVE on a stream ID in use (or too many streams)");
+                let opened = self.exit_state().streams.resolve(id, r.query());
+                self.flush_exit(now);
+                if let Err(e) = opened {
+                    self.violation(e);
                 }
-                let host = String::from_utf8_lossy(r.query()).into_owned();
-                self.events
-                    .push_back(RelayCircEvent::Resolve { stream: id, host });
             }
             (Some(id), AnyRelayMsg::Data(d)) => self.on_data(now, tag, id, d),
             (None, AnyRelayMsg::Sendme(s)) => {
@@ -438,36 +435,13 @@ impl RelayCircuit {
                     self.violation(e);
                 }
             }
-            (Some(id), AnyRelayMsg::Sendme(_)) => {
-                let Some(exit) = &mut self.exit else {
-                    return self.violation("stream SENDME at a hop without streams");
-                };
-                if let Err(e) = exit.streams.on_sendme(id) {
-                    self.violation(e);
-                }
-            }
-            (Some(id), AnyRelayMsg::Xon(x)) => {
-                let kbps = crate::stream::xon_rate_kbps(x.kbytes_per_sec_ewma());
-                self.on_xon_xoff(id, *x.version(), Some(kbps));
-            }
-            (Some(id), AnyRelayMsg::Xoff(x)) => self.on_xon_xoff(id, *x.version(), None),
-            (Some(id), AnyRelayMsg::End(e)) => {
-                let Some(exit) = &mut self.exit else {
-                    return self.violation("END at a hop without streams");
-                };
-                if exit.streams.get(id).is_some() {
-                    exit.streams.on_end(id);
-                    self.events
-                        .push_back(RelayCircEvent::Stream(StreamEvent::Ended {
-                            stream: id,
-                            reason: e.reason(),
-                        }));
-                } else if exit.streams.is_half_closed(id) {
-                    exit.streams.on_end(id);
-                } else {
-                    self.violation("END for an unknown stream");
-                }
-            }
+            (
+                Some(id),
+                msg @ (AnyRelayMsg::Sendme(_)
+                | AnyRelayMsg::Xon(_)
+                | AnyRelayMsg::Xoff(_)
+                | AnyRelayMsg::End(_)),
+            ) => self.on_stream_msg(now, id, msg),
             (_, other) => self.violation(format!("unexpected {} message", other.cmd())),
         }
     }
@@ -489,30 +463,33 @@ impl RelayCircuit {
                 now,
             );
         }
-        let Ok(host) = std::str::from_utf8(b.addr()) else {
-            return self.originate(
-                Some(id),
-                End::new_with_reason(EndReason::RESOLVEFAILED).into(),
-                now,
-            );
-        };
-        let host = host.to_owned();
-        if !self.exit_state().streams.open_remote(id) {
-            return self.violation("BEGIN on a stream ID in use (or too many streams)");
+        let opened = self.exit_state().streams.begin(id, b.addr(), b.port());
+        self.flush_exit(now);
+        if let Err(e) = opened {
+            self.violation(e);
         }
-        self.events.push_back(RelayCircEvent::Connect {
-            stream: id,
-            host,
-            port: b.port(),
-        });
     }
 
-    fn on_xon_xoff(&mut self, id: StreamId, version: u8, xon: Option<u32>) {
+    /// A stream message for the exit's streams.
+    fn on_stream_msg(&mut self, now: Instant, id: StreamId, msg: AnyRelayMsg) {
         let Some(exit) = &mut self.exit else {
-            return self.violation("XON/XOFF at a hop without streams");
+            return self.violation(format!("{} at a hop without streams", msg.cmd()));
         };
-        if let Err(e) = exit.streams.on_xon_xoff(id, version, xon) {
+        let handled = exit.streams.handle(now, id, msg);
+        self.flush_exit(now);
+        if let Err(e) = handled {
             self.violation(e);
+        }
+    }
+
+    /// Send what the exit's streams queued for the client (CONNECTED, END,
+    /// RESOLVED, feedback) and pass their events on, in order.
+    fn flush_exit(&mut self, now: Instant) {
+        while let Some((id, msg)) = self.exit.as_mut().and_then(|e| e.streams.take_queued()) {
+            self.originate(Some(id), msg, now);
+        }
+        while let Some(ev) = self.exit.as_mut().and_then(|e| e.streams.poll_event()) {
+            self.events.push_back(ev);
         }
     }
 
@@ -525,28 +502,7 @@ impl RelayCircuit {
             Ok(None) => {}
             Err(e) => return self.violation(e),
         }
-        let Some(exit) = &mut self.exit else { return };
-        if exit.streams.get(id).is_none() {
-            if !exit.streams.is_half_closed(id) {
-                self.violation("DATA for an unknown stream");
-            }
-            return;
-        }
-        match exit
-            .streams
-            .on_data(id, Bytes::from(Vec::from(d)), true, now)
-        {
-            Ok((readable, feedback)) => {
-                if readable {
-                    self.events
-                        .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id }));
-                }
-                if let Some(f) = feedback {
-                    self.originate(Some(id), f.into_msg(), now);
-                }
-            }
-            Err(e) => self.violation(e),
-        }
+        self.on_stream_msg(now, id, d.into());
     }
 
     /// Handle a cell from the next hop.
@@ -605,20 +561,8 @@ impl RelayCircuit {
         stream: StreamId,
         addr: Option<IpAddr>,
     ) -> Result<(), Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        let s = exit
-            .streams
-            .get_mut(stream)
-            .ok_or(Error::NoStream(stream.into()))?;
-        if s.state != StreamState::Connecting {
-            return Err(Error::BadState("stream already connected"));
-        }
-        s.state = StreamState::Open;
-        let msg = match addr {
-            Some(a) => Connected::new_with_addr(a, 300),
-            None => Connected::new_empty(),
-        };
-        self.originate(Some(stream), msg.into(), now);
+        self.exit_streams(stream)?.connected(stream, addr)?;
+        self.flush_exit(now);
         Ok(())
     }
 
@@ -630,11 +574,8 @@ impl RelayCircuit {
         stream: StreamId,
         reason: EndReason,
     ) -> Result<(), Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        if !exit.streams.abort(stream) {
-            return Err(Error::NoStream(stream.into()));
-        }
-        self.originate(Some(stream), End::new_with_reason(reason).into(), now);
+        self.exit_streams(stream)?.refused(stream, reason)?;
+        self.flush_exit(now);
         Ok(())
     }
 
@@ -645,15 +586,19 @@ impl RelayCircuit {
         stream: StreamId,
         answers: Vec<(ResolvedVal, u32)>,
     ) {
-        let Some(exit) = self.exit.as_mut() else {
-            return;
-        };
-        exit.streams.forget(stream);
-        let mut r = Resolved::new_empty();
-        for (a, ttl) in answers {
-            r.add_answer(a, ttl);
+        if let Ok(streams) = self.exit_streams(stream) {
+            streams.resolved(stream, answers);
+            self.flush_exit(now);
         }
-        self.originate(Some(stream), r.into(), now);
+    }
+
+    /// The exit's streams, if this circuit has any (`stream` names the
+    /// stream for the error).
+    fn exit_streams(&mut self, stream: StreamId) -> Result<&mut ExitStreams, Error> {
+        self.exit
+            .as_mut()
+            .map(|e| &mut e.streams)
+            .ok_or(Error::NoStream(stream.into()))
     }
 
     /// The exit state, created on first use.
@@ -670,7 +615,7 @@ impl RelayCircuit {
                 },
             };
             Exit {
-                streams: StreamMap::new(streams, flow),
+                streams: ExitStreams::new(streams, flow),
                 sender: cc.sender(),
                 receiver: cc.receiver(),
             }
@@ -685,17 +630,14 @@ impl RelayCircuit {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        exit.streams
-            .write(stream, data, now)
-            .ok_or(Error::NoStream(stream.into()))
+        self.exit_streams(stream)?.write(stream, data, now)
     }
 
     /// Exit: when the client's last XON rate lets the target's bytes in
     /// again, if it does not now (see
     /// [`RelayNode::exit_write_resumes_at`](crate::node::RelayNode::exit_write_resumes_at)).
     pub fn exit_write_resumes_at(&self, stream: StreamId) -> Option<Instant> {
-        self.exit.as_ref()?.streams.resumes_at(stream)
+        self.exit.as_ref()?.streams.write_resumes_at(stream)
     }
 
     /// Exit: bytes from the client for the target.
@@ -705,12 +647,8 @@ impl RelayCircuit {
         stream: StreamId,
         buf: &mut [u8],
     ) -> Result<usize, Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        let (n, feedback) = exit
-            .streams
-            .read(stream, buf, now)
-            .ok_or(Error::NoStream(stream.into()))?;
-        self.send_feedback(now, stream, feedback);
+        let n = self.exit_streams(stream)?.read(stream, buf, now)?;
+        self.flush_exit(now);
         Ok(n)
     }
 
@@ -722,28 +660,15 @@ impl RelayCircuit {
         stream: StreamId,
         consume: impl FnOnce(&[&[u8]]) -> usize,
     ) -> Result<usize, Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        let (n, feedback) = exit
-            .streams
-            .read_with(stream, now, consume)
-            .ok_or(Error::NoStream(stream.into()))?;
-        self.send_feedback(now, stream, feedback);
+        let n = self.exit_streams(stream)?.read_with(stream, now, consume)?;
+        self.flush_exit(now);
         Ok(n)
-    }
-
-    fn send_feedback(&mut self, now: Instant, stream: StreamId, f: Option<StreamFeedback>) {
-        if let Some(f) = f {
-            self.originate(Some(stream), f.into_msg(), now);
-        }
     }
 
     /// Exit: bytes from the target the stream would take now (see
     /// [`RelayNode::exit_write_room`](crate::node::RelayNode::exit_write_room)).
     pub fn exit_write_room(&mut self, now: Instant, stream: StreamId) -> Result<usize, Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        exit.streams
-            .write_room(stream, now)
-            .ok_or(Error::NoStream(stream.into()))
+        self.exit_streams(stream)?.write_room(stream, now)
     }
 
     /// Exit: bytes from the client not yet read for the target.
@@ -763,12 +688,7 @@ impl RelayCircuit {
     /// queued for the client. Unlike [`exit_refused`](Self::exit_refused),
     /// what the target sent before it failed still reaches the client.
     pub fn exit_end(&mut self, stream: StreamId, reason: EndReason) -> Result<(), Error> {
-        let exit = self.exit.as_mut().ok_or(Error::NoStream(stream.into()))?;
-        if exit.streams.request_close_with(stream, reason) {
-            Ok(())
-        } else {
-            Err(Error::NoStream(stream.into()))
-        }
+        self.exit_streams(stream)?.end(stream, reason)
     }
 
     /// Whether the channel on `side` is blocked now (the transport takes
@@ -810,22 +730,17 @@ impl RelayCircuit {
                     return Some(c);
                 }
                 let exit = self.exit.as_mut()?;
-                let out = exit.streams.next_packaged(exit.sender.can_send())?;
-                for stream in exit.streams.take_writable() {
-                    self.events
-                        .push_back(RelayCircEvent::Stream(StreamEvent::Writable { stream }));
-                }
+                let out = exit.streams.next_outgoing(exit.sender.can_send())?;
                 match out {
-                    Packaged::Data(id, bytes) => match Data::new(&bytes) {
-                        Ok(d) => self.originate(Some(id), d.into(), now),
-                        Err(e) => self.close(
-                            CloseReason::local(DestroyReason::INTERNAL, format!("{e}")),
-                            true,
-                        ),
-                    },
-                    Packaged::End(id, reason) => {
-                        self.originate(Some(id), End::new_with_reason(reason).into(), now)
-                    }
+                    Ok((id, msg)) => self.originate(Some(id), msg, now),
+                    Err(e) => self.close(
+                        CloseReason::local(DestroyReason::INTERNAL, format!("{e}")),
+                        true,
+                    ),
+                }
+                // Writable events the packaging produced.
+                while let Some(ev) = self.exit.as_mut().and_then(|e| e.streams.poll_event()) {
+                    self.events.push_back(ev);
                 }
                 self.to_client.pop_front()
             }
