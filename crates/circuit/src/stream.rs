@@ -748,6 +748,21 @@ impl From<Packaged> for Outgoing {
     }
 }
 
+/// A DATA message with `bytes` (at most one cell's worth) for stream `id`.
+pub(crate) fn data_message(
+    id: StreamId,
+    bytes: &[u8],
+) -> Result<(StreamId, AnyRelayMsg), crate::Error> {
+    onionlab_cell::msg::Data::new(bytes)
+        .map(|d| (id, d.into()))
+        .map_err(|e| {
+            crate::Error::Cell(onionlab_cell::Error::Encode {
+                what: "DATA message",
+                source: e,
+            })
+        })
+}
+
 /// The rate of a received XON in KB/s, 0 for unlimited (as on the wire).
 pub(crate) fn xon_rate_kbps(rate: onionlab_cell::msg::XonKBpsEwma) -> u32 {
     match rate {

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use onionlab_cell::msg::{
-    AnyRelayMsg, Begin, BeginFlags, Data, End, EndReason, RelayMsg, Resolve, StreamId,
+    AnyRelayMsg, Begin, BeginFlags, End, EndReason, RelayMsg, Resolve, StreamId,
 };
 use onionlab_cell::relay;
 
@@ -265,12 +265,7 @@ impl ClientStreams {
                 .push_back(ClientEvent::Stream(StreamEvent::Writable { stream }));
         }
         Some(match out {
-            Outgoing::Data(id, bytes) => Data::new(&bytes).map(|d| (id, d.into())).map_err(|e| {
-                Error::Cell(onionlab_cell::Error::Encode {
-                    what: "DATA message",
-                    source: e,
-                })
-            }),
+            Outgoing::Data(id, bytes) => crate::stream::data_message(id, &bytes),
             Outgoing::End(id) => Ok((id, End::new_with_reason(EndReason::DONE).into())),
         })
     }
@@ -299,7 +294,7 @@ pub(crate) enum BeginError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use onionlab_cell::msg::Connected;
+    use onionlab_cell::msg::{Connected, Data};
 
     fn streams(max_control: usize) -> ClientStreams {
         ClientStreams::new(

@@ -289,12 +289,7 @@ impl ExitStreams {
                 .push_back(RelayCircEvent::Stream(StreamEvent::Writable { stream }));
         }
         Some(match out {
-            Packaged::Data(id, bytes) => Data::new(&bytes).map(|d| (id, d.into())).map_err(|e| {
-                Error::Cell(onionlab_cell::Error::Encode {
-                    what: "DATA message",
-                    source: e,
-                })
-            }),
+            Packaged::Data(id, bytes) => crate::stream::data_message(id, &bytes),
             Packaged::End(id, reason) => Ok((id, End::new_with_reason(reason).into())),
         })
     }
