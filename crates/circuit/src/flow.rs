@@ -248,8 +248,12 @@ impl CongestionControl for FixedWindow {
 pub struct CircSender {
     cc: Box<dyn CongestionControl>,
     data_sent: u64,
-    /// Tags of every `sendme_inc`-th DATA cell sent, oldest first.
-    expected_tags: VecDeque<SendmeTag>,
+    /// Tags of every `sendme_inc`-th DATA cell sent, and when it was sent,
+    /// oldest first.
+    expected_tags: VecDeque<(SendmeTag, Instant)>,
+    /// Time from sending the DATA cell the last SENDME acknowledged to
+    /// receiving that SENDME.
+    last_sendme_delay: Option<std::time::Duration>,
 }
 
 impl Default for CircSender {
@@ -265,6 +269,7 @@ impl CircSender {
             cc,
             data_sent: 0,
             expected_tags: VecDeque::new(),
+            last_sendme_delay: None,
         }
     }
     /// May a DATA cell be sent now?
@@ -291,14 +296,14 @@ impl CircSender {
             .data_sent
             .is_multiple_of(u64::from(self.cc.sendme_inc()))
         {
-            self.expected_tags.push_back(tag);
+            self.expected_tags.push_back((tag, now));
         }
         self.cc.on_data_sent(now);
     }
     /// Handle a circuit-level SENDME. `tag` is its v1 authenticator (None
     /// for a v0 SENDME, which we refuse: every onionlab node speaks v1).
     pub fn on_sendme(&mut self, tag: Option<&[u8]>, now: Instant) -> Result<(), &'static str> {
-        let expected = self
+        let (expected, sent_at) = self
             .expected_tags
             .pop_front()
             .ok_or("circuit SENDME acknowledges cells that were never sent")?;
@@ -311,8 +316,17 @@ impl CircSender {
             }
             Some(_) => {}
         }
+        self.last_sendme_delay = Some(now.saturating_duration_since(sent_at));
         self.cc.on_sendme(now);
         Ok(())
+    }
+
+    /// Time from sending the DATA cell the last SENDME acknowledged (the
+    /// `sendme_inc`-th since the one before) to receiving that SENDME: an
+    /// RTT sample under any congestion control, and Conflux 2013's
+    /// congestion estimate under fixed windows (the 100th cell).
+    pub fn last_sendme_delay(&self) -> Option<std::time::Duration> {
+        self.last_sendme_delay
     }
 }
 
@@ -462,6 +476,22 @@ mod tests {
             let t = sendme.expect("a SENDME is due after 100 cells");
             s.on_sendme(Some(&t), now).unwrap();
         }
+    }
+
+    #[test]
+    fn the_sendme_delay_runs_from_the_acknowledged_cell_to_its_sendme() {
+        let t0 = Instant::now();
+        let ms = std::time::Duration::from_millis;
+        let mut s = CircSender::default();
+        assert_eq!(s.last_sendme_delay(), None);
+        // Cells 1..=200 sent 1 ms apart; the 100th at t0 + 99 ms.
+        for i in 1..=200u64 {
+            s.on_data_sent(tag(i), t0 + ms(i - 1));
+        }
+        s.on_sendme(Some(&tag(100)), t0 + ms(250)).unwrap();
+        assert_eq!(s.last_sendme_delay(), Some(ms(151)));
+        s.on_sendme(Some(&tag(200)), t0 + ms(300)).unwrap();
+        assert_eq!(s.last_sendme_delay(), Some(ms(101)));
     }
 
     #[test]

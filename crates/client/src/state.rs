@@ -717,7 +717,8 @@ impl State {
             }
             ClientEvent::HopAdded { .. }
             | ClientEvent::Resolved { .. }
-            | ClientEvent::Closed(_) => {}
+            | ClientEvent::Closed(_)
+            | ClientEvent::Linked { .. } => {}
         }
     }
 

@@ -25,8 +25,10 @@ use crate::err::{CloseReason, Error};
 use crate::flow::{CircReceiver, CircSender, CircuitCc};
 use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind};
 
-mod streams;
 use crate::xonxoff::EdgePosition;
+
+mod leg;
+mod streams;
 use streams::{BeginError, ClientStreams, ControlOverflow};
 
 /// Most RELAY_EARLY cells a circuit may carry (tor-spec).
@@ -90,6 +92,15 @@ pub enum ClientEvent {
     },
     /// The circuit is closed; nothing more will happen on it.
     Closed(CloseReason),
+    /// A leg's CONFLUX_LINKED arrived (after
+    /// [`ClientCircuit::start_leg`]), with the exit's sequence numbers for
+    /// the set (0 on a first link).
+    Linked {
+        /// Last sequence number the exit sent on the set.
+        last_seqno_sent: u64,
+        /// Last sequence number the exit received on the set.
+        last_seqno_recv: u64,
+    },
 }
 
 /// Where the circuit construction is.
@@ -134,6 +145,8 @@ pub struct ClientCircuit {
     relay_early_left: u8,
     closed: bool,
     rng: StdRng,
+    /// Set when the circuit is a leg of a linked set (see `leg.rs`).
+    leg: Option<leg::Leg>,
 }
 
 impl std::fmt::Debug for ClientCircuit {
@@ -177,6 +190,7 @@ impl ClientCircuit {
             relay_early_left: MAX_RELAY_EARLY,
             closed: false,
             rng,
+            leg: None,
         }
     }
 
@@ -278,6 +292,11 @@ impl ClientCircuit {
 
     fn attach_hop(&mut self) -> Result<usize, Error> {
         self.check_open()?;
+        if self.leg.is_some() {
+            return Err(Error::BadState(
+                "a leg of a linked set: streams go to the set",
+            ));
+        }
         if self.hops.is_empty() || self.is_extending() {
             return Err(Error::NotBuilt);
         }
@@ -367,6 +386,7 @@ impl ClientCircuit {
         self.closed = true;
         self.control.clear();
         self.streams.clear_queued();
+        self.leg = None;
         self.chan_out.clear();
         if !why.by_peer {
             self.chan_out.push_back(Destroy::new(why.reason).into());
@@ -442,6 +462,21 @@ impl ClientCircuit {
             Ok(x) => x,
             Err(e) => return self.violation(format!("undecodable relay message: {e}")),
         };
+        let for_the_set = stream.is_some()
+            || matches!(
+                msg,
+                AnyRelayMsg::ConfluxLinked(_) | AnyRelayMsg::ConfluxSwitch(_)
+            );
+        if for_the_set && self.leg.is_some() && self.is_stream_hop(hop) {
+            if matches!(msg, AnyRelayMsg::Data(_)) {
+                self.on_circuit_data(hop, tag);
+                if self.closed {
+                    return;
+                }
+            }
+            self.on_leg_message(now, stream, msg);
+            return;
+        }
         match (stream, msg) {
             (
                 Some(id),
@@ -560,6 +595,7 @@ impl ClientCircuit {
         !self.chan_out.is_empty()
             || (!self.closed
                 && (!self.control.is_empty()
+                    || self.leg_output_ready()
                     || self.stream_hop.is_some_and(|h| {
                         self.streams
                             .has_work(self.hops.get(h).is_some_and(|x| x.sender.can_send()))
@@ -582,6 +618,10 @@ impl ClientCircuit {
                 self.arm_deadline(now);
             }
             return cell;
+        }
+        if self.leg_output_ready() {
+            let m = self.next_leg_output()?;
+            return self.seal(m, now);
         }
         let hop = self.stream_hop?;
         let window_open = self.hops.get(hop)?.sender.can_send();
@@ -613,6 +653,9 @@ impl ClientCircuit {
     /// Encode, encrypt and wrap one relay message.
     fn seal(&mut self, m: PendingMsg, now: Instant) -> Option<AnyChanMsg> {
         let is_data = matches!(m.msg, AnyRelayMsg::Data(_));
+        if matches!(m.msg, AnyRelayMsg::ConfluxLink(_)) {
+            self.on_link_sent(now);
+        }
         let mut body = match relay::encode(m.stream, m.msg, &mut self.rng) {
             Ok(b) => b,
             Err(e) => {
@@ -665,7 +708,10 @@ impl ClientCircuit {
 
     /// Bytes held by this circuit: queued cells and stream buffers.
     pub fn queued_bytes(&self) -> usize {
-        (self.chan_out.len() + self.control.len() + self.streams.queued_control())
+        (self.chan_out.len()
+            + self.control.len()
+            + self.streams.queued_control()
+            + self.leg.as_ref().map_or(0, leg::Leg::queued))
             * crate::QUEUED_CELL_BYTES
             + self.streams.buffered_bytes()
     }

@@ -20,7 +20,12 @@
 pub mod sched;
 pub mod seq;
 
-use onionlab_cell::msg::RelayCmd;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use onionlab_cell::msg::{AnyRelayMsg, ConfluxSwitch, RelayCmd, RelayMsg, StreamId};
+
+use crate::flow::CcSnapshot;
 
 /// Default bound of a set's out-of-order queue, in messages (at most one
 /// cell each, so about 4.3 MB). Flow control keeps an honest peer well
@@ -42,6 +47,113 @@ pub fn is_multiplexed(cmd: RelayCmd) -> bool {
         RelayCmd::XON,
     ]
     .contains(&cmd)
+}
+
+/// What a leg received for its set, in arrival order.
+#[derive(Debug, Clone)]
+pub enum LegInput {
+    /// CONFLUX_SWITCH: messages sent on other legs come before the next
+    /// one here.
+    Switch(u32),
+    /// A multiplexed message: it takes the leg's next sequence number.
+    Sequenced(StreamId, AnyRelayMsg),
+    /// A stream message that is not multiplexed (a stream SENDME): the
+    /// set handles it on arrival.
+    Unsequenced(StreamId, AnyRelayMsg),
+}
+
+/// What the set's leg scheduler needs to know about a leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LegState {
+    /// The circuit window lets a DATA cell go and nothing the set gave
+    /// the leg is still waiting to be sent.
+    pub can_send: bool,
+    /// DATA cells the circuit window lets the leg send.
+    pub window_room: u32,
+    /// The leg's congestion control (None under fixed windows).
+    pub cc: Option<CcSnapshot>,
+    /// The last SENDME's delay (see
+    /// [`CircSender::last_sendme_delay`](crate::flow::CircSender::last_sendme_delay)).
+    pub sendme_delay: Option<Duration>,
+    /// Time from sending LINK to receiving LINKED.
+    pub link_rtt: Option<Duration>,
+}
+
+/// A leg's two queues: what arrived for its set, and what its set gave it
+/// to send (SWITCHes and multiplexed messages), each in order. Shared by
+/// the client's and the exit's legs.
+#[derive(Debug, Default)]
+pub(crate) struct LegQueues {
+    input: VecDeque<LegInput>,
+    output: VecDeque<(Option<StreamId>, AnyRelayMsg)>,
+}
+
+impl LegQueues {
+    /// Keep a message that arrived on a linked leg for the set: SWITCH,
+    /// a stream SENDME (unsequenced) or a multiplexed message. Anything
+    /// else is a protocol violation, described.
+    pub(crate) fn arrived(
+        &mut self,
+        stream: Option<StreamId>,
+        msg: AnyRelayMsg,
+    ) -> Result<(), String> {
+        let input = match (stream, msg) {
+            (None, AnyRelayMsg::ConfluxSwitch(s)) => LegInput::Switch(s.seqno()),
+            (Some(id), msg @ AnyRelayMsg::Sendme(_)) => LegInput::Unsequenced(id, msg),
+            (Some(id), msg) if is_multiplexed(msg.cmd()) => LegInput::Sequenced(id, msg),
+            (_, msg) => return Err(format!("unexpected {} on a leg", msg.cmd())),
+        };
+        self.input.push_back(input);
+        Ok(())
+    }
+
+    /// The oldest input not taken yet.
+    pub(crate) fn take_input(&mut self) -> Option<LegInput> {
+        self.input.pop_front()
+    }
+
+    /// Queue `msg` on `stream` after a SWITCH for each of `switches`;
+    /// false (nothing queued) if that would reach `limit` messages.
+    pub(crate) fn send(
+        &mut self,
+        switches: &[u32],
+        stream: StreamId,
+        msg: AnyRelayMsg,
+        limit: usize,
+    ) -> bool {
+        if self.output.len() + switches.len() >= limit {
+            return false;
+        }
+        for &gap in switches {
+            self.output
+                .push_back((None, ConfluxSwitch::new(gap).into()));
+        }
+        self.output.push_back((Some(stream), msg));
+        true
+    }
+
+    /// Whether the next message to send may go now: anything but DATA at
+    /// once, DATA while `window_open`.
+    pub(crate) fn output_ready(&self, window_open: bool) -> bool {
+        self.output
+            .front()
+            .is_some_and(|(_, m)| window_open || !matches!(m, AnyRelayMsg::Data(_)))
+    }
+
+    /// Whether nothing waits to be sent.
+    pub(crate) fn output_empty(&self) -> bool {
+        self.output.is_empty()
+    }
+
+    /// The next message to send.
+    pub(crate) fn next_output(&mut self) -> Option<(Option<StreamId>, AnyRelayMsg)> {
+        self.output.pop_front()
+    }
+
+    /// Messages held either way.
+    pub(crate) fn len(&self) -> usize {
+        self.input.len() + self.output.len()
+    }
 }
 
 #[cfg(test)]

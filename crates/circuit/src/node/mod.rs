@@ -1274,6 +1274,14 @@ impl RelayNode {
                     self.events
                         .push_back(NodeEvent::ExitStream { circ: key, event });
                 }
+                RelayCircEvent::Link { .. } => {
+                    // The node does not link sets yet (issue 19): refuse,
+                    // as RelayConfig::conflux (off) says it would.
+                    entry.circ.destroy(CloseReason::local(
+                        DestroyReason::PROTOCOL,
+                        "this relay does not link conflux sets",
+                    ));
+                }
                 RelayCircEvent::Closed {
                     reason,
                     notify_inbound,

@@ -32,6 +32,7 @@ use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind};
 use crate::xonxoff::EdgePosition;
 
 mod exit_streams;
+mod leg;
 use exit_streams::ExitStreams;
 
 /// Settings of relay circuits.
@@ -55,6 +56,11 @@ pub struct RelayConfig {
     /// only test harnesses that exercise a client over a single relay
     /// turn it on.
     pub allow_one_hop_streams: bool,
+    /// Whether an exit circuit may become a leg of a linked set
+    /// (CONFLUX_LINK, proposal 329). Off by default: the relay node links
+    /// sets only once it supports them (issue 19); a LINK to a relay
+    /// without it closes the circuit, as an unknown message does.
+    pub conflux: bool,
     /// Fault injection, compiled into test builds only: after sending
     /// EXTENDED2 toward the client, also send TRUNCATED while keeping the
     /// next hop, as a hostile relay would to become the last hop of the
@@ -71,6 +77,7 @@ impl Default for RelayConfig {
             max_queue_cells: CircuitCc::Fixed.max_queue_cells(),
             cc: CircuitCc::Fixed,
             allow_one_hop_streams: false,
+            conflux: false,
             #[cfg(feature = "fault-injection")]
             hostile_truncate: false,
         }
@@ -138,6 +145,17 @@ pub enum RelayCircEvent {
     /// target; Writable: room for bytes from the target; Ended: the client
     /// closed it, close the TCP connection after writing what was read).
     Stream(StreamEvent),
+    /// Exit: a CONFLUX_LINK asks to make this circuit a leg of the set
+    /// `nonce` names: call [`RelayCircuit::accept_leg`], or destroy the
+    /// circuit to refuse.
+    Link {
+        /// The set's nonce (a secret: never log it).
+        nonce: onionlab_cell::msg::V1Nonce,
+        /// Last sequence number the client sent on the set.
+        last_seqno_sent: u64,
+        /// Last sequence number the client received on the set.
+        last_seqno_recv: u64,
+    },
     /// The circuit is closed. `notify_inbound` / `notify_outbound`: a
     /// DESTROY with `reason.reason` must be sent on that side.
     Closed {
@@ -182,6 +200,8 @@ pub struct RelayCircuit {
     rng: StdRng,
     /// The previous hop is a client, not a relay: we are the first hop.
     first_hop: bool,
+    /// Set once a CONFLUX_LINK arrived (see `leg.rs`).
+    leg: Option<leg::Leg>,
 }
 
 impl std::fmt::Debug for RelayCircuit {
@@ -229,6 +249,7 @@ impl RelayCircuit {
             closed: false,
             rng,
             first_hop: false,
+            leg: None,
         })
     }
 
@@ -270,6 +291,7 @@ impl RelayCircuit {
         self.to_client.clear();
         self.to_next.clear();
         self.exit = None;
+        self.leg = None;
         self.events.push_back(RelayCircEvent::Closed {
             reason,
             notify_inbound,
@@ -379,7 +401,26 @@ impl RelayCircuit {
             Ok(x) => x,
             Err(e) => return self.violation(format!("undecodable relay message: {e}")),
         };
+        let for_the_set = stream.is_some()
+            || matches!(
+                msg,
+                AnyRelayMsg::ConfluxLinkedAck(_) | AnyRelayMsg::ConfluxSwitch(_)
+            );
+        if self.leg.is_some() && for_the_set {
+            if !self.is_leg() {
+                return self.violation(format!("{} before the leg was linked", msg.cmd()));
+            }
+            if matches!(msg, AnyRelayMsg::Data(_)) {
+                self.count_circuit_data(now, tag);
+                if self.closed {
+                    return;
+                }
+            }
+            self.on_leg_message(now, stream, msg);
+            return;
+        }
         match (stream, msg) {
+            (None, AnyRelayMsg::ConfluxLink(l)) => self.on_link(l.payload().clone()),
             (None, AnyRelayMsg::Extend2(e)) => {
                 if !early {
                     return self.violation("EXTEND2 outside RELAY_EARLY");
@@ -494,15 +535,27 @@ impl RelayCircuit {
     }
 
     fn on_data(&mut self, now: Instant, tag: onionlab_crypto::SendmeTag, id: StreamId, d: Data) {
+        if self.exit.is_none() {
+            return self.violation("DATA at a hop without streams");
+        }
+        self.count_circuit_data(now, tag);
+        if self.closed {
+            return;
+        }
+        self.on_stream_msg(now, id, d.into());
+    }
+
+    /// A DATA cell counts against the circuit window: a circuit SENDME
+    /// goes out when one is due.
+    fn count_circuit_data(&mut self, now: Instant, tag: onionlab_crypto::SendmeTag) {
         let Some(exit) = &mut self.exit else {
             return self.violation("DATA at a hop without streams");
         };
         match exit.receiver.on_data(tag) {
             Ok(Some(t)) => self.originate(None, Sendme::new_tag(t).into(), now),
             Ok(None) => {}
-            Err(e) => return self.violation(e),
+            Err(e) => self.violation(e),
         }
-        self.on_stream_msg(now, id, d.into());
     }
 
     /// Handle a cell from the next hop.
@@ -710,6 +763,7 @@ impl RelayCircuit {
             Side::Outbound => !self.to_next.is_empty(),
             Side::Inbound => {
                 !self.to_client.is_empty()
+                    || self.leg_output_ready()
                     || self
                         .exit
                         .as_ref()
@@ -728,6 +782,10 @@ impl RelayCircuit {
             Side::Inbound => {
                 if let Some(c) = self.to_client.pop_front() {
                     return Some(c);
+                }
+                if self.leg_output_ready() {
+                    self.send_leg_output(now);
+                    return self.to_client.pop_front();
                 }
                 let exit = self.exit.as_mut()?;
                 let out = exit.streams.next_outgoing(exit.sender.can_send())?;
@@ -753,7 +811,8 @@ impl RelayCircuit {
     /// target not yet packaged, bytes from the client not yet read by the
     /// driver). Crypto state, stream tables and the like are not counted.
     pub fn queued_bytes(&self) -> usize {
-        (self.to_client.len() + self.to_next.len()) * crate::QUEUED_CELL_BYTES
+        (self.to_client.len() + self.to_next.len() + self.leg.as_ref().map_or(0, leg::Leg::queued))
+            * crate::QUEUED_CELL_BYTES
             + self.exit.as_ref().map_or(0, |e| e.streams.buffered_bytes())
     }
 }
