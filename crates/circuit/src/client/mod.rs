@@ -28,7 +28,7 @@ use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind};
 use crate::xonxoff::EdgePosition;
 
 mod leg;
-mod streams;
+pub(crate) mod streams;
 use streams::{BeginError, ClientStreams, ControlOverflow};
 
 /// Most RELAY_EARLY cells a circuit may carry (tor-spec).

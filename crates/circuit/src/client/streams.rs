@@ -291,6 +291,21 @@ pub(crate) enum BeginError {
     Overflow,
 }
 
+impl crate::conflux::set::SetEdge for ClientStreams {
+    fn has_work(&self, window_open: bool) -> bool {
+        ClientStreams::has_work(self, window_open)
+    }
+    fn next_outgoing(
+        &mut self,
+        window_open: bool,
+    ) -> Option<Result<(StreamId, AnyRelayMsg), Error>> {
+        ClientStreams::next_outgoing(self, window_open)
+    }
+    fn handle(&mut self, now: Instant, stream: StreamId, msg: AnyRelayMsg) -> Result<(), String> {
+        ClientStreams::handle(self, now, stream, msg)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,7 @@
 
 pub mod sched;
 pub mod seq;
+pub mod set;
 
 use std::collections::VecDeque;
 use std::time::Duration;

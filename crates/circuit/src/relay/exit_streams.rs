@@ -300,6 +300,27 @@ impl ExitStreams {
     }
 }
 
+impl crate::conflux::set::SetEdge for ExitStreams {
+    fn has_work(&self, window_open: bool) -> bool {
+        ExitStreams::has_work(self, window_open)
+    }
+    fn next_outgoing(
+        &mut self,
+        window_open: bool,
+    ) -> Option<Result<(StreamId, AnyRelayMsg), Error>> {
+        ExitStreams::next_outgoing(self, window_open)
+    }
+    /// The set's owner checked at LINK time that this is an exit that
+    /// serves streams, so BEGIN and RESOLVE open streams here.
+    fn handle(&mut self, now: Instant, stream: StreamId, msg: AnyRelayMsg) -> Result<(), String> {
+        match msg {
+            AnyRelayMsg::Begin(b) => self.begin(stream, b.addr(), b.port()),
+            AnyRelayMsg::Resolve(r) => self.resolve(stream, r.query()),
+            other => ExitStreams::handle(self, now, stream, other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -182,3 +182,15 @@ impl RelayCircuit {
         true
     }
 }
+
+impl crate::conflux::set::SetLeg for RelayCircuit {
+    fn state(&self) -> Option<LegState> {
+        self.leg_state()
+    }
+    fn send(&mut self, switches: &[u32], stream: StreamId, msg: AnyRelayMsg) -> Result<(), Error> {
+        self.leg_send(switches, stream, msg)
+    }
+    fn take_input(&mut self) -> Option<LegInput> {
+        self.take_leg_input()
+    }
+}

@@ -31,7 +31,7 @@ use crate::flow::{CircReceiver, CircSender, CircuitCc};
 use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind};
 use crate::xonxoff::EdgePosition;
 
-mod exit_streams;
+pub(crate) mod exit_streams;
 mod leg;
 use exit_streams::ExitStreams;
 
