@@ -111,6 +111,13 @@ impl<L: Ord + Copy> SetCore<L> {
         &self.legs
     }
 
+    /// Whether any multiplexed message moved either way (a leg joining
+    /// now could not be told where the sequence stands without
+    /// resumption, which is not supported).
+    pub fn has_moved_data(&self) -> bool {
+        self.tx.last_sent() > 0 || self.rx.delivered() > 0 || self.rx.out_of_order_len() > 0
+    }
+
     /// Messages waiting behind a gap.
     pub fn out_of_order_len(&self) -> usize {
         self.rx.out_of_order_len()

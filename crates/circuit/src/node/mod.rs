@@ -90,6 +90,9 @@ pub struct NodeConfig {
     /// (tor's low-water mark). `0` or `usize::MAX`: no limit. Default
     /// [`DEFAULT_MAX_MEM_IN_QUEUES`] (256 MiB).
     pub max_mem_in_queues: usize,
+    /// Leg scheduler of the sets this node is the exit of (when
+    /// [`RelayConfig::conflux`] lets circuits link).
+    pub conflux_scheduler: crate::conflux::sched::LegSchedulerKind,
     /// Torchestra's exit classifier (`None`: off): every window, the
     /// circuits this node is the exit of are classified light or heavy on
     /// each link to a middle, and the link's transport is asked to move
@@ -107,6 +110,7 @@ impl Default for NodeConfig {
             circuit: RelayConfig::default(),
             max_circuits_per_channel: 4096,
             max_mem_in_queues: DEFAULT_MAX_MEM_IN_QUEUES,
+            conflux_scheduler: crate::conflux::sched::LegSchedulerKind::LowRtt,
             torchestra: None,
         }
     }
@@ -198,6 +202,9 @@ enum OomVictim {
 
 mod torchestra;
 pub use torchestra::CircuitMove;
+
+mod conflux;
+pub use conflux::MAX_LEGS_PER_SET;
 
 /// Key a channel's scheduler orders: a circuit and which of its sides
 /// (a circuit could in principle have both sides on one channel).
@@ -313,6 +320,8 @@ pub struct RelayNode {
     torchestra: Option<torchestra::Torchestra>,
     /// Circuits to move between a link's connections (Torchestra).
     moves: torchestra::Moves,
+    /// Linked sets this node is the exit of.
+    sets: conflux::ExitSets,
 }
 
 impl std::fmt::Debug for RelayNode {
@@ -342,6 +351,7 @@ impl RelayNode {
             oom_channels_closed: 0,
             torchestra: config.torchestra.map(torchestra::Torchestra::new),
             moves: torchestra::Moves::new(),
+            sets: conflux::ExitSets::default(),
             config,
         }
     }
@@ -937,6 +947,20 @@ impl RelayNode {
         self.oom_channels_closed
     }
 
+    /// Run `f` on the streams of set `circ` (None if `circ` is not a
+    /// set), then move the set's messages.
+    fn with_set<R>(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        f: impl FnOnce(&mut crate::relay::exit_streams::ExitStreams) -> R,
+    ) -> Option<R> {
+        let r = f(self.sets.streams(circ)?);
+        self.pump_set(now, circ);
+        self.enforce_mem_limit(now);
+        Some(r)
+    }
+
     fn circuit_mut(&mut self, circ: CircKey) -> Result<&mut RelayCircuit, Error> {
         self.circuits
             .get_mut(&circ)
@@ -952,6 +976,9 @@ impl RelayNode {
         stream: StreamId,
         addr: Option<IpAddr>,
     ) -> Result<(), Error> {
+        if let Some(r) = self.with_set(now, circ, |s| s.connected(stream, addr)) {
+            return r;
+        }
         let r = self.circuit_mut(circ)?.exit_connected(now, stream, addr);
         self.refresh(now, circ);
         r
@@ -965,6 +992,9 @@ impl RelayNode {
         stream: StreamId,
         reason: EndReason,
     ) -> Result<(), Error> {
+        if let Some(r) = self.with_set(now, circ, |s| s.refused(stream, reason)) {
+            return r;
+        }
         let r = self.circuit_mut(circ)?.exit_refused(now, stream, reason);
         self.refresh(now, circ);
         r
@@ -978,6 +1008,14 @@ impl RelayNode {
         stream: StreamId,
         answers: Vec<(ResolvedVal, u32)>,
     ) -> Result<(), Error> {
+        let answers = match self.sets.streams(circ) {
+            Some(s) => {
+                s.resolved(stream, answers);
+                self.pump_set(now, circ);
+                return Ok(());
+            }
+            None => answers,
+        };
         self.circuit_mut(circ)?.exit_resolved(now, stream, answers);
         self.refresh(now, circ);
         Ok(())
@@ -991,6 +1029,9 @@ impl RelayNode {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, Error> {
+        if let Some(r) = self.with_set(now, circ, |s| s.write(stream, data, now)) {
+            return r;
+        }
         let r = self.circuit_mut(circ)?.exit_write(now, stream, data);
         self.refresh(now, circ);
         r
@@ -1004,6 +1045,11 @@ impl RelayNode {
         stream: StreamId,
         buf: &mut [u8],
     ) -> Result<usize, Error> {
+        if self.sets.contains(circ) {
+            return self
+                .with_set(now, circ, |s| s.read(stream, buf, now))
+                .unwrap_or(Err(Error::Closed));
+        }
         let r = self.circuit_mut(circ)?.exit_read(now, stream, buf);
         self.refresh(now, circ);
         r
@@ -1023,6 +1069,11 @@ impl RelayNode {
         stream: StreamId,
         consume: impl FnOnce(&[&[u8]]) -> usize,
     ) -> Result<usize, Error> {
+        if self.sets.contains(circ) {
+            return self
+                .with_set(now, circ, |s| s.read_with(stream, now, consume))
+                .unwrap_or(Err(Error::Closed));
+        }
         let r = self.circuit_mut(circ)?.exit_read_with(now, stream, consume);
         self.refresh(now, circ);
         r
@@ -1043,6 +1094,9 @@ impl RelayNode {
         circ: CircKey,
         stream: StreamId,
     ) -> Result<usize, Error> {
+        if let Some(s) = self.sets.streams(circ) {
+            return s.write_room(stream, now);
+        }
         self.circuit_mut(circ)?.exit_write_room(now, stream)
     }
 
@@ -1052,11 +1106,17 @@ impl RelayNode {
     /// waits until then, or for [`StreamEvent::Writable`], whichever comes
     /// first. `None`: no rate limits the stream now (or no such stream).
     pub fn exit_write_resumes_at(&self, circ: CircKey, stream: StreamId) -> Option<Instant> {
+        if let Some(s) = self.sets.streams_ref(circ) {
+            return s.write_resumes_at(stream);
+        }
         self.circuits.get(&circ)?.circ.exit_write_resumes_at(stream)
     }
 
     /// Exit: bytes from the client not yet read for the target.
     pub fn exit_readable_bytes(&self, circ: CircKey, stream: StreamId) -> usize {
+        if let Some(s) = self.sets.streams_ref(circ) {
+            return s.readable_bytes(stream);
+        }
         self.circuits
             .get(&circ)
             .map_or(0, |e| e.circ.exit_readable_bytes(stream))
@@ -1093,6 +1153,9 @@ impl RelayNode {
         stream: StreamId,
         reason: EndReason,
     ) -> Result<(), Error> {
+        if let Some(r) = self.with_set(now, circ, |s| s.end(stream, reason)) {
+            return r;
+        }
         let r = self.circuit_mut(circ)?.exit_end(stream, reason);
         self.refresh(now, circ);
         r
@@ -1195,6 +1258,12 @@ impl RelayNode {
 
     /// [`refresh`](Self::refresh) without the memory limit.
     fn refresh_circuit(&mut self, now: Instant, key: CircKey) {
+        self.refresh_circuit_alone(now, key);
+        self.settle_sets(now, key);
+    }
+
+    /// [`refresh_circuit`](Self::refresh_circuit) without the sets.
+    fn refresh_circuit_alone(&mut self, now: Instant, key: CircKey) {
         self.refresh_events(key);
         let Some(entry) = self.circuits.get(&key) else {
             return;
@@ -1229,6 +1298,9 @@ impl RelayNode {
             return;
         };
         while let Some(ev) = entry.circ.poll_event() {
+            if self.sets.note(key, &ev) {
+                continue;
+            }
             match ev {
                 RelayCircEvent::Extend { linkspecs } => {
                     self.events.push_back(NodeEvent::ConnectRelay {
@@ -1274,14 +1346,8 @@ impl RelayNode {
                     self.events
                         .push_back(NodeEvent::ExitStream { circ: key, event });
                 }
-                RelayCircEvent::Link { .. } => {
-                    // The node does not link sets yet (issue 19): refuse,
-                    // as RelayConfig::conflux (off) says it would.
-                    entry.circ.destroy(CloseReason::local(
-                        DestroyReason::PROTOCOL,
-                        "this relay does not link conflux sets",
-                    ));
-                }
+                // Taken by `self.sets.note` above.
+                RelayCircEvent::Link { .. } => {}
                 RelayCircEvent::Closed {
                     reason,
                     notify_inbound,

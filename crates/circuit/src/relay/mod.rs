@@ -177,6 +177,18 @@ enum Next {
     Open,
 }
 
+/// Stream flow control at an exit under circuit congestion control `cc`.
+pub(crate) fn exit_flow(cc: CircuitCc) -> StreamFlowKind {
+    match cc.xon_xoff() {
+        None => StreamFlowKind::Windows,
+        Some(params) => StreamFlowKind::XonXoff {
+            params,
+            local: EdgePosition::Exit,
+            peer: EdgePosition::Client,
+        },
+    }
+}
+
 /// Exit-side state, created on the first BEGIN.
 struct Exit {
     streams: ExitStreams,
@@ -659,14 +671,7 @@ impl RelayCircuit {
         let streams = self.config.streams.clone();
         let cc = self.config.cc;
         self.exit.get_or_insert_with(|| {
-            let flow = match cc.xon_xoff() {
-                None => StreamFlowKind::Windows,
-                Some(params) => StreamFlowKind::XonXoff {
-                    params,
-                    local: EdgePosition::Exit,
-                    peer: EdgePosition::Client,
-                },
-            };
+            let flow = exit_flow(cc);
             Exit {
                 streams: ExitStreams::new(streams, flow),
                 sender: cc.sender(),
