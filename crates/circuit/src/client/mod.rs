@@ -103,6 +103,18 @@ pub enum ClientEvent {
     },
 }
 
+/// Stream flow control at a client under circuit congestion control `cc`.
+pub(crate) fn client_flow(cc: CircuitCc) -> StreamFlowKind {
+    match cc.xon_xoff() {
+        None => StreamFlowKind::Windows,
+        Some(params) => StreamFlowKind::XonXoff {
+            params,
+            local: EdgePosition::Client,
+            peer: EdgePosition::Exit,
+        },
+    }
+}
+
 /// Where the circuit construction is.
 enum Build {
     /// Waiting for CREATED2 (first hop) or EXTENDED2 (later hops).
@@ -166,14 +178,7 @@ impl ClientCircuit {
             NtorClient::start(&mut rng, &guard.ntor_node_id(), &guard.onion_key);
         let mut chan_out = VecDeque::new();
         chan_out.push_back(Create2::new(HandshakeType::NTOR, onionskin.to_vec()).into());
-        let flow = match config.cc.xon_xoff() {
-            None => StreamFlowKind::Windows,
-            Some(params) => StreamFlowKind::XonXoff {
-                params,
-                local: EdgePosition::Client,
-                peer: EdgePosition::Exit,
-            },
-        };
+        let flow = client_flow(config.cc);
         ClientCircuit {
             streams: ClientStreams::new(config.streams.clone(), flow, config.max_control_queue),
             config,

@@ -53,6 +53,7 @@ use crate::flow::CircuitCc;
 use crate::node::{ChannelId, CircKey};
 use crate::scheduler::{CircuitScheduler, SchedulerKind};
 
+mod sets;
 #[cfg(test)]
 mod tests;
 
@@ -171,6 +172,8 @@ struct Circ {
     /// What first went wrong, for the close report.
     failure: Option<String>,
     closed: bool,
+    /// The set this circuit is a leg of.
+    set: Option<CircKey>,
 }
 
 impl Circ {
@@ -211,6 +214,11 @@ pub struct ClientNode {
     /// A deadline may have moved earlier since the driver last asked
     /// ([`ClientNode::take_deadline_changed`]).
     deadline_changed: bool,
+    /// Linked sets (see `sets.rs`), by their own key.
+    sets: BTreeMap<CircKey, sets::ClientSet>,
+    /// Set while a set moves its messages (its legs' touches do not start
+    /// another round).
+    pumping: bool,
 }
 
 impl std::fmt::Debug for ClientNode {
@@ -236,6 +244,8 @@ impl ClientNode {
             events: VecDeque::new(),
             ready: BTreeSet::new(),
             deadline_changed: false,
+            sets: BTreeMap::new(),
+            pumping: false,
         }
     }
 
@@ -282,6 +292,7 @@ impl ClientNode {
                 timed_out: false,
                 failure: None,
                 closed: false,
+                set: None,
             },
         );
         self.deadline_changed = true;
@@ -490,8 +501,8 @@ impl ClientNode {
         msg.map(|m| ChanCell::new(Some(id), m))
     }
 
-    /// Open a stream to `host:port` on circuit `circ` (BEGIN to its last
-    /// hop).
+    /// Open a stream to `host:port` on circuit (or set) `circ` (BEGIN to
+    /// its last hop).
     pub fn begin(
         &mut self,
         now: Instant,
@@ -499,21 +510,50 @@ impl ClientNode {
         host: &str,
         port: u16,
     ) -> Result<StreamId, Error> {
+        if let Some(streams) = self.set_streams(circ) {
+            let r = streams?.begin(host, port);
+            return self.set_opened(now, circ, r);
+        }
         let r = self.live(circ)?.circ.begin(host, port);
         self.touch(now, circ, true);
         r
     }
 
-    /// Resolve `host` on circuit `circ` (RESOLVE to its last hop); the
-    /// answer comes as [`ClientEvent::Resolved`].
+    /// Resolve `host` on circuit (or set) `circ` (RESOLVE to its last
+    /// hop); the answer comes as [`ClientEvent::Resolved`].
     pub fn resolve(&mut self, now: Instant, circ: CircKey, host: &str) -> Result<StreamId, Error> {
+        if let Some(streams) = self.set_streams(circ) {
+            let r = streams?.resolve(host);
+            return self.set_opened(now, circ, r);
+        }
         let r = self.live(circ)?.circ.resolve(host);
         self.touch(now, circ, true);
         r
     }
 
-    /// Offer `data` to stream `stream` of circuit `circ`: how many bytes it
-    /// took (0 when its windows or the exit's XON rate are full).
+    /// A set's BEGIN or RESOLVE: a full queue closes the set.
+    fn set_opened(
+        &mut self,
+        now: Instant,
+        circ: CircKey,
+        r: Result<StreamId, crate::client::streams::BeginError>,
+    ) -> Result<StreamId, Error> {
+        use crate::client::streams::BeginError;
+        match r {
+            Ok(id) => {
+                self.pump_set(now, circ);
+                Ok(id)
+            }
+            Err(BeginError::Refused(e)) => Err(e),
+            Err(BeginError::Overflow) => {
+                self.set_overflow(now, circ);
+                Err(Error::Closed)
+            }
+        }
+    }
+
+    /// Offer `data` to stream `stream` of circuit (or set) `circ`: how many
+    /// bytes it took (0 when its windows or the exit's XON rate are full).
     pub fn write(
         &mut self,
         now: Instant,
@@ -521,6 +561,13 @@ impl ClientNode {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, Error> {
+        if let Some(streams) = self.set_streams(circ) {
+            let r = streams?
+                .write(stream, data, now)
+                .ok_or(Error::NoStream(stream.into()));
+            self.pump_set(now, circ);
+            return r;
+        }
         let r = self.live(circ)?.circ.write(now, stream, data);
         self.touch(now, circ, true);
         r
@@ -529,10 +576,13 @@ impl ClientNode {
     /// When the exit's XON rate lets `stream` take bytes again, if it
     /// refuses them now for the rate.
     pub fn write_resumes_at(&self, circ: CircKey, stream: StreamId) -> Option<Instant> {
+        if let Some(s) = self.sets.get(&circ) {
+            return s.streams.write_resumes_at(stream);
+        }
         self.circuits.get(&circ)?.circ.write_resumes_at(stream)
     }
 
-    /// Read what stream `stream` of circuit `circ` received.
+    /// Read what stream `stream` of circuit (or set) `circ` received.
     pub fn read(
         &mut self,
         now: Instant,
@@ -540,6 +590,16 @@ impl ClientNode {
         stream: StreamId,
         buf: &mut [u8],
     ) -> Result<usize, Error> {
+        if let Some(streams) = self.set_streams(circ) {
+            let (n, queued) = streams?.read(stream, buf, now)?;
+            if queued.is_err() {
+                // The bytes read are still the caller's.
+                self.set_overflow(now, circ);
+            } else {
+                self.pump_set(now, circ);
+            }
+            return Ok(n);
+        }
         let r = self.live(circ)?.circ.read(now, stream, buf);
         self.touch(now, circ, true);
         r
@@ -547,6 +607,9 @@ impl ClientNode {
 
     /// Bytes received on `stream` and not read yet.
     pub fn readable_bytes(&self, circ: CircKey, stream: StreamId) -> usize {
+        if let Some(s) = self.sets.get(&circ) {
+            return s.streams.readable_bytes(stream);
+        }
         self.circuits
             .get(&circ)
             .map_or(0, |c| c.circ.readable_bytes(stream))
@@ -559,13 +622,29 @@ impl ClientNode {
         circ: CircKey,
         stream: StreamId,
     ) -> Result<(), Error> {
+        if let Some(streams) = self.set_streams(circ) {
+            let closed = streams?.close(stream);
+            self.pump_set(now, circ);
+            return if closed {
+                Ok(())
+            } else {
+                Err(Error::NoStream(stream.into()))
+            };
+        }
         let r = self.live(circ)?.circ.close_stream(stream);
         self.touch(now, circ, true);
         r
     }
 
-    /// Close circuit `circ` (DESTROY).
+    /// Close circuit (or set) `circ` (DESTROY on every leg).
     pub fn destroy(&mut self, now: Instant, circ: CircKey) {
+        if self.sets.contains_key(&circ) {
+            let reason = CloseReason::local(
+                onionlab_cell::chan::DestroyReason::NONE,
+                "closed by the client",
+            );
+            return self.close_set(now, circ, reason, false, None);
+        }
         if let Some(c) = self.circuits.get_mut(&circ) {
             c.circ.destroy();
             self.touch(now, circ, true);
@@ -646,8 +725,12 @@ impl ClientNode {
         self.circuits.get(&circ).map(|c| &c.circ)
     }
 
-    /// Whether circuit `circ` has every hop of its path and is not closed.
+    /// Whether circuit `circ` has every hop of its path and is not closed
+    /// (a set: every leg is linked, and it is not closed).
     pub fn is_built(&self, circ: CircKey) -> bool {
+        if let Some(s) = self.sets.get(&circ) {
+            return s.built;
+        }
         self.circuits
             .get(&circ)
             .is_some_and(|c| !c.closed && c.build_deadline.is_none())
@@ -680,7 +763,16 @@ impl ClientNode {
         let Some(c) = self.circuits.get_mut(&key) else {
             return;
         };
+        let set = c.set;
+        let mut leg_events = Vec::new();
         while let Some(event) = c.circ.poll_event() {
+            if set.is_some() {
+                if let ClientEvent::Closed(_) = event {
+                    c.closed = true;
+                }
+                leg_events.push(event);
+                continue;
+            }
             match event {
                 ClientEvent::HopAdded { hops } => {
                     self.events.push_back(ClientNodeEvent::Circuit {
@@ -747,6 +839,12 @@ impl ClientNode {
                 }
                 ch.scheduler.remove(key);
             }
+        }
+        if let Some(set) = set {
+            if !leg_events.is_empty() {
+                self.on_leg_events(now, key, set, leg_events);
+            }
+            self.pump_set(now, set);
         }
     }
 }

@@ -9,6 +9,7 @@ use onionlab_crypto::identity::RelaySecretKeys;
 use rand::Rng;
 
 use super::*;
+use crate::conflux::sched::LegSchedulerKind;
 use crate::node::{ChannelPeer, NodeConfig, NodeEvent, RelayNode};
 use crate::relay::RelayConfig;
 
@@ -35,18 +36,31 @@ struct Harness {
     events: Vec<ClientNodeEvent>,
     /// Streams the exit connected (exit-side circuit and stream).
     exit_streams: Vec<(crate::node::CircKey, StreamId)>,
+    /// Cells delivered to each relay.
+    cells_in: BTreeMap<usize, usize>,
 }
 
 impl Harness {
     fn new(n: usize, seed: u64) -> Harness {
+        Harness::build(n, seed, false)
+    }
+
+    /// [`Harness::new`] with an exit that links sets.
+    fn with_conflux(n: usize, seed: u64) -> Harness {
+        Harness::build(n, seed, true)
+    }
+
+    fn build(n: usize, seed: u64, conflux: bool) -> Harness {
         let mut rng = StdRng::seed_from_u64(seed);
         let relays = (0..n)
             .map(|i| {
                 let config = NodeConfig {
                     circuit: RelayConfig {
                         exit: i == n - 1,
+                        conflux,
                         ..RelayConfig::default()
                     },
+                    conflux_scheduler: LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
                     ..NodeConfig::default()
                 };
                 let keys = RelaySecretKeys::generate(&mut rng);
@@ -67,6 +81,7 @@ impl Harness {
             blackhole_guard: false,
             events: Vec::new(),
             exit_streams: Vec::new(),
+            cells_in: BTreeMap::new(),
         }
     }
 
@@ -102,6 +117,7 @@ impl Harness {
         match to {
             End::Client => self.client.handle_cell(self.now, chan, cell),
             End::Relay(i) => {
+                *self.cells_in.entry(i).or_default() += 1;
                 if !(from == End::Client && self.blackhole_guard) {
                     self.relays[i].handle_cell(self.now, chan, cell);
                 }
@@ -125,19 +141,42 @@ impl Harness {
                 }
                 self.events.push(ev);
             }
-            while let Some(chan) = self.client.poll_channel_ready() {
-                while let Some(cell) = self.client.poll_transmit(self.now, chan) {
-                    moved = true;
-                    self.deliver(End::Client, chan, cell);
+            // Every channel's writer takes one cell in turn, as
+            // independent writers on equally fast links would.
+            while self.client.poll_channel_ready().is_some() {}
+            let client_chans: Vec<ChannelId> = self
+                .peer
+                .keys()
+                .filter(|(end, _)| *end == End::Client)
+                .map(|(_, chan)| *chan)
+                .collect();
+            loop {
+                let mut any = false;
+                for &chan in &client_chans {
+                    if let Some(cell) = self.client.poll_transmit(self.now, chan) {
+                        any = true;
+                        self.deliver(End::Client, chan, cell);
+                    }
                 }
+                if !any {
+                    break;
+                }
+                moved = true;
             }
             for i in 0..self.relays.len() {
-                let chans: Vec<ChannelId> = self.relays[i].channels_with_work().collect();
-                for chan in chans {
-                    while let Some(cell) = self.relays[i].poll_transmit(self.now, chan) {
-                        moved = true;
-                        self.deliver(End::Relay(i), chan, cell);
+                loop {
+                    let chans: Vec<ChannelId> = self.relays[i].channels_with_work().collect();
+                    let mut any = false;
+                    for chan in chans {
+                        if let Some(cell) = self.relays[i].poll_transmit(self.now, chan) {
+                            any = true;
+                            self.deliver(End::Relay(i), chan, cell);
+                        }
                     }
+                    if !any {
+                        break;
+                    }
+                    moved = true;
                 }
                 while let Some(ev) = self.relays[i].poll_event() {
                     moved = true;
@@ -497,4 +536,127 @@ fn the_same_seed_gives_the_same_circuit_ids() {
     assert_eq!(ids(10), ids(10));
     assert_ne!(ids(10), ids(11));
     assert!(ids(10).iter().all(|id| id & 0x8000_0000 != 0));
+}
+
+/// Echo `size` bytes through stream `s` of `key` (a circuit or a set):
+/// the exit reads what arrives and writes it back.
+fn echo(h: &mut Harness, key: CircKey, s: StreamId, size: usize) {
+    let exit = h.relays.len() - 1;
+    let sent: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+    let (mut off, mut back) = (0, Vec::new());
+    let mut buf = [0u8; 8192];
+    for _ in 0..100_000 {
+        if off < sent.len() {
+            off += h.client.write(h.now, key, s, &sent[off..]).expect("write");
+        }
+        h.pump();
+        if let Some((circ, stream)) = h.exit_stream() {
+            let n = h.relays[exit]
+                .exit_read(h.now, circ, stream, &mut buf)
+                .unwrap_or(0);
+            let w = h.relays[exit]
+                .exit_write(h.now, circ, stream, &buf[..n])
+                .expect("exit write");
+            assert_eq!(w, n, "the echo fits the stream window");
+        }
+        h.pump();
+        let n = h.client.read(h.now, key, s, &mut buf).expect("read");
+        back.extend_from_slice(&buf[..n]);
+        if back.len() == size {
+            assert!(back == sent, "echo corrupted or reordered");
+            return;
+        }
+    }
+    panic!("echo incomplete: {} of {size}", back.len());
+}
+
+#[test]
+fn a_linked_set_carries_a_stream_over_two_legs() {
+    let mut h = Harness::with_conflux(5, 21);
+    let paths = vec![h.path(&[0, 1, 4]), h.path(&[2, 3, 4])];
+    let rr = LegSchedulerKind::RoundRobin { cells_per_leg: 1 };
+    let set = h
+        .client
+        .launch_set(h.now, paths, CircuitCc::Fixed, rr)
+        .expect("launch");
+    h.pump();
+    assert_eq!(h.built(), [set], "only the set is reported built");
+    assert!(h.client.is_built(set));
+    assert_eq!(h.relays[4].n_sets(), 1);
+    let wanted = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, ClientNodeEvent::ChannelWanted { .. }))
+        .count();
+    assert_eq!(wanted, 2, "one channel per guard");
+    let s = h.client.begin(h.now, set, "x.example", 80).expect("begin");
+    h.pump();
+    let before = h.cells_in.clone();
+    assert!(h.events.iter().any(|e| matches!(e,
+        ClientNodeEvent::Circuit { circ, event: ClientEvent::Stream(crate::stream::StreamEvent::Connected { .. }) }
+            if *circ == set)));
+    echo(&mut h, set, s, 400_000);
+    // Both middles carried the stream's cells: 400 KB each way is about
+    // 1600 cells, split by round robin.
+    for middle in [1, 3] {
+        let cells = h.cells_in[&middle] - before.get(&middle).copied().unwrap_or(0);
+        assert!(cells > 500, "relay {middle} carried {cells} cells");
+    }
+}
+
+#[test]
+fn a_set_fails_when_one_of_its_legs_dies() {
+    let mut h = Harness::with_conflux(5, 22);
+    let paths = vec![h.path(&[0, 1, 4]), h.path(&[2, 3, 4])];
+    let set = h
+        .client
+        .launch_set(h.now, paths, CircuitCc::Fixed, LegSchedulerKind::LowRtt)
+        .expect("launch");
+    h.pump();
+    let s = h.client.begin(h.now, set, "x.example", 80).expect("begin");
+    h.pump();
+    echo(&mut h, set, s, 20_000);
+    // The channel to the second guard closes: its leg, then the set.
+    let chan = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ClientNodeEvent::ChannelWanted { chan, .. } => Some(*chan),
+            _ => None,
+        })
+        .nth(1)
+        .expect("second channel");
+    h.client.channel_closed(h.now, chan, "reset");
+    h.pump();
+    let closed = h.closed(set).expect("the set closed");
+    assert_eq!(closed.0, None, "it was built: not a build failure");
+    assert!(h.client.write(h.now, set, s, b"more").is_err());
+    assert!(!h.client.is_built(set));
+    // The exit tore the set and both legs down.
+    assert_eq!(h.relays[4].n_sets(), 0);
+    assert_eq!(h.relays[4].n_circuits(), 0);
+    assert_eq!(h.client.n_circuits(), 0);
+}
+
+#[test]
+fn a_set_through_an_exit_that_does_not_link_fails_to_build() {
+    let mut h = Harness::new(5, 23);
+    let paths = vec![h.path(&[0, 1, 4]), h.path(&[2, 3, 4])];
+    let set = h
+        .client
+        .launch_set(h.now, paths, CircuitCc::Fixed, LegSchedulerKind::LowRtt)
+        .expect("launch");
+    h.pump();
+    let (failure, _) = h.closed(set).expect("closed");
+    assert!(
+        matches!(failure, Some(BuildFailure::Failed(_))),
+        "{failure:?}"
+    );
+    assert!(h.built().is_empty());
+    // Paths to different exits are refused at once.
+    let mixed = vec![h.path(&[0, 1, 4]), h.path(&[2, 3])];
+    assert!(h
+        .client
+        .launch_set(h.now, mixed, CircuitCc::Fixed, LegSchedulerKind::LowRtt)
+        .is_err());
 }
