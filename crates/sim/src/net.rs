@@ -7,6 +7,7 @@ use onionlab_cell::chan::{AnyChanCell, ChanMsg};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
 use onionlab_circuit::client::{ClientCircuit, ClientConfig, ClientEvent};
 use onionlab_circuit::client_node::{ClientNode, ClientNodeConfig, ClientNodeEvent, PathHop};
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::flow::CircuitCc;
 use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
 use onionlab_circuit::relay::RelayConfig;
@@ -81,6 +82,13 @@ pub struct Net {
     dead: BTreeSet<usize>,
     /// Circuit-level flow control of new client circuits.
     cc: CircuitCc,
+    /// Extra one-way delay of some links (both directions), on top of the
+    /// random per-cell delay.
+    extra_delay: BTreeMap<(End, End), Duration>,
+    /// Probability per cell, and length, of a stall: the cell (and so
+    /// every later cell on its ordered link) arrives that much later, as
+    /// a loss repaired by TCP looks from above.
+    pub stall: Option<(f64, Duration)>,
     /// The event log, when enabled with [`Net::enable_trace`].
     trace: Option<Vec<String>>,
 }
@@ -105,6 +113,18 @@ impl Net {
 
     /// [`Net::new`] with circuit-level flow control `cc` at every node.
     pub fn with_cc(seed: u64, n: usize, scheduler: SchedulerKind, cc: CircuitCc) -> Net {
+        Net::with_options(seed, n, scheduler, cc, None)
+    }
+
+    /// [`Net::with_cc`] whose exit links sets (proposal 329) and picks
+    /// their legs with `conflux` (`None`: it refuses links).
+    pub fn with_options(
+        seed: u64,
+        n: usize,
+        scheduler: SchedulerKind,
+        cc: CircuitCc,
+        conflux: Option<LegSchedulerKind>,
+    ) -> Net {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut relays = Vec::new();
         for i in 0..n {
@@ -113,9 +133,11 @@ impl Net {
                 scheduler,
                 circuit: RelayConfig {
                     exit: i == n - 1,
+                    conflux: conflux.is_some() && i == n - 1,
                     ..RelayConfig::default()
                 }
                 .with_cc(cc),
+                conflux_scheduler: conflux.unwrap_or(LegSchedulerKind::LowRtt),
                 ..NodeConfig::default()
             };
             relays.push(RelayNode::new(
@@ -156,6 +178,8 @@ impl Net {
             dead: Default::default(),
             cc,
             trace: None,
+            extra_delay: BTreeMap::new(),
+            stall: None,
         }
     }
 
@@ -310,6 +334,31 @@ impl Net {
         self.circuit(id).map_or(0, ClientCircuit::n_hops)
     }
 
+    /// Add `extra` one-way delay to the link between `a` and `b`, both
+    /// ways (on top of the random per-cell delay).
+    pub fn set_link_delay(&mut self, a: End, b: End, extra: Duration) {
+        self.extra_delay.insert((a, b), extra);
+        self.extra_delay.insert((b, a), extra);
+    }
+
+    /// Launch a linked set with one leg per path (relay indexes, guard
+    /// first; every path must end at the exit, the last relay); the
+    /// client's end picks legs with `kind`.
+    pub fn launch_set(
+        &mut self,
+        paths: &[Vec<usize>],
+        kind: LegSchedulerKind,
+    ) -> Result<CircKey, SimError> {
+        let now = self.instant();
+        let hops: Vec<Vec<PathHop>> = paths
+            .iter()
+            .map(|p| p.iter().map(|&i| self.hop(i)).collect())
+            .collect();
+        let set = self.client.launch_set(now, hops, self.cc, kind)?;
+        self.handle_client_events();
+        Ok(set)
+    }
+
     /// Build circuit `id` through all relays.
     pub fn build(&mut self, id: CircKey) -> Result<(), SimError> {
         let after_guard: Vec<usize> = (1..self.relays.len()).collect();
@@ -434,7 +483,17 @@ impl Net {
             },
             None => cell,
         };
-        let delay = Duration::from_micros(self.rng.random_range(100..=self.max_delay_us));
+        let mut delay = Duration::from_micros(self.rng.random_range(100..=self.max_delay_us));
+        delay += self
+            .extra_delay
+            .get(&(from, to))
+            .copied()
+            .unwrap_or_default();
+        if let Some((p, stall)) = self.stall {
+            if self.rng.random_bool(p) {
+                delay += stall;
+            }
+        }
         let described = self.trace.is_some().then(|| describe(&cell));
         let link = self.links.entry((from, to)).or_default();
         // Channels are ordered: a cell never overtakes an earlier one.

@@ -736,6 +736,11 @@ impl ClientNode {
             .is_some_and(|c| !c.closed && c.build_deadline.is_none())
     }
 
+    /// Messages set `set` holds behind a gap (None: no such set).
+    pub fn set_out_of_order_len(&self, set: CircKey) -> Option<usize> {
+        self.sets.get(&set).map(|s| s.core.out_of_order_len())
+    }
+
     /// The channel circuit `circ` runs on.
     pub fn channel_of(&self, circ: CircKey) -> Option<ChannelId> {
         self.circuits.get(&circ).map(|c| c.chan)

@@ -273,6 +273,11 @@ impl RelayNode {
         Some(s)
     }
 
+    /// Messages set `set` holds behind a gap (None: no such set).
+    pub fn set_out_of_order_len(&self, set: CircKey) -> Option<usize> {
+        self.sets.sets.get(&set).map(|s| s.core.out_of_order_len())
+    }
+
     /// Linked sets at this node.
     pub fn n_sets(&self) -> usize {
         self.sets.len()
