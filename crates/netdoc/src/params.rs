@@ -5,6 +5,7 @@
 //! [params]
 //! circuit_cc = "vegas"     # or "fixed" (the default when absent)
 //! cc_sendme_inc = 31       # any of proposal 324's cc_* parameters
+//! cfx_enabled = 1          # exits link multi-path sets (default 0)
 //! ```
 //!
 //! `circuit_cc` chooses the circuit-level flow control of every circuit of
@@ -15,6 +16,12 @@
 //! keys override C tor's defaults by their consensus names (see
 //! [`CircuitCc::set_param`]) and are checked against the proposal's ranges;
 //! they are only allowed with `circuit_cc = "vegas"`.
+//!
+//! `cfx_enabled` (C tor's consensus parameter of that name) says whether
+//! the network's exits link circuits into multi-path sets (proposal 329,
+//! docs/conflux.md). Clients ask for sets only when it is 1: every relay
+//! of an onionlab network runs the same software, so the network, not each
+//! relay, announces it.
 
 use onionlab_circuit::flow::CircuitCc;
 use std::collections::BTreeMap;
@@ -24,6 +31,8 @@ use std::collections::BTreeMap;
 pub struct NetworkParams {
     /// Circuit-level flow control of every circuit (default fixed windows).
     pub circuit_cc: CircuitCc,
+    /// Exits link multi-path sets (`cfx_enabled = 1`; default off).
+    pub cfx_enabled: bool,
 }
 
 impl NetworkParams {
@@ -43,7 +52,10 @@ impl NetworkParams {
                 ))
             }
         };
-        Ok(NetworkParams { circuit_cc })
+        Ok(NetworkParams {
+            circuit_cc,
+            cfx_enabled: false,
+        })
     }
 
     /// Parameters from the raw `[params]` table.
@@ -58,7 +70,16 @@ impl NetworkParams {
             Some(toml::Value::String(s)) => Self::with_circuit_cc(s)?.circuit_cc,
             Some(other) => return Err(format!("circuit_cc must be a string, not {other}")),
         };
-        for (key, value) in table.iter().filter(|(k, _)| *k != "circuit_cc") {
+        let cfx_enabled = match table.get("cfx_enabled") {
+            None => false,
+            Some(toml::Value::Integer(0)) => false,
+            Some(toml::Value::Integer(1)) => true,
+            Some(other) => return Err(format!("cfx_enabled must be 0 or 1, not {other}")),
+        };
+        let cc_keys = table
+            .iter()
+            .filter(|(k, _)| *k != "circuit_cc" && *k != "cfx_enabled");
+        for (key, value) in cc_keys {
             let v = value
                 .as_integer()
                 .and_then(|i| u32::try_from(i).ok())
@@ -66,7 +87,10 @@ impl NetworkParams {
             cc.set_param(key, v)?;
         }
         cc.validate()?;
-        Ok(NetworkParams { circuit_cc: cc })
+        Ok(NetworkParams {
+            circuit_cc: cc,
+            cfx_enabled,
+        })
     }
 
     /// The `[params]` table as TOML lines (empty for the defaults): the
@@ -81,6 +105,9 @@ impl NetworkParams {
             if value != default {
                 out.push_str(&format!("{name} = {value}\n"));
             }
+        }
+        if self.cfx_enabled {
+            out.push_str("cfx_enabled = 1\n");
         }
         out
     }
@@ -110,6 +137,35 @@ mod tests {
             p.to_toml(),
             "\n[params]\ncircuit_cc = \"vegas\"\ncc_sendme_inc = 20\n"
         );
+    }
+
+    #[test]
+    fn cfx_enabled_round_trips_and_only_takes_0_or_1() {
+        let p = NetworkParams::from_table(&table("cfx_enabled = 1")).expect("valid");
+        assert!(p.cfx_enabled);
+        assert_eq!(p.circuit_cc, CircuitCc::Fixed);
+        assert_eq!(
+            p.to_toml(),
+            "\n[params]\ncircuit_cc = \"fixed\"\ncfx_enabled = 1\n"
+        );
+        let written = table(&p.to_toml());
+        let inner: BTreeMap<String, toml::Value> = written["params"]
+            .as_table()
+            .expect("a [params] table")
+            .clone()
+            .into_iter()
+            .collect();
+        assert_eq!(NetworkParams::from_table(&inner), Ok(p));
+        let off = NetworkParams::from_table(&table("cfx_enabled = 0")).expect("valid");
+        assert_eq!(off, NetworkParams::default());
+        for bad in [
+            "cfx_enabled = 2",
+            "cfx_enabled = true",
+            "cfx_enabled = \"1\"",
+        ] {
+            let e = NetworkParams::from_table(&table(bad)).expect_err(bad);
+            assert!(e.contains("cfx_enabled"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -363,6 +363,9 @@ impl Relay {
         // Both ends of a circuit run the network's choice (see
         // `onionlab_netdoc::params`).
         config.circuit = config.circuit.with_cc(settings.doc.params.circuit_cc);
+        // Exits link multi-path sets when the network says its exits do
+        // (`cfx_enabled`, docs/conflux.md).
+        config.circuit.conflux = config.circuit.exit && settings.doc.params.cfx_enabled;
         #[cfg(feature = "fault-injection")]
         {
             config.circuit.hostile_truncate =
@@ -378,6 +381,7 @@ impl Relay {
             quic = ?listener.quic_addr(),
             exit = config.circuit.exit,
             circuit_cc = config.circuit.cc.name(),
+            conflux = config.circuit.conflux,
             "relay listening"
         );
         let shared: Shared = Rc::new(RefCell::new(State {
