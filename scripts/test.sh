@@ -65,6 +65,12 @@ cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# The fuzz targets are a workspace of their own that nothing else builds:
+# check that they still compile against the crates they fuzz (running them
+# needs nightly: cargo +nightly fuzz run TARGET).
+echo "== fuzz targets compile"
+cargo check --manifest-path fuzz/Cargo.toml --bins --locked
+
 # As root (CI), a missing TUN or namespace support is a failure, not a skip
 # (the lab's end-to-end test and the emulated-network tests need them).
 if [ "$(id -u)" = 0 ]; then

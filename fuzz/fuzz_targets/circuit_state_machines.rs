@@ -159,7 +159,7 @@ fuzz_target!(|input: &[u8]| {
             6 => {
                 // Client application actions.
                 let sid = StreamId::new(1).expect("nonzero");
-                let _ = client.write(sid, chunk);
+                let _ = client.write(now, sid, chunk);
                 let _ = client.read(now, sid, &mut buf);
                 client.handle_timeout(now);
                 while let Some(cell) = client.poll_transmit(now) {

@@ -19,9 +19,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use onionlab_transport::pctcp::fuzzing::{
-    classify, encode_lane_preamble, encode_link_preamble, link_preamble_len,
-    parse_lane_preamble, parse_link_answer, parse_link_preamble, Start, FAMILY_OFFSET,
-    LANE_PREAMBLE_LEN, LINK_ANSWER_LEN, MODE_PCTCP,
+    classify, encode_heavy_preamble, encode_lane_preamble, encode_link_preamble,
+    link_preamble_len, parse_heavy_preamble, parse_lane_preamble, parse_link_answer,
+    parse_link_preamble, Start, FAMILY_OFFSET, HEAVY_PREAMBLE_LEN, LANE_PREAMBLE_LEN,
+    LINK_ANSWER_LEN, MODE_PCTCP,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -40,7 +41,17 @@ fuzz_target!(|data: &[u8]| {
     let Some(first) = rest.get(..4) else { return };
     let first: [u8; 4] = first.try_into().expect("4 bytes");
     match classify(&first) {
-        Start::Plain => assert!(&first != b"OLT1" && &first != b"OLTL"),
+        Start::Plain => assert!(&first != b"OLT1" && &first != b"OLTL" && &first != b"OLTH"),
+        Start::Heavy => {
+            assert_eq!(&first, b"OLTH");
+            let Some(bytes) = rest.get(..HEAVY_PREAMBLE_LEN) else {
+                assert!(parse_heavy_preamble(rest).is_err());
+                return;
+            };
+            if let Ok(token) = parse_heavy_preamble(bytes) {
+                assert_eq!(encode_heavy_preamble(&token), bytes, "heavy preamble round trip");
+            }
+        }
         Start::Link => {
             assert_eq!(&first, b"OLT1");
             // The acceptor reads up to the family byte, then the rest.
