@@ -395,15 +395,9 @@ impl StreamMap {
     }
 
     /// Next thing to package, round robin over streams: a DATA chunk (when
-    /// `circ_window_open`) or an END for a stream whose close was requested
-    /// and whose buffer is empty. The END's reason is dropped: see
-    /// [`next_packaged`](Self::next_packaged) to keep it.
-    pub(crate) fn next_outgoing(&mut self, circ_window_open: bool) -> Option<Outgoing> {
-        self.next_packaged(circ_window_open).map(Outgoing::from)
-    }
-
-    /// [`next_outgoing`](Self::next_outgoing), with the reason given to
-    /// [`request_close_with`](Self::request_close_with) on an END.
+    /// `circ_window_open`) or an END, with the reason given to
+    /// [`request_close_with`](Self::request_close_with), for a stream whose
+    /// close was requested and whose buffer is empty.
     pub(crate) fn next_packaged(&mut self, circ_window_open: bool) -> Option<Packaged> {
         for _ in 0..self.rr.len() {
             let id = self.rr.pop_front()?;
@@ -720,17 +714,26 @@ impl StreamMap {
     }
 }
 
-/// Something a stream wants sent.
-#[derive(Debug)]
-pub(crate) enum Outgoing {
-    /// A DATA message.
-    Data(StreamId, Bytes),
-    /// An END message (done writing).
-    End(StreamId),
+impl StreamFlowKind {
+    /// The stream flow control of the edge at `local` (a client or an
+    /// exit, the peer being the other) under circuit congestion control
+    /// `cc`: XON/XOFF with Vegas, stream windows otherwise.
+    pub(crate) fn at(cc: crate::flow::CircuitCc, local: EdgePosition) -> Self {
+        match cc.xon_xoff() {
+            None => StreamFlowKind::Windows,
+            Some(params) => StreamFlowKind::XonXoff {
+                params,
+                local,
+                peer: match local {
+                    EdgePosition::Exit => EdgePosition::Client,
+                    EdgePosition::Client | EdgePosition::OnionService => EdgePosition::Exit,
+                },
+            },
+        }
+    }
 }
 
-/// Something a stream wants sent, with the reason of an END. (The client
-/// circuit packages [`Outgoing`], whose END is always DONE.)
+/// Something a stream wants sent, with the reason of an END.
 #[derive(Debug)]
 pub(crate) enum Packaged {
     /// A DATA message.
@@ -739,28 +742,22 @@ pub(crate) enum Packaged {
     End(StreamId, EndReason),
 }
 
-impl From<Packaged> for Outgoing {
-    fn from(p: Packaged) -> Outgoing {
-        match p {
-            Packaged::Data(id, bytes) => Outgoing::Data(id, bytes),
-            Packaged::End(id, _) => Outgoing::End(id),
+/// The relay message of what a stream packaged (DATA of at most one
+/// cell's worth, or END with its reason), with its stream.
+pub(crate) fn packaged_message(p: Packaged) -> Result<(StreamId, AnyRelayMsg), crate::Error> {
+    match p {
+        Packaged::Data(id, bytes) => onionlab_cell::msg::Data::new(&bytes)
+            .map(|d| (id, d.into()))
+            .map_err(|e| {
+                crate::Error::Cell(onionlab_cell::Error::Encode {
+                    what: "DATA message",
+                    source: e,
+                })
+            }),
+        Packaged::End(id, reason) => {
+            Ok((id, onionlab_cell::msg::End::new_with_reason(reason).into()))
         }
     }
-}
-
-/// A DATA message with `bytes` (at most one cell's worth) for stream `id`.
-pub(crate) fn data_message(
-    id: StreamId,
-    bytes: &[u8],
-) -> Result<(StreamId, AnyRelayMsg), crate::Error> {
-    onionlab_cell::msg::Data::new(bytes)
-        .map(|d| (id, d.into()))
-        .map_err(|e| {
-            crate::Error::Cell(onionlab_cell::Error::Encode {
-                what: "DATA message",
-                source: e,
-            })
-        })
 }
 
 /// The rate of a received XON in KB/s, 0 for unlimited (as on the wire).
@@ -820,7 +817,7 @@ mod tests {
         assert_eq!(map.write(id, &[1; 1000], now()), Some(1000));
         assert_eq!(map.write_room(id, now()), Some(0));
         assert!(map.take_writable().is_empty());
-        let Some(Outgoing::Data(..)) = map.next_outgoing(true) else {
+        let Some(Packaged::Data(..)) = map.next_packaged(true) else {
             panic!("expected DATA")
         };
         assert_eq!(map.take_writable(), vec![id]);
@@ -870,7 +867,7 @@ mod tests {
         assert_eq!(map.write(id, &[1; 1500], now()), Some(1000));
         assert_eq!(map.write(id, &[1; 10], now()), Some(0));
         assert!(map.take_writable().is_empty());
-        let Some(Outgoing::Data(_, chunk)) = map.next_outgoing(true) else {
+        let Some(Packaged::Data(_, chunk)) = map.next_packaged(true) else {
             panic!("expected DATA")
         };
         assert_eq!(chunk.len(), MAX_DATA_LEN);
@@ -886,20 +883,20 @@ mod tests {
         map.write(a, &[0; 2000], now());
         map.write(b, &[0; 2000], now());
         let order: Vec<StreamId> = (0..4)
-            .filter_map(|_| match map.next_outgoing(true) {
-                Some(Outgoing::Data(id, _)) => Some(id),
+            .filter_map(|_| match map.next_packaged(true) {
+                Some(Packaged::Data(id, _)) => Some(id),
                 _ => None,
             })
             .collect();
         assert_eq!(order, vec![a, b, a, b]);
         // A closed circuit window stops DATA.
-        assert!(map.next_outgoing(false).is_none());
+        assert!(map.next_packaged(false).is_none());
         // An exhausted stream window stops that stream only.
         match &mut map.get_mut(a).expect("a").flow {
             StreamFlow::Windows(w) => w.package = 0,
             StreamFlow::XonXoff { .. } => unreachable!(),
         }
-        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(id, _)) if id == b));
+        assert!(matches!(map.next_packaged(true), Some(Packaged::Data(id, _)) if id == b));
     }
 
     #[test]
@@ -908,10 +905,10 @@ mod tests {
         let id = open(&mut map);
         map.write(id, &[7; 600], now());
         assert!(map.request_close(id));
-        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
-        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
-        assert!(matches!(map.next_outgoing(true), Some(Outgoing::End(e)) if e == id));
-        assert!(map.next_outgoing(true).is_none());
+        assert!(matches!(map.next_packaged(true), Some(Packaged::Data(..))));
+        assert!(matches!(map.next_packaged(true), Some(Packaged::Data(..))));
+        assert!(matches!(map.next_packaged(true), Some(Packaged::End(e, _)) if e == id));
+        assert!(map.next_packaged(true).is_none());
         assert!(map.is_half_closed(id));
         assert!(map.get(id).is_none());
         // The peer's END frees the ID for good.
@@ -1094,11 +1091,11 @@ mod tests {
         assert!(map.has_work(true));
         map.on_xon_xoff(id, 0, None).expect("xoff");
         assert!(!map.has_work(true));
-        assert!(map.next_outgoing(true).is_none());
+        assert!(map.next_packaged(true).is_none());
         // A repeated XOFF changes nothing and is not fatal.
         map.on_xon_xoff(id, 0, None).expect("duplicate xoff");
         map.on_xon_xoff(id, 0, Some(0)).expect("xon");
-        assert!(matches!(map.next_outgoing(true), Some(Outgoing::Data(..))));
+        assert!(matches!(map.next_packaged(true), Some(Packaged::Data(..))));
     }
 
     #[test]
@@ -1106,7 +1103,7 @@ mod tests {
         let mut map = xon_xoff_map(EdgePosition::Client, EdgePosition::Exit);
         let id = open(&mut map);
         map.write(id, &[3u8; 8000], now());
-        while map.next_outgoing(true).is_some() {}
+        while map.next_packaged(true).is_some() {}
         map.on_xon_xoff(id, 0, None)
             .expect("an XOFF after enough data");
         assert!(map.on_xon_xoff(id, 0, None).is_err(), "a second XOFF");

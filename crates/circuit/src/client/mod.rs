@@ -103,18 +103,6 @@ pub enum ClientEvent {
     },
 }
 
-/// Stream flow control at a client under circuit congestion control `cc`.
-pub(crate) fn client_flow(cc: CircuitCc) -> StreamFlowKind {
-    match cc.xon_xoff() {
-        None => StreamFlowKind::Windows,
-        Some(params) => StreamFlowKind::XonXoff {
-            params,
-            local: EdgePosition::Client,
-            peer: EdgePosition::Exit,
-        },
-    }
-}
-
 /// Where the circuit construction is.
 enum Build {
     /// Waiting for CREATED2 (first hop) or EXTENDED2 (later hops).
@@ -178,7 +166,7 @@ impl ClientCircuit {
             NtorClient::start(&mut rng, &guard.ntor_node_id(), &guard.onion_key);
         let mut chan_out = VecDeque::new();
         chan_out.push_back(Create2::new(HandshakeType::NTOR, onionskin.to_vec()).into());
-        let flow = client_flow(config.cc);
+        let flow = StreamFlowKind::at(config.cc, EdgePosition::Client);
         ClientCircuit {
             streams: ClientStreams::new(config.streams.clone(), flow, config.max_control_queue),
             config,
@@ -467,12 +455,14 @@ impl ClientCircuit {
             Ok(x) => x,
             Err(e) => return self.violation(format!("undecodable relay message: {e}")),
         };
-        let for_the_set = stream.is_some()
-            || matches!(
-                msg,
-                AnyRelayMsg::ConfluxLinked(_) | AnyRelayMsg::ConfluxSwitch(_)
-            );
-        if for_the_set && self.leg.is_some() && self.is_stream_hop(hop) {
+        let for_the_set = || {
+            stream.is_some()
+                || matches!(
+                    msg,
+                    AnyRelayMsg::ConfluxLinked(_) | AnyRelayMsg::ConfluxSwitch(_)
+                )
+        };
+        if self.leg.is_some() && self.is_stream_hop(hop) && for_the_set() {
             if matches!(msg, AnyRelayMsg::Data(_)) {
                 self.on_circuit_data(hop, tag);
                 if self.closed {

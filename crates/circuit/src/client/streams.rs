@@ -12,14 +12,12 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
-use onionlab_cell::msg::{
-    AnyRelayMsg, Begin, BeginFlags, End, EndReason, RelayMsg, Resolve, StreamId,
-};
+use onionlab_cell::msg::{AnyRelayMsg, Begin, BeginFlags, RelayMsg, Resolve, StreamId};
 use onionlab_cell::relay;
 
 use super::ClientEvent;
 use crate::err::Error;
-use crate::stream::{Outgoing, StreamConfig, StreamEvent, StreamFlowKind, StreamMap};
+use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind, StreamMap};
 
 /// Streams of one circuit (or set), and their pending messages.
 #[derive(Debug)]
@@ -259,15 +257,12 @@ impl ClientStreams {
         if let Some(m) = self.control.pop_front() {
             return Some(Ok(m));
         }
-        let out = self.map.next_outgoing(window_open)?;
+        let out = self.map.next_packaged(window_open)?;
         for stream in self.map.take_writable() {
             self.events
                 .push_back(ClientEvent::Stream(StreamEvent::Writable { stream }));
         }
-        Some(match out {
-            Outgoing::Data(id, bytes) => crate::stream::data_message(id, &bytes),
-            Outgoing::End(id) => Ok((id, End::new_with_reason(EndReason::DONE).into())),
-        })
+        Some(crate::stream::packaged_message(out))
     }
 
     /// The next stream event (connected, readable, writable, ended,
@@ -309,7 +304,7 @@ impl crate::conflux::set::SetEdge for ClientStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use onionlab_cell::msg::{Connected, Data};
+    use onionlab_cell::msg::{Connected, Data, End, EndReason};
 
     fn streams(max_control: usize) -> ClientStreams {
         ClientStreams::new(

@@ -23,7 +23,7 @@ use rand::SeedableRng;
 
 use super::{BuildFailure, Circ, ClientNode, ClientNodeEvent, PathHop};
 use crate::client::streams::ClientStreams;
-use crate::client::{client_flow, ClientEvent};
+use crate::client::ClientEvent;
 use crate::conflux::sched::LegSchedulerKind;
 use crate::conflux::set::{LegMap, SetCore, SetLeg};
 use crate::conflux::DEFAULT_MAX_OUT_OF_ORDER;
@@ -80,7 +80,7 @@ impl ClientNode {
         let nonce = V1Nonce::new(&mut self.rng);
         let streams = ClientStreams::new(
             self.config.circuit.streams.clone(),
-            client_flow(cc),
+            crate::stream::StreamFlowKind::at(cc, crate::xonxoff::EdgePosition::Client),
             self.config.circuit.max_control_queue,
         );
         let core = SetCore::new(

@@ -121,7 +121,10 @@ impl RelayNode {
     /// After circuit `key` was refreshed: link the legs that asked, close
     /// the sets whose legs closed, and move the messages of `key`'s set.
     pub(super) fn settle_sets(&mut self, now: Instant, key: CircKey) {
-        if self.sets.busy {
+        // Every circuit refresh (the per-cell path) passes here: O(1) when
+        // the node has no sets and no links pending.
+        let s = &self.sets;
+        if s.busy || (s.leg_set.is_empty() && s.pending_links.is_empty()) {
             return;
         }
         self.sets.busy = true;
@@ -151,7 +154,7 @@ impl RelayNode {
                 let cc = self.config.circuit.cc;
                 let streams = ExitStreams::new(
                     self.config.circuit.streams.clone(),
-                    crate::relay::exit_flow(cc),
+                    crate::stream::StreamFlowKind::at(cc, crate::xonxoff::EdgePosition::Exit),
                 );
                 let core = SetCore::new(
                     self.config.conflux_scheduler,

@@ -23,7 +23,7 @@ use onionlab_cell::msg::{
 use super::RelayCircEvent;
 use crate::err::Error;
 use crate::stream::{
-    Packaged, StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap, StreamState,
+    StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap, StreamState,
 };
 
 /// Streams of one exit circuit (or set), and their pending messages.
@@ -288,10 +288,7 @@ impl ExitStreams {
             self.events
                 .push_back(RelayCircEvent::Stream(StreamEvent::Writable { stream }));
         }
-        Some(match out {
-            Packaged::Data(id, bytes) => crate::stream::data_message(id, &bytes),
-            Packaged::End(id, reason) => Ok((id, End::new_with_reason(reason).into())),
-        })
+        Some(crate::stream::packaged_message(out))
     }
 
     /// The next event for the driver (connect, resolve, stream events).

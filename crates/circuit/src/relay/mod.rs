@@ -177,18 +177,6 @@ enum Next {
     Open,
 }
 
-/// Stream flow control at an exit under circuit congestion control `cc`.
-pub(crate) fn exit_flow(cc: CircuitCc) -> StreamFlowKind {
-    match cc.xon_xoff() {
-        None => StreamFlowKind::Windows,
-        Some(params) => StreamFlowKind::XonXoff {
-            params,
-            local: EdgePosition::Exit,
-            peer: EdgePosition::Client,
-        },
-    }
-}
-
 /// Exit-side state, created on the first BEGIN.
 struct Exit {
     streams: ExitStreams,
@@ -413,12 +401,14 @@ impl RelayCircuit {
             Ok(x) => x,
             Err(e) => return self.violation(format!("undecodable relay message: {e}")),
         };
-        let for_the_set = stream.is_some()
-            || matches!(
-                msg,
-                AnyRelayMsg::ConfluxLinkedAck(_) | AnyRelayMsg::ConfluxSwitch(_)
-            );
-        if self.leg.is_some() && for_the_set {
+        let for_the_set = || {
+            stream.is_some()
+                || matches!(
+                    msg,
+                    AnyRelayMsg::ConfluxLinkedAck(_) | AnyRelayMsg::ConfluxSwitch(_)
+                )
+        };
+        if self.leg.is_some() && for_the_set() {
             if !self.is_leg() {
                 return self.violation(format!("{} before the leg was linked", msg.cmd()));
             }
@@ -671,7 +661,7 @@ impl RelayCircuit {
         let streams = self.config.streams.clone();
         let cc = self.config.cc;
         self.exit.get_or_insert_with(|| {
-            let flow = exit_flow(cc);
+            let flow = StreamFlowKind::at(cc, EdgePosition::Exit);
             Exit {
                 streams: ExitStreams::new(streams, flow),
                 sender: cc.sender(),
