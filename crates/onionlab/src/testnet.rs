@@ -137,6 +137,10 @@ pub fn free_port_range(n: u16) -> Result<u16, Error> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let seed = (std::process::id() as u64) ^ now ^ call.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // Below the kernel's ephemeral range: a port in it can be taken as
+    // the source port of any outgoing connection (another test's, while a
+    // killed relay is down), and the relay could not listen on it again.
+    let (lowest, highest) = (10_000, ephemeral_ports_start().max(10_000 + 2 * n));
     let mut x = seed
         .wrapping_mul(6364136223846793005)
         .wrapping_add(1442695040888963407);
@@ -144,13 +148,22 @@ pub fn free_port_range(n: u16) -> Result<u16, Error> {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let base = 20000 + (x >> 33) as u16 % 30000;
+        let base = lowest + (x >> 33) as u16 % (highest - lowest - n);
         let all_free = (0..n).all(|i| StdListener::bind(("127.0.0.1", base + i)).is_ok());
         if all_free {
             return Ok(base);
         }
     }
     Err(Error::NotReady("no free port range on 127.0.0.1".into()))
+}
+
+/// The first port of the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), 32768 if it cannot be read.
+fn ephemeral_ports_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
 }
 
 impl LocalNetwork {
