@@ -108,6 +108,20 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// Say so when the settings ask for multi-path sets and the network's
+/// exits do not link them (`cfx_enabled` is off): circuits are plain.
+pub(crate) fn warn_if_no_sets(cfg: &Config) {
+    let settings = &cfg.settings;
+    let asked = settings.legs.max(cfg.pinned.as_ref().map_or(1, Vec::len));
+    if asked > 1 && !settings.network.params.cfx_enabled {
+        tracing::warn!(
+            legs = asked,
+            "the network document does not enable multi-path sets (cfx_enabled): \
+             plain circuits instead (the first pinned leg, if legs are pinned)"
+        );
+    }
+}
+
 impl Client {
     /// Check the settings (a pinned path must name relays of the network
     /// document, each once, each with a `tls` address) and bind the SOCKS
@@ -122,18 +136,22 @@ impl Client {
             .tcp_congestion
             .check_available()
             .map_err(Error::Setting)?;
-        let names = settings.path.clone();
+        let names = settings.path.clone().or_else(|| {
+            let legs = settings.paths.as_ref()?;
+            Some(legs.iter().map(|p| p.join(",")).collect())
+        });
         let cfg = Config::new(settings).map_err(|source| Error::PinnedPath {
             path: names.clone().unwrap_or_default(),
             source,
         })?;
-        if let Some(p) = cfg.pinned.as_ref().filter(|p| p.len() < path::PATH_LEN) {
+        let shortest = cfg.pinned.iter().flatten().map(Vec::len).min();
+        if let Some(hops) = shortest.filter(|&n| n < path::PATH_LEN) {
             tracing::warn!(
                 path = ?names,
-                "pinned path of {} hop(s): fine for a lab, no anonymity",
-                p.len()
+                "pinned path of {hops} hop(s): fine for a lab, no anonymity",
             );
         }
+        warn_if_no_sets(&cfg);
         let settings = &cfg.settings;
         let addr = settings.socks_listen;
         let listener = TcpListener::bind(addr)
@@ -145,7 +163,8 @@ impl Client {
         tracing::info!(
             socks = %local_addr,
             relays = settings.network.relays.len(),
-            pinned = ?settings.path,
+            pinned = ?names,
+            legs = cfg.legs(),
             "client ready"
         );
         let state = Rc::new(RefCell::new(State::new(cfg)?));

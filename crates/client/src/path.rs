@@ -19,6 +19,13 @@
 //! candidate's bandwidth is 0 (the document's default), the choice is
 //! uniform.
 //!
+//! A multi-path set of `m` legs ([`select_legs`]) has one exit and `m`
+//! guards and `m` middles, all distinct, each chosen as above without
+//! the relays chosen before it: the legs share only the exit, so no relay
+//! but the exit sees more than one leg (seed 004's gotchas). C tor keeps
+//! a list of persistent guards and needs at least `m` usable ones in it;
+//! here every set chooses its guards afresh.
+//!
 //! Unlike tor there are no persistent guards, no family or /16
 //! restrictions (a lab network runs every relay on one host or subnet) and
 //! no position weights (Wgg, Wmd...): the bandwidth is the weight.
@@ -127,6 +134,17 @@ pub enum PathError {
         /// The exit chosen.
         exit: String,
     },
+    /// A multi-path set needs more distinct relays in one position than
+    /// there are.
+    #[error("{legs} legs need {legs} distinct {position}s, but only {available} are available")]
+    TooFewForLegs {
+        /// `guard` or `middle`.
+        position: &'static str,
+        /// Legs asked for.
+        legs: usize,
+        /// Relays that could take the position.
+        available: usize,
+    },
     /// No third relay is left for the middle hop.
     #[error("no relay is left for the middle hop besides guard {guard:?} and exit {exit:?}")]
     NoMiddle {
@@ -169,6 +187,27 @@ pub fn select_path_avoiding<R: Rng + ?Sized>(
     avoid: &[usize],
     rng: &mut R,
 ) -> Result<[usize; PATH_LEN], PathError> {
+    let legs = select_legs(relays, target, 1, avoid, rng)?;
+    Ok(legs[0])
+}
+
+/// Paths for a multi-path set of `legs` legs (at least 1) to `target`,
+/// without the relays in `avoid`: one exit shared by every leg, and
+/// guards and middles all distinct (see the module docs). One leg is
+/// [`select_path_avoiding`].
+///
+/// # Errors
+///
+/// [`PathError`]: no exit, or too few guards or middles
+/// ([`PathError::TooFewForLegs`] when more than one leg was asked for).
+pub fn select_legs<R: Rng + ?Sized>(
+    relays: &[RelayEntry],
+    target: &Target,
+    legs: usize,
+    avoid: &[usize],
+    rng: &mut R,
+) -> Result<Vec<[usize; PATH_LEN]>, PathError> {
+    let legs = legs.max(1);
     let reachable = |r: &RelayEntry, i: usize| reachable(r) && !avoid.contains(&i);
     let exits: Vec<usize> = (0..relays.len())
         .filter(|&i| {
@@ -183,21 +222,62 @@ pub fn select_path_avoiding<R: Rng + ?Sized>(
     let guards: Vec<usize> = (0..relays.len())
         .filter(|&i| i != exit && relays[i].flags.guard && reachable(&relays[i], i))
         .collect();
-    let guard = weighted_choice(&guards, |i| relays[i].bandwidth, rng).ok_or_else(|| {
-        PathError::NoGuard {
-            exit: relays[exit].nickname.clone(),
+    let guards = choose_distinct(&guards, legs, relays, rng).map_err(|available| {
+        if legs == 1 {
+            PathError::NoGuard {
+                exit: relays[exit].nickname.clone(),
+            }
+        } else {
+            PathError::TooFewForLegs {
+                position: "guard",
+                legs,
+                available,
+            }
         }
     })?;
     let middles: Vec<usize> = (0..relays.len())
-        .filter(|&i| i != exit && i != guard && reachable(&relays[i], i))
+        .filter(|&i| i != exit && !guards.contains(&i) && reachable(&relays[i], i))
         .collect();
-    let middle = weighted_choice(&middles, |i| relays[i].bandwidth, rng).ok_or_else(|| {
-        PathError::NoMiddle {
-            guard: relays[guard].nickname.clone(),
-            exit: relays[exit].nickname.clone(),
+    let middles = choose_distinct(&middles, legs, relays, rng).map_err(|available| {
+        if legs == 1 {
+            PathError::NoMiddle {
+                guard: relays[guards[0]].nickname.clone(),
+                exit: relays[exit].nickname.clone(),
+            }
+        } else {
+            PathError::TooFewForLegs {
+                position: "middle",
+                legs,
+                available,
+            }
         }
     })?;
-    Ok([guard, middle, exit])
+    Ok(guards
+        .into_iter()
+        .zip(middles)
+        .map(|(guard, middle)| [guard, middle, exit])
+        .collect())
+}
+
+/// `n` distinct relays of `candidates`, each chosen by bandwidth among
+/// those not yet chosen; `Err(available)` if there are fewer than `n`.
+fn choose_distinct<R: Rng + ?Sized>(
+    candidates: &[usize],
+    n: usize,
+    relays: &[RelayEntry],
+    rng: &mut R,
+) -> Result<Vec<usize>, usize> {
+    if candidates.len() < n {
+        return Err(candidates.len());
+    }
+    let mut left = candidates.to_vec();
+    let mut chosen = Vec::with_capacity(n);
+    while chosen.len() < n {
+        let pick = weighted_choice(&left, |i| relays[i].bandwidth, rng).ok_or(left.len())?;
+        left.retain(|&i| i != pick);
+        chosen.push(pick);
+    }
+    Ok(chosen)
 }
 
 /// One of `candidates`, with probability proportional to `weight`; uniform
@@ -479,6 +559,62 @@ mod tests {
         assert!(matches!(
             select_path(&three, &web(), &mut rng),
             Err(PathError::NoMiddle { .. })
+        ));
+    }
+
+    #[test]
+    fn multipath_legs_share_only_the_exit() {
+        // Relays 0-3 guards, 4-7 plain, 8-9 exits.
+        let relays: Vec<RelayEntry> = (0..10)
+            .map(|i| relay(i, i < 4, i >= 8, 100, "accept *:*"))
+            .collect();
+        let mut rng = StdRng::seed_from_u64(11);
+        for legs in 1..=3 {
+            for _ in 0..300 {
+                let paths = select_legs(&relays, &web(), legs, &[5], &mut rng).expect("legs");
+                assert_eq!(paths.len(), legs);
+                let exit = paths[0][2];
+                assert!(relays[exit].flags.exit);
+                let mut seen = std::collections::BTreeSet::new();
+                for [g, m, e] in &paths {
+                    assert_eq!(*e, exit, "{paths:?}");
+                    assert!(relays[*g].flags.guard, "{paths:?}");
+                    assert!(
+                        seen.insert(*g) && seen.insert(*m),
+                        "shared relay: {paths:?}"
+                    );
+                    assert!(*m != 5 && *g != 5);
+                }
+            }
+        }
+        // Four guards: five legs cannot have distinct guards.
+        let err = select_legs(&relays, &web(), 5, &[], &mut rng).expect_err("too few guards");
+        assert_eq!(
+            err,
+            PathError::TooFewForLegs {
+                position: "guard",
+                legs: 5,
+                available: 4
+            }
+        );
+        assert!(
+            err.to_string().contains("5 legs need 5 distinct guards"),
+            "{err}"
+        );
+        // Four guards leave five middles (one exit, the other among them):
+        // four legs fit, and with two relays avoided they do not.
+        assert_eq!(
+            select_legs(&relays, &web(), 4, &[], &mut rng)
+                .expect("four legs")
+                .len(),
+            4
+        );
+        assert!(matches!(
+            select_legs(&relays, &web(), 4, &[6, 7], &mut rng),
+            Err(PathError::TooFewForLegs {
+                position: "middle",
+                ..
+            })
         ));
     }
 

@@ -54,6 +54,16 @@ pub struct ClientSettings {
     /// anonymity; useful in labs and tests). `None`: a random 3-hop path
     /// per circuit (see [`crate::path`]).
     pub path: Option<Vec<String>>,
+    /// Pinned legs of every multi-path set (instead of `path`), each as
+    /// `path` is, all ending at the same exit. Used only when the
+    /// document has `cfx_enabled`; otherwise the first is the pinned path.
+    pub paths: Option<Vec<Vec<String>>>,
+    /// Legs of each multi-path set when paths are random (at most
+    /// [`onionlab_netdoc::config::MAX_LEGS`]); 1: plain circuits. Used only
+    /// when the document has `cfx_enabled`.
+    pub legs: usize,
+    /// This end's leg scheduler (`None`: the document's `cfx_scheduler`).
+    pub leg_scheduler: Option<onionlab_circuit::conflux::sched::LegSchedulerKind>,
     /// Give up on a circuit that is not built after this long.
     pub circuit_build_timeout: Duration,
     /// Stop attaching new streams to a circuit this long after its first
@@ -121,6 +131,9 @@ impl ClientSettings {
             network_origin: None,
             network_refresh: refresh_interval(DEFAULT_NETWORK_REFRESH_S),
             path: None,
+            paths: None,
+            legs: 1,
+            leg_scheduler: None,
             circuit_build_timeout: Duration::from_millis(DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS),
             max_circuit_dirtiness: Duration::from_secs(DEFAULT_MAX_CIRCUIT_DIRTINESS_S),
             build_retries: DEFAULT_BUILD_RETRIES,
@@ -152,6 +165,9 @@ impl ClientSettings {
         let mut s = ClientSettings::new(config.socks_listen, network);
         s.network_refresh = refresh_interval(config.network_refresh_s);
         s.path = config.path.clone();
+        s.paths = config.paths.clone();
+        s.legs = config.legs;
+        s.leg_scheduler = config.leg_scheduler;
         s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
         s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
         s.build_retries = config.build_retries;

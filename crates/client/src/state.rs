@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
 use onionlab_circuit::client::{ClientConfig, ClientEvent};
 use onionlab_circuit::client_node::{ClientNode, ClientNodeConfig, ClientNodeEvent, PathHop};
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
@@ -35,10 +36,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 pub(crate) use onionlab_circuit::client_node::BuildFailure;
 pub(crate) use onionlab_circuit::node::CircKey;
 
-use crate::path::{
-    path_names, resolve_pinned, select_path, select_path_avoiding, PathError, PinnedPathError,
-    Target,
-};
+use crate::path::{path_names, resolve_pinned, select_legs, PathError, PinnedPathError, Target};
 use crate::settings::ClientSettings;
 use crate::socks::{IsolationKey, StreamFailure};
 
@@ -65,14 +63,15 @@ pub(crate) enum Phase {
     Failed(BuildFailure),
 }
 
-/// Settings with the pinned path resolved against their network
+/// Settings with the pinned path (or legs) resolved against their network
 /// document. A newer document makes a new `Config`
 /// ([`State::replace_network`]).
 #[derive(Debug)]
 pub(crate) struct Config {
     pub(crate) settings: ClientSettings,
-    /// Relay indexes of the pinned path, if there is one.
-    pub(crate) pinned: Option<Vec<usize>>,
+    /// Relay indexes of the pinned path (one) or pinned legs (`paths`),
+    /// if the settings pin any.
+    pub(crate) pinned: Option<Vec<Vec<usize>>>,
     /// Index of each relay of the document, by identity.
     by_identity: HashMap<RelayId, usize>,
 }
@@ -81,9 +80,15 @@ impl Config {
     /// `settings` with their pinned path (if any) resolved by nickname
     /// against their document.
     pub(crate) fn new(settings: ClientSettings) -> Result<Self, PinnedPathError> {
-        let pinned = match &settings.path {
-            Some(names) => Some(resolve_pinned(&settings.network.relays, names)?),
-            None => None,
+        let relays = &settings.network.relays;
+        let pinned = match (&settings.path, &settings.paths) {
+            (Some(names), _) => Some(vec![resolve_pinned(relays, names)?]),
+            (None, Some(legs)) => Some(
+                legs.iter()
+                    .map(|names| resolve_pinned(relays, names))
+                    .collect::<Result<_, _>>()?,
+            ),
+            (None, None) => None,
         };
         let by_identity = settings
             .network
@@ -101,6 +106,26 @@ impl Config {
 
     fn relays(&self) -> &[RelayEntry] {
         &self.settings.network.relays
+    }
+
+    /// Legs of each new circuit: the pinned legs or the `legs` setting
+    /// when the network's exits link sets (`cfx_enabled`), else 1.
+    pub(crate) fn legs(&self) -> usize {
+        if !self.settings.network.params.cfx_enabled {
+            return 1;
+        }
+        self.pinned
+            .as_ref()
+            .map_or(self.settings.legs, Vec::len)
+            .max(1)
+    }
+
+    /// The leg scheduler of this end of a set: the setting, else the
+    /// network's.
+    fn leg_scheduler(&self) -> LegSchedulerKind {
+        self.settings
+            .leg_scheduler
+            .unwrap_or(self.settings.network.params.cfx_scheduler)
     }
 
     /// The index in this document of the relay with identity `id`.
@@ -158,7 +183,9 @@ struct Circ {
     /// The document the path was chosen from: `path` indexes its relays,
     /// whatever document the client holds now.
     doc: Arc<NetworkDocument>,
-    path: Vec<usize>,
+    /// The path of each leg (one unless it is a multi-path set); every
+    /// leg ends at the same exit.
+    legs: Vec<Vec<usize>>,
     /// A newer document no longer lists a relay of the path (or changed
     /// the exit's policy): no new streams; closed with its last stream.
     stale: bool,
@@ -188,7 +215,13 @@ impl Circ {
 
     /// The exit's entry in the circuit's document.
     fn exit(&self) -> Option<&RelayEntry> {
-        self.path.last().and_then(|&e| self.doc.relays.get(e))
+        let path = self.legs.first()?;
+        path.last().and_then(|&e| self.doc.relays.get(e))
+    }
+
+    /// Nicknames of its path, or of each leg's path separated by ` + `.
+    fn path_names(&self) -> String {
+        legs_names(&self.doc.relays, &self.legs)
     }
 
     fn slot(&self, s: &StreamRef) -> Option<&StreamSlot> {
@@ -229,10 +262,20 @@ pub(crate) enum Pick {
     Launch(NewPath),
 }
 
-/// A path for a new circuit: relay indexes (guard first) into `doc`.
+/// A path for a new circuit, or the paths of a new multi-path set: relay
+/// indexes (guard first) into `doc`.
 pub(crate) struct NewPath {
     pub(crate) doc: Arc<NetworkDocument>,
-    pub(crate) hops: Vec<usize>,
+    /// One path, or one per leg of a set.
+    pub(crate) legs: Vec<Vec<usize>>,
+}
+
+/// Nicknames of paths, each as [`path_names`] gives it, separated by ` + `.
+fn legs_names(relays: &[RelayEntry], legs: &[Vec<usize>]) -> String {
+    legs.iter()
+        .map(|p| path_names(relays, p))
+        .collect::<Vec<_>>()
+        .join(" + ")
 }
 
 /// What [`State::replace_network`] changed.
@@ -425,7 +468,11 @@ impl State {
             .count();
         let mut retired = 0;
         for c in self.circuits.values_mut() {
-            if !c.stale && !still_usable(&c.doc.relays, &c.path, &cfg) {
+            let usable = c
+                .legs
+                .iter()
+                .all(|path| still_usable(&c.doc.relays, path, &cfg));
+            if !c.stale && !usable {
                 c.stale = true;
                 retired += 1;
             }
@@ -473,36 +520,36 @@ impl State {
         if let Some((k, c)) = pending {
             return Ok(Pick::Pending(k, c.phase.subscribe()));
         }
-        let launch = |hops: Vec<usize>| {
+        let launch = |legs: Vec<Vec<usize>>| {
             Pick::Launch(NewPath {
                 doc: cfg.settings.network.clone(),
-                hops,
+                legs,
             })
         };
+        let legs = cfg.legs();
         match &cfg.pinned {
-            Some(path) => {
-                let exit = path.last().and_then(|&e| relays.get(e));
+            Some(pinned) => {
+                let exit = pinned[0].last().and_then(|&e| relays.get(e));
                 if exit.is_some_and(|e| target.allowed_by(&e.exit_policy)) {
-                    Ok(launch(path.clone()))
+                    Ok(launch(pinned[..legs.min(pinned.len())].to_vec()))
                 } else {
                     Err(StreamFailure::NotAllowed)
                 }
             }
             None => {
                 let avoid = self.recently_failed(now);
-                let path =
-                    select_path_avoiding(relays, target, &avoid, &mut self.rng).or_else(|e| {
-                        if avoid.is_empty() {
-                            return Err(e);
-                        }
-                        tracing::debug!(
-                            avoided = %path_names(relays, &avoid),
-                            "no path without recently failed relays ({e}): using them"
-                        );
-                        select_path(relays, target, &mut self.rng)
-                    });
-                match path {
-                    Ok(p) => Ok(launch(p.to_vec())),
+                let paths = select_legs(relays, target, legs, &avoid, &mut self.rng).or_else(|e| {
+                    if avoid.is_empty() {
+                        return Err(e);
+                    }
+                    tracing::debug!(
+                        avoided = %path_names(relays, &avoid),
+                        "no path without recently failed relays ({e}): using them"
+                    );
+                    select_legs(relays, target, legs, &[], &mut self.rng)
+                });
+                match paths {
+                    Ok(paths) => Ok(launch(paths.iter().map(|p| p.to_vec()).collect())),
                     Err(PathError::NoExit { .. }) => Err(StreamFailure::NotAllowed),
                     Err(e) => Err(StreamFailure::NoPath(e.to_string())),
                 }
@@ -513,18 +560,25 @@ impl State {
     /// Start building a circuit on `path` (guard first): the node sends
     /// CREATE2 on the guard's channel (opened here if there is none), then
     /// an EXTEND2 per hop as each is added, and abandons the build after
-    /// the build timeout.
+    /// the build timeout. With several legs, a linked set: one circuit per
+    /// leg, linked at their exit (the set is built when every leg is
+    /// linked; it fails if any leg does).
     pub(crate) fn launch(
         &mut self,
         shared: &Shared,
         path: NewPath,
         iso: IsolationKey,
     ) -> (CircKey, watch::Receiver<Phase>) {
-        let NewPath { doc, hops: path } = path;
+        let NewPath { doc, legs } = path;
         let now = Instant::now();
-        let launched = self
-            .node
-            .launch(now, path_hops(&doc, &path), doc.params.circuit_cc);
+        let mut paths: Vec<Vec<PathHop>> = legs.iter().map(|p| path_hops(&doc, p)).collect();
+        let cc = doc.params.circuit_cc;
+        let launched = match paths.len() {
+            1 => self.node.launch(now, paths.remove(0), cc),
+            _ => self
+                .node
+                .launch_set(now, paths, cc, self.cfg.leg_scheduler()),
+        };
         let key = match launched {
             Ok(key) => key,
             Err(e) => {
@@ -536,7 +590,8 @@ impl State {
         };
         tracing::debug!(
             circ = key.0,
-            path = %path_names(&doc.relays, &path),
+            path = %legs_names(&doc.relays, &legs),
+            legs = legs.len(),
             "building circuit"
         );
         let (phase, rx) = watch::channel(Phase::Building);
@@ -544,7 +599,7 @@ impl State {
             key,
             Circ {
                 doc: doc.clone(),
-                path: path.clone(),
+                legs,
                 stale: false,
                 isolation: iso,
                 phase,
@@ -619,7 +674,7 @@ impl State {
                         c.phase.send_replace(Phase::Open);
                         tracing::info!(
                             circ = circ.0,
-                            path = %path_names(&c.doc.relays, &c.path),
+                            path = %c.path_names(),
                             ms = elapsed.as_millis() as u64,
                             "circuit built"
                         );
@@ -635,7 +690,7 @@ impl State {
                     let Some(c) = self.circuits.remove(&circ) else {
                         continue;
                     };
-                    let path = path_names(&c.doc.relays, &c.path);
+                    let path = c.path_names();
                     match build_failure {
                         Some(failure) => {
                             match &failure {
@@ -694,7 +749,10 @@ impl State {
             ClientEvent::HopFailed { hop, .. } => {
                 // The circuit closes right after; its relay is avoided for
                 // a while (it may be innocent: see ClientEvent::HopFailed).
-                if let Some(r) = c.path.get(hop).and_then(|&i| c.doc.relays.get(i)) {
+                // (Only plain circuits report it: a set's legs report their
+                // failures in the set's close.)
+                let hop_relay = c.legs.first().and_then(|p| p.get(hop));
+                if let Some(r) = hop_relay.and_then(|&i| c.doc.relays.get(i)) {
                     self.failed_relays.insert(r.ed_identity, now);
                 }
             }
@@ -1174,7 +1232,8 @@ mod tests {
         match st.pick(&target, &IsolationKey::None) {
             Ok(Pick::Launch(p)) => {
                 assert!(Arc::ptr_eq(&p.doc, &st.cfg.settings.network));
-                p.hops
+                assert_eq!(p.legs.len(), 1);
+                p.legs[0].clone()
             }
             other => panic!("expected a new path, got {:?}", other.map(|_| ())),
         }
@@ -1206,7 +1265,7 @@ mod tests {
         let (phase, _) = watch::channel(Phase::Open);
         let c = Circ {
             doc,
-            path,
+            legs: vec![path],
             stale: false,
             isolation: IsolationKey::None,
             phase,
@@ -1225,6 +1284,61 @@ mod tests {
             Ok(p) => p,
             Err(e) => panic!("no circuit: {e}"),
         }
+    }
+
+    /// A state whose document has `cfx_enabled` as given, with `legs`
+    /// legs or the pinned `paths`.
+    fn multipath_state(cfx: bool, legs: usize, paths: Option<&[&[&str]]>) -> State {
+        let mut d = doc(relays(10), 0);
+        d.params.cfx_enabled = cfx;
+        let mut settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), d);
+        settings.legs = legs;
+        settings.paths = paths.map(|ps| {
+            ps.iter()
+                .map(|p| p.iter().map(|n| n.to_string()).collect())
+                .collect()
+        });
+        State::new(Config::new(settings).expect("resolves")).expect("state")
+    }
+
+    fn launched_legs(st: &mut State) -> Vec<String> {
+        let target = Target::ip("192.0.2.1".parse().expect("ip"), 80);
+        match st.pick(&target, &IsolationKey::None) {
+            Ok(Pick::Launch(p)) => p.legs.iter().map(|l| names(st, l)).collect(),
+            other => panic!("expected a new path, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn sets_are_launched_only_when_the_network_links_them() {
+        // cfx_enabled: three random legs, one exit, nothing else shared.
+        let mut st = multipath_state(true, 3, None);
+        assert_eq!(st.cfg.legs(), 3);
+        for _ in 0..50 {
+            let legs = launched_legs(&mut st);
+            assert_eq!(legs.len(), 3);
+            let hops: Vec<Vec<&str>> = legs.iter().map(|l| l.split(',').collect()).collect();
+            let mut relays: Vec<&str> = hops.iter().flat_map(|h| h[..2].to_vec()).collect();
+            relays.sort();
+            relays.dedup();
+            assert_eq!(relays.len(), 6, "{legs:?}");
+            assert!(hops.iter().all(|h| h[2] == hops[0][2]), "{legs:?}");
+        }
+        // Without it: plain circuits, and pinned legs fall back to the first.
+        let mut st = multipath_state(false, 3, None);
+        assert_eq!(st.cfg.legs(), 1);
+        assert_eq!(launched_legs(&mut st).len(), 1);
+        let pinned: &[&[&str]] = &[
+            &["relay0", "relay1", "relay9"],
+            &["relay2", "relay3", "relay9"],
+        ];
+        let mut st = multipath_state(false, 1, Some(pinned));
+        assert_eq!(launched_legs(&mut st), ["relay0,relay1,relay9"]);
+        let mut st = multipath_state(true, 1, Some(pinned));
+        assert_eq!(
+            launched_legs(&mut st),
+            ["relay0,relay1,relay9", "relay2,relay3,relay9"]
+        );
     }
 
     #[test]
@@ -1278,7 +1392,7 @@ mod tests {
         assert_eq!(st.cfg.settings.network.valid_after_unix, 10);
 
         // The pinned path was resolved again: same relays, new indexes.
-        let p = st.cfg.pinned.clone().expect("pinned");
+        let p = st.cfg.pinned.clone().expect("pinned").remove(0);
         assert_ne!(p, vec![0, 2, 5]);
         assert_eq!(names(&st, &p), "relay0,relay2,relay5");
         // Failed relays are still the same relays; relay3 is gone.
@@ -1295,7 +1409,7 @@ mod tests {
             (through_gone, "relay0,relay3,relay5"),
         ] {
             let c = &st.circuits[&key];
-            assert_eq!(path_names(&c.doc.relays, &c.path), want);
+            assert_eq!(c.path_names(), want);
         }
         // The circuit through the vanished relay takes no new streams and
         // closes when unused; the other one is still picked.
@@ -1303,7 +1417,7 @@ mod tests {
         assert!(matches!(pick_web(&mut st), Pick::Ready(k) if k == kept));
         st.circuits.remove(&kept);
         match pick_web(&mut st) {
-            Pick::Launch(p) => assert_eq!(names(&st, &p.hops), "relay0,relay2,relay5"),
+            Pick::Launch(p) => assert_eq!(names(&st, &p.legs[0]), "relay0,relay2,relay5"),
             _ => panic!("expected the pinned path to be launched"),
         }
         st.expire_dirty();

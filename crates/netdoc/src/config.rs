@@ -61,6 +61,11 @@
 //! network = "network.doc"
 //! network_key = "<64 hex digits>"
 //! path = ["relay0", "relay1", "relay2"] # optional: pinned path, guard first, exit last
+//! legs = 2                              # multi-path: circuits per set when the network
+//!                                       # has cfx_enabled (1 to 8; default 1)
+//! leg_scheduler = "mtor"                # this end's leg scheduler; default the network's
+//! # paths = [["relay0", "relay2", "relay4"], ["relay1", "relay3", "relay4"]]
+//!                                       # optional instead of path: pinned legs, one exit
 //! circuit_build_timeout_ms = 10000      # default 10000
 //! max_circuit_dirtiness_s = 600         # default 600
 //! build_retries = 3                     # default 3
@@ -99,6 +104,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use tokio::io::AsyncReadExt;
@@ -720,6 +726,21 @@ pub struct ClientConfig {
     /// least one). None: choose paths from the document.
     #[serde(default, deserialize_with = "de_path")]
     pub path: Option<Vec<String>>,
+    /// Multi-path: pinned legs of every set, each a path as `path` is, all
+    /// ending at the same exit (instead of `path`; their number is the
+    /// set's legs).
+    #[serde(default, deserialize_with = "de_paths")]
+    pub paths: Option<Vec<Vec<String>>>,
+    /// Multi-path: circuits (legs) per linked set, 1 to
+    /// [`MAX_LEGS`] (default 1: no sets). Used only when the network
+    /// document has `cfx_enabled = 1`; with random paths the legs share
+    /// only their exit.
+    #[serde(default = "default_legs", deserialize_with = "de_legs")]
+    pub legs: usize,
+    /// Multi-path: the leg scheduler of this end of each set (default: the
+    /// network's `cfx_scheduler`).
+    #[serde(default, deserialize_with = "de_leg_scheduler")]
+    pub leg_scheduler: Option<LegSchedulerKind>,
     /// Give up building a circuit after this many milliseconds (default
     /// 10000); must be positive.
     #[serde(
@@ -826,6 +847,74 @@ pub struct ClientConfig {
     /// Log filter, as for a relay; none means the program's default.
     #[serde(default)]
     pub log: Option<String>,
+}
+
+/// Most legs of a set ([`ClientConfig::legs`]): what an exit accepts.
+pub const MAX_LEGS: usize = onionlab_circuit::node::MAX_LEGS_PER_SET;
+
+fn default_legs() -> usize {
+    1
+}
+
+/// `legs`: 1 to [`MAX_LEGS`].
+fn de_legs<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<usize, D::Error> {
+    let n = u64::deserialize(d)?;
+    match usize::try_from(n) {
+        Ok(n) if (1..=MAX_LEGS).contains(&n) => Ok(n),
+        _ => Err(serde::de::Error::custom(format!(
+            "legs must be 1 to {MAX_LEGS}, not {n}"
+        ))),
+    }
+}
+
+/// `leg_scheduler`: a name [`LegSchedulerKind::parse`] takes.
+fn de_leg_scheduler<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<LegSchedulerKind>, D::Error> {
+    let name = String::deserialize(d)?;
+    LegSchedulerKind::parse(&name).map(Some).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "{name:?} is not a leg scheduler ({})",
+            LegSchedulerKind::NAMES
+        ))
+    })
+}
+
+/// `paths`: 1 to [`MAX_LEGS`] pinned paths (each as [`de_path`] checks
+/// it) that end at the same exit.
+fn de_paths<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Vec<Vec<String>>>, D::Error> {
+    let paths = Vec::<Vec<String>>::deserialize(d)?;
+    if paths.is_empty() || paths.len() > MAX_LEGS {
+        return Err(serde::de::Error::custom(format!(
+            "pinned legs must be 1 to {MAX_LEGS} paths, not {}",
+            paths.len()
+        )));
+    }
+    for path in &paths {
+        if path.is_empty() {
+            return Err(serde::de::Error::custom(
+                "a pinned leg needs at least one relay",
+            ));
+        }
+        if let Some(bad) = path.iter().find(|n| !valid_nickname(n)) {
+            return Err(serde::de::Error::custom(format!(
+                "nickname {bad:?} must be 1-19 ASCII letters and digits"
+            )));
+        }
+    }
+    let exits: std::collections::BTreeSet<String> = paths
+        .iter()
+        .filter_map(|p| p.last().map(|e| e.to_ascii_lowercase()))
+        .collect();
+    if exits.len() != 1 {
+        return Err(serde::de::Error::custom(format!(
+            "the pinned legs of a set must end at the same exit, not at {}",
+            exits.into_iter().collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(Some(paths))
 }
 
 /// Default [`ClientConfig::stream_connect_timeout_ms`].
@@ -1264,6 +1353,25 @@ impl ClientConfig {
     fn check(&self, origin: &str) -> Result<()> {
         check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)?;
         check_utcp(origin, &self.utcp)?;
+        if let Some(paths) = &self.paths {
+            let message = if self.path.is_some() {
+                Some("give either path or paths (pinned legs), not both".to_string())
+            } else if self.legs != 1 && self.legs != paths.len() {
+                Some(format!(
+                    "legs = {} but paths pins {} legs (leave legs out with paths)",
+                    self.legs,
+                    paths.len()
+                ))
+            } else {
+                None
+            };
+            if let Some(message) = message {
+                return Err(Error::Invalid {
+                    origin: origin.to_string(),
+                    message,
+                });
+            }
+        }
         if self.network_refresh_s > MAX_NETWORK_REFRESH_S {
             return Err(Error::Invalid {
                 origin: origin.to_string(),
@@ -1456,6 +1564,46 @@ mod test {
         )
         .unwrap_err();
         assert!(err.to_string().starts_with("c.toml:4:"), "{err}");
+    }
+
+    #[test]
+    fn client_multipath_settings() {
+        let base = format!(
+            "socks_listen = \"127.0.0.1:9050\"\nnetwork = \"n.doc\"\nnetwork_key = \"{}\"\n",
+            key_hex()
+        );
+        let parse = |extra: &str| {
+            ClientConfig::from_toml_str(&format!("{base}{extra}"), "c.toml", Path::new("/x"))
+        };
+        let cfg = parse("").unwrap();
+        assert_eq!((cfg.legs, cfg.leg_scheduler, cfg.paths), (1, None, None));
+        let cfg = parse("legs = 3\nleg_scheduler = \"round-robin:2\"\n").unwrap();
+        assert_eq!(cfg.legs, 3);
+        assert_eq!(
+            cfg.leg_scheduler,
+            Some(LegSchedulerKind::RoundRobin { cells_per_leg: 2 })
+        );
+        let cfg = parse("paths = [[\"g1\", \"m1\", \"e\"], [\"g2\", \"m2\", \"E\"]]\n").unwrap();
+        assert_eq!(cfg.paths.as_ref().map(Vec::len), Some(2));
+        for (extra, needle) in [
+            ("legs = 0\n", "legs must be 1 to 8"),
+            ("legs = 9\n", "legs must be 1 to 8"),
+            ("leg_scheduler = \"fast\"\n", "not a leg scheduler"),
+            ("paths = []\n", "1 to 8 paths"),
+            ("paths = [[]]\n", "at least one relay"),
+            ("paths = [[\"a\", \"e1\"], [\"b\", \"e2\"]]\n", "same exit"),
+            (
+                "paths = [[\"a\", \"e\"]]\npath = [\"a\", \"e\"]\n",
+                "either path or paths",
+            ),
+            (
+                "paths = [[\"a\", \"e\"], [\"b\", \"e\"]]\nlegs = 3\n",
+                "pins 2 legs",
+            ),
+        ] {
+            let err = parse(extra).expect_err(extra).to_string();
+            assert!(err.contains(needle), "{extra}: {err}");
+        }
     }
 
     #[test]

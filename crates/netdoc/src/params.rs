@@ -6,6 +6,7 @@
 //! circuit_cc = "vegas"     # or "fixed" (the default when absent)
 //! cc_sendme_inc = 31       # any of proposal 324's cc_* parameters
 //! cfx_enabled = 1          # exits link multi-path sets (default 0)
+//! cfx_scheduler = "round-robin" # leg scheduler of both ends (default "lowrtt")
 //! ```
 //!
 //! `circuit_cc` chooses the circuit-level flow control of every circuit of
@@ -22,7 +23,16 @@
 //! docs/conflux.md). Clients ask for sets only when it is 1: every relay
 //! of an onionlab network runs the same software, so the network, not each
 //! relay, announces it.
+//!
+//! `cfx_scheduler` (onionlab's own) names the leg scheduler both ends of
+//! every set use for the cells they send ([`LegSchedulerKind::parse`]). In
+//! C tor the exit derives its scheduler from the UX the client asks for
+//! in CONFLUX_LINK (lowRTT for high throughput, the default); a lab
+//! compares schedulers, so the network chooses one for everybody and a
+//! client may override its own side (`leg_scheduler` in its
+//! configuration).
 
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::flow::CircuitCc;
 use std::collections::BTreeMap;
 
@@ -33,6 +43,9 @@ pub struct NetworkParams {
     pub circuit_cc: CircuitCc,
     /// Exits link multi-path sets (`cfx_enabled = 1`; default off).
     pub cfx_enabled: bool,
+    /// The leg scheduler of both ends of every set (`cfx_scheduler`;
+    /// default lowRTT, C tor's for high throughput).
+    pub cfx_scheduler: LegSchedulerKind,
 }
 
 impl NetworkParams {
@@ -54,7 +67,7 @@ impl NetworkParams {
         };
         Ok(NetworkParams {
             circuit_cc,
-            cfx_enabled: false,
+            ..NetworkParams::default()
         })
     }
 
@@ -76,9 +89,19 @@ impl NetworkParams {
             Some(toml::Value::Integer(1)) => true,
             Some(other) => return Err(format!("cfx_enabled must be 0 or 1, not {other}")),
         };
+        let cfx_scheduler = match table.get("cfx_scheduler") {
+            None => LegSchedulerKind::default(),
+            Some(toml::Value::String(s)) => LegSchedulerKind::parse(s).ok_or_else(|| {
+                format!(
+                    "cfx_scheduler {s:?} is not a leg scheduler ({})",
+                    LegSchedulerKind::NAMES
+                )
+            })?,
+            Some(other) => return Err(format!("cfx_scheduler must be a string, not {other}")),
+        };
         let cc_keys = table
             .iter()
-            .filter(|(k, _)| *k != "circuit_cc" && *k != "cfx_enabled");
+            .filter(|(k, _)| !matches!(k.as_str(), "circuit_cc" | "cfx_enabled" | "cfx_scheduler"));
         for (key, value) in cc_keys {
             let v = value
                 .as_integer()
@@ -90,6 +113,7 @@ impl NetworkParams {
         Ok(NetworkParams {
             circuit_cc: cc,
             cfx_enabled,
+            cfx_scheduler,
         })
     }
 
@@ -108,6 +132,9 @@ impl NetworkParams {
         }
         if self.cfx_enabled {
             out.push_str("cfx_enabled = 1\n");
+        }
+        if self.cfx_scheduler != LegSchedulerKind::default() {
+            out.push_str(&format!("cfx_scheduler = \"{}\"\n", self.cfx_scheduler));
         }
         out
     }
@@ -139,6 +166,18 @@ mod tests {
         );
     }
 
+    /// `p` written as the document writes it reads back the same.
+    fn assert_round_trip(p: NetworkParams) {
+        let written = table(&p.to_toml());
+        let inner: BTreeMap<String, toml::Value> = written["params"]
+            .as_table()
+            .expect("a [params] table")
+            .clone()
+            .into_iter()
+            .collect();
+        assert_eq!(NetworkParams::from_table(&inner), Ok(p));
+    }
+
     #[test]
     fn cfx_enabled_round_trips_and_only_takes_0_or_1() {
         let p = NetworkParams::from_table(&table("cfx_enabled = 1")).expect("valid");
@@ -148,14 +187,7 @@ mod tests {
             p.to_toml(),
             "\n[params]\ncircuit_cc = \"fixed\"\ncfx_enabled = 1\n"
         );
-        let written = table(&p.to_toml());
-        let inner: BTreeMap<String, toml::Value> = written["params"]
-            .as_table()
-            .expect("a [params] table")
-            .clone()
-            .into_iter()
-            .collect();
-        assert_eq!(NetworkParams::from_table(&inner), Ok(p));
+        assert_round_trip(p);
         let off = NetworkParams::from_table(&table("cfx_enabled = 0")).expect("valid");
         assert_eq!(off, NetworkParams::default());
         for bad in [
@@ -166,6 +198,29 @@ mod tests {
             let e = NetworkParams::from_table(&table(bad)).expect_err(bad);
             assert!(e.contains("cfx_enabled"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn cfx_scheduler_round_trips_and_names_the_choices() {
+        assert_eq!(
+            NetworkParams::default().cfx_scheduler,
+            LegSchedulerKind::LowRtt
+        );
+        let p =
+            NetworkParams::from_table(&table("cfx_enabled = 1\ncfx_scheduler = \"round-robin:4\""))
+                .expect("valid");
+        assert_eq!(
+            p.cfx_scheduler,
+            LegSchedulerKind::RoundRobin { cells_per_leg: 4 }
+        );
+        assert_round_trip(p);
+        for bad in ["cfx_scheduler = \"fastest\"", "cfx_scheduler = 3"] {
+            let e = NetworkParams::from_table(&table(bad)).expect_err(bad);
+            assert!(e.contains("cfx_scheduler"), "{bad}: {e}");
+        }
+        let e =
+            NetworkParams::from_table(&table("cfx_scheduler = \"fastest\"")).expect_err("unknown");
+        assert!(e.contains("mtor") && e.contains("round-robin:N"), "{e}");
     }
 
     #[test]

@@ -366,6 +366,7 @@ impl Relay {
         // Exits link multi-path sets when the network says its exits do
         // (`cfx_enabled`, docs/conflux.md).
         config.circuit.conflux = config.circuit.exit && settings.doc.params.cfx_enabled;
+        config.conflux_scheduler = settings.doc.params.cfx_scheduler;
         #[cfg(feature = "fault-injection")]
         {
             config.circuit.hostile_truncate =
@@ -382,6 +383,7 @@ impl Relay {
             exit = config.circuit.exit,
             circuit_cc = config.circuit.cc.name(),
             conflux = config.circuit.conflux,
+            leg_scheduler = %config.conflux_scheduler,
             "relay listening"
         );
         let shared: Shared = Rc::new(RefCell::new(State {

@@ -78,6 +78,10 @@ impl LegSchedulerKind {
         LegSchedulerKind::CwndRtt,
     ];
 
+    /// The names [`parse`](Self::parse) takes, for error messages.
+    pub const NAMES: &'static str =
+        "round-robin, round-robin:N, random, conflux-2013, mtor, minrtt, lowrtt, cwndrtt";
+
     /// Its name in settings and reports, without round robin's count
     /// (the `Display` form has it).
     pub fn name(self) -> &'static str {
@@ -100,6 +104,13 @@ impl LegSchedulerKind {
             return Some(LegSchedulerKind::RoundRobin { cells_per_leg });
         }
         Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// lowRTT: what C tor uses for the default UX (high throughput).
+impl Default for LegSchedulerKind {
+    fn default() -> Self {
+        LegSchedulerKind::LowRtt
     }
 }
 

@@ -110,7 +110,7 @@ impl Default for NodeConfig {
             circuit: RelayConfig::default(),
             max_circuits_per_channel: 4096,
             max_mem_in_queues: DEFAULT_MAX_MEM_IN_QUEUES,
-            conflux_scheduler: crate::conflux::sched::LegSchedulerKind::LowRtt,
+            conflux_scheduler: crate::conflux::sched::LegSchedulerKind::default(),
             torchestra: None,
         }
     }

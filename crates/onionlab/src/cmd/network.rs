@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{init_network, InitOptions};
 
@@ -50,6 +51,16 @@ pub enum NetworkCommand {
         /// C tor's parameters).
         #[arg(long, default_value = "fixed", value_parser = ["fixed", "vegas"])]
         circuit_cc: String,
+        /// Let the exits link multi-path sets (proposal 329's Conflux,
+        /// docs/conflux.md): writes `cfx_enabled = 1` in the document.
+        /// Clients then build sets of their `legs` setting.
+        #[arg(long)]
+        conflux: bool,
+        /// The leg scheduler of both ends of every set (`cfx_scheduler`):
+        /// round-robin, round-robin:N, random, conflux-2013, mtor, minrtt,
+        /// lowrtt or cwndrtt.
+        #[arg(long, default_value = "lowrtt", value_parser = parse_leg_scheduler)]
+        leg_scheduler: LegSchedulerKind,
     },
     /// Sign the network document of a directory made by `init` again,
     /// valid from now for `--valid-days`, with its network key (same keys,
@@ -77,7 +88,13 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
             allow_private_targets,
             valid_days,
             circuit_cc,
+            conflux,
+            leg_scheduler,
         } => {
+            let mut params = onionlab_netdoc::NetworkParams::with_circuit_cc(&circuit_cc)
+                .map_err(crate::error::Error::Usage)?;
+            params.cfx_enabled = conflux;
+            params.cfx_scheduler = leg_scheduler;
             let exit_allow_private = PrivateTargets::parse(&allow_private_targets)?;
             let opts = InitOptions {
                 relays,
@@ -88,8 +105,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
                 socks_port,
                 exit_allow_private,
                 lifetime: std::time::Duration::from_secs(u64::from(valid_days) * 24 * 3600),
-                params: onionlab_netdoc::NetworkParams::with_circuit_cc(&circuit_cc)
-                    .map_err(crate::error::Error::Usage)?,
+                params,
                 ..InitOptions::default()
             };
             let summary = init_network(&opts, &mut rand::rng())?;
@@ -98,6 +114,12 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
         }
         NetworkCommand::Resign { dir, valid_days } => resign(&dir, valid_days),
     }
+}
+
+/// A leg scheduler by name, for clap.
+fn parse_leg_scheduler(name: &str) -> std::result::Result<LegSchedulerKind, String> {
+    LegSchedulerKind::parse(name)
+        .ok_or_else(|| format!("not a leg scheduler ({})", LegSchedulerKind::NAMES))
 }
 
 /// Verify `dir/network.doc` with `dir/network-key.secret` (an expired
