@@ -286,7 +286,7 @@ impl NetPlan {
                 .map(|c| ClientRole {
                     name: c.name.clone(),
                     host: c.host.clone(),
-                    path: c.path.clone(),
+                    path: c.first_path().cloned(),
                 })
                 .collect(),
             vegas: variant.circuit_cc == "vegas",

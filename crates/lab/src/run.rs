@@ -579,6 +579,36 @@ pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<Tran
     v
 }
 
+/// The network parameters of a variant: its circuit congestion control
+/// (checked when the scenario was read), and multi-path sets enabled with
+/// its leg scheduler when it asks for more than one leg.
+pub fn network_params(variant: &Variant) -> onionlab_netdoc::NetworkParams {
+    let mut params =
+        onionlab_netdoc::NetworkParams::with_circuit_cc(&variant.circuit_cc).unwrap_or_default();
+    params.cfx_enabled = variant.legs > 1;
+    params.cfx_scheduler = variant.leg_scheduler;
+    params
+}
+
+/// `client.toml` lines for a client's paths under a variant of `legs`
+/// legs: its first `legs` pinned legs (`paths`) or its pinned path, and
+/// `legs` for random legs.
+pub fn client_path_lines(c: &crate::scenario::ClientSpec, legs: usize) -> String {
+    let list = |path: &[String]| {
+        let hops: Vec<String> = path.iter().map(|h| format!("\"{h}\"")).collect();
+        format!("[{}]", hops.join(", "))
+    };
+    match (&c.paths, c.first_path()) {
+        (Some(pinned), _) if legs > 1 => {
+            let legs: Vec<String> = pinned.iter().take(legs).map(|p| list(p)).collect();
+            format!("paths = [{}]\n", legs.join(", "))
+        }
+        (_, Some(path)) => format!("path = {}\n", list(path)),
+        (_, None) if legs > 1 => format!("legs = {legs}\n"),
+        (_, None) => String::new(),
+    }
+}
+
 /// The `transport`, `quic_congestion`, `quic_initial_mtu`, `utcp` and
 /// `tcp_congestion` lines of the configuration of a node on `host` for a
 /// variant (no QUIC or dtls-utcp lines for transports that do not use
@@ -728,9 +758,7 @@ fn write_network(
         created_unix: now,
         valid_after_unix: now,
         valid_until_unix: now + onionlab_netdoc::DEFAULT_LIFETIME.as_secs(),
-        // Checked when the scenario was read.
-        params: onionlab_netdoc::NetworkParams::with_circuit_cc(&variant.circuit_cc)
-            .unwrap_or_default(),
+        params: network_params(variant),
         relays: entries,
     };
     fs::write(dir.join("network.doc"), doc.to_signed_text(&network_key))
@@ -745,10 +773,7 @@ fn write_network(
             scenario.transfer_timeout.as_millis().min(60_000)
         );
         config.push_str(&transport_config_lines(variant, &c.host));
-        if let Some(path) = &c.path {
-            let list: Vec<String> = path.iter().map(|h| format!("\"{h}\"")).collect();
-            config.push_str(&format!("path = [{}]\n", list.join(", ")));
-        }
+        config.push_str(&client_path_lines(c, variant.legs));
         let path = cdir.join("client.toml");
         fs::write(&path, config).map_err(io_err("writing a client config"))?;
         client_configs.push((c.name.clone(), c.host.clone(), path));

@@ -28,6 +28,9 @@
 //! name = "light"
 //! host = "client1"
 //! path = ["guard", "middle", "exit"]   # optional: relay hosts, guard first
+//! # paths = [["guard", "middle", "exit"], ["guard2", "middle2", "exit"]]
+//!                              # optional instead of path: pinned multi-path legs,
+//!                              # one exit; the matrix's legs = N uses the first N
 //!
 //! [[server]]
 //! name = "web"
@@ -88,6 +91,11 @@
 //! size = ["320KiB", "5MiB"]    # every workload's transfer size
 //! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
 //! clients = [1, 2, 4, 8]       # only the first N [[client]] entries (and their workloads) run
+//! legs = [1, 2, 3]             # multi-path (docs/conflux.md): circuits per linked set
+//!                              # (1: plain circuits; above 1 the document enables sets)
+//! leg_scheduler = ["round-robin", "mtor"] # the sets' leg scheduler (default lowrtt):
+//!                              # round-robin[:N], random, conflux-2013, mtor, minrtt,
+//!                              # lowrtt, cwndrtt
 //!
 //! [[exclude]]                  # combinations left out: every pair of one entry matches
 //! "loss:middle-exit" = "1%"
@@ -106,6 +114,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, LossModel, PathUpdate, Topology};
 use onionlab_transport::registry::UnknownTransport;
@@ -383,6 +392,8 @@ struct RawClient {
     host: Spanned<String>,
     #[serde(default)]
     path: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    paths: Option<Vec<Vec<Spanned<String>>>>,
 }
 
 #[derive(Deserialize)]
@@ -438,6 +449,19 @@ pub struct ClientSpec {
     pub host: String,
     /// Pinned path (relay hosts), if any.
     pub path: Option<Vec<String>>,
+    /// Pinned multi-path legs (relay hosts, guard first; one exit), if
+    /// any: a variant with `legs = N` uses the first N.
+    pub paths: Option<Vec<Vec<String>>>,
+}
+
+impl ClientSpec {
+    /// Its pinned path when it builds one circuit: `path`, or the first
+    /// of its pinned legs.
+    pub fn first_path(&self) -> Option<&Vec<String>> {
+        self.path
+            .as_ref()
+            .or_else(|| self.paths.as_ref().and_then(|p| p.first()))
+    }
 }
 
 /// A workload server.
@@ -577,6 +601,12 @@ pub struct Variant {
     pub scheduler: String,
     /// Circuit-level flow control of the network (one of [`CIRCUIT_CCS`]).
     pub circuit_cc: String,
+    /// Circuits per multi-path set (`legs`; 1: plain circuits, and the
+    /// document does not enable sets).
+    pub legs: usize,
+    /// The sets' leg scheduler (`leg_scheduler`; the document's
+    /// `cfx_scheduler`).
+    pub leg_scheduler: LegSchedulerKind,
     /// C tor's channel scheduler (one of [`CTOR_SCHEDULERS`]; `None`:
     /// tor's default). Only for `ctor` variants.
     pub ctor_scheduler: Option<String>,
@@ -835,34 +865,23 @@ impl Scenario {
             }
             let path = match &c.path {
                 None => None,
-                Some(p) => {
-                    let mut names = Vec::new();
-                    for hop in p {
-                        if !relay_hosts.contains(hop.get_ref().as_str()) {
-                            return Err(
-                                ctx.err(hop.span(), format!("{:?} is not a relay", hop.get_ref()))
-                            );
-                        }
-                        if names.contains(hop.get_ref()) {
-                            return Err(ctx.err(
-                                hop.span(),
-                                format!("{:?} appears twice in the path", hop.get_ref()),
-                            ));
-                        }
-                        names.push(hop.get_ref().clone());
-                    }
-                    if names.is_empty() {
-                        return Err(
-                            ctx.err(c.name.span(), "an empty path; omit `path` for random paths")
-                        );
-                    }
-                    Some(names)
+                Some(p) => Some(pinned_path(&ctx, &c.name, p, &relay_hosts)?),
+            };
+            let paths = match &c.paths {
+                None => None,
+                Some(_) if path.is_some() => {
+                    return Err(ctx.err(
+                        c.name.span(),
+                        "give a client either path or paths (pinned legs), not both",
+                    ))
                 }
+                Some(legs) => Some(pinned_legs(&ctx, &c.name, legs, &relay_hosts)?),
             };
             clients.push(ClientSpec {
                 name: c.name.get_ref().clone(),
                 host,
                 path,
+                paths,
             });
         }
         let mut servers = Vec::new();
@@ -1122,7 +1141,41 @@ impl Scenario {
             .check_utcp()
             .map_err(|m| ctx.err(congestion_span, m))?;
         scenario.check_ctor().map_err(|m| ctx.err(0..0, m))?;
+        scenario.check_legs().map_err(|m| ctx.err(0..0, m))?;
         Ok(scenario)
+    }
+
+    /// Every variant's `legs` fits: a client with pinned legs has at least
+    /// that many, and C tor variants use one circuit per stream (the lab
+    /// does not drive C tor's conflux).
+    fn check_legs(&self) -> std::result::Result<(), String> {
+        for v in self.variants() {
+            if v.legs > 1 && v.implementation == Implementation::Ctor {
+                return Err(format!(
+                    "variant {:?}: the lab runs C tor without conflux, so legs must be 1 for \
+                     ctor variants: leave the combination out with [[exclude]]",
+                    v.label
+                ));
+            }
+            for c in v.active_clients(&self.clients) {
+                if v.legs > 1 && c.path.is_some() {
+                    return Err(format!(
+                        "variant {:?} asks for {} legs, but client {:?} pins one path: pin its \
+                         legs with paths, or leave path out for random legs",
+                        v.label, v.legs, c.name
+                    ));
+                }
+                let pinned = c.paths.as_ref().map_or(0, Vec::len);
+                if pinned > 0 && pinned < v.legs {
+                    return Err(format!(
+                        "variant {:?} asks for {} legs, but client {:?} pins only {pinned} \
+                         (its paths)",
+                        v.label, v.legs, c.name
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// C tor builds three-hop circuits: a pinned path of a C tor variant
@@ -1157,7 +1210,7 @@ impl Scenario {
                 ));
             }
             for c in v.active_clients(&self.clients) {
-                let Some(path) = &c.path else { continue };
+                let Some(path) = c.first_path() else { continue };
                 if path.len() != 3 {
                     return Err(format!(
                         "client {:?} has a {}-hop path, and C tor (variant {:?}) builds three-hop \
@@ -1257,6 +1310,8 @@ impl Scenario {
             congestion: "cubic".into(),
             scheduler: "ewma".into(),
             circuit_cc: "fixed".into(),
+            legs: 1,
+            leg_scheduler: LegSchedulerKind::default(),
             ctor_scheduler: None,
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
@@ -1287,6 +1342,72 @@ impl Scenario {
     }
 }
 
+/// A client's pinned path: relay hosts, each once, at least one.
+fn pinned_path(
+    ctx: &Ctx<'_>,
+    client: &Spanned<String>,
+    hops: &[Spanned<String>],
+    relay_hosts: &HashSet<&str>,
+) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for hop in hops {
+        if !relay_hosts.contains(hop.get_ref().as_str()) {
+            return Err(ctx.err(hop.span(), format!("{:?} is not a relay", hop.get_ref())));
+        }
+        if names.contains(hop.get_ref()) {
+            return Err(ctx.err(
+                hop.span(),
+                format!("{:?} appears twice in the path", hop.get_ref()),
+            ));
+        }
+        names.push(hop.get_ref().clone());
+    }
+    if names.is_empty() {
+        return Err(ctx.err(client.span(), "an empty path; omit `path` for random paths"));
+    }
+    Ok(names)
+}
+
+/// A client's pinned legs: 1 to [`MAX_LEGS`] paths as [`pinned_path`]
+/// checks them, all ending at the same exit.
+fn pinned_legs(
+    ctx: &Ctx<'_>,
+    client: &Spanned<String>,
+    legs: &[Vec<Spanned<String>>],
+    relay_hosts: &HashSet<&str>,
+) -> Result<Vec<Vec<String>>> {
+    if legs.is_empty() || legs.len() > MAX_LEGS {
+        return Err(ctx.err(
+            client.span(),
+            format!("paths: 1 to {MAX_LEGS} pinned legs, not {}", legs.len()),
+        ));
+    }
+    let legs = legs
+        .iter()
+        .map(|hops| pinned_path(ctx, client, hops, relay_hosts))
+        .collect::<Result<Vec<_>>>()?;
+    if legs.iter().any(|l| l.last() != legs[0].last()) {
+        return Err(ctx.err(
+            client.span(),
+            "the pinned legs (paths) of a client must all end at the same exit",
+        ));
+    }
+    Ok(legs)
+}
+
+/// Most legs of a set ([`onionlab_netdoc::config::MAX_LEGS`]).
+pub const MAX_LEGS: usize = onionlab_netdoc::config::MAX_LEGS;
+
+/// A `legs` matrix value: 1 to [`MAX_LEGS`].
+fn parse_legs(value: &str) -> std::result::Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if (1..=MAX_LEGS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "legs = {value:?}: circuits per multi-path set, 1 to {MAX_LEGS}"
+        )),
+    }
+}
+
 /// A `clients` matrix value: how many of the scenario's `total` clients
 /// (the first ones, in file order) run.
 fn check_client_count(value: &str, total: usize) -> std::result::Result<usize, String> {
@@ -1307,7 +1428,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
         (
             "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
             | "tcp_notsent_lowat" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
-            | "latency" | "loss" | "block" | "clients",
+            | "latency" | "loss" | "block" | "clients" | "legs" | "leg_scheduler",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -1332,7 +1453,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -1419,6 +1540,13 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             SCHEDULERS.join(", ")
         )),
         "size" => parse_size(value).map(|_| ()),
+        "legs" => parse_legs(value).map(|_| ()),
+        "leg_scheduler" => LegSchedulerKind::parse(value).map(|_| ()).ok_or_else(|| {
+            format!(
+                "unknown leg scheduler {value:?} ({})",
+                LegSchedulerKind::NAMES
+            )
+        }),
         "latency" => parse_duration(value).map(|_| ()).map_err(|e| e.to_string()),
         "loss" => LossModel::parse(value)
             .map(|_| ())
@@ -1453,6 +1581,15 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "circuit_cc" => {
             v.circuit_cc = value.into();
+            return Ok(());
+        }
+        "legs" => {
+            v.legs = parse_legs(value)?;
+            return Ok(());
+        }
+        "leg_scheduler" => {
+            v.leg_scheduler = LegSchedulerKind::parse(value)
+                .ok_or_else(|| format!("unknown leg scheduler {value:?}"))?;
             return Ok(());
         }
         "ctor_scheduler" => {

@@ -877,3 +877,85 @@ fn ctor_scheduler_varies_c_tor_only() {
         "unknown C tor scheduler",
     );
 }
+
+#[test]
+fn legs_and_leg_schedulers_are_matrix_parameters() {
+    use onionlab_lab::run::{client_path_lines, network_params};
+    let seven = BASE
+        .replace(
+            "[[relay]]\nhost = \"guard\"\nguard = true\n",
+            "[[relay]]\nhost = \"guard\"\nguard = true\n[[relay]]\nhost = \"client\"\nguard = true\n",
+        )
+        .replace(
+            "path = [\"guard\", \"middle\", \"exit\"]",
+            "paths = [[\"guard\", \"middle\", \"exit\"], [\"client\", \"server\", \"exit\"]]",
+        )
+        .replace(
+            "[[relay]]\nhost = \"middle\"\n",
+            "[[relay]]\nhost = \"middle\"\n[[relay]]\nhost = \"server\"\n",
+        );
+    // (The topology's hosts stand in for relays: client and server relay
+    // here too, which a parse does not mind.)
+    let text = format!(
+        "{}\n[matrix]\nlegs = [1, 2]\nleg_scheduler = [\"round-robin:4\", \"mtor\"]\n",
+        seven
+    );
+    let s = parse(&text).expect("valid");
+    let variants = s.variants();
+    assert_eq!(variants.len(), 4);
+    for v in &variants {
+        let params = network_params(v);
+        assert_eq!(params.cfx_enabled, v.legs > 1, "{}", v.label);
+        assert_eq!(params.cfx_scheduler.to_string(), v.params[0].1);
+        let lines = client_path_lines(&s.clients[0], v.legs);
+        if v.legs == 1 {
+            assert_eq!(lines, "path = [\"guard\", \"middle\", \"exit\"]\n");
+        } else {
+            assert_eq!(
+                lines,
+                "paths = [[\"guard\", \"middle\", \"exit\"], [\"client\", \"server\", \"exit\"]]\n"
+            );
+        }
+    }
+    // A client without pinned legs takes random ones.
+    let random = onionlab_lab::scenario::ClientSpec {
+        name: "r".into(),
+        host: "client".into(),
+        path: None,
+        paths: None,
+    };
+    assert_eq!(client_path_lines(&random, 3), "legs = 3\n");
+    assert_eq!(client_path_lines(&random, 1), "");
+
+    for (matrix, needle) in [
+        ("legs = [9]", "1 to 8"),
+        ("legs = [0]", "1 to 8"),
+        ("leg_scheduler = [\"fastest\"]", "unknown leg scheduler"),
+    ] {
+        let e = parse(&format!("{BASE}\n[matrix]\n{matrix}\n")).expect_err(matrix);
+        assert!(e.to_string().contains(needle), "{matrix}: {e}");
+    }
+    // One pinned path cannot make two legs; three legs need three pinned.
+    let e = parse(&format!("{BASE}\n[matrix]\nlegs = [2]\n")).expect_err("one path");
+    assert!(e.to_string().contains("pins one path"), "{e}");
+    let e = parse(&format!("{}\n[matrix]\nlegs = [3]\n", seven)).expect_err("too few pinned");
+    assert!(e.to_string().contains("pins only 2"), "{e}");
+    // C tor variants run without conflux.
+    let e = parse(&format!(
+        "{}\n[matrix]\nlegs = [2]\ntransport = [\"ctor\"]\n",
+        seven
+    ))
+    .expect_err("ctor legs");
+    assert!(e.to_string().contains("without conflux"), "{e}");
+    // Pinned legs end at one exit, and a client has path or paths.
+    let two_exits = BASE.replace(
+        "path = [\"guard\", \"middle\", \"exit\"]",
+        "paths = [[\"guard\", \"exit\"], [\"middle\", \"guard\"]]",
+    );
+    assert_error(&two_exits, 15, "same exit");
+    let both = BASE.replace(
+        "path = [\"guard\", \"middle\", \"exit\"]",
+        "path = [\"guard\", \"exit\"]\npaths = [[\"guard\", \"exit\"]]",
+    );
+    assert_error(&both, 15, "either path or paths");
+}
