@@ -110,7 +110,9 @@ impl ClientCircuit {
         let leg = self.leg.as_ref()?;
         let sender = &self.hops.get(self.stream_hop?)?.sender;
         Some(LegState {
-            can_send: !self.closed && leg.queues.output_empty() && sender.can_send(),
+            can_send: !self.closed
+                && sender.can_send()
+                && leg.queues.may_take_data(u64::from(sender.available())),
             window_room: sender.available(),
             cc: sender.snapshot(),
             sendme_delay: sender.last_sendme_delay(),

@@ -66,8 +66,9 @@ pub enum LegInput {
 /// What the set's leg scheduler needs to know about a leg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LegState {
-    /// The circuit window lets a DATA cell go and nothing the set gave
-    /// the leg is still waiting to be sent.
+    /// The circuit window has room for another DATA cell besides those
+    /// the set gave the leg, and fewer than [`LEG_OUTPUT_DEPTH`] messages
+    /// wait on it.
     pub can_send: bool,
     /// DATA cells the circuit window lets the leg send.
     pub window_room: u32,
@@ -80,6 +81,15 @@ pub struct LegState {
     pub link_rtt: Option<Duration>,
 }
 
+/// Most messages a leg holds from its set before its channel takes them
+/// (DATA also within the circuit window). With room for one, a set moved
+/// one cell per channel write, waking the writers of its legs in turn: on
+/// the emulated network two legs were slower than one (seed004-local,
+/// docs/results/seed004.md). With a few dozen a writer takes a batch per
+/// wake-up, and the leg scheduler still decides on recent state. C tor
+/// bounds a leg's queue by its congestion window only.
+pub const LEG_OUTPUT_DEPTH: usize = 32;
+
 /// A leg's two queues: what arrived for its set, and what its set gave it
 /// to send (SWITCHes and multiplexed messages), each in order. Shared by
 /// the client's and the exit's legs.
@@ -87,6 +97,8 @@ pub struct LegState {
 pub(crate) struct LegQueues {
     input: VecDeque<LegInput>,
     output: VecDeque<(Option<StreamId>, AnyRelayMsg)>,
+    /// DATA messages in `output` (not yet counted by the circuit window).
+    data_waiting: u64,
 }
 
 impl LegQueues {
@@ -129,8 +141,18 @@ impl LegQueues {
             self.output
                 .push_back((None, ConfluxSwitch::new(gap).into()));
         }
+        if matches!(msg, AnyRelayMsg::Data(_)) {
+            self.data_waiting += 1;
+        }
         self.output.push_back((Some(stream), msg));
         true
+    }
+
+    /// Whether the set may give the leg another DATA message: fewer than
+    /// [`LEG_OUTPUT_DEPTH`] messages wait, and the circuit window (`window_room`
+    /// cells, not counting those waiting here) has room for one more.
+    pub(crate) fn may_take_data(&self, window_room: u64) -> bool {
+        self.output.len() < LEG_OUTPUT_DEPTH && self.data_waiting < window_room
     }
 
     /// Whether the next message to send may go now: anything but DATA at
@@ -141,14 +163,13 @@ impl LegQueues {
             .is_some_and(|(_, m)| window_open || !matches!(m, AnyRelayMsg::Data(_)))
     }
 
-    /// Whether nothing waits to be sent.
-    pub(crate) fn output_empty(&self) -> bool {
-        self.output.is_empty()
-    }
-
     /// The next message to send.
     pub(crate) fn next_output(&mut self) -> Option<(Option<StreamId>, AnyRelayMsg)> {
-        self.output.pop_front()
+        let next = self.output.pop_front();
+        if matches!(next, Some((_, AnyRelayMsg::Data(_)))) {
+            self.data_waiting -= 1;
+        }
+        next
     }
 
     /// Messages held either way.
@@ -174,5 +195,33 @@ mod tests {
         ] {
             assert!(!is_multiplexed(cmd), "{cmd}");
         }
+    }
+
+    #[test]
+    fn a_leg_takes_data_up_to_its_depth_and_its_window() {
+        let data = || AnyRelayMsg::Data(onionlab_cell::msg::Data::new(b"x").expect("data"));
+        let stream = StreamId::new(1).expect("stream id");
+        let mut q = LegQueues::default();
+        // The window is the tighter bound: 3 cells of room.
+        for _ in 0..3 {
+            assert!(q.may_take_data(3));
+            assert!(q.send(&[], stream, data(), 10_000));
+        }
+        assert!(!q.may_take_data(3), "DATA waiting counts against the window");
+        assert!(q.next_output().is_some());
+        assert!(q.may_take_data(3));
+        // The depth: SWITCHes and DATA together, whatever the window.
+        let mut q = LegQueues::default();
+        assert!(q.send(&[7, 9], stream, data(), 10_000));
+        for _ in 3..LEG_OUTPUT_DEPTH {
+            assert!(q.may_take_data(1000));
+            assert!(q.send(&[], stream, data(), 10_000));
+        }
+        assert!(!q.may_take_data(1000));
+        // Everything comes out in order, SWITCHes first.
+        assert!(matches!(
+            q.next_output(),
+            Some((None, AnyRelayMsg::ConfluxSwitch(_)))
+        ));
     }
 }

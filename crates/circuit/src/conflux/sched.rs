@@ -4,7 +4,7 @@
 //!
 //! | Scheduler | Rule | Source |
 //! |---|---|---|
-//! | [`LegSchedulerKind::RoundRobin`] | `cells_per_leg` cells on a leg, then the next leg that can send | seed 004's local experiment (RR for every system); mUDP-OR's default |
+//! | [`LegSchedulerKind::RoundRobin`] | `cells_per_leg` cells on a leg, then the next leg in turn; if it cannot send, wait for it | seed 004's local experiment (RR for every system); mUDP-OR's default |
 //! | [`LegSchedulerKind::Random`] | a leg that can send, uniformly at random | mUDP-OR's second dispatcher |
 //! | [`LegSchedulerKind::Conflux2013`] | the leg that can send with the lowest congestion estimate: the time from sending the cell a SENDME acknowledges to receiving that SENDME (the link RTT until a sample exists) | AlSabah et al. 2013, as seed 004 describes it |
 //! | [`LegSchedulerKind::MTor`] | stay on a leg while its window has room, then the next one, first in first out | Yang and Li 2015, as seed 004 describes it |
@@ -192,21 +192,23 @@ impl<L: Copy + Eq> LegScheduler<L> {
     }
 
     /// Round robin: stay for `per_leg` cells, then move to the next leg
-    /// (in `legs` order) that can send.
+    /// (in `legs` order). Strict: when the leg whose turn it is cannot
+    /// send, wait for it rather than skip it, so every leg carries the
+    /// same share ("RR ensures equal use of the circuits", seed 004), the
+    /// slowest leg setting the pace as it does in the paper's RR.
     fn round_robin(&self, legs: &[LegView<L>], per_leg: u32) -> Option<L> {
+        if legs.is_empty() {
+            return None;
+        }
         let at = self
             .current
             .and_then(|c| legs.iter().position(|l| l.leg == c));
-        if let Some(i) = at {
-            if self.sent_on_current < per_leg.max(1) && legs[i].can_send {
-                return Some(legs[i].leg);
-            }
-        }
-        let start = at.map_or(0, |i| i + 1);
-        (0..legs.len())
-            .map(|k| &legs[(start + k) % legs.len()])
-            .find(|l| l.can_send)
-            .map(|l| l.leg)
+        let turn = match at {
+            Some(i) if self.sent_on_current < per_leg.max(1) => i,
+            Some(i) => (i + 1) % legs.len(),
+            None => 0,
+        };
+        legs[turn].can_send.then_some(legs[turn].leg)
     }
 
     /// mTor: the current leg while its window has room, then the next leg
@@ -288,17 +290,21 @@ mod tests {
     }
 
     #[test]
-    fn round_robin_takes_turns_and_skips_blocked_legs() {
+    fn round_robin_takes_turns_and_waits_for_a_blocked_leg() {
         let legs = [leg(1, true, None), leg(2, true, None), leg(3, true, None)];
         let mut rr = sched(LegSchedulerKind::RoundRobin { cells_per_leg: 2 });
         let picks = run(&mut rr, &legs, 7);
         assert_eq!(picks, [1, 1, 2, 2, 3, 3, 1].map(Some));
+        // Leg 2's turn while it cannot send: wait, never skip it.
         let blocked = [leg(1, true, None), leg(2, false, None), leg(3, true, None)];
         let mut rr = sched(LegSchedulerKind::RoundRobin { cells_per_leg: 1 });
-        assert_eq!(run(&mut rr, &blocked, 4), [1, 3, 1, 3].map(Some));
-        let none = [leg(1, false, None), leg(2, false, None)];
-        assert_eq!(rr.choose(&none), None);
-        assert_eq!(rr.current(), Some(3), "the last leg used stays current");
+        assert_eq!(run(&mut rr, &blocked, 3), [Some(1), None, None]);
+        assert_eq!(rr.current(), Some(1), "the last leg used stays current");
+        assert_eq!(run(&mut rr, &legs, 3), [2, 3, 1].map(Some));
+        // A leg gone from the set: the turn starts again at the first.
+        let fewer = [leg(2, true, None), leg(3, true, None)];
+        assert_eq!(run(&mut rr, &fewer, 3), [2, 3, 2].map(Some));
+        assert_eq!(rr.choose(&[]), None);
     }
 
     #[test]

@@ -128,7 +128,9 @@ impl RelayCircuit {
         let leg = self.leg.as_ref().filter(|l| l.linked)?;
         let sender = &self.exit.as_ref()?.sender;
         Some(LegState {
-            can_send: !self.closed && leg.queues.output_empty() && sender.can_send(),
+            can_send: !self.closed
+                && sender.can_send()
+                && leg.queues.may_take_data(u64::from(sender.available())),
             window_room: sender.available(),
             cc: sender.snapshot(),
             sendme_delay: sender.last_sendme_delay(),

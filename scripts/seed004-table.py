@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Summarise a seed 004 run (seed004-local or seed004-scale) in the form of
+the paper's Table 1: per variant (legs, leg scheduler), relay CPU as a
+percentage of one core over each repetition (entry, middle, exit), time to
+first byte, and download time of the web (320 KiB) and bulk (1 MiB)
+transfers, each as mean with a 95% bootstrap confidence interval of the
+mean (4000 resamples, percentile), as the paper gives mean +- 95% CI;
+medians too, and the share of the measured client's bytes each guard
+delivered (how the scheduler spread the set over its legs).
+
+Transfers: workloads named `web` or `web-*` are web, `bulk` or `bulk-*`
+bulk; others (load) are left out. Relays: `g1`, `m1` and `exit` when the
+run has them (seed004-local: the measured client's first leg, as the
+paper shows one circuit's routers), else the mean over the relays whose
+names start with `g`, `m` and `e` (seed004-scale). Failed transfers and
+CPU-saturated repetitions are counted and left out.
+
+Usage: scripts/seed004-table.py RUN_DIR [--markdown]
+Standard library only.
+"""
+import json
+import random
+import statistics
+import sys
+from collections import defaultdict
+
+RESAMPLES = 4000
+
+
+def mean_ci(xs, seed=1):
+    rng = random.Random(seed)
+    boot = sorted(statistics.fmean(rng.choices(xs, k=len(xs))) for _ in range(RESAMPLES))
+    return statistics.fmean(xs), boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+
+
+def label(variant):
+    p = dict(kv.split("=", 1) for kv in variant.split())
+    return int(p.get("legs", "1")), p.get("leg_scheduler", "lowrtt")
+
+
+def kind(workload):
+    base = workload.split("-")[0]
+    return base if base in ("web", "bulk") else None
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def relay_roles(names):
+    if {"g1", "m1", "exit"} <= set(names):
+        return {"entry": ["g1"], "middle": ["m1"], "exit": ["exit"]}
+    return {
+        "entry": [n for n in names if n.startswith("g")],
+        "middle": [n for n in names if n.startswith("m")],
+        "exit": [n for n in names if n.startswith("e")],
+    }
+
+
+def load(run):
+    reps = read_jsonl(f"{run}/repetitions.jsonl")
+    records = read_jsonl(f"{run}/records.jsonl")
+    saturated = {(r["variant"], r["repetition"]) for r in reps if r.get("cpu_saturated")}
+    out = defaultdict(lambda: defaultdict(list))
+    for r in reps:
+        v = r["variant"]
+        if (v, r["repetition"]) in saturated:
+            out[v]["saturated"].append(1)
+            continue
+        cpu = dict(r["relay_cpu_s"])
+        for role, names in relay_roles(list(cpu)).items():
+            if names and r["wall_s"] > 0:
+                pct = statistics.fmean(cpu[n] for n in names) / r["wall_s"] * 100
+                out[v][f"cpu_{role}"].append(pct)
+        # Bytes each guard sent to the measured client (seed004-local).
+        to_op = {a: b for a, dst, b, _ in r["links"] if dst == "op" and a.startswith("g")}
+        total = sum(to_op.values())
+        for g, b in to_op.items():
+            if total > 0:
+                out[v][f"share_{g}"].append(100 * b / total)
+    for t in records:
+        v, k = t["variant"], kind(t["workload"])
+        if k is None:
+            continue
+        if (v, t["repetition"]) in saturated:
+            continue
+        if t.get("error") or t.get("timed_out") or t.get("ttlb_ms") is None:
+            out[v][f"failed_{k}"].append(1)
+            continue
+        out[v][f"ttfb_{k}"].append(t["ttfb_ms"] / 1000)
+        out[v][f"dt_{k}"].append(t["ttlb_ms"] / 1000)
+    return out
+
+
+def fmt(xs, digits):
+    if not xs:
+        return "n/a"
+    m, lo, hi = mean_ci(xs)
+    return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    run = sys.argv[1]
+    data = load(run)
+    order = sorted(data, key=lambda v: (label(v)[1] != "round-robin", label(v)))
+    cols = [
+        ("legs", None),
+        ("scheduler", None),
+        ("CPU entry %", ("cpu_entry", 1)),
+        ("CPU middle %", ("cpu_middle", 1)),
+        ("CPU exit %", ("cpu_exit", 1)),
+        ("TTFB web s", ("ttfb_web", 3)),
+        ("TTFB bulk s", ("ttfb_bulk", 3)),
+        ("DT web s", ("dt_web", 3)),
+        ("DT bulk s", ("dt_bulk", 3)),
+    ]
+    print("| " + " | ".join(c for c, _ in cols) + " | median DT web / bulk s | guard shares of op's bytes % | n web / bulk | failed | saturated reps |")
+    print("|" + "---|" * (len(cols) + 5))
+    for v in order:
+        legs, sched = label(v)
+        d = data[v]
+        cells = [str(legs), sched]
+        for _, spec in cols[2:]:
+            key, digits = spec
+            cells.append(fmt(d[key], digits))
+        med = " / ".join(
+            f"{statistics.median(d[k]):.3f}" if d[k] else "n/a" for k in ("dt_web", "dt_bulk")
+        )
+        shares = " / ".join(
+            f"{statistics.fmean(d[k]):.0f}" for k in sorted(d) if k.startswith("share_") and d[k]
+        )
+        n = f"{len(d['dt_web'])} / {len(d['dt_bulk'])}"
+        failed = len(d["failed_web"]) + len(d["failed_bulk"])
+        cells += [med, shares or "n/a", n, str(failed), str(len(d["saturated"]))]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
