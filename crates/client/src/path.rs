@@ -136,7 +136,7 @@ pub enum PathError {
     },
     /// A multi-path set needs more distinct relays in one position than
     /// there are.
-    #[error("{legs} legs need {legs} distinct {position}s, but only {available} are available")]
+    #[error("{legs} legs need {legs} distinct {position}s, but {available} are available")]
     TooFewForLegs {
         /// `guard` or `middle`.
         position: &'static str,
@@ -324,6 +324,10 @@ pub enum PinnedPathError {
     /// A relay has no `tls` address.
     #[error("relay {0:?} has no tls address")]
     NoTlsAddress(String),
+    /// Pinned legs that are not 1 to `MAX_LEGS_PER_SET` paths ending at
+    /// the same exit.
+    #[error("pinned legs: {0}")]
+    BadLegs(String),
 }
 
 /// Resolve a pinned path of nicknames (guard first, exit last; compared
@@ -598,7 +602,8 @@ mod tests {
             }
         );
         assert!(
-            err.to_string().contains("5 legs need 5 distinct guards"),
+            err.to_string()
+                .contains("5 legs need 5 distinct guards, but 4 are"),
             "{err}"
         );
         // Four guards leave five middles (one exit, the other among them):

@@ -109,7 +109,7 @@ fn consider(
         Replacement::ParamsChanged { held, loaded } => (
             "params",
             format!(
-                "its [params] differ from the held one's (circuit_cc {loaded} vs {held}): \
+                "its [params] differ from the held one's ({loaded} vs {held}): \
                  circuits need both ends to agree, and relays read them only at start; \
                  restart the network's nodes to change them"
             ),

@@ -76,6 +76,33 @@ pub(crate) struct Config {
     by_identity: HashMap<RelayId, usize>,
 }
 
+/// Pinned legs resolved as [`resolve_pinned`] resolves a path: 1 to
+/// `MAX_LEGS_PER_SET` of them, all ending at the same exit (the
+/// configuration file checks the same; settings built in code are checked
+/// here).
+fn resolve_legs(
+    relays: &[RelayEntry],
+    legs: &[Vec<String>],
+) -> Result<Vec<Vec<usize>>, PinnedPathError> {
+    let max = onionlab_circuit::node::MAX_LEGS_PER_SET;
+    if legs.is_empty() || legs.len() > max {
+        return Err(PinnedPathError::BadLegs(format!(
+            "1 to {max} paths, not {}",
+            legs.len()
+        )));
+    }
+    let resolved = legs
+        .iter()
+        .map(|names| resolve_pinned(relays, names))
+        .collect::<Result<Vec<_>, _>>()?;
+    if resolved.iter().any(|p| p.last() != resolved[0].last()) {
+        return Err(PinnedPathError::BadLegs(
+            "every leg must end at the same exit".into(),
+        ));
+    }
+    Ok(resolved)
+}
+
 impl Config {
     /// `settings` with their pinned path (if any) resolved by nickname
     /// against their document.
@@ -83,11 +110,7 @@ impl Config {
         let relays = &settings.network.relays;
         let pinned = match (&settings.path, &settings.paths) {
             (Some(names), _) => Some(vec![resolve_pinned(relays, names)?]),
-            (None, Some(legs)) => Some(
-                legs.iter()
-                    .map(|names| resolve_pinned(relays, names))
-                    .collect::<Result<_, _>>()?,
-            ),
+            (None, Some(legs)) => Some(resolve_legs(relays, legs)?),
             (None, None) => None,
         };
         let by_identity = settings
@@ -681,6 +704,16 @@ impl State {
                     }
                 }
                 ClientNodeEvent::Circuit { circ, event } => self.on_circuit_event(circ, event, now),
+                ClientNodeEvent::LegHopFailed { set, leg, hop } => {
+                    // As for a plain circuit's HopFailed: avoided a while.
+                    let Some(c) = self.circuits.get(&set) else {
+                        continue;
+                    };
+                    let relay = c.legs.get(leg).and_then(|p| p.get(hop));
+                    if let Some(r) = relay.and_then(|&i| c.doc.relays.get(i)) {
+                        self.failed_relays.insert(r.ed_identity, now);
+                    }
+                }
                 ClientNodeEvent::Closed {
                     circ,
                     reason,
@@ -749,8 +782,7 @@ impl State {
             ClientEvent::HopFailed { hop, .. } => {
                 // The circuit closes right after; its relay is avoided for
                 // a while (it may be innocent: see ClientEvent::HopFailed).
-                // (Only plain circuits report it: a set's legs report their
-                // failures in the set's close.)
+                // (Plain circuits report it here, sets as LegHopFailed.)
                 let hop_relay = c.legs.first().and_then(|p| p.get(hop));
                 if let Some(r) = hop_relay.and_then(|&i| c.doc.relays.get(i)) {
                     self.failed_relays.insert(r.ed_identity, now);
@@ -1306,6 +1338,34 @@ mod tests {
         match st.pick(&target, &IsolationKey::None) {
             Ok(Pick::Launch(p)) => p.legs.iter().map(|l| names(st, l)).collect(),
             other => panic!("expected a new path, got {:?}", other.map(|_| ())),
+        }
+    }
+
+    #[test]
+    fn pinned_legs_built_in_code_are_checked() {
+        let mut d = doc(relays(10), 0);
+        d.params.cfx_enabled = true;
+        let settings = |legs: Vec<Vec<&str>>| {
+            let mut s = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), d.clone());
+            s.paths = Some(
+                legs.iter()
+                    .map(|p| p.iter().map(|n| n.to_string()).collect())
+                    .collect(),
+            );
+            s
+        };
+        for (legs, needle) in [
+            (vec![], "1 to 8 paths"),
+            (
+                vec![
+                    vec!["relay0", "relay1", "relay8"],
+                    vec!["relay2", "relay3", "relay9"],
+                ],
+                "same exit",
+            ),
+        ] {
+            let e = Config::new(settings(legs)).expect_err(needle);
+            assert!(e.to_string().contains(needle), "{e}");
         }
     }
 

@@ -1165,6 +1165,24 @@ impl Scenario {
                         v.label, v.legs, c.name
                     ));
                 }
+                if v.legs > 1 && c.paths.is_none() {
+                    // Random legs: distinct guards, and distinct middles
+                    // among the relays that are neither those nor an exit.
+                    let guards = self.relays.iter().filter(|r| r.guard && !r.exit).count();
+                    let others = self.relays.iter().filter(|r| !r.exit).count();
+                    if guards < v.legs || others < 2 * v.legs {
+                        return Err(format!(
+                            "variant {:?} asks for {} random legs for client {:?}: that needs {} \
+                             guard relays and {} non-exit relays in all, and the scenario has \
+                             {guards} and {others}",
+                            v.label,
+                            v.legs,
+                            c.name,
+                            v.legs,
+                            2 * v.legs
+                        ));
+                    }
+                }
                 let pinned = c.paths.as_ref().map_or(0, Vec::len);
                 if pinned > 0 && pinned < v.legs {
                     return Err(format!(

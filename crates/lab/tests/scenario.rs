@@ -940,6 +940,11 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
     assert!(e.to_string().contains("pins one path"), "{e}");
     let e = parse(&format!("{}\n[matrix]\nlegs = [3]\n", seven)).expect_err("too few pinned");
     assert!(e.to_string().contains("pins only 2"), "{e}");
+    // Random legs need the relays for them: quick's three relays have one
+    // guard.
+    let random = BASE.replace("path = [\"guard\", \"middle\", \"exit\"]\n", "");
+    let e = parse(&format!("{random}\n[matrix]\nlegs = [2]\n")).expect_err("too few relays");
+    assert!(e.to_string().contains("needs 2 guard relays"), "{e}");
     // C tor variants run without conflux.
     let e = parse(&format!(
         "{}\n[matrix]\nlegs = [2]\ntransport = [\"ctor\"]\n",

@@ -1353,6 +1353,16 @@ impl ClientConfig {
     fn check(&self, origin: &str) -> Result<()> {
         check_quic_timers(origin, self.quic_keep_alive_ms, self.quic_idle_timeout_ms)?;
         check_utcp(origin, &self.utcp)?;
+        if self.path.is_some() && self.legs != 1 {
+            return Err(Error::Invalid {
+                origin: origin.to_string(),
+                message: format!(
+                    "legs = {} with one pinned path: pin the legs with paths, or leave path out \
+                     for random legs",
+                    self.legs
+                ),
+            });
+        }
         if let Some(paths) = &self.paths {
             let message = if self.path.is_some() {
                 Some("give either path or paths (pinned legs), not both".to_string())
@@ -1600,6 +1610,7 @@ mod test {
                 "paths = [[\"a\", \"e\"], [\"b\", \"e\"]]\nlegs = 3\n",
                 "pins 2 legs",
             ),
+            ("path = [\"a\", \"e\"]\nlegs = 2\n", "one pinned path"),
         ] {
             let err = parse(extra).expect_err(extra).to_string();
             assert!(err.contains(needle), "{extra}: {err}");

@@ -71,6 +71,17 @@ impl NetworkParams {
         })
     }
 
+    /// The choices in one line, for messages: `circuit_cc=vegas
+    /// cfx_enabled=1 cfx_scheduler=lowrtt` (not the `cc_*` overrides).
+    pub fn summary(&self) -> String {
+        format!(
+            "circuit_cc={} cfx_enabled={} cfx_scheduler={}",
+            self.circuit_cc.name(),
+            u8::from(self.cfx_enabled),
+            self.cfx_scheduler
+        )
+    }
+
     /// Parameters from the raw `[params]` table.
     ///
     /// # Errors

@@ -55,10 +55,10 @@ pub enum Replacement {
     /// Newer, but with other network-wide parameters: refused (a running
     /// node cannot change them; see the [module docs](self)).
     ParamsChanged {
-        /// The held document's `circuit_cc`.
-        held: &'static str,
-        /// The loaded document's `circuit_cc`.
-        loaded: &'static str,
+        /// The held document's parameters ([`NetworkParams::summary`](crate::NetworkParams::summary)).
+        held: String,
+        /// The loaded document's.
+        loaded: String,
     },
     /// Another network's document: refused.
     OtherNetwork {
@@ -101,8 +101,8 @@ pub fn judge_replacement(
     }
     match loaded.valid_after_unix.cmp(&held.valid_after_unix) {
         std::cmp::Ordering::Greater if loaded.params != held.params => Replacement::ParamsChanged {
-            held: held.params.circuit_cc.name(),
-            loaded: loaded.params.circuit_cc.name(),
+            held: held.params.summary(),
+            loaded: loaded.params.summary(),
         },
         std::cmp::Ordering::Greater => Replacement::Newer,
         std::cmp::Ordering::Equal => Replacement::Same,
@@ -157,8 +157,8 @@ mod tests {
         assert_eq!(
             r,
             Replacement::ParamsChanged {
-                held: "fixed",
-                loaded: "vegas"
+                held: "circuit_cc=fixed cfx_enabled=0 cfx_scheduler=lowrtt".into(),
+                loaded: "circuit_cc=vegas cfx_enabled=0 cfx_scheduler=lowrtt".into()
             }
         );
         assert!(!r.accepted());

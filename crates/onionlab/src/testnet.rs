@@ -140,6 +140,7 @@ pub fn free_port_range(n: u16) -> Result<u16, Error> {
     // Below the kernel's ephemeral range: a port in it can be taken as
     // the source port of any outgoing connection (another test's, while a
     // killed relay is down), and the relay could not listen on it again.
+    let n = n.max(1);
     let (lowest, highest) = (10_000, ephemeral_ports_start().max(10_000 + 2 * n));
     let mut x = seed
         .wrapping_mul(6364136223846793005)

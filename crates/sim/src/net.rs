@@ -569,7 +569,7 @@ impl Net {
                         }
                     }
                 }
-                ClientNodeEvent::Built { .. } => {}
+                ClientNodeEvent::Built { .. } | ClientNodeEvent::LegHopFailed { .. } => {}
                 ClientNodeEvent::Circuit { circ, event } => self.client_events.push((circ, event)),
                 ClientNodeEvent::Closed { circ, reason, .. } => {
                     self.client_events.push((circ, ClientEvent::Closed(reason)))

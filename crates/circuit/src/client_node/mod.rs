@@ -129,6 +129,18 @@ pub enum ClientNodeEvent {
         /// What happened.
         event: ClientEvent,
     },
+    /// Hop `hop` of leg `leg` (in the order of the paths given to
+    /// [`ClientNode::launch_set`]) of set `set` failed: the relay there
+    /// may be at fault, as [`ClientEvent::HopFailed`] says for a plain
+    /// circuit. The set closes right after.
+    LegHopFailed {
+        /// The set.
+        set: CircKey,
+        /// The leg's index.
+        leg: usize,
+        /// The hop's index in the leg's path.
+        hop: usize,
+    },
     /// The circuit is closed; nothing more will happen on it, and the node
     /// forgets it once its DESTROY is out.
     Closed {

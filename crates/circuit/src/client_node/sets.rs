@@ -143,6 +143,17 @@ impl ClientNode {
                         c.failure
                             .get_or_insert_with(|| format!("relay {name} failed: {detail}"));
                     }
+                    let index = self
+                        .sets
+                        .get(&set)
+                        .and_then(|s| s.legs.iter().position(|&l| l == leg));
+                    if let Some(index) = index {
+                        self.events.push_back(ClientNodeEvent::LegHopFailed {
+                            set,
+                            leg: index,
+                            hop,
+                        });
+                    }
                 }
                 ClientEvent::Linked { .. } => self.leg_linked(now, leg, set),
                 ClientEvent::Closed(reason) => {

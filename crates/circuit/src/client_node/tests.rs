@@ -660,3 +660,33 @@ fn a_set_through_an_exit_that_does_not_link_fails_to_build() {
         .launch_set(h.now, mixed, CircuitCc::Fixed, LegSchedulerKind::LowRtt)
         .is_err());
 }
+
+#[test]
+fn a_leg_whose_relay_cannot_be_reached_names_the_leg_and_hop() {
+    let mut h = Harness::with_conflux(5, 29);
+    let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(98)).public();
+    let ghost_hop = PathHop {
+        linkspecs: [LinkSpec::Ed25519Id(ghost.ed_identity)]
+            .iter()
+            .map(|s| s.encode().expect("encodes"))
+            .collect(),
+        keys: ghost,
+        name: "ghost".into(),
+    };
+    let second = vec![h.hop(2), ghost_hop, h.hop(4)];
+    let paths = vec![h.path(&[0, 1, 4]), second];
+    let set = h
+        .client
+        .launch_set(h.now, paths, CircuitCc::Fixed, LegSchedulerKind::LowRtt)
+        .expect("launch");
+    h.pump();
+    assert!(h.events.iter().any(|e| matches!(
+        e,
+        ClientNodeEvent::LegHopFailed { set: s, leg: 1, hop: 1 } if *s == set
+    )));
+    let (failure, _) = h.closed(set).expect("closed");
+    let Some(BuildFailure::Failed(why)) = failure else {
+        panic!("{failure:?}");
+    };
+    assert!(why.contains("ghost"), "{why}");
+}

@@ -207,7 +207,10 @@ mod tests {
             assert!(q.may_take_data(3));
             assert!(q.send(&[], stream, data(), 10_000));
         }
-        assert!(!q.may_take_data(3), "DATA waiting counts against the window");
+        assert!(
+            !q.may_take_data(3),
+            "DATA waiting counts against the window"
+        );
         assert!(q.next_output().is_some());
         assert!(q.may_take_data(3));
         // The depth: SWITCHes and DATA together, whatever the window.
