@@ -381,19 +381,24 @@ fn a_build_not_done_in_time_closes_with_a_timeout() {
     );
 }
 
-#[test]
-fn a_relay_that_cannot_be_reached_fails_the_build_naming_it() {
-    let mut h = Harness::new(3, 5);
-    let mut path = h.path(&[0, 1]);
-    let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(99)).public();
-    path.push(PathHop {
+/// A hop no relay answers to (its keys from `seed`), called "ghost".
+fn ghost_hop(seed: u64) -> PathHop {
+    let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(seed)).public();
+    PathHop {
         linkspecs: [LinkSpec::Ed25519Id(ghost.ed_identity)]
             .iter()
             .map(|s| s.encode().expect("encodes"))
             .collect(),
         keys: ghost,
         name: "ghost".into(),
-    });
+    }
+}
+
+#[test]
+fn a_relay_that_cannot_be_reached_fails_the_build_naming_it() {
+    let mut h = Harness::new(3, 5);
+    let mut path = h.path(&[0, 1]);
+    path.push(ghost_hop(99));
     let a = h
         .client
         .launch(h.now, path, CircuitCc::Fixed)
@@ -664,16 +669,7 @@ fn a_set_through_an_exit_that_does_not_link_fails_to_build() {
 #[test]
 fn a_leg_whose_relay_cannot_be_reached_names_the_leg_and_hop() {
     let mut h = Harness::with_conflux(5, 29);
-    let ghost = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(98)).public();
-    let ghost_hop = PathHop {
-        linkspecs: [LinkSpec::Ed25519Id(ghost.ed_identity)]
-            .iter()
-            .map(|s| s.encode().expect("encodes"))
-            .collect(),
-        keys: ghost,
-        name: "ghost".into(),
-    };
-    let second = vec![h.hop(2), ghost_hop, h.hop(4)];
+    let second = vec![h.hop(2), ghost_hop(98), h.hop(4)];
     let paths = vec![h.path(&[0, 1, 4]), second];
     let set = h
         .client
