@@ -84,8 +84,8 @@ pub struct LegState {
 /// Most messages a leg holds from its set before its channel takes them
 /// (DATA also within the circuit window). With room for one, a set moved
 /// one cell per channel write, waking the writers of its legs in turn: on
-/// the emulated network two legs were slower than one (seed004-local,
-/// docs/results/seed004.md). With a few dozen a writer takes a batch per
+/// the emulated network two legs were slower than one (`multipath-quick`,
+/// docs/conflux.md). With a few dozen a writer takes a batch per
 /// wake-up, and the leg scheduler still decides on recent state. C tor
 /// bounds a leg's queue by its congestion window only.
 pub const LEG_OUTPUT_DEPTH: usize = 32;
