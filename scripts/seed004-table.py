@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarise a seed 004 run (seed004-local or seed004-scale) in the form of
 the paper's Table 1: per variant (legs, leg scheduler), relay CPU as a
-percentage of one core over each repetition (entry, middle, exit), time to
+percentage of one core over each repetition (entry, middle, exit) and the
+entry's CPU seconds per repetition (its total work: a repetition ends when
+its transfers do, so faster variants have shorter ones), time to
 first byte, and download time of the web (320 KiB) and bulk (1 MiB)
 transfers, each as mean with a 95% bootstrap confidence interval of the
 mean (4000 resamples, percentile), as the paper gives mean +- 95% CI;
@@ -31,6 +33,16 @@ def mean_ci(xs, seed=1):
     rng = random.Random(seed)
     boot = sorted(statistics.fmean(rng.choices(xs, k=len(xs))) for _ in range(RESAMPLES))
     return statistics.fmean(xs), boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+
+
+def ratio_ci(a, b, seed=2):
+    """Ratio of the means of a and b, with a 95% bootstrap interval."""
+    rng = random.Random(seed)
+    boot = sorted(
+        statistics.fmean(rng.choices(a, k=len(a))) / statistics.fmean(rng.choices(b, k=len(b)))
+        for _ in range(RESAMPLES)
+    )
+    return statistics.fmean(a) / statistics.fmean(b), boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
 
 
 def label(variant):
@@ -71,8 +83,9 @@ def load(run):
         cpu = dict(r["relay_cpu_s"])
         for role, names in relay_roles(list(cpu)).items():
             if names and r["wall_s"] > 0:
-                pct = statistics.fmean(cpu[n] for n in names) / r["wall_s"] * 100
-                out[v][f"cpu_{role}"].append(pct)
+                seconds = statistics.fmean(cpu[n] for n in names)
+                out[v][f"cpu_{role}"].append(seconds / r["wall_s"] * 100)
+                out[v][f"cpus_{role}"].append(seconds)
         # Bytes each guard sent to the measured client (seed004-local).
         to_op = {a: b for a, dst, b, _ in r["links"] if dst == "op" and a.startswith("g")}
         total = sum(to_op.values())
@@ -112,6 +125,7 @@ def main():
         ("CPU entry %", ("cpu_entry", 1)),
         ("CPU middle %", ("cpu_middle", 1)),
         ("CPU exit %", ("cpu_exit", 1)),
+        ("CPU s entry", ("cpus_entry", 2)),
         ("TTFB web s", ("ttfb_web", 3)),
         ("TTFB bulk s", ("ttfb_bulk", 3)),
         ("DT web s", ("dt_web", 3)),
@@ -119,6 +133,7 @@ def main():
     ]
     print("| " + " | ".join(c for c, _ in cols) + " | median DT web / bulk s | guard shares of op's bytes % | n web / bulk | failed | saturated reps |")
     print("|" + "---|" * (len(cols) + 5))
+    ratios = []
     for v in order:
         legs, sched = label(v)
         d = data[v]
@@ -136,6 +151,25 @@ def main():
         failed = len(d["failed_web"]) + len(d["failed_bulk"])
         cells += [med, shares or "n/a", n, str(failed), str(len(d["saturated"]))]
         print("| " + " | ".join(cells) + " |")
+        base = next((data[b] for b in order if label(b)[0] == 1), None)
+        if base is not None and legs > 1:
+            row = [str(legs), sched]
+            for key in ("cpu_entry", "cpus_entry", "ttfb_web", "ttfb_bulk", "dt_web", "dt_bulk"):
+                if d[key] and base[key]:
+                    r, lo, hi = ratio_ci(d[key], base[key])
+                    bold = "**" if hi < 1 or lo > 1 else ""
+                    row.append(f"{bold}{r:.2f} [{lo:.2f}, {hi:.2f}]{bold}")
+                else:
+                    row.append("n/a")
+            ratios.append(row)
+    if ratios:
+        print()
+        print("Against one path (ratio of means, 95% bootstrap interval; bold where it excludes 1):")
+        print()
+        print("| legs | scheduler | CPU % entry | CPU s entry | TTFB web | TTFB bulk | DT web | DT bulk |")
+        print("|---|---|---|---|---|---|---|---|")
+        for row in ratios:
+            print("| " + " | ".join(row) + " |")
 
 
 if __name__ == "__main__":
