@@ -118,7 +118,7 @@ def main():
         sys.exit(__doc__)
     run = sys.argv[1]
     data = load(run)
-    order = sorted(data, key=lambda v: (label(v)[1] != "round-robin", label(v)))
+    order = sorted(data, key=lambda v: (not label(v)[1].startswith("round-robin"), label(v)))
     cols = [
         ("legs", None),
         ("scheduler", None),
