@@ -504,6 +504,12 @@ network = \"network.doc\"
 network_key = \"{key_hex}\"
 # Pin every circuit to these relays (guard first, exit last), e.g.:
 # path = [{example}]
+# Multi-path (docs/conflux.md), when the network document has cfx_enabled
+# (`network init --conflux`): circuits per linked set, 1 to 8; also
+# `leg_scheduler`, this end's leg scheduler (default: the document's
+# cfx_scheduler; for example \"round-robin:32\"), and `paths`, pinned
+# legs ending at one exit, instead of `path`.
+# legs = 1
 circuit_build_timeout_ms = {timeout}
 max_circuit_dirtiness_s = {dirtiness}
 build_retries = {retries}
