@@ -203,7 +203,7 @@ struct StreamSlot {
 /// who may use it, and its streams' tasks. Dropped when the node reports
 /// the circuit closed.
 struct Circ {
-    /// The document the path was chosen from: `path` indexes its relays,
+    /// The document the legs were chosen from: `legs` index its relays,
     /// whatever document the client holds now.
     doc: Arc<NetworkDocument>,
     /// The path of each leg (one unless it is a multi-path set); every
