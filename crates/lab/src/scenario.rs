@@ -1562,7 +1562,7 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
         "leg_scheduler" => LegSchedulerKind::parse(value).map(|_| ()).ok_or_else(|| {
             format!(
                 "unknown leg scheduler {value:?} ({})",
-                LegSchedulerKind::NAMES
+                LegSchedulerKind::names()
             )
         }),
         "latency" => parse_duration(value).map(|_| ()).map_err(|e| e.to_string()),

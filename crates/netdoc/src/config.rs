@@ -875,7 +875,7 @@ fn de_leg_scheduler<'de, D: Deserializer<'de>>(
     LegSchedulerKind::parse(&name).map(Some).ok_or_else(|| {
         serde::de::Error::custom(format!(
             "{name:?} is not a leg scheduler ({})",
-            LegSchedulerKind::NAMES
+            LegSchedulerKind::names()
         ))
     })
 }

@@ -105,7 +105,7 @@ impl NetworkParams {
             Some(toml::Value::String(s)) => LegSchedulerKind::parse(s).ok_or_else(|| {
                 format!(
                     "cfx_scheduler {s:?} is not a leg scheduler ({})",
-                    LegSchedulerKind::NAMES
+                    LegSchedulerKind::names()
                 )
             })?,
             Some(other) => return Err(format!("cfx_scheduler must be a string, not {other}")),

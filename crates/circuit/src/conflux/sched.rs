@@ -78,9 +78,13 @@ impl LegSchedulerKind {
         LegSchedulerKind::CwndRtt,
     ];
 
-    /// The names [`parse`](Self::parse) takes, for error messages.
-    pub const NAMES: &'static str =
-        "round-robin, round-robin:N, random, conflux-2013, mtor, minrtt, lowrtt, cwndrtt";
+    /// The names [`parse`](Self::parse) takes, for error messages:
+    /// every scheduler's, and round robin's with a cell count.
+    pub fn names() -> String {
+        let mut names: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+        names.insert(1, "round-robin:N");
+        names.join(", ")
+    }
 
     /// Its name in settings and reports, without round robin's count
     /// (the `Display` form has it).

@@ -119,7 +119,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
 /// A leg scheduler by name, for clap.
 fn parse_leg_scheduler(name: &str) -> std::result::Result<LegSchedulerKind, String> {
     LegSchedulerKind::parse(name)
-        .ok_or_else(|| format!("not a leg scheduler ({})", LegSchedulerKind::NAMES))
+        .ok_or_else(|| format!("not a leg scheduler ({})", LegSchedulerKind::names()))
 }
 
 /// Verify `dir/network.doc` with `dir/network-key.secret` (an expired
