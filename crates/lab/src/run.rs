@@ -14,6 +14,7 @@ use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use onionlab_crypto::identity::RelaySecretKeys;
@@ -39,6 +40,8 @@ const SERVER_PORT: u16 = 8000;
 pub(crate) const SOCKS_PORT: u16 = 9050;
 /// Busy fraction of all CPUs above which a repetition is flagged.
 pub const SATURATED_BUSY_FRACTION: f64 = 0.90;
+/// Most runs `lab run --jobs` runs at once.
+pub const MAX_JOBS: usize = 8;
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -57,8 +60,13 @@ pub struct RunOptions {
     pub resume: bool,
     /// When resuming, also run again the runs that ran on a saturated CPU.
     pub redo_saturated: bool,
-    /// Set (by a signal handler) to stop after the repetition under way;
-    /// what ran is written out as usual.
+    /// Runs under way at once, each in a network of its own (1: one after
+    /// another). For link-bound scenarios whose runs leave the CPU mostly
+    /// idle; every run records the setting and the machine's busy
+    /// fraction, and runs on a saturated CPU are flagged as always.
+    pub jobs: usize,
+    /// Set (by a signal handler) to stop after the runs under way; what
+    /// ran is written out as usual.
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
@@ -137,6 +145,13 @@ pub struct RepetitionRecord {
     /// emulated network, limited this repetition.
     #[serde(default)]
     pub host_dropped: bool,
+    /// Runs the lab ran at once (`lab run --jobs`) while this one ran.
+    #[serde(default = "one_job")]
+    pub jobs: usize,
+}
+
+fn one_job() -> usize {
+    1
 }
 
 /// Packet counts of one directed link over a repetition.
@@ -371,68 +386,109 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
     if opts.resume && opts.progress {
         eprintln!("resuming: {skipped} of {total} runs done, {left} to go");
     }
-    let mut done = 0;
+    let pending = pending_runs(&journal, reps, &variants)?;
+    let jobs = opts.jobs.clamp(1, MAX_JOBS).min(pending.len().max(1));
+    // Set on the first failed run: the others finish the run under way and
+    // take no more.
+    let abort = AtomicBool::new(false);
     let stopping = || {
-        opts.stop
-            .as_ref()
-            .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+        abort.load(Ordering::Relaxed)
+            || opts
+                .stop
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::Relaxed))
     };
-    'reps: for rep in 0..reps {
-        let seed = repetition_seed(scenario.seed, rep);
-        for k in 0..variants.len() {
-            let vi = (k + rep as usize) % variants.len();
-            let variant = &variants[vi];
-            if journal.is_done(rep, &variant.label) {
-                continue;
-            }
-            if stopping() {
-                if opts.progress {
-                    eprintln!(
-                        "\nstopped: {} of {total} runs done (continue with --resume)",
-                        skipped + done
-                    );
+    let next = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    let mut done = 0;
+    let mut first_error = None;
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        for slot in 0..jobs {
+            let tx = tx.clone();
+            let (pending, next, finished, stopping) = (&pending, &next, &finished, &stopping);
+            let (variants, short) = (&variants, &short);
+            s.spawn(move || loop {
+                if stopping() {
+                    break;
                 }
-                break 'reps;
-            }
-            let label = format!("rep {rep}: {:<width$}", short[vi]);
-            // What the repetition is doing before its workload (C tor's
-            // bootstrap), after the label.
-            let status = |what: &str| {
-                if opts.progress {
-                    let now = if what.is_empty() {
-                        label.clone()
-                    } else {
-                        format!("{label} ({what})")
-                    };
-                    progress(done, left, started, &now);
-                }
-            };
-            status("");
-            let dir = journal.fresh_raw_dir(rep, vi)?;
-            let (mut recs, r, host_sysctls) =
-                run_one(scenario, variant, (rep, seed), &dir, &opts.bin, &status)?;
-            if !opts.out.join("environment.json").exists() {
-                let utcp = variants
-                    .iter()
-                    .find(|v| v.transport.may_use_utcp())
-                    .zip(scenario.relays.first())
-                    .map(|(v, r)| UtcpParity::for_variant(v, &r.host));
-                let env = EnvironmentParts {
-                    host_sysctls,
-                    mtu: variant.topology.mtu,
-                    utcp,
-                    ctor_version: ctor_version.clone(),
+                let Some(p) = pending.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    break;
                 };
-                write_environment(&opts.out, env)?;
-            }
-            for rec in &mut recs {
-                rec.variant = variant.label.clone();
-                rec.repetition = rep;
-                rec.seed = seed;
-            }
-            journal.append(recs, r)?;
-            done += 1;
+                let label = format!("rep {}: {:<width$}", p.rep, short[p.variant]);
+                // What the run is doing before its workload (C tor's
+                // bootstrap), after the label.
+                let status = |what: &str| {
+                    if opts.progress {
+                        let now = if what.is_empty() {
+                            label.clone()
+                        } else {
+                            format!("{label} ({what})")
+                        };
+                        progress(finished.load(Ordering::Relaxed), left, started, &now);
+                    }
+                };
+                status("");
+                let seed = repetition_seed(scenario.seed, p.rep);
+                let lab = format!("l{}-{slot}", std::process::id());
+                let variant = &variants[p.variant];
+                let result = run_one(
+                    scenario,
+                    variant,
+                    (p.rep, seed),
+                    &p.dir,
+                    &opts.bin,
+                    &lab,
+                    &status,
+                );
+                finished.fetch_add(1, Ordering::Relaxed);
+                if tx.send((variant, p.rep, seed, result)).is_err() {
+                    break;
+                }
+            });
         }
+        drop(tx);
+        // The journal is written here only, as runs finish (in any order
+        // with several jobs).
+        for (variant, rep, seed, result) in rx {
+            let recorded = result.and_then(|(mut recs, mut r, host_sysctls)| {
+                if !opts.out.join("environment.json").exists() {
+                    write_environment(
+                        &opts.out,
+                        environment_parts(
+                            &variants,
+                            scenario,
+                            variant,
+                            host_sysctls,
+                            &ctor_version,
+                        ),
+                    )?;
+                }
+                for rec in &mut recs {
+                    rec.variant = variant.label.clone();
+                    rec.repetition = rep;
+                    rec.seed = seed;
+                }
+                r.jobs = jobs;
+                journal.append(recs, r)
+            });
+            match recorded {
+                Ok(()) => done += 1,
+                Err(e) => {
+                    abort.store(true, Ordering::Relaxed);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+    });
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    if done < pending.len() && opts.progress {
+        eprintln!(
+            "\nstopped: {} of {total} runs done (continue with --resume)",
+            skipped + done
+        );
     }
     if opts.progress {
         progress(
@@ -450,6 +506,59 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         repetitions: journal.repetitions,
         variants: variants.iter().map(|v| v.label.clone()).collect(),
     })
+}
+
+/// A run still to do: repetition, index of the variant, raw directory.
+struct PendingRun {
+    rep: u32,
+    variant: usize,
+    dir: PathBuf,
+}
+
+/// The runs `journal` lacks, in the order one job runs them: repetition
+/// by repetition, each starting one variant further on (so that no
+/// variant always runs first).
+fn pending_runs(
+    journal: &Journal,
+    reps: u32,
+    variants: &[Variant],
+) -> Result<Vec<PendingRun>, RunError> {
+    let mut pending = Vec::new();
+    for rep in 0..reps {
+        for k in 0..variants.len() {
+            let vi = (k + rep as usize) % variants.len();
+            if !journal.is_done(rep, &variants[vi].label) {
+                let dir = journal.fresh_raw_dir(rep, vi)?;
+                pending.push(PendingRun {
+                    rep,
+                    variant: vi,
+                    dir,
+                });
+            }
+        }
+    }
+    Ok(pending)
+}
+
+/// What environment.json records, from the first run to finish.
+fn environment_parts(
+    variants: &[Variant],
+    scenario: &Scenario,
+    variant: &Variant,
+    host_sysctls: Sysctls,
+    ctor_version: &Option<String>,
+) -> EnvironmentParts {
+    let utcp = variants
+        .iter()
+        .find(|v| v.transport.may_use_utcp())
+        .zip(scenario.relays.first())
+        .map(|(v, r)| UtcpParity::for_variant(v, &r.host));
+    EnvironmentParts {
+        host_sysctls,
+        mtu: variant.topology.mtu,
+        utcp,
+        ctor_version: ctor_version.clone(),
+    }
 }
 
 /// The seed of repetition `rep`: the same for every variant (common random
@@ -848,12 +957,14 @@ fn run_one(
     (rep, seed): (u32, u64),
     dir: &Path,
     bin: &Path,
+    lab: &str,
     status: &dyn Fn(&str),
 ) -> Result<(Vec<TransferRecord>, RepetitionRecord, Sysctls), RunError> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(io_err("creating the repetition directory"))?;
     let mut topology = variant.topology.clone();
-    topology.name = format!("l{}", std::process::id());
+    // Unique among concurrent runs: it names the hosts' namespaces.
+    topology.name = lab.to_string();
     topology.seed = seed;
     let net = Network::up(topology, NetworkOptions::default())?;
     let (tcp, host_sysctls) = prepare_hosts(&net, variant)?;
@@ -957,6 +1068,7 @@ fn run_one(
         tcp_counters,
         host_dropped: !host_drops.is_empty(),
         host_drops,
+        jobs: 1,
     };
     Ok((records, repetition, host_sysctls))
 }

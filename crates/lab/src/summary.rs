@@ -489,6 +489,12 @@ pub fn input_of_dir(dir: &Path) -> Result<ReportInput, ReportError> {
             ));
         }
     }
+    if let Some(jobs) = reps.iter().map(|r| r.jobs).max().filter(|&j| j > 1) {
+        meta.push((
+            "concurrent runs".into(),
+            format!("up to {jobs} at once (lab run --jobs), each in a network of its own"),
+        ));
+    }
     meta.push((
         "raw records".into(),
         "records.jsonl, records.csv, repetitions.jsonl".into(),

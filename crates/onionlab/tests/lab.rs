@@ -151,12 +151,14 @@ fn the_quick_scenario_runs_end_to_end() {
     }
     assert!(md.contains("**commit**"), "report.md names no commit");
 
-    // Continue the run to two repetitions: only the second runs, with its
-    // own seed, and the run directory says it came in two segments.
+    // Continue the run to three repetitions, two runs at once: only the
+    // second and third run, each with its own seed, every run is recorded
+    // once with the jobs it ran beside, and the run directory says it came
+    // in two segments.
     let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
         .args(["--log", "warn", "lab", "run"])
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/quick.toml"))
-        .args(["--reps", "2", "--resume", "--out"])
+        .args(["--reps", "3", "--jobs", "2", "--resume", "--out"])
         .arg(&out)
         .status()
         .expect("run onionlab lab run --resume");
@@ -177,17 +179,24 @@ fn the_quick_scenario_runs_end_to_end() {
             (0, "scheduler=ewma"),
             (0, "scheduler=round-robin"),
             (1, "scheduler=ewma"),
-            (1, "scheduler=round-robin")
+            (1, "scheduler=round-robin"),
+            (2, "scheduler=ewma"),
+            (2, "scheduler=round-robin")
         ]
     );
-    assert_ne!(reps[0].seed, reps[3].seed);
+    let seeds: std::collections::BTreeSet<(u32, u64)> =
+        reps.iter().map(|r| (r.repetition, r.seed)).collect();
+    assert_eq!(seeds.len(), 3, "one seed per repetition: {seeds:?}");
+    let jobs: Vec<usize> = reps.iter().map(|r| r.jobs).collect();
+    assert_eq!(jobs, [1, 1, 2, 2, 2, 2]);
     let records = std::fs::read_to_string(out.join("records.jsonl")).expect("records");
-    assert_eq!(records.lines().count(), 12, "{records}");
+    assert_eq!(records.lines().count(), 18, "{records}");
     let segments = onionlab_lab::journal::segments(&out);
     assert_eq!(segments.len(), 2, "{segments:?}");
     assert!(segments[1].resumed && segments[1].runs_done_before == 2);
     let md = std::fs::read_to_string(out.join("report/report.md")).expect("report.md");
     assert!(md.contains("continued with --resume"), "{md}");
+    assert!(md.contains("up to 2 at once"), "{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -43,6 +43,12 @@ pub enum LabCommand {
         /// machine). segments.jsonl records how many.
         #[arg(long, requires = "resume")]
         redo_saturated: bool,
+        /// Runs under way at once (1-8), each in a network of its own. For
+        /// scenarios whose runs wait on their links with the CPU mostly
+        /// idle (loss, long delays, C tor's bootstrap); each run records
+        /// the setting, and runs on a saturated CPU are flagged as always.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+        jobs: u16,
     },
     /// (Re)write the report of a run directory (into DIR/report).
     Report {
@@ -221,6 +227,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             out,
             resume,
             redo_saturated,
+            jobs,
         } => {
             onionlab_netem::check_privileges()?;
             let s = Scenario::from_file(&scenario_path(&scenario)?)?;
@@ -245,6 +252,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 repetitions: reps,
                 resume,
                 redo_saturated,
+                jobs: usize::from(jobs),
                 progress: true,
                 stop: Some(stop),
             };
