@@ -23,6 +23,7 @@ use onionlab_netem::Network;
 
 use crate::run::{io_err, Proc, RunError};
 use crate::scenario::{Scenario, Variant};
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 
 /// The authority's ports, beside the first relay's own.
 const AUTH_OR_PORT: u16 = 9101;
@@ -232,6 +233,49 @@ pub struct ClientRole {
     pub host: String,
     /// Guard, middle and exit hosts, or `None`: tor chooses.
     pub path: Option<Vec<String>>,
+    /// With conflux: the pinned legs it may use (guard, middle, exit
+    /// hosts; one exit), or none: tor chooses.
+    pub legs: Vec<Vec<String>>,
+}
+
+/// C tor's conflux (proposal 329) for every client of a network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CtorConflux {
+    /// Circuits per linked set (consensus parameter `cfx_num_legs_set`).
+    pub legs: usize,
+    /// The clients' `ConfluxClientUX`, which picks the exit's scheduler.
+    pub ux: &'static str,
+}
+
+impl CtorConflux {
+    /// C tor's conflux with `legs` legs and the leg scheduler `kind`, or
+    /// why C tor cannot run it. C tor has two of the lab's schedulers:
+    /// the client asks for one by its UX (`ConfluxClientUX`; C tor's
+    /// `conflux_choose_algorithm`: throughput is LowRTT, latency MinRTT),
+    /// and conflux needs circuit congestion control (C tor turns conflux
+    /// off without it).
+    pub fn of(
+        legs: usize,
+        kind: LegSchedulerKind,
+        circuit_cc: &str,
+    ) -> Result<CtorConflux, String> {
+        let ux = match kind {
+            LegSchedulerKind::LowRtt => "throughput",
+            LegSchedulerKind::MinRtt => "latency",
+            other => {
+                return Err(format!(
+                    "C tor's conflux schedules by lowrtt or minrtt, not {other}"
+                ))
+            }
+        };
+        if circuit_cc != "vegas" {
+            return Err(format!(
+                "C tor runs conflux only with circuit congestion control: \
+                 circuit_cc = \"vegas\", not {circuit_cc:?}"
+            ));
+        }
+        Ok(CtorConflux { legs, ux })
+    }
 }
 
 /// What a C tor network is made of.
@@ -243,6 +287,8 @@ pub struct NetPlan {
     pub clients: Vec<ClientRole>,
     /// Proposal 324's Vegas (`cc_alg=2`), or SENDME windows (`cc_alg=0`).
     pub vegas: bool,
+    /// Conflux on the clients (`ConfluxEnabled 1`), or off.
+    pub conflux: Option<CtorConflux>,
     /// Every tor's channel scheduler (`Schedulers`; None: tor's default,
     /// KIST on Linux).
     pub schedulers: Option<String>,
@@ -268,8 +314,17 @@ impl NetPlan {
         vec![format!("Schedulers {name}")]
     }
 
-    /// The relays and active clients of a scenario's variant.
+    /// The relays and active clients of a scenario's variant (which the
+    /// scenario's checks made one C tor can run: with `legs` above 1,
+    /// conflux).
     pub fn of_variant(scenario: &Scenario, variant: &Variant) -> NetPlan {
+        let conflux = (variant.legs > 1)
+            .then(|| CtorConflux::of(variant.legs, variant.leg_scheduler, &variant.circuit_cc).ok())
+            .flatten();
+        let legs_of = |c: &crate::scenario::ClientSpec| match (&conflux, &c.paths) {
+            (Some(cfx), Some(paths)) => paths.iter().take(cfx.legs).cloned().collect(),
+            _ => Vec::new(),
+        };
         NetPlan {
             relays: scenario
                 .relays
@@ -286,10 +341,12 @@ impl NetPlan {
                 .map(|c| ClientRole {
                     name: c.name.clone(),
                     host: c.host.clone(),
-                    path: c.first_path().cloned(),
+                    path: conflux.is_none().then(|| c.first_path().cloned()).flatten(),
+                    legs: legs_of(c),
                 })
                 .collect(),
             vegas: variant.circuit_cc == "vegas",
+            conflux,
             schedulers: variant.ctor_scheduler.clone(),
             // For the circuits' build times (CircuitWatch).
             control_port: true,
@@ -312,8 +369,10 @@ impl NetPlan {
                 name: "client".into(),
                 host: "client".into(),
                 path: Some((0..3).map(|i| format!("relay{i}")).collect()),
+                legs: Vec::new(),
             }],
             vegas,
+            conflux: None,
             schedulers: None,
             control_port: true,
             relay_torrc: Vec::new(),
@@ -404,6 +463,11 @@ fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> Str
             .join(",")
     };
     let cc_alg = if plan.vegas { 2 } else { 0 };
+    // Conflux's legs per set (C tor's default is 2).
+    let cfx = plan
+        .conflux
+        .as_ref()
+        .map_or(String::new(), |c| format!(" cfx_num_legs_set={}", c.legs));
     let (addr, or_port, dir_port) = (auth.addr, auth.or_port, auth.dir_port);
     let mut t = format!(
         "{}Nickname auth\nAddress {addr}\nORPort {addr}:{or_port}\n\
@@ -414,7 +478,7 @@ fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> Str
          TestingV3AuthInitialDistDelay 2\nV3AuthVotingInterval 10\nV3AuthVoteDelay 2\n\
          V3AuthDistDelay 2\nAuthDirVoteStableGuaranteeMinUptime 0\n\
          AuthDirVoteStableGuaranteeMTBF 0\n\
-         ConsensusParams cc_alg={cc_alg}\n",
+         ConsensusParams cc_alg={cc_alg}{cfx}\n",
         common_torrc(&auth.dir, &auth.line)
     );
     let guards = list(|r| r.guard);
@@ -468,18 +532,32 @@ fn push_lines(torrc: &mut String, lines: &[String]) {
     }
 }
 
-/// A client's torrc: `path` pins its circuits (guard, middle, exit);
-/// without one tor chooses, with middles among `relays` (never the
-/// authority, which is no relay of the plan).
+/// The relays a client's circuits may use, as torrc's node lists
+/// (comma-separated fingerprints).
+struct PinnedNodes {
+    entry: String,
+    middle: String,
+    exit: String,
+}
+
+/// A client's torrc: `pinned` limits its circuits' guards, middles and
+/// exits; without it tor chooses, with middles among `relays` (never the
+/// authority, which is no relay of the plan). With `conflux`, it builds
+/// linked sets.
 fn client_torrc(
     auth: &AuthPlan,
     c: &ClientPlan,
-    path: Option<[&str; 3]>,
+    pinned: Option<PinnedNodes>,
     relays: &[&str],
+    conflux: Option<&CtorConflux>,
     extra: &[String],
 ) -> String {
+    let conflux_lines = match conflux {
+        Some(cfx) => format!("ConfluxEnabled 1\nConfluxClientUX {}\n", cfx.ux),
+        None => "ConfluxEnabled 0\n".to_string(),
+    };
     let mut t = format!(
-        "{}SocksPort {}\nClientOnly 1\nConfluxEnabled 0\n\
+        "{}SocksPort {}\nClientOnly 1\n{conflux_lines}\
          FetchDirInfoEarly 1\nFetchDirInfoExtraEarly 1\nLearnCircuitBuildTimeout 0\n\
          CircuitBuildTimeout 60\nUseEntryGuards 1\n",
         common_torrc(&c.dir, &auth.line),
@@ -488,8 +566,12 @@ fn client_torrc(
     if let Some(control) = c.control {
         t.push_str(&format!("ControlPort {control}\nCookieAuthentication 1\n"));
     }
-    match path {
-        Some([entry, middle, exit]) => t.push_str(&format!(
+    match pinned {
+        Some(PinnedNodes {
+            entry,
+            middle,
+            exit,
+        }) => t.push_str(&format!(
             "EntryNodes {entry}\nMiddleNodes {middle}\nExitNodes {exit}\nStrictNodes 1\n"
         )),
         None => t.push_str(&format!("MiddleNodes {}\n", relays.join(","))),
@@ -641,16 +723,48 @@ fn write_torrcs(
             control,
             dir,
         };
-        // Three hops (the lab checks its scenarios when it reads them).
-        let path = c
-            .path
-            .as_ref()
-            .and_then(|p| Some([fp_of(p.first()?), fp_of(p.get(1)?), fp_of(p.get(2)?)]));
         let extra = [plan.scheduler_lines(), plan.client_torrc.clone()].concat();
-        write(&cp.dir, client_torrc(auth, &cp, path, &all, &extra))?;
+        let torrc = client_torrc(
+            auth,
+            &cp,
+            pinned_nodes(c, &fp_of),
+            &all,
+            plan.conflux.as_ref(),
+            &extra,
+        );
+        write(&cp.dir, torrc)?;
         clients.push(cp);
     }
     Ok(clients)
+}
+
+/// The node lists of a client's pinned path, or of its pinned conflux
+/// legs: their guards, their middles and their exit. C tor pairs guards
+/// and middles itself (no two legs of a set share either), so a set's
+/// legs use the pinned relays but not necessarily the pinned pairs.
+/// Paths have three hops (the lab checks its scenarios when it reads
+/// them).
+fn pinned_nodes<'a>(c: &ClientRole, fp_of: &impl Fn(&str) -> &'a str) -> Option<PinnedNodes> {
+    let paths = match &c.path {
+        Some(p) => std::slice::from_ref(p),
+        None if !c.legs.is_empty() => &c.legs[..],
+        None => return None,
+    };
+    let hop = |i: usize| {
+        let mut fps: Vec<&str> = Vec::new();
+        for p in paths {
+            let fp = fp_of(p.get(i)?);
+            if !fps.contains(&fp) {
+                fps.push(fp);
+            }
+        }
+        Some(fps.join(","))
+    };
+    Some(PinnedNodes {
+        entry: hop(0)?,
+        middle: hop(1)?,
+        exit: hop(2)?,
+    })
 }
 
 /// Write a C tor network for `plan` into `dir/ctor` and start it: the
@@ -691,8 +805,16 @@ pub fn start(
         let p = spawn_tor(place, &c.host, &c.dir, &c.name)?;
         network.clients.push((p, c.dir.join("notice.log")));
     }
+    let linked_legs = plan.conflux.as_ref().map(|c| c.legs);
     for (i, c) in clients.iter().enumerate() {
-        wait_ready(place, &mut network, i, c, test_server, status)?;
+        wait_ready(
+            place,
+            &mut network,
+            (i, c),
+            linked_legs,
+            test_server,
+            status,
+        )?;
     }
     Ok(network)
 }
@@ -763,12 +885,14 @@ pub fn exited(network: &mut CtorNetwork) -> Option<String> {
     None
 }
 
-/// Wait for client `i` to bootstrap, then for a test download through it.
+/// Wait for client `i` to bootstrap, with conflux for a linked set of
+/// `linked_legs` circuits (streams take a linked set only if one is
+/// ready, else a plain circuit), then for a test download through it.
 fn wait_ready(
     place: &Place,
     network: &mut CtorNetwork,
-    i: usize,
-    c: &ClientPlan,
+    (i, c): (usize, &ClientPlan),
+    linked_legs: Option<usize>,
     test_server: Option<SocketAddr>,
     status: &dyn Fn(&str),
 ) -> Result<(), RunError> {
@@ -812,6 +936,37 @@ fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    if let Some(legs) = linked_legs {
+        status(&format!(
+            "C tor client {}: waiting for a conflux set",
+            c.name
+        ));
+        let Some(control) = c.control else {
+            return Err(fail("conflux needs the client's control port".into()));
+        };
+        let cookie = c.dir.join("control_auth_cookie");
+        loop {
+            let lines = place
+                .run_in(&c.host, || {
+                    control_query(control, &cookie, "GETINFO circuit-status")
+                })?
+                .map_err(|e| fail(format!("asking its control port for its circuits: {e}")))?;
+            if linked_circuits(&lines) >= legs {
+                break;
+            }
+            if let Some(why) = exited(network) {
+                return Err(fail(why));
+            }
+            if Instant::now() > deadline {
+                return Err(fail(format!(
+                    "no linked conflux set of {legs} circuits in {READY_TIMEOUT:?}; its \
+                     circuits: {}",
+                    lines.join(" | ")
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
     let Some(server) = test_server else {
         return Ok(());
     };
@@ -830,6 +985,73 @@ fn wait_ready(
     Err(fail(format!(
         "the test download from {server} kept failing for {READY_TIMEOUT:?} (last: {last})"
     )))
+}
+
+/// Built circuits of a linked conflux set in a `GETINFO circuit-status`
+/// answer (each circuit a line with `PURPOSE=CONFLUX_LINKED`).
+fn linked_circuits(lines: &[String]) -> usize {
+    lines
+        .iter()
+        .filter(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            f.get(1) == Some(&"BUILT") && f.contains(&"PURPOSE=CONFLUX_LINKED")
+        })
+        .count()
+}
+
+/// One command on tor's control port at `control` (cookie
+/// authentication): the lines of its answer, without the status codes.
+fn control_query(control: SocketAddr, cookie: &Path, command: &str) -> Result<Vec<String>, String> {
+    use std::io::{BufRead, BufReader, Write};
+    let cookie = fs::read(cookie).map_err(|e| format!("reading the control cookie: {e}"))?;
+    let conn = std::net::TcpStream::connect_timeout(&control, Duration::from_secs(10))
+        .map_err(|e| format!("connecting: {e}"))?;
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut w = conn.try_clone().map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(conn);
+    let mut answer = Vec::new();
+    for cmd in [
+        format!("AUTHENTICATE {}", hex::encode(cookie)),
+        command.to_string(),
+    ] {
+        w.write_all(format!("{cmd}\r\n").as_bytes())
+            .map_err(|e| format!("writing: {e}"))?;
+        answer.clear();
+        // `250-...` lines, `250+...` followed by data lines up to ".", and
+        // a last `250 ...`; any other status is a refusal.
+        let mut in_data = false;
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line)
+                .map_err(|e| format!("reading: {e}"))?
+                == 0
+            {
+                return Err("the control connection closed".into());
+            }
+            let line = line.trim_end();
+            if in_data {
+                if line == "." {
+                    in_data = false;
+                } else {
+                    answer.push(line.to_string());
+                }
+                continue;
+            }
+            match (line.get(..3), line.get(3..4)) {
+                (Some("250"), Some(" ")) => break,
+                (Some("250"), Some(sep @ ("-" | "+"))) => {
+                    in_data = sep == "+";
+                    answer.push(line[4..].to_string());
+                }
+                _ => {
+                    let what = cmd.split(' ').next().unwrap_or("");
+                    return Err(format!("{what} refused: {line}"));
+                }
+            }
+        }
+    }
+    Ok(answer)
 }
 
 /// One [`TEST_FETCH_BYTES`] download from `server` through `socks`, on a
@@ -1003,6 +1225,65 @@ mod tests {
             assert!(n.chars().all(|c| c.is_ascii_alphanumeric()), "{n}");
         }
         assert_ne!(nickname(0, "or-5"), nickname(1, "or5"));
+    }
+
+    #[test]
+    fn linked_conflux_circuits_are_counted_from_circuit_status() {
+        let lines: Vec<String> = [
+            "circuit-status=",
+            "4 BUILT $AA~g1,$BB~m1,$CC~exit BUILD_FLAGS=NEED_CAPACITY,NEED_UPTIME \
+             PURPOSE=CONFLUX_LINKED TIME_CREATED=2026-11-26T17:00:00.000000",
+            "5 BUILT $DD~g2,$EE~m2,$CC~exit PURPOSE=CONFLUX_LINKED",
+            "6 EXTENDED $AA~g1 PURPOSE=CONFLUX_UNLINKED",
+            "7 BUILT $AA~g1,$EE~m2,$CC~exit PURPOSE=GENERAL",
+            "45 LAUNCHED PURPOSE=CONFLUX_LINKED",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(linked_circuits(&lines), 2);
+        assert_eq!(linked_circuits(&[]), 0);
+    }
+
+    #[test]
+    fn pinned_legs_give_their_guards_middles_and_exit() {
+        let fp = |h: &str| match h {
+            "g1" => "G1",
+            "g2" => "G2",
+            "m1" => "M1",
+            "m2" => "M2",
+            _ => "X",
+        };
+        let leg = |g: &str, m: &str| vec![g.to_string(), m.to_string(), "exit".to_string()];
+        let mut c = ClientRole {
+            name: "op".into(),
+            host: "op".into(),
+            path: None,
+            legs: vec![leg("g1", "m1"), leg("g2", "m2")],
+        };
+        let n = pinned_nodes(&c, &fp).expect("pinned");
+        assert_eq!(
+            (n.entry.as_str(), n.middle.as_str(), n.exit.as_str()),
+            ("G1,G2", "M1,M2", "X")
+        );
+        c.path = Some(leg("g2", "m1"));
+        c.legs.clear();
+        let n = pinned_nodes(&c, &fp).expect("pinned");
+        assert_eq!(
+            (n.entry.as_str(), n.middle.as_str(), n.exit.as_str()),
+            ("G2", "M1", "X")
+        );
+        c.path = None;
+        assert!(pinned_nodes(&c, &fp).is_none());
+    }
+
+    #[test]
+    fn c_tor_conflux_takes_its_own_schedulers_with_vegas_only() {
+        let c = CtorConflux::of(2, LegSchedulerKind::LowRtt, "vegas").expect("lowrtt");
+        assert_eq!(c.ux, "throughput");
+        let c = CtorConflux::of(3, LegSchedulerKind::MinRtt, "vegas").expect("minrtt");
+        assert_eq!((c.legs, c.ux), (3, "latency"));
+        assert!(CtorConflux::of(2, LegSchedulerKind::MTor, "vegas").is_err());
+        assert!(CtorConflux::of(2, LegSchedulerKind::LowRtt, "fixed").is_err());
     }
 
     #[test]

@@ -92,7 +92,9 @@
 //! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
 //! clients = [1, 2, 4, 8]       # only the first N [[client]] entries (and their workloads) run
 //! legs = [1, 2, 3]             # multi-path (docs/conflux.md): circuits per linked set
-//!                              # (1: plain circuits; above 1 the document enables sets)
+//!                              # (1: plain circuits; above 1 the document enables sets;
+//!                              # for ctor, C tor's conflux: needs circuit_cc = "vegas"
+//!                              # and lowrtt or minrtt, docs/ctor.md)
 //! leg_scheduler = ["round-robin", "mtor"] # the sets' leg scheduler (default lowrtt):
 //!                              # round-robin[:N], random, conflux-2013, mtor, minrtt,
 //!                              # lowrtt, cwndrtt
@@ -1146,16 +1148,12 @@ impl Scenario {
     }
 
     /// Every variant's `legs` fits: a client with pinned legs has at least
-    /// that many, and C tor variants use one circuit per stream (the lab
-    /// does not drive C tor's conflux).
+    /// that many, and a C tor variant with several legs is one C tor's
+    /// conflux can run.
     fn check_legs(&self) -> std::result::Result<(), String> {
         for v in self.variants() {
             if v.legs > 1 && v.implementation == Implementation::Ctor {
-                return Err(format!(
-                    "variant {:?}: the lab runs C tor without conflux, so legs must be 1 for \
-                     ctor variants: leave the combination out with [[exclude]]",
-                    v.label
-                ));
+                self.check_ctor_conflux(&v)?;
             }
             for c in v.active_clients(&self.clients) {
                 if v.legs > 1 && c.path.is_some() {
@@ -1196,8 +1194,44 @@ impl Scenario {
         Ok(())
     }
 
-    /// C tor builds three-hop circuits: a pinned path of a C tor variant
-    /// must name three relays (guard, middle, exit).
+    /// A C tor variant with `legs` above 1 runs C tor's conflux: its leg
+    /// scheduler and circuit congestion control must be ones C tor has
+    /// ([`crate::ctor::CtorConflux::of`]), and pinned legs must have
+    /// distinct guards and distinct middles (C tor never puts two legs of
+    /// a set through one guard or one middle, so shared ones would leave a
+    /// leg unbuildable).
+    fn check_ctor_conflux(&self, v: &Variant) -> std::result::Result<(), String> {
+        crate::ctor::CtorConflux::of(v.legs, v.leg_scheduler, &v.circuit_cc).map_err(|why| {
+            format!(
+                "variant {:?}: {why} (leave the combination out with [[exclude]])",
+                v.label
+            )
+        })?;
+        for c in v.active_clients(&self.clients) {
+            let Some(paths) = &c.paths else { continue };
+            let legs = &paths[..v.legs.min(paths.len())];
+            for hop in [0, 1] {
+                let mut seen = HashSet::new();
+                if let Some(dup) = legs
+                    .iter()
+                    .filter_map(|p| p.get(hop))
+                    .find(|h| !seen.insert(*h))
+                {
+                    return Err(format!(
+                        "variant {:?}: client {:?}'s legs share the {} {dup:?}, and C tor's \
+                         conflux never builds two legs of a set through one",
+                        v.label,
+                        c.name,
+                        if hop == 0 { "guard" } else { "middle" }
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// C tor builds three-hop circuits: a pinned path (or conflux leg) of
+    /// a C tor variant must name three relays (guard, middle, exit).
     fn check_ctor(&self) -> std::result::Result<(), String> {
         // onionlab variants ignore ctor_scheduler: two that differ only in
         // it would run the same thing twice.
@@ -1228,9 +1262,14 @@ impl Scenario {
                 ));
             }
             for c in v.active_clients(&self.clients) {
-                let Some(path) = c.first_path() else { continue };
-                if path.len() != 3 {
-                    return Err(format!(
+                // Its pinned path, or with conflux every pinned leg it uses.
+                let paths: Vec<&Vec<String>> = match (&c.paths, v.legs > 1) {
+                    (Some(legs), true) => legs.iter().take(v.legs).collect(),
+                    _ => c.first_path().into_iter().collect(),
+                };
+                for path in paths {
+                    if path.len() != 3 {
+                        return Err(format!(
                         "client {:?} has a {}-hop path, and C tor (variant {:?}) builds three-hop \
                          circuits: give it three relays, or leave the combination out with \
                          [[exclude]]",
@@ -1238,19 +1277,20 @@ impl Scenario {
                         path.len(),
                         v.label
                     ));
-                }
-                // C tor takes only Guard relays first and Exit relays last,
-                // and the lab's authority votes those flags by role.
-                let role = |host: &str, f: fn(&RelaySpec) -> bool| {
-                    self.relays.iter().any(|r| r.host == host && f(r))
-                };
-                if !role(&path[0], |r| r.guard) || !role(&path[2], |r| r.exit) {
-                    return Err(format!(
+                    }
+                    // C tor takes only Guard relays first and Exit relays last,
+                    // and the lab's authority votes those flags by role.
+                    let role = |host: &str, f: fn(&RelaySpec) -> bool| {
+                        self.relays.iter().any(|r| r.host == host && f(r))
+                    };
+                    if !role(&path[0], |r| r.guard) || !role(&path[2], |r| r.exit) {
+                        return Err(format!(
                         "client {:?}'s path must start at a `guard = true` relay and end at an \
                          `exit = true` relay for C tor (variant {:?}), which takes only Guard \
                          and Exit relays there",
                         c.name, v.label
                     ));
+                    }
                 }
             }
         }

@@ -945,13 +945,41 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
     let random = BASE.replace("path = [\"guard\", \"middle\", \"exit\"]\n", "");
     let e = parse(&format!("{random}\n[matrix]\nlegs = [2]\n")).expect_err("too few relays");
     assert!(e.to_string().contains("needs 2 guard relays"), "{e}");
-    // C tor variants run without conflux.
-    let e = parse(&format!(
-        "{}\n[matrix]\nlegs = [2]\ntransport = [\"ctor\"]\n",
-        seven
+    // C tor variants with legs run C tor's conflux: it needs Vegas and one
+    // of its two schedulers.
+    let ctor =
+        |rest: &str| format!("{seven}\n[matrix]\nlegs = [2]\ntransport = [\"ctor\"]\n{rest}");
+    let e = parse(&ctor("")).expect_err("ctor legs with fixed windows");
+    assert!(e.to_string().contains("circuit_cc = \"vegas\""), "{e}");
+    let e = parse(&ctor(
+        "circuit_cc = [\"vegas\"]\nleg_scheduler = [\"mtor\"]\n",
     ))
-    .expect_err("ctor legs");
-    assert!(e.to_string().contains("without conflux"), "{e}");
+    .expect_err("ctor legs with mtor");
+    assert!(e.to_string().contains("lowrtt or minrtt"), "{e}");
+    let s = parse(&ctor(
+        "circuit_cc = [\"vegas\"]\nleg_scheduler = [\"minrtt\"]\n",
+    ))
+    .expect("C tor's conflux");
+    let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]);
+    let cfx = plan.conflux.expect("conflux on");
+    assert_eq!((cfx.legs, cfx.ux), (2, "latency"));
+    assert_eq!(plan.clients[0].path, None);
+    assert_eq!(
+        plan.clients[0].legs,
+        s.clients[0].paths.clone().expect("paths")
+    );
+    // C tor's legs never share a guard or a middle.
+    let shared = ctor("circuit_cc = [\"vegas\"]\n").replace(
+        "[\"client\", \"server\", \"exit\"]",
+        "[\"guard\", \"server\", \"exit\"]",
+    );
+    let e = parse(&shared).expect_err("shared guard");
+    assert!(e.to_string().contains("share the guard \"guard\""), "{e}");
+    // One leg is a plain C tor circuit, conflux off.
+    let s = parse(&format!("{seven}\n[matrix]\ntransport = [\"ctor\"]\n")).expect("one leg");
+    let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]);
+    assert_eq!(plan.conflux, None);
+    assert!(plan.clients[0].path.is_some() && plan.clients[0].legs.is_empty());
     // Pinned legs end at one exit, and a client has path or paths.
     let two_exits = BASE.replace(
         "path = [\"guard\", \"middle\", \"exit\"]",

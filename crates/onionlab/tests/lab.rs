@@ -384,3 +384,54 @@ fn c_tor_runs_beside_onionlab_in_the_lab() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// C tor's conflux as a variant (scenarios/ctor-conflux-quick.toml): with
+/// two pinned legs, Vegas and lowrtt, the C tor client waits for a linked
+/// set before the workload, and its downloads come over both guards, as
+/// onionlab's do; the third guard, not pinned for two legs, carries
+/// nothing.
+#[test]
+fn c_tor_runs_conflux_over_both_pinned_guards() {
+    if !netns_available() || !ctor_available() {
+        return;
+    }
+    let (out, records, text) = run_scenario("ctor-conflux-quick");
+    assert_eq!(records.len(), 4, "{text}");
+    for r in &records {
+        assert_eq!(r.error, None, "{r:?}");
+    }
+    let reps = std::fs::read_to_string(out.join("repetitions.jsonl")).expect("repetitions");
+    let mut implementations = Vec::new();
+    for line in reps.lines() {
+        let r: onionlab_lab::run::RepetitionRecord = serde_json::from_str(line).expect("record");
+        let to_op = |guard: &str| -> u64 {
+            r.links
+                .iter()
+                .filter(|l| l.0 == guard && l.1 == "op")
+                .map(|l| l.2)
+                .sum()
+        };
+        // 1 MiB + 320 KiB in all: each leg carries a good share.
+        for guard in ["g1", "g2"] {
+            assert!(
+                to_op(guard) > 200_000,
+                "{guard}: {} bytes: {line}",
+                to_op(guard)
+            );
+        }
+        assert_eq!(to_op("g3"), 0, "{line}");
+        implementations.push(r.variant.rsplit('=').next().unwrap_or("").to_string());
+    }
+    implementations.sort();
+    assert_eq!(implementations, ["ctor", "tls"]);
+    let torrc = walk(&out)
+        .into_iter()
+        .find(|p| p.ends_with("ctor/client-op/torrc"))
+        .expect("the C tor client's torrc");
+    let torrc = std::fs::read_to_string(torrc).expect("torrc");
+    assert!(
+        torrc.contains("ConfluxEnabled 1\nConfluxClientUX throughput\n"),
+        "{torrc}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
