@@ -148,6 +148,24 @@ pub struct RepetitionRecord {
     /// Runs the lab ran at once (`lab run --jobs`) while this one ran.
     #[serde(default = "one_job")]
     pub jobs: usize,
+    /// How punctual the emulated network was (absent in older runs).
+    #[serde(default)]
+    pub emulator: Option<EmulatorTiming>,
+}
+
+/// How late the emulator released packets against their scheduled time,
+/// over the whole run (start-up included), and the CPU its thread used:
+/// tells a late network from late nodes when the machine was busy.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct EmulatorTiming {
+    /// Median lateness (µs).
+    pub late_p50_us: f64,
+    /// 99th percentile of lateness (µs).
+    pub late_p99_us: f64,
+    /// Largest lateness (µs).
+    pub late_max_us: f64,
+    /// CPU seconds of the forwarder thread.
+    pub cpu_s: f64,
 }
 
 fn one_job() -> usize {
@@ -1025,6 +1043,13 @@ fn run_one(
     let tcp_counters = before.tcp_since(read_tcp_counters(&net)?);
     let mut counters = net.shutdown()?;
     before.subtract_from(&mut counters);
+    let late = &counters.forwarder.release_error;
+    let emulator = EmulatorTiming {
+        late_p50_us: late.p50_us,
+        late_p99_us: late.p99_us,
+        late_max_us: late.max_us,
+        cpu_s: counters.forwarder.cpu_s,
+    };
 
     let records = agent_records(&agents);
     let mut circuit_build_ms = circuit_build_times(&nodes);
@@ -1069,6 +1094,7 @@ fn run_one(
         host_dropped: !host_drops.is_empty(),
         host_drops,
         jobs: 1,
+        emulator: Some(emulator),
     };
     Ok((records, repetition, host_sysctls))
 }
