@@ -17,6 +17,10 @@ paper shows one circuit's routers), else the mean over the relays whose
 names start with `g`, `m` and `e` (seed004-scale). Failed transfers and
 CPU-saturated repetitions are counted and left out.
 
+A run that crosses transports (seed004-ctor: tls and C tor) gets a
+transport column, and each transport's multi-path rows are set against
+its own one-path row.
+
 Usage: scripts/seed004-table.py RUN_DIR [--markdown]
 Standard library only.
 """
@@ -46,8 +50,9 @@ def ratio_ci(a, b, seed=2):
 
 
 def label(variant):
+    """(legs, leg scheduler, transport) of a variant."""
     p = dict(kv.split("=", 1) for kv in variant.split())
-    return int(p.get("legs", "1")), p.get("leg_scheduler", "lowrtt")
+    return int(p.get("legs", "1")), p.get("leg_scheduler", "lowrtt"), p.get("transport", "tls")
 
 
 def kind(workload):
@@ -118,7 +123,14 @@ def main():
         sys.exit(__doc__)
     run = sys.argv[1]
     data = load(run)
-    order = sorted(data, key=lambda v: (not label(v)[1].startswith("round-robin"), label(v)))
+    order = sorted(
+        data,
+        key=lambda v: (label(v)[2] == "ctor", not label(v)[1].startswith("round-robin"), label(v)),
+    )
+    # A transport column (and one-path baselines per transport) when the
+    # run crosses transports (seed004-ctor: tls and C tor).
+    several = len({label(v)[2] for v in order}) > 1
+    first = ["transport"] if several else []
     cols = [
         ("legs", None),
         ("scheduler", None),
@@ -131,13 +143,13 @@ def main():
         ("DT web s", ("dt_web", 3)),
         ("DT bulk s", ("dt_bulk", 3)),
     ]
-    print("| " + " | ".join(c for c, _ in cols) + " | median DT web / bulk s | guard shares of op's bytes % | n web / bulk | failed | saturated reps |")
-    print("|" + "---|" * (len(cols) + 5))
+    print("| " + " | ".join(first + [c for c, _ in cols]) + " | median DT web / bulk s | guard shares of op's bytes % | n web / bulk | failed | saturated reps |")
+    print("|" + "---|" * (len(first) + len(cols) + 5))
     ratios = []
     for v in order:
-        legs, sched = label(v)
+        legs, sched, transport = label(v)
         d = data[v]
-        cells = [str(legs), sched]
+        cells = ([transport] if several else []) + [str(legs), sched]
         for _, spec in cols[2:]:
             key, digits = spec
             cells.append(fmt(d[key], digits))
@@ -151,9 +163,11 @@ def main():
         failed = len(d["failed_web"]) + len(d["failed_bulk"])
         cells += [med, shares or "n/a", n, str(failed), str(len(d["saturated"]))]
         print("| " + " | ".join(cells) + " |")
-        base = next((data[b] for b in order if label(b)[0] == 1), None)
+        base = next(
+            (data[b] for b in order if label(b)[0] == 1 and label(b)[2] == transport), None
+        )
         if base is not None and legs > 1:
-            row = [str(legs), sched]
+            row = ([transport] if several else []) + [str(legs), sched]
             for key in ("cpu_entry", "cpus_entry", "ttfb_web", "ttfb_bulk", "dt_web", "dt_bulk"):
                 if d[key] and base[key]:
                     r, lo, hi = ratio_ci(d[key], base[key])
@@ -166,8 +180,8 @@ def main():
         print()
         print("Against one path (ratio of means, 95% bootstrap interval; bold where it excludes 1):")
         print()
-        print("| legs | scheduler | CPU % entry | CPU s entry | TTFB web | TTFB bulk | DT web | DT bulk |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| " + " | ".join(first + ["legs", "scheduler", "CPU % entry", "CPU s entry", "TTFB web", "TTFB bulk", "DT web", "DT bulk"]) + " |")
+        print("|" + "---|" * (len(first) + 8))
         for row in ratios:
             print("| " + " | ".join(row) + " |")
 
