@@ -11,7 +11,9 @@ Repetitions that ran on a saturated CPU are left out and counted (they
 measured the machine; `lab run --resume --redo-saturated` runs them
 again), as are failed transfers.
 
-Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown]
+With --alone, runs made beside others (`lab run --jobs`) are left out.
+
+Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown] [--alone]
 Standard library only.
 """
 import argparse
@@ -30,13 +32,18 @@ def split(variant):
     return transport, rest
 
 
-def load(run):
+def load(run, alone=False):
+    """With alone, runs made beside others (`lab run --jobs`) are left out
+    too, uncounted."""
     saturated = set()
+    beside = set()
     with open(f"{run}/repetitions.jsonl") as f:
         for line in f:
             r = json.loads(line)
             if r.get("cpu_saturated"):
                 saturated.add((r["variant"], r["repetition"]))
+            if alone and r.get("jobs", 1) > 1:
+                beside.add((r["variant"], r["repetition"]))
     data = defaultdict(lambda: defaultdict(list))
     reps = defaultdict(set)
     left_out = defaultdict(int)
@@ -46,6 +53,8 @@ def load(run):
             r = json.loads(line)
             transport, rest = split(r["variant"])
             key = (rest, r["workload"], transport)
+            if (r["variant"], r["repetition"]) in beside:
+                continue
             if (r["variant"], r["repetition"]) in saturated:
                 left_out[key] += 1
                 continue
@@ -63,8 +72,13 @@ def main():
     ap.add_argument("run")
     ap.add_argument("--baseline", default="tls")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument(
+        "--alone",
+        action="store_true",
+        help="only runs made alone (jobs = 1), not beside others (lab run --jobs)",
+    )
     args = ap.parse_args()
-    data, reps, left_out, failed = load(args.run)
+    data, reps, left_out, failed = load(args.run, args.alone)
     groups = sorted({(rest, w) for (rest, w, _) in data})
     transports = sorted({t for (_, _, t) in data}, key=lambda t: (t != args.baseline, t))
     for metric in ("ttfb", "ttlb"):
