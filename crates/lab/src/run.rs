@@ -425,6 +425,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         for slot in 0..jobs {
             let tx = tx.clone();
             let (pending, next, finished, stopping) = (&pending, &next, &finished, &stopping);
+            let abort = &abort;
             let (variants, short) = (&variants, &short);
             s.spawn(move || loop {
                 if stopping() {
@@ -460,6 +461,10 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                     &status,
                 );
                 finished.fetch_add(1, Ordering::Relaxed);
+                // A failed run stops every worker before it takes another.
+                if result.is_err() {
+                    abort.store(true, Ordering::Relaxed);
+                }
                 if tx.send((variant, p.rep, seed, result)).is_err() {
                     break;
                 }
@@ -469,6 +474,11 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         // The journal is written here only, as runs finish (in any order
         // with several jobs).
         for (variant, rep, seed, result) in rx {
+            // After the first error nothing more is written: a journal
+            // write may have failed halfway through a line.
+            if first_error.is_some() {
+                continue;
+            }
             let recorded = result.and_then(|(mut recs, mut r, host_sysctls)| {
                 if !opts.out.join("environment.json").exists() {
                     write_environment(
