@@ -158,6 +158,10 @@ pub fn prepare_host(host: &str, congestion: &str, kernel: KernelTcp) -> HostTcp 
 /// whether the list changed. The change stays after the run: it only lets
 /// unprivileged programs pick an algorithm the kernel already has.
 pub fn allow_congestion(algorithm: &str) -> io::Result<bool> {
+    // A read-modify-write of a machine-wide file: concurrent runs
+    // (`lab run --jobs`) must not lose each other's additions.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let name = "net.ipv4.tcp_allowed_congestion_control";
     // Unreadable: writing only `algorithm` would drop what was allowed.
     let allowed = read_sysctl(name)

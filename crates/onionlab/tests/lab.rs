@@ -187,6 +187,8 @@ fn the_quick_scenario_runs_end_to_end() {
     let seeds: std::collections::BTreeSet<(u32, u64)> =
         reps.iter().map(|r| (r.repetition, r.seed)).collect();
     assert_eq!(seeds.len(), 3, "one seed per repetition: {seeds:?}");
+    let distinct: std::collections::BTreeSet<u64> = seeds.iter().map(|s| s.1).collect();
+    assert_eq!(distinct.len(), 3, "each repetition its own seed: {seeds:?}");
     let jobs: Vec<usize> = reps.iter().map(|r| r.jobs).collect();
     assert_eq!(jobs, [1, 1, 2, 2, 2, 2]);
     let records = std::fs::read_to_string(out.join("records.jsonl")).expect("records");
