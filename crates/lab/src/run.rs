@@ -145,7 +145,9 @@ pub struct RepetitionRecord {
     /// emulated network, limited this repetition.
     #[serde(default)]
     pub host_dropped: bool,
-    /// Runs the lab ran at once (`lab run --jobs`) while this one ran.
+    /// The `lab run --jobs` setting this run was made under: at most this
+    /// many runs were under way at once (the last runs of a part, and
+    /// those after a stop, may have run with fewer beside them).
     #[serde(default = "one_job")]
     pub jobs: usize,
     /// How punctual the emulated network was (absent in older runs).
