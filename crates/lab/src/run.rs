@@ -153,6 +153,15 @@ pub struct RepetitionRecord {
     /// How punctual the emulated network was (absent in older runs).
     #[serde(default)]
     pub emulator: Option<EmulatorTiming>,
+    /// C tor variants: each client's user streams by workload and the
+    /// purpose of the circuit each ran over (its control port's events).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ctor_streams: Vec<crate::ctor::StreamCircuits>,
+    /// C tor's conflux variants: user streams that ran over anything but
+    /// a linked set. C tor falls back to a plain circuit silently when no
+    /// set is ready; those streams did not measure conflux.
+    #[serde(default)]
+    pub conflux_fallback_streams: u64,
 }
 
 /// How late the emulator released packets against their scheduled time,
@@ -1002,7 +1011,8 @@ fn run_one(
     let mut nodes = match variant.implementation {
         Implementation::Onionlab => start_onionlab(scenario, variant, &net, dir, seed, bin)?,
         Implementation::Ctor => {
-            let plan = crate::ctor::NetPlan::of_variant(scenario, variant);
+            let plan = crate::ctor::NetPlan::of_variant(scenario, variant)
+                .map_err(|why| RunError::Start(format!("variant {}: {why}", variant.label)))?;
             let place = crate::ctor::Place::Lab(&net);
             let test_server = servers.first().map(|s| s.1);
             let c = crate::ctor::start(&place, &plan, dir, test_server, status)?;
@@ -1010,7 +1020,8 @@ fn run_one(
             let mut circuit_watches = Vec::new();
             for (client, control) in plan.clients.iter().zip(&c.control) {
                 if let Some((addr, cookie)) = control {
-                    let w = crate::ctor::CircuitWatch::start(&place, &client.host, *addr, cookie)?;
+                    let who = (client.name.as_str(), client.host.as_str());
+                    let w = crate::ctor::CircuitWatch::start(&place, who, *addr, cookie)?;
                     circuit_watches.push(w);
                 }
             }
@@ -1019,6 +1030,7 @@ fn run_one(
                 clients: c.clients,
                 others: vec![c.authority],
                 circuit_watches,
+                conflux: plan.conflux.is_some(),
             }
         }
     };
@@ -1065,9 +1077,21 @@ fn run_one(
 
     let records = agent_records(&agents);
     let mut circuit_build_ms = circuit_build_times(&nodes);
+    let mut ctor_streams = Vec::new();
     for w in std::mem::take(&mut nodes.circuit_watches) {
-        circuit_build_ms.extend(w.finish());
+        let seen = w.finish();
+        circuit_build_ms.extend(seen.build_ms);
+        ctor_streams.extend(seen.streams);
     }
+    let conflux_fallback_streams = if nodes.conflux {
+        ctor_streams
+            .iter()
+            .filter(|s| s.purpose != "CONFLUX_LINKED")
+            .map(|s| s.streams)
+            .sum()
+    } else {
+        0
+    };
     let payload_bytes: u64 = records
         .iter()
         .filter(|r| r.error.is_none())
@@ -1107,6 +1131,8 @@ fn run_one(
         host_drops,
         jobs: 1,
         emulator: Some(emulator),
+        ctor_streams,
+        conflux_fallback_streams,
     };
     Ok((records, repetition, host_sysctls))
 }
@@ -1267,9 +1293,11 @@ struct Nodes {
     clients: Vec<(Proc, PathBuf)>,
     /// Other processes of the network (C tor's directory authority).
     others: Vec<Proc>,
-    /// C tor clients' circuit build times, watched on their control
-    /// ports (onionlab's clients log theirs).
+    /// C tor clients' control ports, watched for circuit build times
+    /// (onionlab's clients log theirs) and the circuits of their streams.
     circuit_watches: Vec<crate::ctor::CircuitWatch>,
+    /// Whether the clients are C tor's with conflux.
+    conflux: bool,
 }
 
 /// Start the scenario's workload servers and wait until they listen;
@@ -1366,6 +1394,7 @@ fn start_onionlab(
         clients,
         others: Vec::new(),
         circuit_watches: Vec::new(),
+        conflux: false,
     })
 }
 

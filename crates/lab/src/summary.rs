@@ -361,6 +361,10 @@ pub fn report_input(
             checksum_failures: recs.iter().filter(|r| is_checksum_failure(r)).count() as u64,
             cpu_saturated_repetitions: vreps.iter().filter(|r| r.cpu_saturated).count() as u64,
             host_dropped_repetitions: vreps.iter().filter(|r| r.host_dropped).count() as u64,
+            conflux_fallback_repetitions: vreps
+                .iter()
+                .filter(|r| r.conflux_fallback_streams > 0)
+                .count() as u64,
         };
         if c.checksum_failures > 0 {
             notes.push(format!(

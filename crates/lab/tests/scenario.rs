@@ -960,10 +960,12 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
         "circuit_cc = [\"vegas\"]\nleg_scheduler = [\"minrtt\"]\n",
     ))
     .expect("C tor's conflux");
-    let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]);
+    let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]).expect("plan");
     let cfx = plan.conflux.expect("conflux on");
     assert_eq!((cfx.legs, cfx.ux), (2, "latency"));
     assert_eq!(plan.clients[0].path, None);
+    // One workload: a linked set of its own, beside the test download's.
+    assert_eq!(plan.clients[0].isolated_streams, 1);
     assert_eq!(
         plan.clients[0].legs,
         s.clients[0].paths.clone().expect("paths")
@@ -977,7 +979,7 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
     assert!(e.to_string().contains("share the guard \"guard\""), "{e}");
     // One leg is a plain C tor circuit, conflux off.
     let s = parse(&format!("{seven}\n[matrix]\ntransport = [\"ctor\"]\n")).expect("one leg");
-    let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]);
+    let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]).expect("plan");
     assert_eq!(plan.conflux, None);
     assert!(plan.clients[0].path.is_some() && plan.clients[0].legs.is_empty());
     // Pinned legs end at one exit, and a client has path or paths.

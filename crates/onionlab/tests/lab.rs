@@ -422,6 +422,24 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
             );
         }
         assert_eq!(to_op("g3"), 0, "{line}");
+        if r.variant.ends_with("=ctor") {
+            // Each workload's stream ran over a linked set of its own
+            // (the lab waited for one per workload besides the test
+            // download's), and the legs' builds were timed.
+            let mut seen: Vec<(&str, &str, u64)> = r
+                .ctor_streams
+                .iter()
+                .map(|s| (s.workload.as_str(), s.purpose.as_str(), s.streams))
+                .collect();
+            seen.sort();
+            assert_eq!(
+                seen,
+                [("bulk", "CONFLUX_LINKED", 1), ("web", "CONFLUX_LINKED", 1)],
+                "{line}"
+            );
+            assert_eq!(r.conflux_fallback_streams, 0, "{line}");
+            assert!(!r.circuit_build_ms.is_empty(), "{line}");
+        }
         implementations.push(r.variant.rsplit('=').next().unwrap_or("").to_string());
     }
     implementations.sort();
@@ -434,6 +452,15 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
     assert!(
         torrc.contains("ConfluxEnabled 1\nConfluxClientUX throughput\n"),
         "{torrc}"
+    );
+    let auth = walk(&out)
+        .into_iter()
+        .find(|p| p.ends_with("ctor/auth/torrc"))
+        .expect("the C tor authority's torrc");
+    let auth = std::fs::read_to_string(auth).expect("torrc");
+    assert!(
+        auth.contains("cfx_num_legs_set=2 cfx_max_prebuilt_set=3"),
+        "{auth}"
     );
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -198,6 +198,12 @@ pub(crate) fn analyse(input: &ReportInput) -> Result<Analysis<'_>> {
                 label, c.host_dropped_repetitions, c.repetitions
             ));
         }
+        if c.conflux_fallback_repetitions > 0 {
+            warnings.push(format!(
+                "Variant {}: in {} of {} repetition(s) C tor ran some workload streams over plain circuits, not conflux sets (see ctor_streams in repetitions.jsonl): those transfers did not measure conflux.",
+                label, c.conflux_fallback_repetitions, c.repetitions
+            ));
+        }
     }
     Ok(Analysis {
         input,

@@ -117,6 +117,10 @@ pub struct VariantCounts {
     /// full TUN queue or socket buffer): the machine limited the result.
     #[serde(default)]
     pub host_dropped_repetitions: u64,
+    /// Repetitions of a C tor conflux variant in which some workload
+    /// streams ran over plain circuits, not linked sets.
+    #[serde(default)]
+    pub conflux_fallback_repetitions: u64,
 }
 
 /// The kind of a figure.

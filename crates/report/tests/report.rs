@@ -65,6 +65,7 @@ fn synthetic() -> ReportInput {
                 checksum_failures: 0,
                 cpu_saturated_repetitions: 3,
                 host_dropped_repetitions: 0,
+                conflux_fallback_repetitions: 2,
             },
             VariantCounts {
                 variant: "quic".to_string(),
@@ -184,6 +185,9 @@ fn markdown_has_the_tables_and_hand_computed_numbers() {
         "findings are not warnings"
     );
     assert!(md.contains("Variant tls: 3 of 10 repetition(s) ran on a saturated CPU"));
+    assert!(md.contains(
+        "Variant tls: in 2 of 10 repetition(s) C tor ran some workload streams over plain circuits"
+    ));
     // Counts: the row, with a variant that has no count row shown as zeros.
     assert!(
         md.contains("| tls | 10 | 200 | 1 | 0 | 2 | 0 | **3** |"),

@@ -25,6 +25,9 @@ use crate::run::{io_err, Proc, RunError};
 use crate::scenario::{Scenario, Variant};
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 
+mod control;
+pub use control::{CircuitWatch, StreamCircuits, Watched};
+
 /// The authority's ports, beside the first relay's own.
 const AUTH_OR_PORT: u16 = 9101;
 const AUTH_DIR_PORT: u16 = 9130;
@@ -236,6 +239,9 @@ pub struct ClientRole {
     /// With conflux: the pinned legs it may use (guard, middle, exit
     /// hosts; one exit), or none: tor chooses.
     pub legs: Vec<Vec<String>>,
+    /// Its workloads: each has a SOCKS username of its own, so C tor
+    /// gives each a circuit (with conflux, a linked set) of its own.
+    pub isolated_streams: usize,
 }
 
 /// C tor's conflux (proposal 329) for every client of a network.
@@ -314,18 +320,32 @@ impl NetPlan {
         vec![format!("Schedulers {name}")]
     }
 
-    /// The relays and active clients of a scenario's variant (which the
-    /// scenario's checks made one C tor can run: with `legs` above 1,
-    /// conflux).
-    pub fn of_variant(scenario: &Scenario, variant: &Variant) -> NetPlan {
-        let conflux = (variant.legs > 1)
-            .then(|| CtorConflux::of(variant.legs, variant.leg_scheduler, &variant.circuit_cc).ok())
-            .flatten();
+    /// The relays and active clients of a scenario's variant (with
+    /// `legs` above 1, conflux), or why C tor cannot run it (the
+    /// scenario's checks refuse such variants already).
+    pub fn of_variant(scenario: &Scenario, variant: &Variant) -> Result<NetPlan, String> {
+        let conflux = match variant.legs {
+            0 | 1 => None,
+            legs => Some(CtorConflux::of(
+                legs,
+                variant.leg_scheduler,
+                &variant.circuit_cc,
+            )?),
+        };
+        let workloads_of = |c: &crate::scenario::ClientSpec| {
+            let names: std::collections::BTreeSet<&str> = variant
+                .workloads
+                .iter()
+                .filter(|w| w.client == c.name)
+                .map(|w| w.name.as_str())
+                .collect();
+            names.len()
+        };
         let legs_of = |c: &crate::scenario::ClientSpec| match (&conflux, &c.paths) {
             (Some(cfx), Some(paths)) => paths.iter().take(cfx.legs).cloned().collect(),
             _ => Vec::new(),
         };
-        NetPlan {
+        Ok(NetPlan {
             relays: scenario
                 .relays
                 .iter()
@@ -343,6 +363,7 @@ impl NetPlan {
                     host: c.host.clone(),
                     path: conflux.is_none().then(|| c.first_path().cloned()).flatten(),
                     legs: legs_of(c),
+                    isolated_streams: workloads_of(c),
                 })
                 .collect(),
             vegas: variant.circuit_cc == "vegas",
@@ -352,7 +373,29 @@ impl NetPlan {
             control_port: true,
             relay_torrc: scenario.ctor_relay_torrc.clone(),
             client_torrc: scenario.ctor_client_torrc.clone(),
-        }
+        })
+    }
+
+    /// With conflux, the linked sets client `c` needs ready before its
+    /// workloads start: one for the test download (no SOCKS username:
+    /// isolated from the workloads) and one per workload.
+    fn sets_needed(&self, c: &ClientRole) -> usize {
+        1 + c.isolated_streams
+    }
+
+    /// With conflux, the sets each client keeps prebuilt (consensus
+    /// parameter `cfx_max_prebuilt_set`, C tor's default 3): what the
+    /// client with the most workloads needs. C tor counts an isolated set
+    /// as prebuilt, so with fewer it would not build a set for every
+    /// workload, and a workload without one silently takes a plain
+    /// circuit.
+    fn prebuilt_sets(&self) -> usize {
+        self.clients
+            .iter()
+            .map(|c| self.sets_needed(c))
+            .max()
+            .unwrap_or(1)
+            .max(3)
     }
 
     /// Three relays (`relay0` guard, `relay1`, `relay2` exit) and one
@@ -370,6 +413,7 @@ impl NetPlan {
                 host: "client".into(),
                 path: Some((0..3).map(|i| format!("relay{i}")).collect()),
                 legs: Vec::new(),
+                isolated_streams: 0,
             }],
             vegas,
             conflux: None,
@@ -463,11 +507,20 @@ fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> Str
             .join(",")
     };
     let cc_alg = if plan.vegas { 2 } else { 0 };
-    // Conflux's legs per set (C tor's default is 2).
-    let cfx = plan
-        .conflux
-        .as_ref()
-        .map_or(String::new(), |c| format!(" cfx_num_legs_set={}", c.legs));
+    // Conflux's legs per set (C tor's default is 2) and the sets each
+    // client prebuilds (at most 10 linked sets by default).
+    let cfx = plan.conflux.as_ref().map_or(String::new(), |c| {
+        let sets = plan.prebuilt_sets();
+        let linked = if sets > 10 {
+            format!(" cfx_max_linked_set={sets}")
+        } else {
+            String::new()
+        };
+        format!(
+            " cfx_num_legs_set={} cfx_max_prebuilt_set={sets}{linked}",
+            c.legs
+        )
+    });
     let (addr, or_port, dir_port) = (auth.addr, auth.or_port, auth.dir_port);
     let mut t = format!(
         "{}Nickname auth\nAddress {addr}\nORPort {addr}:{or_port}\n\
@@ -805,16 +858,12 @@ pub fn start(
         let p = spawn_tor(place, &c.host, &c.dir, &c.name)?;
         network.clients.push((p, c.dir.join("notice.log")));
     }
-    let linked_legs = plan.conflux.as_ref().map(|c| c.legs);
-    for (i, c) in clients.iter().enumerate() {
-        wait_ready(
-            place,
-            &mut network,
-            (i, c),
-            linked_legs,
-            test_server,
-            status,
-        )?;
+    for (i, (c, role)) in clients.iter().zip(&plan.clients).enumerate() {
+        let sets = plan
+            .conflux
+            .as_ref()
+            .map(|cfx| (cfx.legs, plan.sets_needed(role)));
+        wait_ready(place, &mut network, (i, c), sets, test_server, status)?;
     }
     Ok(network)
 }
@@ -885,14 +934,15 @@ pub fn exited(network: &mut CtorNetwork) -> Option<String> {
     None
 }
 
-/// Wait for client `i` to bootstrap, with conflux for a linked set of
-/// `linked_legs` circuits (streams take a linked set only if one is
-/// ready, else a plain circuit), then for a test download through it.
+/// Wait for client `i` to bootstrap, with conflux for `(legs, sets)`:
+/// that many linked sets of that many circuits (a stream takes a linked
+/// set only if one is ready, else a plain circuit; the test download takes
+/// one), then for a test download through it.
 fn wait_ready(
     place: &Place,
     network: &mut CtorNetwork,
     (i, c): (usize, &ClientPlan),
-    linked_legs: Option<usize>,
+    linked_sets: Option<(usize, usize)>,
     test_server: Option<SocketAddr>,
     status: &dyn Fn(&str),
 ) -> Result<(), RunError> {
@@ -936,9 +986,9 @@ fn wait_ready(
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    if let Some(legs) = linked_legs {
+    if let Some((legs, sets)) = linked_sets {
         status(&format!(
-            "C tor client {}: waiting for a conflux set",
+            "C tor client {}: waiting for {sets} conflux sets",
             c.name
         ));
         let Some(control) = c.control else {
@@ -948,10 +998,10 @@ fn wait_ready(
         loop {
             let lines = place
                 .run_in(&c.host, || {
-                    control_query(control, &cookie, "GETINFO circuit-status")
+                    control::query(control, &cookie, "GETINFO circuit-status")
                 })?
                 .map_err(|e| fail(format!("asking its control port for its circuits: {e}")))?;
-            if linked_circuits(&lines) >= legs {
+            if control::linked_sets(&lines, legs) >= sets {
                 break;
             }
             if let Some(why) = exited(network) {
@@ -959,8 +1009,8 @@ fn wait_ready(
             }
             if Instant::now() > deadline {
                 return Err(fail(format!(
-                    "no linked conflux set of {legs} circuits in {READY_TIMEOUT:?}; its \
-                     circuits: {}",
+                    "fewer than {sets} linked conflux sets of {legs} circuits in \
+                     {READY_TIMEOUT:?}; its circuits: {}",
                     lines.join(" | ")
                 )));
             }
@@ -987,73 +1037,6 @@ fn wait_ready(
     )))
 }
 
-/// Built circuits of a linked conflux set in a `GETINFO circuit-status`
-/// answer (each circuit a line with `PURPOSE=CONFLUX_LINKED`).
-fn linked_circuits(lines: &[String]) -> usize {
-    lines
-        .iter()
-        .filter(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            f.get(1) == Some(&"BUILT") && f.contains(&"PURPOSE=CONFLUX_LINKED")
-        })
-        .count()
-}
-
-/// One command on tor's control port at `control` (cookie
-/// authentication): the lines of its answer, without the status codes.
-fn control_query(control: SocketAddr, cookie: &Path, command: &str) -> Result<Vec<String>, String> {
-    use std::io::{BufRead, BufReader, Write};
-    let cookie = fs::read(cookie).map_err(|e| format!("reading the control cookie: {e}"))?;
-    let conn = std::net::TcpStream::connect_timeout(&control, Duration::from_secs(10))
-        .map_err(|e| format!("connecting: {e}"))?;
-    conn.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    let mut w = conn.try_clone().map_err(|e| e.to_string())?;
-    let mut r = BufReader::new(conn);
-    let mut answer = Vec::new();
-    for cmd in [
-        format!("AUTHENTICATE {}", hex::encode(cookie)),
-        command.to_string(),
-    ] {
-        w.write_all(format!("{cmd}\r\n").as_bytes())
-            .map_err(|e| format!("writing: {e}"))?;
-        answer.clear();
-        // `250-...` lines, `250+...` followed by data lines up to ".", and
-        // a last `250 ...`; any other status is a refusal.
-        let mut in_data = false;
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line)
-                .map_err(|e| format!("reading: {e}"))?
-                == 0
-            {
-                return Err("the control connection closed".into());
-            }
-            let line = line.trim_end();
-            if in_data {
-                if line == "." {
-                    in_data = false;
-                } else {
-                    answer.push(line.to_string());
-                }
-                continue;
-            }
-            match (line.get(..3), line.get(3..4)) {
-                (Some("250"), Some(" ")) => break,
-                (Some("250"), Some(sep @ ("-" | "+"))) => {
-                    in_data = sep == "+";
-                    answer.push(line[4..].to_string());
-                }
-                _ => {
-                    let what = cmd.split(' ').next().unwrap_or("");
-                    return Err(format!("{what} refused: {line}"));
-                }
-            }
-        }
-    }
-    Ok(answer)
-}
-
 /// One [`TEST_FETCH_BYTES`] download from `server` through `socks`, on a
 /// runtime of its own (the caller's thread may be in a host namespace).
 fn test_download(socks: SocketAddr, server: SocketAddr) -> Result<(), String> {
@@ -1075,127 +1058,6 @@ fn test_download(socks: SocketAddr, server: SocketAddr) -> Result<(), String> {
             .map(|_| ())
             .map_err(|e| e.to_string())
     })
-}
-
-/// Watches a C tor client's circuits on its control port (`SETEVENTS
-/// CIRC`) and times each from LAUNCHED to BUILT: the build times
-/// onionlab's clients log. Only circuits launched while it watches count.
-pub struct CircuitWatch {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<f64>>,
-}
-
-impl CircuitWatch {
-    /// Connect to the control port `control` of the client in `host`
-    /// (cookie authentication with `cookie`) and start watching.
-    pub fn start(
-        place: &Place,
-        host: &str,
-        control: SocketAddr,
-        cookie: &Path,
-    ) -> Result<CircuitWatch, RunError> {
-        use std::io::{BufRead, BufReader, Write};
-        let cookie = fs::read(cookie).map_err(io_err("reading the control cookie"))?;
-        let conn = place
-            .run_in(host, || {
-                std::net::TcpStream::connect_timeout(&control, Duration::from_secs(10))
-            })?
-            .map_err(io_err(format!("connecting to {host}'s tor control port")))?;
-        // A tor that does not answer its control port cannot hold the run.
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .map_err(io_err("setting a socket timeout"))?;
-        let mut w = conn.try_clone().map_err(io_err("cloning a socket"))?;
-        let mut r = BufReader::new(conn);
-        let mut line = String::new();
-        for cmd in [
-            format!("AUTHENTICATE {}", hex::encode(cookie)),
-            "SETEVENTS CIRC".into(),
-        ] {
-            w.write_all(format!("{cmd}\r\n").as_bytes())
-                .map_err(io_err("writing to tor's control port"))?;
-            line.clear();
-            r.read_line(&mut line)
-                .map_err(io_err("reading tor's control port"))?;
-            if !line.starts_with("250") {
-                return Err(RunError::Start(format!(
-                    "tor's control port in {host} refused {:?}: {}",
-                    cmd.split(' ').next().unwrap_or(""),
-                    line.trim()
-                )));
-            }
-        }
-        r.get_ref()
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .map_err(io_err("setting a socket timeout"))?;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let mut launched = std::collections::HashMap::new();
-            let mut built = Vec::new();
-            let mut line = Vec::new();
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                // Bytes, not a String: a timeout keeps what was read so
-                // far in `line` whatever it is.
-                match r.read_until(b'\n', &mut line) {
-                    Ok(0) => break,
-                    Ok(_) if line.ends_with(b"\n") => {}
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => continue,
-                    Err(_) => break,
-                }
-                let text = String::from_utf8_lossy(&line).into_owned();
-                if let Some(ms) = circ_event(&text, &mut launched, Instant::now()) {
-                    built.push(ms);
-                }
-                line.clear();
-            }
-            built
-        });
-        Ok(CircuitWatch { stop, thread })
-    }
-
-    /// Stop watching; the build times in ms.
-    pub fn finish(self) -> Vec<f64> {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
-    }
-}
-
-/// One control-port line: `650 CIRC ID LAUNCHED ...` remembers when the
-/// circuit started, `650 CIRC ID BUILT PATH ...` gives its build time in
-/// ms if it is a general-purpose circuit (not a one-hop directory tunnel
-/// or an onion-service circuit: onionlab's clients build only those).
-fn circ_event(
-    line: &str,
-    launched: &mut std::collections::HashMap<String, Instant>,
-    now: Instant,
-) -> Option<f64> {
-    let mut f = line.trim_end().split(' ');
-    if (f.next(), f.next()) != (Some("650"), Some("CIRC")) {
-        return None;
-    }
-    let id = f.next()?.to_string();
-    match f.next()? {
-        "LAUNCHED" => {
-            launched.insert(id, now);
-            None
-        }
-        "BUILT" => {
-            let started = launched.remove(&id)?;
-            let rest: Vec<&str> = f.collect();
-            let general = rest.contains(&"PURPOSE=GENERAL")
-                && !rest
-                    .iter()
-                    .any(|x| x.starts_with("BUILD_FLAGS=") && x.contains("ONEHOP_TUNNEL"));
-            general.then(|| now.duration_since(started).as_secs_f64() * 1e3)
-        }
-        "FAILED" | "CLOSED" => {
-            launched.remove(&id);
-            None
-        }
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -1228,23 +1090,6 @@ mod tests {
     }
 
     #[test]
-    fn linked_conflux_circuits_are_counted_from_circuit_status() {
-        let lines: Vec<String> = [
-            "circuit-status=",
-            "4 BUILT $AA~g1,$BB~m1,$CC~exit BUILD_FLAGS=NEED_CAPACITY,NEED_UPTIME \
-             PURPOSE=CONFLUX_LINKED TIME_CREATED=2026-11-26T17:00:00.000000",
-            "5 BUILT $DD~g2,$EE~m2,$CC~exit PURPOSE=CONFLUX_LINKED",
-            "6 EXTENDED $AA~g1 PURPOSE=CONFLUX_UNLINKED",
-            "7 BUILT $AA~g1,$EE~m2,$CC~exit PURPOSE=GENERAL",
-            "45 LAUNCHED PURPOSE=CONFLUX_LINKED",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(linked_circuits(&lines), 2);
-        assert_eq!(linked_circuits(&[]), 0);
-    }
-
-    #[test]
     fn pinned_legs_give_their_guards_middles_and_exit() {
         let fp = |h: &str| match h {
             "g1" => "G1",
@@ -1259,6 +1104,7 @@ mod tests {
             host: "op".into(),
             path: None,
             legs: vec![leg("g1", "m1"), leg("g2", "m2")],
+            isolated_streams: 2,
         };
         let n = pinned_nodes(&c, &fp).expect("pinned");
         assert_eq!(
@@ -1284,47 +1130,5 @@ mod tests {
         assert_eq!((c.legs, c.ux), (3, "latency"));
         assert!(CtorConflux::of(2, LegSchedulerKind::MTor, "vegas").is_err());
         assert!(CtorConflux::of(2, LegSchedulerKind::LowRtt, "fixed").is_err());
-    }
-
-    #[test]
-    fn circuit_events_give_build_times() {
-        let mut launched = std::collections::HashMap::new();
-        let t0 = Instant::now();
-        let ev = |l: &str, at: u64, m: &mut _| circ_event(l, m, t0 + Duration::from_millis(at));
-        assert_eq!(
-            ev(
-                "650 CIRC 7 LAUNCHED BUILD_FLAGS=NEED_CAPACITY\r\n",
-                0,
-                &mut launched
-            ),
-            None
-        );
-        assert_eq!(ev("650 CIRC 8 LAUNCHED\r\n", 5, &mut launched), None);
-        assert_eq!(
-            ev("650 CIRC 7 EXTENDED $AB~r0guard\r\n", 100, &mut launched),
-            None
-        );
-        let ms = ev(
-            "650 CIRC 7 BUILT $AB~r0,$CD~r1,$EF~r2 BUILD_FLAGS=NEED_CAPACITY PURPOSE=GENERAL\r\n",
-            250,
-            &mut launched,
-        );
-        assert_eq!(ms, Some(250.0));
-        // One-hop directory tunnels are not timed.
-        assert_eq!(ev("650 CIRC 9 LAUNCHED\r\n", 260, &mut launched), None);
-        let dir =
-            "650 CIRC 9 BUILT $AB~r0 BUILD_FLAGS=ONEHOP_TUNNEL,IS_INTERNAL PURPOSE=GENERAL\r\n";
-        assert_eq!(ev(dir, 280, &mut launched), None);
-        assert_eq!(
-            ev("650 CIRC 8 FAILED REASON=TIMEOUT\r\n", 300, &mut launched),
-            None
-        );
-        // A circuit launched before the watch began is not timed.
-        assert_eq!(
-            ev("650 CIRC 3 BUILT $AB~r0guard\r\n", 400, &mut launched),
-            None
-        );
-        assert_eq!(ev("250 OK\r\n", 400, &mut launched), None);
-        assert!(launched.is_empty());
     }
 }
