@@ -423,9 +423,10 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
         }
         assert_eq!(to_op("g3"), 0, "{line}");
         if r.variant.ends_with("=ctor") {
-            // Each workload's stream ran over a linked set of its own
-            // (the lab waited for one per workload besides the test
-            // download's), and the legs' builds were timed.
+            // Each workload's stream ran over a linked set (the lab
+            // waited for one per workload besides the test download's).
+            // No circuit need be built during so short a workload, so
+            // build times are not checked here (control.rs tests them).
             let mut seen: Vec<(&str, &str, u64)> = r
                 .ctor_streams
                 .iter()
@@ -438,7 +439,6 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
                 "{line}"
             );
             assert_eq!(r.conflux_fallback_streams, 0, "{line}");
-            assert!(!r.circuit_build_ms.is_empty(), "{line}");
         }
         implementations.push(r.variant.rsplit('=').next().unwrap_or("").to_string());
     }

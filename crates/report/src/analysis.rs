@@ -200,7 +200,7 @@ pub(crate) fn analyse(input: &ReportInput) -> Result<Analysis<'_>> {
         }
         if c.conflux_fallback_repetitions > 0 {
             warnings.push(format!(
-                "Variant {}: in {} of {} repetition(s) C tor ran some workload streams over plain circuits, not conflux sets (see ctor_streams in repetitions.jsonl): those transfers did not measure conflux.",
+                "Variant {}: in {} of {} repetition(s) C tor ran some workload streams over plain (or unrecorded) circuits, not conflux sets (see ctor_streams in repetitions.jsonl): those transfers did not measure conflux.",
                 label, c.conflux_fallback_repetitions, c.repetitions
             ));
         }

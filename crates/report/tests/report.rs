@@ -186,7 +186,7 @@ fn markdown_has_the_tables_and_hand_computed_numbers() {
     );
     assert!(md.contains("Variant tls: 3 of 10 repetition(s) ran on a saturated CPU"));
     assert!(md.contains(
-        "Variant tls: in 2 of 10 repetition(s) C tor ran some workload streams over plain circuits"
+        "Variant tls: in 2 of 10 repetition(s) C tor ran some workload streams over plain (or unrecorded) circuits"
     ));
     // Counts: the row, with a variant that has no count row shown as zeros.
     assert!(

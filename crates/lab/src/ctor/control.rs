@@ -102,6 +102,74 @@ fn field<'a>(fields: &[&'a str], key: &str) -> Option<&'a str> {
         .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// A control line's space-separated fields; a space inside a quoted
+/// string (`KEY="a b"`) does not separate.
+fn split_fields(line: &str) -> Vec<&str> {
+    let line = line.trim_end();
+    let (mut fields, mut start, mut quoted, mut escaped) = (Vec::new(), 0, false, false);
+    for (i, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ' ' if !quoted => {
+                fields.push(&line[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    fields.push(&line[start..]);
+    fields
+}
+
+/// A quoted string as tor writes it (`esc_for_log`: `\\`, `\"`, `\'`,
+/// `\n`, `\t`, `\r` and `\ooo` octal for other bytes), unquoted; a
+/// value without quotes as it is.
+fn unquote(v: &str) -> String {
+    let Some(inner) = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) else {
+        return v.to_string();
+    };
+    let (mut out, mut bytes) = (Vec::new(), inner.bytes().peekable());
+    while let Some(b) = bytes.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match bytes.next() {
+            Some(b'n') => out.push(b'\n'),
+            Some(b't') => out.push(b'\t'),
+            Some(b'r') => out.push(b'\r'),
+            Some(d @ b'0'..=b'7') => {
+                let mut n = u32::from(d - b'0');
+                for _ in 0..2 {
+                    match bytes.peek() {
+                        Some(&d @ b'0'..=b'7') => {
+                            n = n * 8 + u32::from(d - b'0');
+                            bytes.next();
+                        }
+                        _ => break,
+                    }
+                }
+                out.push(n as u8);
+            }
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The circuits of a `GETINFO circuit-status` answer, one a line: tor
+/// puts a single circuit on the `circuit-status=` line itself, several
+/// on the data lines after it.
+fn circuit_lines(answer: &[String]) -> impl Iterator<Item = &str> {
+    answer
+        .iter()
+        .map(|l| l.strip_prefix("circuit-status=").unwrap_or(l))
+        .filter(|l| !l.is_empty())
+}
+
 /// Complete linked conflux sets of `legs` circuits in a `GETINFO
 /// circuit-status` answer (one circuit a line: `ID STATUS PATH ...
 /// PURPOSE=...`). C tor gives a set's circuits `PURPOSE=CONFLUX_LINKED`
@@ -110,8 +178,8 @@ fn field<'a>(fields: &[&'a str], key: &str) -> Option<&'a str> {
 /// then a set is every `legs` built linked circuits.
 pub(super) fn linked_sets(lines: &[String], legs: usize) -> usize {
     let mut by_set: HashMap<Option<&str>, usize> = HashMap::new();
-    for l in lines {
-        let f: Vec<&str> = l.split(' ').collect();
+    for l in circuit_lines(lines) {
+        let f = split_fields(l);
         if f.get(1) == Some(&"BUILT") && field(&f, "PURPOSE") == Some("CONFLUX_LINKED") {
             *by_set.entry(field(&f, "CONFLUX_ID")).or_default() += 1;
         }
@@ -155,10 +223,11 @@ struct Events {
 
 impl Events {
     /// Learn the purposes of the circuits that exist already from a
-    /// `GETINFO circuit-status` answer (events seen since win).
+    /// `GETINFO circuit-status` answer (an event seen before it, of a
+    /// newer state, would win).
     fn known_circuits(&mut self, status: &[String]) {
-        for l in status {
-            let f: Vec<&str> = l.split(' ').collect();
+        for l in circuit_lines(status) {
+            let f = split_fields(l);
             if let (Some(id), Some(p)) = (f.first(), field(&f, "PURPOSE")) {
                 self.purposes
                     .entry(id.to_string())
@@ -169,7 +238,7 @@ impl Events {
 
     /// One line from the control port.
     fn line(&mut self, line: &str, now: Instant) {
-        let f: Vec<&str> = line.trim_end().split(' ').collect();
+        let f = split_fields(line);
         match f.get(..4) {
             Some(["650", "CIRC", id, status]) => self.circuit(id, status, &f[4..], now),
             Some(["650", "CIRC_MINOR", id, "PURPOSE_CHANGED"]) => {
@@ -218,10 +287,8 @@ impl Events {
     fn stream(&mut self, id: &str, status: &str, rest: &[&str]) {
         match status {
             "NEW" if field(rest, "PURPOSE") == Some("USER") => {
-                let user = field(rest, "SOCKS_USERNAME")
-                    .unwrap_or("")
-                    .trim_matches('"');
-                self.pending.insert(id.to_string(), user.to_string());
+                let user = field(rest, "SOCKS_USERNAME").map_or(String::new(), unquote);
+                self.pending.insert(id.to_string(), user);
             }
             "SUCCEEDED" => {
                 let Some(user) = self.pending.remove(id) else {
@@ -368,6 +435,36 @@ mod tests {
             "6 BUILT $AA~g1 PURPOSE=CONFLUX_LINKED CONFLUX_ID=ab",
         ]);
         assert_eq!(linked_sets(&named, 2), 1);
+    }
+
+    #[test]
+    fn quoted_values_keep_their_spaces_and_lose_their_escapes() {
+        let f = split_fields(
+            "650 STREAM 5 NEW 0 x:80 SOCKS_USERNAME=\"bulk dl \\\"2\\\"\" PURPOSE=USER\r\n",
+        );
+        assert_eq!(f.len(), 8, "{f:?}");
+        assert_eq!(field(&f, "PURPOSE"), Some("USER"));
+        assert_eq!(
+            unquote(field(&f, "SOCKS_USERNAME").expect("username")),
+            "bulk dl \"2\""
+        );
+        assert_eq!(unquote("\"caf\\303\\251 o\\'b\\\\\""), "café o'b\\");
+        assert_eq!(unquote("plain"), "plain");
+    }
+
+    #[test]
+    fn one_circuit_on_the_getinfo_line_is_read_too() {
+        let mut ev = Events::default();
+        ev.known_circuits(&lines(&[
+            "circuit-status=4 BUILT $AA~g1 PURPOSE=CONFLUX_LINKED",
+        ]));
+        assert_eq!(
+            ev.purposes.get("4").map(String::as_str),
+            Some("CONFLUX_LINKED")
+        );
+        let one = lines(&["circuit-status=4 BUILT $AA~g1 PURPOSE=CONFLUX_LINKED"]);
+        assert_eq!(linked_sets(&one, 1), 1);
+        assert_eq!(linked_sets(&lines(&["circuit-status="]), 1), 0);
     }
 
     #[test]

@@ -33,6 +33,9 @@ const AUTH_OR_PORT: u16 = 9101;
 const AUTH_DIR_PORT: u16 = 9130;
 /// A client's control port, when the plan asks for one.
 const CONTROL_PORT: u16 = 9051;
+/// The most linked sets a C tor client prebuilds or keeps
+/// (`cfx_max_prebuilt_set` and `cfx_max_linked_set` are at most 255).
+const MAX_CONFLUX_SETS: usize = 255;
 /// How long a tor client may take to bootstrap and pass its test fetch.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The test fetch's size.
@@ -345,7 +348,7 @@ impl NetPlan {
             (Some(cfx), Some(paths)) => paths.iter().take(cfx.legs).cloned().collect(),
             _ => Vec::new(),
         };
-        Ok(NetPlan {
+        let plan = NetPlan {
             relays: scenario
                 .relays
                 .iter()
@@ -373,7 +376,15 @@ impl NetPlan {
             control_port: true,
             relay_torrc: scenario.ctor_relay_torrc.clone(),
             client_torrc: scenario.ctor_client_torrc.clone(),
-        })
+        };
+        if plan.conflux.is_some() && plan.prebuilt_sets() > MAX_CONFLUX_SETS {
+            return Err(format!(
+                "C tor's conflux keeps at most {MAX_CONFLUX_SETS} sets prebuilt, and a client \
+                 needs one per workload and one more: {} here",
+                plan.prebuilt_sets()
+            ));
+        }
+        Ok(plan)
     }
 
     /// With conflux, the linked sets client `c` needs ready before its
@@ -605,12 +616,19 @@ fn client_torrc(
     conflux: Option<&CtorConflux>,
     extra: &[String],
 ) -> String {
-    let conflux_lines = match conflux {
-        Some(cfx) => format!("ConfluxEnabled 1\nConfluxClientUX {}\n", cfx.ux),
-        None => "ConfluxEnabled 0\n".to_string(),
+    // With conflux, KeepAliveIsolateSOCKSAuth: each use by a workload
+    // (its own SOCKS username) keeps its set fresh. Otherwise a set dirty
+    // for MaxCircuitDirtiness (10 min) takes no new streams but still
+    // counts as prebuilt, and later transfers take plain circuits.
+    let (conflux_lines, socks_flags) = match conflux {
+        Some(cfx) => (
+            format!("ConfluxEnabled 1\nConfluxClientUX {}\n", cfx.ux),
+            " KeepAliveIsolateSOCKSAuth",
+        ),
+        None => ("ConfluxEnabled 0\n".to_string(), ""),
     };
     let mut t = format!(
-        "{}SocksPort {}\nClientOnly 1\n{conflux_lines}\
+        "{}SocksPort {}{socks_flags}\nClientOnly 1\n{conflux_lines}\
          FetchDirInfoEarly 1\nFetchDirInfoExtraEarly 1\nLearnCircuitBuildTimeout 0\n\
          CircuitBuildTimeout 60\nUseEntryGuards 1\n",
         common_torrc(&c.dir, &auth.line),
@@ -988,7 +1006,7 @@ fn wait_ready(
     }
     if let Some((legs, sets)) = linked_sets {
         status(&format!(
-            "C tor client {}: waiting for {sets} conflux sets",
+            "C tor client {}: waiting for {sets} conflux set(s)",
             c.name
         ));
         let Some(control) = c.control else {
@@ -1010,7 +1028,8 @@ fn wait_ready(
             if Instant::now() > deadline {
                 return Err(fail(format!(
                     "fewer than {sets} linked conflux sets of {legs} circuits in \
-                     {READY_TIMEOUT:?}; its circuits: {}",
+                     {READY_TIMEOUT:?} (C tor prebuilds only one set when too few \
+                     exits support conflux, cfx_low_exit_threshold); its circuits: {}",
                     lines.join(" | ")
                 )));
             }
@@ -1120,6 +1139,46 @@ mod tests {
         );
         c.path = None;
         assert!(pinned_nodes(&c, &fp).is_none());
+    }
+
+    #[test]
+    fn conflux_prebuilds_a_set_per_workload_and_one_for_the_test_download() {
+        let client = |isolated_streams| ClientRole {
+            name: "c".into(),
+            host: "c".into(),
+            path: None,
+            legs: Vec::new(),
+            isolated_streams,
+        };
+        let mut plan = NetPlan::chain(true);
+        plan.conflux = Some(CtorConflux::of(2, LegSchedulerKind::LowRtt, "vegas").expect("cfx"));
+        plan.clients = vec![client(1), client(4)];
+        assert_eq!(plan.sets_needed(&plan.clients[1]), 5);
+        assert_eq!(plan.prebuilt_sets(), 5);
+        plan.clients = vec![client(1)];
+        // Never fewer than C tor's default.
+        assert_eq!(plan.prebuilt_sets(), 3);
+        let auth = AuthPlan {
+            host: "auth".into(),
+            dir: PathBuf::from("/nonexistent"),
+            addr: IpAddr::from([10, 0, 0, 1]),
+            or_port: AUTH_OR_PORT,
+            dir_port: AUTH_DIR_PORT,
+            line: String::new(),
+        };
+        let torrc = authority_torrc(&auth, &[], &plan);
+        assert!(
+            torrc.contains(" cfx_num_legs_set=2 cfx_max_prebuilt_set=3\n"),
+            "{torrc}"
+        );
+        plan.clients = vec![client(12)];
+        let torrc = authority_torrc(&auth, &[], &plan);
+        assert!(
+            torrc.contains(" cfx_max_prebuilt_set=13 cfx_max_linked_set=13\n"),
+            "{torrc}"
+        );
+        plan.conflux = None;
+        assert!(!authority_torrc(&auth, &[], &plan).contains("cfx_"));
     }
 
     #[test]
