@@ -1030,7 +1030,6 @@ fn run_one(
                 clients: c.clients,
                 others: vec![c.authority],
                 circuit_watches,
-                conflux: plan.conflux.is_some(),
             }
         }
     };
@@ -1083,7 +1082,9 @@ fn run_one(
         circuit_build_ms.extend(seen.build_ms);
         ctor_streams.extend(seen.streams);
     }
-    let conflux_fallback_streams = if nodes.conflux {
+    // A C tor variant with legs runs conflux (NetPlan::of_variant).
+    let conflux = variant.implementation == Implementation::Ctor && variant.legs > 1;
+    let conflux_fallback_streams = if conflux {
         ctor_streams
             .iter()
             .filter(|s| s.purpose != "CONFLUX_LINKED")
@@ -1296,8 +1297,6 @@ struct Nodes {
     /// C tor clients' control ports, watched for circuit build times
     /// (onionlab's clients log theirs) and the circuits of their streams.
     circuit_watches: Vec<crate::ctor::CircuitWatch>,
-    /// Whether the clients are C tor's with conflux.
-    conflux: bool,
 }
 
 /// Start the scenario's workload servers and wait until they listen;
@@ -1394,7 +1393,6 @@ fn start_onionlab(
         clients,
         others: Vec::new(),
         circuit_watches: Vec::new(),
-        conflux: false,
     })
 }
 

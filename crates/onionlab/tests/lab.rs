@@ -392,6 +392,16 @@ fn c_tor_runs_beside_onionlab_in_the_lab() {
 /// set before the workload, and its downloads come over both guards, as
 /// onionlab's do; the third guard, not pinned for two legs, carries
 /// nothing.
+/// The text of the file under run directory `out` whose path ends with
+/// `suffix`.
+fn read_under(out: &Path, suffix: &str) -> String {
+    let path = walk(out)
+        .into_iter()
+        .find(|p| p.ends_with(suffix))
+        .unwrap_or_else(|| panic!("no {suffix} under {}", out.display()));
+    std::fs::read_to_string(path).expect(suffix)
+}
+
 #[test]
 fn c_tor_runs_conflux_over_both_pinned_guards() {
     if !netns_available() || !ctor_available() {
@@ -444,20 +454,12 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
     }
     implementations.sort();
     assert_eq!(implementations, ["ctor", "tls"]);
-    let torrc = walk(&out)
-        .into_iter()
-        .find(|p| p.ends_with("ctor/client-op/torrc"))
-        .expect("the C tor client's torrc");
-    let torrc = std::fs::read_to_string(torrc).expect("torrc");
+    let torrc = read_under(&out, "ctor/client-op/torrc");
     assert!(
         torrc.contains("ConfluxEnabled 1\nConfluxClientUX throughput\n"),
         "{torrc}"
     );
-    let auth = walk(&out)
-        .into_iter()
-        .find(|p| p.ends_with("ctor/auth/torrc"))
-        .expect("the C tor authority's torrc");
-    let auth = std::fs::read_to_string(auth).expect("torrc");
+    let auth = read_under(&out, "ctor/auth/torrc");
     assert!(
         auth.contains("cfx_num_legs_set=2 cfx_max_prebuilt_set=3"),
         "{auth}"
