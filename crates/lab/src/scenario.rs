@@ -16,6 +16,8 @@
 //! [ctor]                       # optional: more torrc lines for C tor variants
 //! relay_torrc = ["KISTSchedRunInterval 2 msec"] # every relay (not what the lab
 //! client_torrc = []            # writes, such as ORPort or Schedulers); every client
+//! consensus_params = ["cellq_high=1000"] # the authority's ConsensusParams
+//!                              # (not cc_alg or cfx_*, which the matrix sets)
 //!
 //! [[relay]]                    # nickname = host name
 //! host = "guard"
@@ -225,6 +227,52 @@ struct RawCtor {
     relay_torrc: Vec<String>,
     #[serde(default)]
     client_torrc: Vec<String>,
+    #[serde(default)]
+    consensus_params: Vec<String>,
+}
+
+/// Consensus parameters the lab's authority sets from the variant
+/// (`circuit_cc`, `legs`), which `[ctor] consensus_params` may not set.
+const LAB_CONSENSUS_PARAMS: &[&str] = &[
+    "cc_alg",
+    "cfx_num_legs_set",
+    "cfx_max_prebuilt_set",
+    "cfx_max_linked_set",
+];
+
+/// `[ctor] consensus_params`: each `name=value` as C tor's
+/// `ConsensusParams` takes it (a name of letters, digits and `_`, a
+/// 32-bit integer value), none of the lab's own and no name twice.
+fn consensus_params(params: &[String]) -> std::result::Result<Vec<String>, String> {
+    let mut names: Vec<&str> = Vec::new();
+    params
+        .iter()
+        .map(|param| {
+            let param = param.trim();
+            let valid = param.split_once('=').filter(|(name, value)| {
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && value.parse::<i32>().is_ok()
+            });
+            let Some((name, _)) = valid else {
+                return Err(format!(
+                    "[ctor] consensus_params: {param:?} is not `name=integer` (for example \
+                     \"cellq_high=1000\")"
+                ));
+            };
+            if LAB_CONSENSUS_PARAMS.contains(&name) {
+                return Err(format!(
+                    "[ctor] consensus_params may not set {name}: the lab sets it from the matrix \
+                     (circuit_cc, legs)"
+                ));
+            }
+            if names.contains(&name) {
+                return Err(format!("[ctor] consensus_params: {name} set twice"));
+            }
+            names.push(name);
+            Ok(param.to_string())
+        })
+        .collect()
 }
 
 /// torrc options the lab writes for C tor variants, which `[ctor]` lines
@@ -582,6 +630,9 @@ pub struct Scenario {
     pub ctor_relay_torrc: Vec<String>,
     /// torrc lines added to every C tor client (`[ctor] client_torrc`).
     pub ctor_client_torrc: Vec<String>,
+    /// Consensus parameters the C tor authority adds to its own
+    /// (`[ctor] consensus_params`, each `name=value`).
+    pub ctor_consensus_params: Vec<String>,
 }
 
 /// One combination of matrix values, resolved.
@@ -819,13 +870,14 @@ impl Scenario {
             }
         };
         let (relay_settings, utcp) = relay_settings(&ctx, raw.relay_settings.as_ref())?;
-        let (ctor_relay_torrc, ctor_client_torrc) = match &raw.ctor {
-            None => (Vec::new(), Vec::new()),
+        let (ctor_relay_torrc, ctor_client_torrc, ctor_consensus_params) = match &raw.ctor {
+            None => (Vec::new(), Vec::new(), Vec::new()),
             Some(c) => {
                 let err = |m| ctx.err(c.span(), m);
                 (
                     torrc_lines(&c.get_ref().relay_torrc, "relay_torrc").map_err(err)?,
                     torrc_lines(&c.get_ref().client_torrc, "client_torrc").map_err(err)?,
+                    consensus_params(&c.get_ref().consensus_params).map_err(err)?,
                 )
             }
         };
@@ -1138,6 +1190,7 @@ impl Scenario {
             utcp,
             ctor_relay_torrc,
             ctor_client_torrc,
+            ctor_consensus_params,
         };
         scenario
             .check_utcp()

@@ -846,6 +846,24 @@ fn ctor_torrc_lines_are_kept_and_the_labs_own_options_refused() {
     assert_error(&matrix, line, "may not set Schedulers");
     let two = format!("{BASE}\n[ctor]\nclient_torrc = [\"A 1\\nB 2\"]\n");
     assert_error(&two, line, "is not one torrc line");
+    let params = format!("{BASE}\n[ctor]\nconsensus_params = [\" cellq_high=1000\", \"x_1=-2\"]\n");
+    assert_eq!(
+        parse(&params).expect("valid").ctor_consensus_params,
+        vec!["cellq_high=1000", "x_1=-2"]
+    );
+    for (bad, why) in [
+        ("cc_alg=2", "may not set cc_alg"),
+        ("cfx_max_prebuilt_set=5", "may not set cfx_max_prebuilt_set"),
+        ("cellq_high", "is not `name=integer`"),
+        ("cellq_high=1k", "is not `name=integer`"),
+        ("cellq high=1", "is not `name=integer`"),
+        ("=1", "is not `name=integer`"),
+    ] {
+        let text = format!("{BASE}\n[ctor]\nconsensus_params = [\"{bad}\"]\n");
+        assert_error(&text, line, why);
+    }
+    let twice = format!("{BASE}\n[ctor]\nconsensus_params = [\"a=1\", \"a=2\"]\n");
+    assert_error(&twice, line, "a set twice");
     let unknown = format!("{BASE}\n[ctor]\nrelays = []\n");
     assert_error(&unknown, line + 1, "unknown field");
 }

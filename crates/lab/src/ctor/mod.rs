@@ -307,6 +307,8 @@ pub struct NetPlan {
     pub relay_torrc: Vec<String>,
     /// More torrc lines for every client, after the lab's.
     pub client_torrc: Vec<String>,
+    /// More consensus parameters (`name=value`), after the lab's.
+    pub consensus_params: Vec<String>,
 }
 
 impl NetPlan {
@@ -376,6 +378,7 @@ impl NetPlan {
             control_port: true,
             relay_torrc: scenario.ctor_relay_torrc.clone(),
             client_torrc: scenario.ctor_client_torrc.clone(),
+            consensus_params: scenario.ctor_consensus_params.clone(),
         };
         if plan.conflux.is_some() && plan.prebuilt_sets() > MAX_CONFLUX_SETS {
             return Err(format!(
@@ -432,6 +435,7 @@ impl NetPlan {
             control_port: true,
             relay_torrc: Vec::new(),
             client_torrc: Vec::new(),
+            consensus_params: Vec::new(),
         }
     }
 }
@@ -507,7 +511,8 @@ fn common_torrc(dir: &Path, dir_authority: &str) -> String {
 }
 
 /// The authority's torrc: quick votes, the plan's roles as flags, and
-/// its circuit congestion control as a consensus parameter.
+/// its circuit congestion control, conflux sets and the scenario's own
+/// consensus parameters.
 fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> String {
     let list = |f: fn(&RelayPlan) -> bool| {
         relays
@@ -532,6 +537,11 @@ fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> Str
             c.legs
         )
     });
+    let own: String = plan
+        .consensus_params
+        .iter()
+        .map(|p| format!(" {p}"))
+        .collect();
     let (addr, or_port, dir_port) = (auth.addr, auth.or_port, auth.dir_port);
     let mut t = format!(
         "{}Nickname auth\nAddress {addr}\nORPort {addr}:{or_port}\n\
@@ -542,7 +552,7 @@ fn authority_torrc(auth: &AuthPlan, relays: &[RelayPlan], plan: &NetPlan) -> Str
          TestingV3AuthInitialDistDelay 2\nV3AuthVotingInterval 10\nV3AuthVoteDelay 2\n\
          V3AuthDistDelay 2\nAuthDirVoteStableGuaranteeMinUptime 0\n\
          AuthDirVoteStableGuaranteeMTBF 0\n\
-         ConsensusParams cc_alg={cc_alg}{cfx}\n",
+         ConsensusParams cc_alg={cc_alg}{cfx}{own}\n",
         common_torrc(&auth.dir, &auth.line)
     );
     let guards = list(|r| r.guard);
@@ -1179,6 +1189,12 @@ mod tests {
         );
         plan.conflux = None;
         assert!(!authority_torrc(&auth, &[], &plan).contains("cfx_"));
+        plan.consensus_params = vec!["cellq_high=1000".into(), "cellq_low=100".into()];
+        let torrc = authority_torrc(&auth, &[], &plan);
+        assert!(
+            torrc.contains("ConsensusParams cc_alg=2 cellq_high=1000 cellq_low=100\n"),
+            "{torrc}"
+        );
     }
 
     #[test]
