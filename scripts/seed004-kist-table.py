@@ -6,10 +6,13 @@ each other and against both tls variants. Ratios of medians with 95%
 bootstrap intervals (bold where the interval excludes 1) of TTFB and
 download time (TTLB) of the measured client's web and bulk downloads
 and of the load clients' downloads pooled. Failed transfers are left
-out. Prints markdown table rows. Also reads a seed004-ctor-nagle run
-(no tls with limited unsent bytes): comparisons whose variants the run
-lacks are skipped, and a seed004-ctor-fixed run (one circuit congestion
-control per run, named on standard error).
+out. Prints markdown table rows.
+
+Also reads runs of seed004-ctor-nagle, -fixed and -cellq, which have no
+tls with limited unsent bytes (and -cellq no Vanilla): comparisons whose
+variants the run lacks are skipped. A run must have one circuit_cc; it
+is named on standard error with the scenario's [ctor] consensus_params,
+if any.
 
 Usage: scripts/seed004-kist-table.py RUN_DIR
 Standard library only.
@@ -32,13 +35,16 @@ for l in open(f"{run}/records.jsonl"):
     r = json.loads(l)
     if r.get("error"): continue
     cc, r["variant"] = r["variant"].split(" ", 1)
+    if not cc.startswith("circuit_cc="):
+        sys.exit(f"{run}: variant {cc} ... has no circuit_cc first")
     ccs.add(cc)
     g = r["workload"] if r["workload"] in ("web", "bulk") else "load"
     d[(r["variant"], g, "ttfb")].append(r["ttfb_ms"])
     d[(r["variant"], g, "ttlb")].append(r["ttlb_ms"])
 if len(ccs) != 1:
     sys.exit(f"expected one circuit_cc in {run}, found {sorted(ccs)}")
-print(f"{run}: {ccs.pop()}", file=sys.stderr)
+params = [l.strip() for l in open(f"{run}/scenario.toml") if l.startswith("consensus_params")]
+print(f"{run}: {ccs.pop()} {' '.join(params)}", file=sys.stderr)
 pairs = [("tls 16KiB / tls kernel", ("kist","%s","16KiB","tls"), ("kist","%s","kernel","tls")),
          ("ctor vanilla / ctor kist", ("vanilla","%s","kernel","ctor"), ("kist","%s","kernel","ctor")),
          ("ctor kist / tls kernel", ("kist","%s","kernel","ctor"), ("kist","%s","kernel","tls")),
@@ -48,7 +54,8 @@ for L in ("1", "2"):
     for name, a, b in pairs:
         va = V % tuple(x % L if x == "%s" else x for x in a)
         vb = V % tuple(x % L if x == "%s" else x for x in b)
-        if not d[(va, "web", "ttlb")] or not d[(vb, "web", "ttlb")]:
+        if not all(d[(v, g, m)] for v in (va, vb) for g in ("web", "bulk", "load")
+                   for m in ("ttfb", "ttlb")):
             continue
         cells = []
         for g in ("web", "bulk", "load"):

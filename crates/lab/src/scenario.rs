@@ -17,7 +17,8 @@
 //! relay_torrc = ["KISTSchedRunInterval 2 msec"] # every relay (not what the lab
 //! client_torrc = []            # writes, such as ORPort or Schedulers); every client
 //! consensus_params = ["cellq_high=1000"] # the authority's ConsensusParams
-//!                              # (not cc_alg or cfx_*, which the matrix sets)
+//!                              # (not cc_alg, cfx_enabled, cfx_num_legs_set,
+//!                              # cfx_max_prebuilt_set, cfx_max_linked_set)
 //!
 //! [[relay]]                    # nickname = host name
 //! host = "guard"
@@ -232,9 +233,11 @@ struct RawCtor {
 }
 
 /// Consensus parameters the lab's authority sets from the variant
-/// (`circuit_cc`, `legs`), which `[ctor] consensus_params` may not set.
+/// (`circuit_cc`, `legs`) or that would overrule it (`cfx_enabled`), which
+/// `[ctor] consensus_params` may not set.
 const LAB_CONSENSUS_PARAMS: &[&str] = &[
     "cc_alg",
+    "cfx_enabled",
     "cfx_num_legs_set",
     "cfx_max_prebuilt_set",
     "cfx_max_linked_set",

@@ -854,6 +854,7 @@ fn ctor_torrc_lines_are_kept_and_the_labs_own_options_refused() {
     for (bad, why) in [
         ("cc_alg=2", "may not set cc_alg"),
         ("cfx_max_prebuilt_set=5", "may not set cfx_max_prebuilt_set"),
+        ("cfx_enabled=0", "may not set cfx_enabled"),
         ("cellq_high", "is not `name=integer`"),
         ("cellq_high=1k", "is not `name=integer`"),
         ("cellq high=1", "is not `name=integer`"),
