@@ -8,9 +8,11 @@ download time (TTLB) of the measured client's web and bulk downloads
 and of the load clients' downloads pooled. Failed transfers are left
 out. Prints markdown table rows.
 
-Also reads runs of seed004-ctor-nagle, -fixed and -cellq, which have no
-tls with limited unsent bytes (and -cellq no Vanilla): comparisons whose
-variants the run lacks are skipped. A run must have one circuit_cc; it
+Also reads runs of seed004-ctor-nagle, -fixed, -cellq and -packaging,
+which have no tls with limited unsent bytes (and -cellq and -packaging
+no Vanilla; -packaging adds tls with C tor's eager exit packaging, with
+and without the 16 KiB limit):
+comparisons whose variants the run lacks are skipped. A run must have one circuit_cc; it
 is named on standard error with the scenario's [ctor] consensus_params,
 if any.
 
@@ -28,32 +30,43 @@ from collections import defaultdict
 if len(sys.argv) != 2:
     sys.exit(__doc__)
 run = sys.argv[1]
-V = "ctor_scheduler=%s leg_scheduler=lowrtt legs=%s tcp_notsent_lowat=%s transport=%s"
+# Variants by their parameters; exit_packaging is what each implementation
+# does when the run does not set it (onionlab lazy, C tor eager).
+KEYS = ("ctor_scheduler", "legs", "tcp_notsent_lowat", "transport", "exit_packaging")
 d = defaultdict(list)
 ccs = set()
 for l in open(f"{run}/records.jsonl"):
     r = json.loads(l)
     if r.get("error"): continue
-    cc, r["variant"] = r["variant"].split(" ", 1)
-    if not cc.startswith("circuit_cc="):
-        sys.exit(f"{run}: variant {cc} ... has no circuit_cc first")
-    ccs.add(cc)
+    p = dict(kv.split("=", 1) for kv in r["variant"].split(" "))
+    if "circuit_cc" not in p:
+        sys.exit(f"{run}: variant {r['variant']} has no circuit_cc")
+    ccs.add(p["circuit_cc"])
+    p.setdefault("exit_packaging", "eager" if p["transport"] == "ctor" else "lazy")
+    v = tuple(p.get(k) for k in KEYS)
     g = r["workload"] if r["workload"] in ("web", "bulk") else "load"
-    d[(r["variant"], g, "ttfb")].append(r["ttfb_ms"])
-    d[(r["variant"], g, "ttlb")].append(r["ttlb_ms"])
+    d[(v, g, "ttfb")].append(r["ttfb_ms"])
+    d[(v, g, "ttlb")].append(r["ttlb_ms"])
 if len(ccs) != 1:
     sys.exit(f"expected one circuit_cc in {run}, found {sorted(ccs)}")
 params = [l.strip() for l in open(f"{run}/scenario.toml") if l.startswith("consensus_params")]
-print(f"{run}: {ccs.pop()} {' '.join(params)}", file=sys.stderr)
-pairs = [("tls 16KiB / tls kernel", ("kist","%s","16KiB","tls"), ("kist","%s","kernel","tls")),
-         ("ctor vanilla / ctor kist", ("vanilla","%s","kernel","ctor"), ("kist","%s","kernel","ctor")),
-         ("ctor kist / tls kernel", ("kist","%s","kernel","ctor"), ("kist","%s","kernel","tls")),
-         ("ctor kist / tls 16KiB", ("kist","%s","kernel","ctor"), ("kist","%s","16KiB","tls")),
-         ("ctor vanilla / tls kernel", ("vanilla","%s","kernel","ctor"), ("kist","%s","kernel","tls"))]
+print(f"{run}: circuit_cc={ccs.pop()} {' '.join(params)}", file=sys.stderr)
+# (ctor_scheduler, tcp_notsent_lowat, transport, exit_packaging) of each side.
+TLS, TLS16 = ("kist", "kernel", "tls", "lazy"), ("kist", "16KiB", "tls", "lazy")
+TLS_EAGER, TLS16_EAGER = ("kist", "kernel", "tls", "eager"), ("kist", "16KiB", "tls", "eager")
+KIST, VANILLA = ("kist", "kernel", "ctor", "eager"), ("vanilla", "kernel", "ctor", "eager")
+pairs = [("tls 16KiB / tls kernel", TLS16, TLS),
+         ("tls eager / tls lazy", TLS_EAGER, TLS),
+         ("tls 16KiB eager / tls 16KiB", TLS16_EAGER, TLS16),
+         ("ctor vanilla / ctor kist", VANILLA, KIST),
+         ("ctor kist / tls kernel", KIST, TLS),
+         ("ctor kist / tls 16KiB", KIST, TLS16),
+         ("ctor kist / tls eager", KIST, TLS_EAGER),
+         ("ctor kist / tls 16KiB eager", KIST, TLS16_EAGER),
+         ("ctor vanilla / tls kernel", VANILLA, TLS)]
 for L in ("1", "2"):
     for name, a, b in pairs:
-        va = V % tuple(x % L if x == "%s" else x for x in a)
-        vb = V % tuple(x % L if x == "%s" else x for x in b)
+        va, vb = ((s[0], L, s[1], s[2], s[3]) for s in (a, b))
         if not all(d[(v, g, m)] for v in (va, vb) for g in ("web", "bulk", "load")
                    for m in ("ttfb", "ttlb")):
             continue

@@ -399,6 +399,22 @@ impl StreamMap {
     /// [`request_close_with`](Self::request_close_with), for a stream whose
     /// close was requested and whose buffer is empty.
     pub(crate) fn next_packaged(&mut self, circ_window_open: bool) -> Option<Packaged> {
+        self.next_packaged_from(circ_window_open, false)
+    }
+
+    /// [`next_packaged`](Self::next_packaged), but a stream with less than
+    /// a full cell buffered and no close requested keeps its bytes (and
+    /// its place) for later: what an eager exit packages as bytes arrive
+    /// (C tor packages whole cells after each read).
+    pub(crate) fn next_whole_packaged(&mut self, circ_window_open: bool) -> Option<Packaged> {
+        self.next_packaged_from(circ_window_open, true)
+    }
+
+    fn next_packaged_from(
+        &mut self,
+        circ_window_open: bool,
+        whole_cells_only: bool,
+    ) -> Option<Packaged> {
         for _ in 0..self.rr.len() {
             let id = self.rr.pop_front()?;
             let Some(s) = self.streams.get_mut(&id) else {
@@ -410,7 +426,8 @@ impl StreamMap {
                 continue;
             }
             if !s.send_buf.is_empty() {
-                if circ_window_open && s.flow.can_package() {
+                let partial = s.send_buf.len() < MAX_DATA_LEN && !s.close_requested;
+                if circ_window_open && s.flow.can_package() && !(whole_cells_only && partial) {
                     let n = s.send_buf.len().min(MAX_DATA_LEN);
                     let chunk = s.send_buf.split_to(n).freeze();
                     self.buffered -= n;
@@ -873,6 +890,40 @@ mod tests {
         assert_eq!(chunk.len(), MAX_DATA_LEN);
         assert_eq!(map.take_writable(), vec![id]);
         assert!(map.take_writable().is_empty());
+    }
+
+    #[test]
+    fn whole_cell_packaging_keeps_a_partial_cell_until_the_close() {
+        let mut map = StreamMap::new(StreamConfig::default(), StreamFlowKind::Windows);
+        let id = open(&mut map);
+        map.write(id, &[0; MAX_DATA_LEN + 100], now());
+        let sizes = |map: &mut StreamMap, whole: bool| -> Vec<usize> {
+            std::iter::from_fn(|| {
+                if whole {
+                    map.next_whole_packaged(true)
+                } else {
+                    map.next_packaged(true)
+                }
+            })
+            .map(|p| match p {
+                Packaged::Data(_, chunk) => chunk.len(),
+                Packaged::End(..) => 0,
+            })
+            .collect()
+        };
+        assert_eq!(sizes(&mut map, true), [MAX_DATA_LEN], "100 bytes wait");
+        map.write(id, &[0; MAX_DATA_LEN - 100], now());
+        assert_eq!(sizes(&mut map, true), [MAX_DATA_LEN], "now a whole cell");
+        map.write(id, &[0; 10], now());
+        assert!(sizes(&mut map, true).is_empty());
+        assert_eq!(sizes(&mut map, false), [10], "the lazy way takes it");
+        map.write(id, &[0; 10], now());
+        map.request_close(id);
+        assert_eq!(
+            sizes(&mut map, true),
+            [10, 0],
+            "a close takes the rest, then END"
+        );
     }
 
     #[test]

@@ -91,6 +91,7 @@ pub fn default_short(name: &str, names: &[&str]) -> String {
         "tcp_congestion" => "tcp",
         "circuit_cc" => "circuit cc",
         "ctor_scheduler" => "tor sched",
+        "exit_packaging" => "packaging",
         other => other,
     };
     let shared = names.iter().filter(|n| base_name(n) == base).count() > 1;

@@ -833,8 +833,8 @@ pub fn relay_config_text(
     servers: &[SocketAddr],
 ) -> String {
     let mut config = format!(
-        "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\n",
-        variant.scheduler
+        "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\nexit_packaging = \"{}\"\n",
+        variant.scheduler, variant.exit_packaging
     );
     if variant.transport.may_use_quic() {
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));

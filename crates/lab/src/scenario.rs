@@ -88,6 +88,10 @@
 //!                              # or proposal 324's Vegas with XON/XOFF
 //! ctor_scheduler = ["kist", "vanilla"] # C tor variants only: its Schedulers
 //!                              # option (kist, kistlite, vanilla); default: tor's
+//! exit_packaging = ["lazy", "eager"] # onionlab's exits: when DATA cells are made
+//!                              # (lazy: when the channel takes them, the default;
+//!                              # eager: as bytes arrive, C tor's; C tor variants
+//!                              # are eager and only take "eager")
 //! latency = ["20ms", "40ms"]   # every path's one-way latency
 //! "loss:middle-exit" = ["0%", "1%"]   # one pair (both directions); also "latency:A-B"
 //! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
@@ -120,6 +124,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
+use onionlab_circuit::relay::ExitPackaging;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, LossModel, PathUpdate, Topology};
 use onionlab_transport::registry::UnknownTransport;
@@ -347,6 +352,7 @@ const LAB_RELAY_SETTINGS: &[&str] = &[
     "network",
     "network_key",
     "scheduler",
+    "exit_packaging",
     "quic_listen",
     "utcp_listen",
     "transport",
@@ -663,6 +669,9 @@ pub struct Variant {
     /// The sets' leg scheduler (`leg_scheduler`; the document's
     /// `cfx_scheduler`).
     pub leg_scheduler: LegSchedulerKind,
+    /// When the exits package DATA cells (`exit_packaging`; onionlab's
+    /// lazy packaging unless the matrix says otherwise).
+    pub exit_packaging: ExitPackaging,
     /// C tor's channel scheduler (one of [`CTOR_SCHEDULERS`]; `None`:
     /// tor's default). Only for `ctor` variants.
     pub ctor_scheduler: Option<String>,
@@ -1309,6 +1318,14 @@ impl Scenario {
                 }
                 continue;
             }
+            let sets_packaging = v.params.iter().any(|(k, _)| k == "exit_packaging");
+            if sets_packaging && v.exit_packaging != ExitPackaging::Eager {
+                return Err(format!(
+                    "variant {:?}: C tor's exits package eagerly (its exit_packaging is \
+                     \"eager\"): leave the combination out with [[exclude]]",
+                    v.label
+                ));
+            }
             if v.scheduler == "round-robin" {
                 return Err(format!(
                     "variant {:?}: C tor cannot schedule circuits round robin (since 0.4.x it \
@@ -1426,6 +1443,7 @@ impl Scenario {
             circuit_cc: "fixed".into(),
             legs: 1,
             leg_scheduler: LegSchedulerKind::default(),
+            exit_packaging: ExitPackaging::default(),
             ctor_scheduler: None,
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
@@ -1542,7 +1560,8 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
         (
             "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
             | "tcp_notsent_lowat" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
-            | "latency" | "loss" | "block" | "clients" | "legs" | "leg_scheduler",
+            | "latency" | "loss" | "block" | "clients" | "legs" | "leg_scheduler"
+            | "exit_packaging",
             None,
         ) => Ok(()),
         ("tcp_congestion", Some(list)) => {
@@ -1567,7 +1586,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -1653,6 +1672,10 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             "unknown scheduler {value:?} ({})",
             SCHEDULERS.join(", ")
         )),
+        "exit_packaging" if ExitPackaging::parse(value).is_none() => Err(format!(
+            "exit_packaging {value:?} is not one of {}",
+            ExitPackaging::NAMES.join(", ")
+        )),
         "size" => parse_size(value).map(|_| ()),
         "legs" => parse_legs(value).map(|_| ()),
         "leg_scheduler" => LegSchedulerKind::parse(value).map(|_| ()).ok_or_else(|| {
@@ -1708,6 +1731,11 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "ctor_scheduler" => {
             v.ctor_scheduler = Some(value.into());
+            return Ok(());
+        }
+        "exit_packaging" => {
+            v.exit_packaging = ExitPackaging::parse(value)
+                .ok_or_else(|| format!("unknown exit_packaging {value:?}"))?;
             return Ok(());
         }
         "slow_start_after_idle" => {

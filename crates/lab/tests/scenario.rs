@@ -897,6 +897,59 @@ fn ctor_scheduler_varies_c_tor_only() {
     );
 }
 
+/// `exit_packaging` reaches every onionlab relay.toml; C tor variants
+/// take only "eager" (what C tor does), and unknown values are refused.
+#[test]
+fn exit_packaging_is_a_matrix_parameter() {
+    use onionlab_circuit::relay::ExitPackaging;
+    use onionlab_lab::run::relay_config_text;
+    use onionlab_netdoc::config::RelayConfig;
+    let matrix =
+        "\n[matrix]\ntransport = [\"tls\", \"ctor\"]\nexit_packaging = [\"lazy\", \"eager\"]\n";
+    let all = format!("{BASE}{matrix}");
+    assert_error(&all, 1, "C tor's exits package eagerly");
+    let text = format!("{all}\n[[exclude]]\ntransport = \"ctor\"\nexit_packaging = \"lazy\"\n");
+    let s = parse(&text).expect("valid");
+    let variants = s.variants();
+    let seen: Vec<_> = variants
+        .iter()
+        .map(|v| (v.implementation, v.exit_packaging))
+        .collect();
+    assert_eq!(seen.len(), 3);
+    for want in [
+        (Implementation::Onionlab, ExitPackaging::Lazy),
+        (Implementation::Onionlab, ExitPackaging::Eager),
+        (Implementation::Ctor, ExitPackaging::Eager),
+    ] {
+        assert!(seen.contains(&want), "{want:?} in {seen:?}");
+    }
+    let key = "0".repeat(64);
+    let addr: std::net::SocketAddr = "10.77.0.3:9001".parse().expect("addr");
+    for v in variants
+        .iter()
+        .filter(|v| v.implementation == Implementation::Onionlab)
+    {
+        let cfg = RelayConfig::from_toml_str(
+            &relay_config_text("exit", addr, &key, v, &[]),
+            "r",
+            Path::new("."),
+        )
+        .expect("a valid relay.toml");
+        assert_eq!(cfg.exit_packaging, v.exit_packaging);
+    }
+    // Without the parameter every variant is lazy, C tor's too (ignored).
+    let plain = parse(&format!("{BASE}\n[matrix]\ntransport = [\"ctor\"]\n")).expect("valid");
+    assert_eq!(plain.variants()[0].exit_packaging, ExitPackaging::Lazy);
+    let unknown = format!("{BASE}\n[matrix]\nexit_packaging = [\"soon\"]\n");
+    assert_error(
+        &unknown,
+        BASE.lines().count() + 3,
+        "is not one of lazy, eager",
+    );
+    let by_hand = format!("{BASE}\n[relay_settings]\nexit_packaging = \"eager\"\n");
+    assert!(parse(&by_hand).is_err(), "the lab writes exit_packaging");
+}
+
 #[test]
 fn legs_and_leg_schedulers_are_matrix_parameters() {
     use onionlab_lab::run::{client_path_lines, network_params};

@@ -22,6 +22,7 @@
 //! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
 //! network_key = "<64 hex digits>" # network public key
 //! scheduler = "ewma"              # or "round-robin"; default "ewma"
+//! exit_packaging = "lazy"         # exits: or "eager" (C tor's); when DATA cells are made
 //! ewma_half_life_ms = 30000       # default 30000
 //! max_mem_in_queues = 268435456   # bytes, default 256 MiB
 //! link_handshake_timeout_ms = 10000 # default 10000
@@ -105,6 +106,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
+use onionlab_circuit::relay::ExitPackaging;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use tokio::io::AsyncReadExt;
@@ -539,6 +541,12 @@ pub struct RelayConfig {
     /// Circuit scheduler; default EWMA.
     #[serde(default)]
     pub scheduler: Scheduler,
+    /// Exits: when the target's bytes become DATA cells, and so when the
+    /// circuit congestion control counts them in flight: `"lazy"`
+    /// (onionlab's, the default) or `"eager"` (C tor's); see
+    /// [`ExitPackaging`].
+    #[serde(default, deserialize_with = "de_exit_packaging")]
+    pub exit_packaging: ExitPackaging,
     /// EWMA half-life in milliseconds (default 30000); must be positive.
     #[serde(
         default = "default_ewma_half_life_ms",
@@ -876,6 +884,19 @@ fn de_leg_scheduler<'de, D: Deserializer<'de>>(
         serde::de::Error::custom(format!(
             "{name:?} is not a leg scheduler ({})",
             LegSchedulerKind::names()
+        ))
+    })
+}
+
+/// `exit_packaging`: a name [`ExitPackaging::parse`] takes.
+fn de_exit_packaging<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<ExitPackaging, D::Error> {
+    let name = String::deserialize(d)?;
+    ExitPackaging::parse(&name).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "exit_packaging {name:?} is not one of {}",
+            ExitPackaging::NAMES.join(", ")
         ))
     })
 }
@@ -1434,19 +1455,24 @@ mod test {
             NetworkSource::File(PathBuf::from("/lab/r0/../../network.doc"))
         );
         assert_eq!(cfg.scheduler, Scheduler::Ewma);
+        assert_eq!(cfg.exit_packaging, ExitPackaging::Lazy);
         assert_eq!(cfg.ewma_half_life_ms, 30_000);
         assert_eq!(cfg.max_mem_in_queues, 256 << 20);
         assert_eq!(cfg.log, None);
         assert!(cfg.network_public_key().is_ok());
 
         let cfg = RelayConfig::from_toml_str(
-            &relay_text("scheduler = \"round-robin\"\nlog = \"debug\"\nkeys = \"/abs/k\"\n")
-                .replace("keys = \"keys.secret\"\n", ""),
+            &relay_text(
+                "scheduler = \"round-robin\"\nlog = \"debug\"\nkeys = \"/abs/k\"\n\
+                 exit_packaging = \"eager\"\n",
+            )
+            .replace("keys = \"keys.secret\"\n", ""),
             "r.toml",
             Path::new("/lab/r0"),
         )
         .unwrap();
         assert_eq!(cfg.scheduler, Scheduler::RoundRobin);
+        assert_eq!(cfg.exit_packaging, ExitPackaging::Eager);
         assert_eq!(cfg.keys, PathBuf::from("/abs/k"));
         assert_eq!(cfg.log.as_deref(), Some("debug"));
     }
@@ -1484,6 +1510,7 @@ mod test {
         let cases = [
             ("colour = 1\n", 6, "unknown field"),
             ("scheduler = \"fifo\"\n", 6, "unknown variant"),
+            ("exit_packaging = \"soon\"\n", 6, "lazy, eager"),
             ("ewma_half_life_ms = 0\n", 6, "greater than 0"),
             ("max_mem_in_queues = -1\n", 6, ""),
         ];

@@ -384,6 +384,7 @@ impl Relay {
             circuit_cc = config.circuit.cc.name(),
             conflux = config.circuit.conflux,
             leg_scheduler = %config.conflux_scheduler,
+            exit_packaging = %config.circuit.exit_packaging,
             "relay listening"
         );
         let shared: Shared = Rc::new(RefCell::new(State {

@@ -1156,7 +1156,7 @@ impl RelayNode {
         if let Some(r) = self.with_set(now, circ, |s| s.end(stream, reason)) {
             return r;
         }
-        let r = self.circuit_mut(circ)?.exit_end(stream, reason);
+        let r = self.circuit_mut(circ)?.exit_end(now, stream, reason);
         self.refresh(now, circ);
         r
     }

@@ -280,10 +280,32 @@ impl ExitStreams {
         &mut self,
         window_open: bool,
     ) -> Option<Result<(StreamId, AnyRelayMsg), Error>> {
+        self.next_outgoing_from(window_open, false)
+    }
+
+    /// [`next_outgoing`](Self::next_outgoing) in whole cells only: a
+    /// stream's last partial cell waits for more bytes or its close (see
+    /// `StreamMap::next_whole_packaged`).
+    pub(crate) fn next_whole_outgoing(
+        &mut self,
+        window_open: bool,
+    ) -> Option<Result<(StreamId, AnyRelayMsg), Error>> {
+        self.next_outgoing_from(window_open, true)
+    }
+
+    fn next_outgoing_from(
+        &mut self,
+        window_open: bool,
+        whole_cells_only: bool,
+    ) -> Option<Result<(StreamId, AnyRelayMsg), Error>> {
         if let Some(m) = self.out.pop_front() {
             return Some(Ok(m));
         }
-        let out = self.map.next_packaged(window_open)?;
+        let out = if whole_cells_only {
+            self.map.next_whole_packaged(window_open)?
+        } else {
+            self.map.next_packaged(window_open)?
+        };
         for stream in self.map.take_writable() {
             self.events
                 .push_back(RelayCircEvent::Stream(StreamEvent::Writable { stream }));

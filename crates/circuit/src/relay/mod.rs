@@ -8,7 +8,9 @@
 //! queued, so the order in which the relay crypto sees cells is the order in
 //! which they leave. Exit DATA is packaged lazily from stream buffers when
 //! the channel asks for a cell, which keeps per-stream fairness and lets
-//! windows apply back-pressure to the driver.
+//! windows apply back-pressure to the driver; or, with
+//! [`ExitPackaging::Eager`], as C tor does, as soon as bytes arrive
+//! (`packaging.rs`).
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -33,7 +35,10 @@ use crate::xonxoff::EdgePosition;
 
 pub(crate) mod exit_streams;
 mod leg;
+mod packaging;
 use exit_streams::ExitStreams;
+pub use packaging::{ExitPackaging, CELLQ_HIGH, CELLQ_LOW};
+use packaging::{QueueBlock, Trigger};
 
 /// Settings of relay circuits.
 #[derive(Debug, Clone)]
@@ -61,6 +66,10 @@ pub struct RelayConfig {
     /// sets only once it supports them (issue 19); a LINK to a relay
     /// without it closes the circuit, as an unknown message does.
     pub conflux: bool,
+    /// When the exit packages its streams' bytes into DATA cells (and so
+    /// when its circuit congestion control counts them in flight):
+    /// onionlab's lazy packaging by default, or C tor's eager one.
+    pub exit_packaging: ExitPackaging,
     /// Fault injection, compiled into test builds only: after sending
     /// EXTENDED2 toward the client, also send TRUNCATED while keeping the
     /// next hop, as a hostile relay would to become the last hop of the
@@ -78,6 +87,7 @@ impl Default for RelayConfig {
             cc: CircuitCc::Fixed,
             allow_one_hop_streams: false,
             conflux: false,
+            exit_packaging: ExitPackaging::Lazy,
             #[cfg(feature = "fault-injection")]
             hostile_truncate: false,
         }
@@ -182,6 +192,8 @@ struct Exit {
     streams: ExitStreams,
     sender: CircSender,
     receiver: CircReceiver,
+    /// Eager packaging only: stopped at C tor's queue watermarks.
+    queue_block: QueueBlock,
 }
 
 /// One circuit at a relay.
@@ -345,6 +357,8 @@ impl RelayCircuit {
             }
         }
         self.push(Side::Inbound, Relay::from(body).into());
+        // C tor checks its high watermark at every cell it queues.
+        self.update_queue_block();
     }
 
     /// Handle a cell from the client side.
@@ -474,8 +488,10 @@ impl RelayCircuit {
                     return self.violation("circuit SENDME at a hop without streams");
                 };
                 let t = s.into_sendme_tag();
-                if let Err(e) = exit.sender.on_sendme(t.as_ref().map(|t| t.as_ref()), now) {
-                    self.violation(e);
+                match exit.sender.on_sendme(t.as_ref().map(|t| t.as_ref()), now) {
+                    // The window opened: an eager exit packages into it.
+                    Ok(()) => self.package_eagerly(now, Trigger::Flush),
+                    Err(e) => self.violation(e),
                 }
             }
             (
@@ -518,10 +534,20 @@ impl RelayCircuit {
         let Some(exit) = &mut self.exit else {
             return self.violation(format!("{} at a hop without streams", msg.cmd()));
         };
+        // What C tor's exit packages on (`packaging.rs`): a stream SENDME
+        // its inbuf, partial cells too; an XON only lets it read again.
+        let trigger = match msg {
+            AnyRelayMsg::Sendme(_) => Some(Trigger::Flush),
+            AnyRelayMsg::Xon(_) => Some(Trigger::Read),
+            _ => None,
+        };
         let handled = exit.streams.handle(now, id, msg);
         self.flush_exit(now);
         if let Err(e) = handled {
-            self.violation(e);
+            return self.violation(e);
+        }
+        if let Some(trigger) = trigger {
+            self.package_eagerly(now, trigger);
         }
     }
 
@@ -533,6 +559,71 @@ impl RelayCircuit {
         }
         while let Some(ev) = self.exit.as_mut().and_then(|e| e.streams.poll_event()) {
             self.events.push_back(ev);
+        }
+    }
+
+    /// Does this circuit package eagerly ([`ExitPackaging::Eager`], and
+    /// not a leg of a set: the set chooses the leg per cell)?
+    fn packages_eagerly(&self) -> bool {
+        self.config.exit_packaging == ExitPackaging::Eager && self.leg.is_none()
+    }
+
+    /// An eager exit packages what its streams hold, as C tor would on
+    /// `trigger` (`packaging.rs`): as far as the window allows, until its
+    /// queue is blocked (at once, after every cell queued); then it passes
+    /// the streams' events on.
+    fn package_eagerly(&mut self, now: Instant, trigger: Trigger) {
+        if !self.packages_eagerly() {
+            return;
+        }
+        loop {
+            let Some(exit) = self.exit.as_mut() else {
+                return;
+            };
+            if exit.queue_block.blocked() || !exit.sender.can_send() {
+                break;
+            }
+            let next = if trigger.takes_partial_cells() {
+                exit.streams.next_outgoing(true)
+            } else {
+                exit.streams.next_whole_outgoing(true)
+            };
+            match next {
+                None => break,
+                Some(Ok((id, msg))) => self.originate(Some(id), msg, now),
+                Some(Err(e)) => {
+                    return self.close(
+                        CloseReason::local(DestroyReason::INTERNAL, format!("{e}")),
+                        true,
+                    )
+                }
+            }
+            if self.closed {
+                return;
+            }
+        }
+        while let Some(ev) = self.exit.as_mut().and_then(|e| e.streams.poll_event()) {
+            self.events.push_back(ev);
+        }
+    }
+
+    /// Eager packaging: check the queue against C tor's watermarks and
+    /// pass a change to the congestion control as its blocked-channel
+    /// signal. Returns whether packaging may resume.
+    fn update_queue_block(&mut self) -> bool {
+        if !self.packages_eagerly() {
+            return false;
+        }
+        let queued = self.to_client.len();
+        let Some(exit) = self.exit.as_mut() else {
+            return false;
+        };
+        match exit.queue_block.update(queued) {
+            Some(blocked) => {
+                exit.sender.set_channel_blocked(blocked);
+                !blocked
+            }
+            None => false,
         }
     }
 
@@ -666,6 +757,7 @@ impl RelayCircuit {
                 streams: ExitStreams::new(streams, flow),
                 sender: cc.sender(),
                 receiver: cc.receiver(),
+                queue_block: QueueBlock::default(),
             }
         })
     }
@@ -678,7 +770,9 @@ impl RelayCircuit {
         stream: StreamId,
         data: &[u8],
     ) -> Result<usize, Error> {
-        self.exit_streams(stream)?.write(stream, data, now)
+        let n = self.exit_streams(stream)?.write(stream, data, now)?;
+        self.package_eagerly(now, Trigger::Read);
+        Ok(n)
     }
 
     /// Exit: when the client's last XON rate lets the target's bytes in
@@ -727,23 +821,37 @@ impl RelayCircuit {
     }
 
     /// Exit: the target closed its side; END (DONE) after the queued bytes.
-    pub fn exit_close(&mut self, stream: StreamId) -> Result<(), Error> {
-        self.exit_end(stream, EndReason::DONE)
+    pub fn exit_close(&mut self, now: Instant, stream: StreamId) -> Result<(), Error> {
+        self.exit_end(now, stream, EndReason::DONE)
     }
 
     /// Exit: the connection to the target ended (cleanly: DONE; or with an
     /// error, e.g. CONNRESET): END with `reason` after the bytes already
     /// queued for the client. Unlike [`exit_refused`](Self::exit_refused),
     /// what the target sent before it failed still reaches the client.
-    pub fn exit_end(&mut self, stream: StreamId, reason: EndReason) -> Result<(), Error> {
-        self.exit_streams(stream)?.end(stream, reason)
+    pub fn exit_end(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        reason: EndReason,
+    ) -> Result<(), Error> {
+        self.exit_streams(stream)?.end(stream, reason)?;
+        // C tor packages the last partial cell and the END at the EOF.
+        self.package_eagerly(now, Trigger::Flush);
+        Ok(())
     }
 
     /// Whether the channel on `side` is blocked now (the transport takes
     /// no more of this circuit's cells): the exit's congestion control
     /// takes it as a congestion signal at its next SENDME (only the
     /// inbound side carries data this relay originates).
+    ///
+    /// An exit that packages eagerly (not a leg) ignores it: as in C tor,
+    /// its signal is its own queue's state (`packaging.rs`).
     pub fn set_channel_blocked(&mut self, side: Side, blocked: bool) {
+        if self.packages_eagerly() {
+            return;
+        }
         if let (Side::Inbound, Some(exit)) = (side, self.exit.as_mut()) {
             exit.sender.set_channel_blocked(blocked);
         }
@@ -776,6 +884,9 @@ impl RelayCircuit {
             Side::Outbound => self.to_next.pop_front(),
             Side::Inbound => {
                 if let Some(c) = self.to_client.pop_front() {
+                    if self.update_queue_block() {
+                        self.package_eagerly(now, Trigger::Read);
+                    }
                     return Some(c);
                 }
                 if self.leg_output_ready() {

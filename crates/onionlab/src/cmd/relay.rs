@@ -46,6 +46,10 @@ pub fn node_config(cfg: &RelayConfig) -> NodeConfig {
         });
     NodeConfig {
         scheduler,
+        circuit: onionlab_circuit::relay::RelayConfig {
+            exit_packaging: cfg.exit_packaging,
+            ..Default::default()
+        },
         max_mem_in_queues: usize::try_from(cfg.max_mem_in_queues).unwrap_or(usize::MAX),
         torchestra,
         ..NodeConfig::default()
