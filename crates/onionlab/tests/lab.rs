@@ -364,9 +364,22 @@ fn c_tor_runs_beside_onionlab_in_the_lab() {
             // C tor sets nothing per socket: the namespaces' default is it.
             assert!(r.tcp.iter().all(|h| h.kernel_default == "cubic"), "{line}");
         }
-        // Circuit build times for both: onionlab's from its log, C tor's
-        // from its control port; three 20 ms hops need at least 120 ms.
-        assert!(!r.circuit_build_ms.is_empty(), "{line}");
+        // Circuit build times: onionlab's client builds its circuit when
+        // the download asks, so it logs one. C tor's come from its control
+        // port during the workload, and C tor may serve so short a
+        // workload from a circuit it built ahead of time (it did in CI):
+        // none is required, but the watch must have seen the download's
+        // stream. Three 20 ms hops need at least 120 ms.
+        if r.variant == "transport=ctor" {
+            let seen: Vec<(&str, &str, u64)> = r
+                .ctor_streams
+                .iter()
+                .map(|s| (s.workload.as_str(), s.purpose.as_str(), s.streams))
+                .collect();
+            assert_eq!(seen, [("bulk", "GENERAL", 1)], "{line}");
+        } else {
+            assert!(!r.circuit_build_ms.is_empty(), "{line}");
+        }
         assert!(r.circuit_build_ms.iter().all(|ms| *ms >= 119.0), "{line}");
     }
     let env: onionlab_lab::run::Environment =
