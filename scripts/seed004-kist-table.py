@@ -8,10 +8,12 @@ download time (TTLB) of the measured client's web and bulk downloads
 and of the load clients' downloads pooled. Failed transfers are left
 out. Prints markdown table rows.
 
-Also reads runs of seed004-ctor-nagle, -fixed, -cellq and -packaging,
-which have no tls with limited unsent bytes (and -cellq and -packaging
-no Vanilla; -packaging adds tls with C tor's eager exit packaging, with
-and without the 16 KiB limit):
+Also reads runs of seed004-ctor-nagle, -fixed, -cellq, -packaging and
+-packaging-legs, which have no tls with limited unsent bytes (and
+-cellq and the -packaging ones no Vanilla; -packaging adds tls with C
+tor's eager exit packaging, with and without the 16 KiB limit, and
+-packaging-legs the same at two legs without the limit; a run that
+does not set tcp_notsent_lowat ran with the kernel's):
 comparisons whose variants the run lacks are skipped. A run must have one circuit_cc; it
 is named on standard error with the scenario's [ctor] consensus_params,
 if any.
@@ -43,6 +45,7 @@ for l in open(f"{run}/records.jsonl"):
         sys.exit(f"{run}: variant {r['variant']} has no circuit_cc")
     ccs.add(p["circuit_cc"])
     p.setdefault("exit_packaging", "eager" if p["transport"] == "ctor" else "lazy")
+    p.setdefault("tcp_notsent_lowat", "kernel")
     v = tuple(p.get(k) for k in KEYS)
     g = r["workload"] if r["workload"] in ("web", "bulk") else "load"
     d[(v, g, "ttfb")].append(r["ttfb_ms"])

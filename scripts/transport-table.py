@@ -11,7 +11,8 @@ Repetitions that ran on a saturated CPU are left out and counted (they
 measured the machine; `lab run --resume --redo-saturated` runs them
 again), as are failed transfers.
 
-With --alone, runs made beside others (`lab run --jobs`) are left out.
+With --alone, runs made beside others (`lab run --jobs`) are left out
+(`lab run --resume --redo-shared` runs them again alone).
 
 Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown] [--alone]
 Standard library only.

@@ -159,8 +159,9 @@ fn stream_messages_go_to_the_set_in_order_with_their_switches() {
     // No Connect event: the exit's own streams are not used by a leg.
     assert!(p.exit_events.is_empty(), "{:?}", p.exit_events);
     // And back.
+    let now = p.now;
     p.exit
-        .leg_send(&[], sid(1), Connected::new_empty().into())
+        .leg_send(now, &[], sid(1), Connected::new_empty().into())
         .expect("send");
     p.pump();
     assert!(matches!(
@@ -224,7 +225,7 @@ fn refusals() {
         .is_err());
     assert!(plain
         .exit
-        .leg_send(&[], sid(1), Connected::new_empty().into())
+        .leg_send(plain.now, &[], sid(1), Connected::new_empty().into())
         .is_err());
 
     // Stream messages before the exit answered the LINK break the

@@ -49,6 +49,36 @@ pub struct Segment {
     /// Runs it ran again because they had run on a saturated CPU
     /// (`lab run --resume --redo-saturated`).
     pub redone_saturated: usize,
+    /// Runs it ran again because they had run beside others (`lab run
+    /// --jobs`; `lab run --resume --redo-shared`), not already counted in
+    /// `redone_saturated`.
+    pub redone_shared: usize,
+}
+
+/// Which complete runs a resumed run runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Redo {
+    /// Runs that ran on a saturated CPU (their results measured the
+    /// machine).
+    pub saturated: bool,
+    /// Runs that ran beside others (`lab run --jobs N`, N > 1): to make
+    /// a run whose every repetition ran alone.
+    pub shared: bool,
+}
+
+impl Redo {
+    /// Run nothing again.
+    pub const NOTHING: Redo = Redo {
+        saturated: false,
+        shared: false,
+    };
+
+    /// Whether `r` runs again: `(saturated, shared)`, the reason that
+    /// counts (saturation first).
+    fn reasons(&self, r: &RepetitionRecord) -> (bool, bool) {
+        let saturated = self.saturated && r.cpu_saturated;
+        (saturated, !saturated && self.shared && r.jobs > 1)
+    }
 }
 
 /// An open run directory, appending as runs complete.
@@ -107,7 +137,7 @@ impl Journal {
             records: Vec::new(),
             repetitions: Vec::new(),
         };
-        journal.add_segment(repetitions, false, 0)?;
+        journal.add_segment(repetitions, false, (0, 0))?;
         Ok(journal)
     }
 
@@ -115,13 +145,12 @@ impl Journal {
     /// topology (byte for byte: a changed file would silently mix two
     /// experiments). Runs whose repetition record is missing (interrupted)
     /// are forgotten, their transfer records and raw directory removed, and
-    /// run again; so are, with `redo_saturated`, runs that ran on a
-    /// saturated CPU (their results measured the machine).
+    /// run again; so are the complete runs `redo` asks for.
     pub fn resume(
         out: &Path,
         scenario: &Scenario,
         repetitions: u32,
-        redo_saturated: bool,
+        redo: Redo,
     ) -> Result<Journal, RunError> {
         same_file(
             &out.join("scenario.toml"),
@@ -140,22 +169,31 @@ impl Journal {
 
         let mut repetitions_done: Vec<RepetitionRecord> =
             read_complete_lines(&out.join("repetitions.jsonl"))?;
-        // Checked before any run is dropped for --redo-saturated, so that a
-        // `--reps` below what the run has is refused even when the runs
-        // above it were all saturated (they would be lost, not run again).
+        // Checked before any run is dropped for `redo`, so that a `--reps`
+        // below what the run has is refused even when the runs above it
+        // were all to be redone (they would be lost, not run again).
         let mut done = check_done(&repetitions_done, scenario, repetitions)?;
-        let before = repetitions_done.len();
-        if redo_saturated {
-            repetitions_done.retain(|r| !r.cpu_saturated);
+        let (mut redone_saturated, mut redone_shared) = (0, 0);
+        repetitions_done.retain(|r| {
+            let (saturated, shared) = redo.reasons(r);
+            redone_saturated += usize::from(saturated);
+            redone_shared += usize::from(shared);
+            !(saturated || shared)
+        });
+        if redone_saturated + redone_shared > 0 {
             done = repetitions_done
                 .iter()
                 .map(|r| (r.repetition, r.variant.clone()))
                 .collect();
         }
-        let redone_saturated = before - repetitions_done.len();
         if redone_saturated > 0 {
             tracing::warn!(
                 "resume: {redone_saturated} runs ran on a saturated CPU; they run again"
+            );
+        }
+        if redone_shared > 0 {
+            tracing::warn!(
+                "resume: {redone_shared} runs ran beside others (--jobs); they run again"
             );
         }
         let mut by_run: BTreeMap<(u32, String), Vec<TransferRecord>> = BTreeMap::new();
@@ -213,7 +251,7 @@ impl Journal {
             records: by_run.into_values().flatten().collect(),
             repetitions: repetitions_done,
         };
-        journal.add_segment(repetitions, true, redone_saturated)?;
+        journal.add_segment(repetitions, true, (redone_saturated, redone_shared))?;
         Ok(journal)
     }
 
@@ -265,11 +303,13 @@ impl Journal {
         Ok(())
     }
 
+    /// Record this invocation; `redone` counts the complete runs it runs
+    /// again, (saturated, shared).
     fn add_segment(
         &self,
         repetitions: u32,
         resumed: bool,
-        redone_saturated: usize,
+        (redone_saturated, redone_shared): (usize, usize),
     ) -> Result<(), RunError> {
         let segment = Segment {
             started_unix_s: std::time::SystemTime::now()
@@ -284,6 +324,7 @@ impl Journal {
                 .map(|k| k.trim().to_string())
                 .unwrap_or_default(),
             redone_saturated,
+            redone_shared,
         };
         if let Some(last) = segments(&self.out).last() {
             if last.commit != segment.commit || last.kernel != segment.kernel {
@@ -506,6 +547,10 @@ mod tests {
 
     const A: &str = "scheduler=ewma";
     const B: &str = "scheduler=round-robin";
+    const SATURATED: Redo = Redo {
+        saturated: true,
+        shared: false,
+    };
 
     #[test]
     fn a_resumed_run_keeps_complete_runs_and_forgets_interrupted_ones() {
@@ -531,7 +576,7 @@ mod tests {
         fs::create_dir_all(&raw).expect("raw");
         fs::write(raw.join("guard.log"), "half a run").expect("log");
 
-        let mut j = Journal::resume(&out, &s, 3, false).expect("resume");
+        let mut j = Journal::resume(&out, &s, 3, Redo::NOTHING).expect("resume");
         assert!(j.is_done(0, A) && j.is_done(0, B));
         assert!(!j.is_done(1, A));
         assert_eq!(j.runs_done(), 2);
@@ -572,11 +617,11 @@ mod tests {
         j.append(vec![transfer(B, 0, 0), transfer(B, 0, 1)], busy)
             .expect("append");
         drop(j);
-        let j = Journal::resume(&out, &s, 2, false).expect("resume");
+        let j = Journal::resume(&out, &s, 2, Redo::NOTHING).expect("resume");
         assert!(j.is_done(0, B), "kept without --redo-saturated");
         assert_eq!(segments(&out).last().map(|g| g.redone_saturated), Some(0));
         drop(j);
-        let j = Journal::resume(&out, &s, 2, true).expect("resume");
+        let j = Journal::resume(&out, &s, 2, SATURATED).expect("resume");
         assert!(j.is_done(0, A) && !j.is_done(0, B));
         assert_eq!(j.records.len(), 1, "the saturated run's transfers are gone");
         assert_eq!(segments(&out).last().map(|g| g.redone_saturated), Some(1));
@@ -584,6 +629,61 @@ mod tests {
         let text = fs::read_to_string(out.join("repetitions.jsonl")).expect("reps");
         assert_eq!(text.lines().count(), 1, "{text}");
         let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn runs_made_beside_others_run_again_only_when_asked() {
+        let out = temp_dir("shared");
+        let s = scenario();
+        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let beside = |r: RepetitionRecord, jobs, cpu_saturated| RepetitionRecord {
+            jobs,
+            cpu_saturated,
+            ..r
+        };
+        j.append(vec![transfer(A, 0, 0)], beside(rep(A, 0), 1, false))
+            .expect("append");
+        j.append(vec![transfer(B, 0, 0)], beside(rep(B, 0), 4, false))
+            .expect("append");
+        j.append(vec![transfer(A, 1, 0)], beside(rep(A, 1), 4, true))
+            .expect("append");
+        j.append(vec![], beside(rep(B, 1), 1, true))
+            .expect("append");
+        drop(j);
+        let j = Journal::resume(&out, &s, 2, SATURATED).expect("resume");
+        assert!(j.is_done(0, B), "kept without --redo-shared");
+        assert!(!j.is_done(1, A) && !j.is_done(1, B));
+        let last = segments(&out).last().cloned().expect("a segment");
+        assert_eq!((last.redone_saturated, last.redone_shared), (2, 0));
+        drop(j);
+        let shared = Redo {
+            saturated: false,
+            shared: true,
+        };
+        let j = Journal::resume(&out, &s, 2, shared).expect("resume");
+        assert!(j.is_done(0, A) && !j.is_done(0, B));
+        assert_eq!(j.records.len(), 1, "the shared run's transfers are gone");
+        let last = segments(&out).last().cloned().expect("a segment");
+        assert_eq!((last.redone_saturated, last.redone_shared), (0, 1));
+        drop(j);
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn a_run_both_saturated_and_shared_counts_as_saturated() {
+        let r = RepetitionRecord {
+            jobs: 2,
+            cpu_saturated: true,
+            ..rep(A, 0)
+        };
+        let both = Redo {
+            saturated: true,
+            shared: true,
+        };
+        assert_eq!(both.reasons(&r), (true, false));
+        assert_eq!(Redo::NOTHING.reasons(&r), (false, false));
+        let alone = RepetitionRecord { jobs: 1, ..r };
+        assert_eq!(both.reasons(&alone), (true, false));
     }
 
     #[test]
@@ -599,7 +699,7 @@ mod tests {
         j.append(vec![], busy).expect("append");
         drop(j);
         // Repetition 1 exists (saturated): --reps 1 would drop it unrun.
-        let e = Journal::resume(&out, &s, 1, true)
+        let e = Journal::resume(&out, &s, 1, SATURATED)
             .err()
             .expect("refused")
             .to_string();
@@ -613,14 +713,14 @@ mod tests {
         let mut s = scenario();
         drop(Journal::create(&out, &s, 1).expect("create"));
         s.text.push_str("\n# an edit\n");
-        let e = Journal::resume(&out, &s, 1, false)
+        let e = Journal::resume(&out, &s, 1, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("scenario differs"), "{e}");
 
         let nowhere = temp_dir("nowhere");
-        let e = Journal::resume(&nowhere, &scenario(), 1, false)
+        let e = Journal::resume(&nowhere, &scenario(), 1, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();
@@ -635,16 +735,16 @@ mod tests {
         let mut j = Journal::create(&out, &s, 3).expect("create");
         j.append(vec![], rep(A, 2)).expect("append");
         drop(j);
-        let e = Journal::resume(&out, &s, 2, false)
+        let e = Journal::resume(&out, &s, 2, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("already has 3 repetitions"), "{e}");
 
-        let mut j = Journal::resume(&out, &s, 3, false).expect("resume");
+        let mut j = Journal::resume(&out, &s, 3, Redo::NOTHING).expect("resume");
         j.append(vec![], rep(A, 2)).expect("append");
         drop(j);
-        let e = Journal::resume(&out, &s, 3, false)
+        let e = Journal::resume(&out, &s, 3, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();
@@ -655,7 +755,7 @@ mod tests {
             serde_json::to_string(&rep("scheduler=fifo", 0)).expect("json") + "\n",
         )
         .expect("write");
-        let e = Journal::resume(&out, &s, 3, false)
+        let e = Journal::resume(&out, &s, 3, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();
@@ -668,13 +768,13 @@ mod tests {
         let out = temp_dir("locked");
         let s = scenario();
         let first = Journal::create(&out, &s, 1).expect("create");
-        let e = Journal::resume(&out, &s, 1, false)
+        let e = Journal::resume(&out, &s, 1, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("another lab run"), "{e}");
         drop(first);
-        Journal::resume(&out, &s, 1, false).expect("free again");
+        Journal::resume(&out, &s, 1, Redo::NOTHING).expect("free again");
         let _ = fs::remove_dir_all(&out);
     }
 
@@ -686,7 +786,7 @@ mod tests {
         j.append(vec![], rep(A, 0)).expect("append");
         drop(j);
         fs::remove_file(out.join(SEGMENTS_FILE)).expect("remove");
-        drop(Journal::resume(&out, &s, 2, false).expect("resume"));
+        drop(Journal::resume(&out, &s, 2, Redo::NOTHING).expect("resume"));
         let segs = segments(&out);
         assert_eq!(segs.len(), 2);
         assert_eq!(segs[0].commit, "unknown");
@@ -700,7 +800,7 @@ mod tests {
         let s = scenario();
         drop(Journal::create(&out, &s, 1).expect("create"));
         fs::write(out.join("repetitions.jsonl"), "not json\n{}\n").expect("write");
-        let e = Journal::resume(&out, &s, 1, false)
+        let e = Journal::resume(&out, &s, 1, Redo::NOTHING)
             .err()
             .expect("refused")
             .to_string();

@@ -58,8 +58,9 @@ pub struct RunOptions {
     /// Continue the run already in `out` (same scenario and topology):
     /// run only what it lacks, up to `repetitions`.
     pub resume: bool,
-    /// When resuming, also run again the runs that ran on a saturated CPU.
-    pub redo_saturated: bool,
+    /// When resuming, which complete runs run again (saturated, beside
+    /// others).
+    pub redo: crate::journal::Redo,
     /// Runs under way at once, each in a network of its own (1: one after
     /// another). For link-bound scenarios whose runs leave the CPU mostly
     /// idle; every run records the setting and the machine's busy
@@ -402,7 +403,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         .transpose()?;
     let reps = opts.repetitions.unwrap_or(scenario.repetitions);
     let mut journal = if opts.resume {
-        Journal::resume(&opts.out, scenario, reps, opts.redo_saturated)?
+        Journal::resume(&opts.out, scenario, reps, opts.redo)?
     } else {
         Journal::create(&opts.out, scenario, reps)?
     };

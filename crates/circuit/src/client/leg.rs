@@ -199,7 +199,15 @@ impl crate::conflux::set::SetLeg for ClientCircuit {
     fn state(&self) -> Option<LegState> {
         self.leg_state()
     }
-    fn send(&mut self, switches: &[u32], stream: StreamId, msg: AnyRelayMsg) -> Result<(), Error> {
+    fn send(
+        &mut self,
+        _now: Instant,
+        switches: &[u32],
+        stream: StreamId,
+        msg: AnyRelayMsg,
+    ) -> Result<(), Error> {
+        // The client's legs send when the channel asks (the stream edge
+        // packages lazily at the client either way).
         self.leg_send(switches, stream, msg)
     }
     fn take_input(&mut self) -> Option<LegInput> {

@@ -221,7 +221,7 @@ impl ClientNode {
         let moved = s
             .core
             .pump_in(now, &mut s.streams, &mut legs)
-            .and_then(|()| s.core.pump_out(&mut s.streams, &mut legs));
+            .and_then(|()| s.core.pump_out(now, &mut s.streams, &mut legs));
         while let Some(event) = s.streams.poll_event() {
             self.events
                 .push_back(ClientNodeEvent::Circuit { circ: set, event });

@@ -66,9 +66,11 @@ pub enum LegInput {
 /// What the set's leg scheduler needs to know about a leg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LegState {
-    /// The circuit window has room for another DATA cell besides those
-    /// the set gave the leg, and fewer than [`LEG_OUTPUT_DEPTH`] messages
-    /// wait on it.
+    /// The leg takes another DATA cell: its circuit window has room for
+    /// one besides those the set gave it, and fewer than
+    /// [`LEG_OUTPUT_DEPTH`] messages wait on it; at an exit that packages
+    /// eagerly, its window has room and its queue is not blocked
+    /// (`exit_packaging` in the relay settings).
     pub can_send: bool,
     /// DATA cells the circuit window lets the leg send.
     pub window_room: u32,
@@ -86,8 +88,10 @@ pub struct LegState {
 /// one cell per channel write, waking the writers of its legs in turn: on
 /// the emulated network two legs were slower than one (`multipath-quick`,
 /// docs/conflux.md). With a few dozen a writer takes a batch per
-/// wake-up, and the leg scheduler still decides on recent state. C tor
-/// bounds a leg's queue by its congestion window only.
+/// wake-up, and the leg scheduler still decides on recent state. C tor's
+/// exit queues each cell on its leg as it packages it, up to the leg's
+/// congestion window and `cellq_high` cells (onionlab's eager exits do
+/// too; this bound is for lazy legs and the client's).
 pub const LEG_OUTPUT_DEPTH: usize = 32;
 
 /// A leg's two queues: what arrived for its set, and what its set gave it

@@ -42,8 +42,15 @@ pub trait SetEdge {
 pub trait SetLeg {
     /// Its state (None if it is not, or no longer, a linked leg).
     fn state(&self) -> Option<LegState>;
-    /// Queue `msg` on `stream` after the SWITCHes.
-    fn send(&mut self, switches: &[u32], stream: StreamId, msg: AnyRelayMsg) -> Result<(), Error>;
+    /// Queue `msg` on `stream` after the SWITCHes (at `now`: a leg that
+    /// sends at once counts and times the cell from then).
+    fn send(
+        &mut self,
+        now: Instant,
+        switches: &[u32],
+        stream: StreamId,
+        msg: AnyRelayMsg,
+    ) -> Result<(), Error>;
     /// The oldest thing it received for the set.
     fn take_input(&mut self) -> Option<LegInput>;
 }
@@ -130,10 +137,12 @@ impl<L: Ord + Copy> SetCore<L> {
             .collect()
     }
 
-    /// Move the edge's messages onto legs while a leg may take them;
-    /// returns the legs that got messages (their channels have cells).
+    /// Move the edge's messages onto legs while a leg may take them (at
+    /// `now`); returns the legs that got messages (their channels have
+    /// cells).
     pub fn pump_out(
         &mut self,
+        now: Instant,
         edge: &mut impl SetEdge,
         map: &mut impl LegMap<L>,
     ) -> Result<Vec<L>, SetError> {
@@ -170,7 +179,9 @@ impl<L: Ord + Copy> SetCore<L> {
                 Vec::new()
             };
             let target = map.leg(leg).ok_or(SetError::Leg(Error::Closed))?;
-            target.send(&switches, stream, msg).map_err(SetError::Leg)?;
+            target
+                .send(now, &switches, stream, msg)
+                .map_err(SetError::Leg)?;
             if !used.contains(&leg) {
                 used.push(leg);
             }

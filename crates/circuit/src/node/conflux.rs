@@ -219,7 +219,7 @@ impl RelayNode {
         let moved = s
             .core
             .pump_in(now, &mut s.streams, &mut legs)
-            .and_then(|()| s.core.pump_out(&mut s.streams, &mut legs));
+            .and_then(|()| s.core.pump_out(now, &mut s.streams, &mut legs));
         while let Some(ev) = s.streams.poll_event() {
             self.events.push_back(match ev {
                 RelayCircEvent::Connect { stream, host, port } => NodeEvent::ExitConnect {

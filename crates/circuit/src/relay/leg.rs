@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::msg::{AnyRelayMsg, ConfluxLinked, StreamId, V1LinkPayload};
 
-use super::{Next, RelayCircEvent, RelayCircuit};
+use super::{ExitPackaging, Next, RelayCircEvent, RelayCircuit};
 use crate::conflux::{LegInput, LegQueues, LegState};
 use crate::err::Error;
 
@@ -89,9 +89,13 @@ impl RelayCircuit {
 
     /// Send `msg` (multiplexed) on stream `stream` for the set, after a
     /// CONFLUX_SWITCH for each of `switches`. The set sends DATA only when
-    /// [`LegState::can_send`].
+    /// [`LegState::can_send`]. A lazy exit queues them for its channel
+    /// scheduler; an eager one ([`ExitPackaging::Eager`]) puts them in the
+    /// circuit's queue at once, counted in flight from `now`, as C tor's
+    /// exit does with the leg its conflux scheduler chose for a cell.
     pub fn leg_send(
         &mut self,
+        now: Instant,
         switches: &[u32],
         stream: StreamId,
         msg: AnyRelayMsg,
@@ -115,6 +119,16 @@ impl RelayCircuit {
             );
             return Err(Error::Closed);
         }
+        if self.config.exit_packaging == ExitPackaging::Eager {
+            while self.leg_output_ready() {
+                self.send_leg_output(now);
+            }
+            // The queue overflowed, or a cell could not be made: the set
+            // must close now, not at its next move.
+            if self.closed {
+                return Err(Error::Closed);
+            }
+        }
         Ok(())
     }
 
@@ -124,13 +138,22 @@ impl RelayCircuit {
     }
 
     /// The leg's state for the set's scheduler (None if not a linked leg).
+    /// A lazy leg takes DATA while its window has room beyond what waits
+    /// for its channel, up to a few messages ahead; an eager one while its
+    /// window is open and its queue is not blocked (C tor's
+    /// `circuit_ready_to_send`: the congestion window not full, the
+    /// circuit not blocked on its channel, which is the `cellq_high`
+    /// watermark state).
     pub fn leg_state(&self) -> Option<LegState> {
         let leg = self.leg.as_ref().filter(|l| l.linked)?;
-        let sender = &self.exit.as_ref()?.sender;
+        let exit = self.exit.as_ref()?;
+        let sender = &exit.sender;
+        let room = match self.config.exit_packaging {
+            ExitPackaging::Lazy => leg.queues.may_take_data(u64::from(sender.available())),
+            ExitPackaging::Eager => !exit.queue_block.blocked(),
+        };
         Some(LegState {
-            can_send: !self.closed
-                && sender.can_send()
-                && leg.queues.may_take_data(u64::from(sender.available())),
+            can_send: !self.closed && sender.can_send() && room,
             window_room: sender.available(),
             cc: sender.snapshot(),
             sendme_delay: sender.last_sendme_delay(),
@@ -189,8 +212,14 @@ impl crate::conflux::set::SetLeg for RelayCircuit {
     fn state(&self) -> Option<LegState> {
         self.leg_state()
     }
-    fn send(&mut self, switches: &[u32], stream: StreamId, msg: AnyRelayMsg) -> Result<(), Error> {
-        self.leg_send(switches, stream, msg)
+    fn send(
+        &mut self,
+        now: Instant,
+        switches: &[u32],
+        stream: StreamId,
+        msg: AnyRelayMsg,
+    ) -> Result<(), Error> {
+        self.leg_send(now, switches, stream, msg)
     }
     fn take_input(&mut self) -> Option<LegInput> {
         self.take_leg_input()

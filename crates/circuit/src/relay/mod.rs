@@ -562,10 +562,17 @@ impl RelayCircuit {
         }
     }
 
-    /// Does this circuit package eagerly ([`ExitPackaging::Eager`], and
-    /// not a leg of a set: the set chooses the leg per cell)?
+    /// Does this circuit package its own streams eagerly
+    /// ([`ExitPackaging::Eager`], and not a leg of a set: a set packages
+    /// its streams and gives an eager leg each cell to queue at once)?
     fn packages_eagerly(&self) -> bool {
         self.config.exit_packaging == ExitPackaging::Eager && self.leg.is_none()
+    }
+
+    /// Is this circuit's own queue, not its channel, the congestion
+    /// control's blocked-channel signal (an eager exit, a leg or not)?
+    fn queue_is_blocked_signal(&self) -> bool {
+        self.config.exit_packaging == ExitPackaging::Eager
     }
 
     /// An eager exit packages what its streams hold, as C tor would on
@@ -609,9 +616,10 @@ impl RelayCircuit {
 
     /// Eager packaging: check the queue against C tor's watermarks and
     /// pass a change to the congestion control as its blocked-channel
-    /// signal. Returns whether packaging may resume.
+    /// signal. Returns whether packaging may resume (a leg's set learns it
+    /// from the leg's state when the node next moves the set's messages).
     fn update_queue_block(&mut self) -> bool {
-        if !self.packages_eagerly() {
+        if !self.queue_is_blocked_signal() {
             return false;
         }
         let queued = self.to_client.len();
@@ -846,10 +854,10 @@ impl RelayCircuit {
     /// takes it as a congestion signal at its next SENDME (only the
     /// inbound side carries data this relay originates).
     ///
-    /// An exit that packages eagerly (not a leg) ignores it: as in C tor,
-    /// its signal is its own queue's state (`packaging.rs`).
+    /// An exit that packages eagerly ignores it: as in C tor, its signal
+    /// is its own queue's state (`packaging.rs`).
     pub fn set_channel_blocked(&mut self, side: Side, blocked: bool) {
-        if self.packages_eagerly() {
+        if self.queue_is_blocked_signal() {
             return;
         }
         if let (Side::Inbound, Some(exit)) = (side, self.exit.as_mut()) {

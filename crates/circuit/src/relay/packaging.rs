@@ -24,6 +24,23 @@
 //! anyway); the watermarks are C tor's defaults, not consensus
 //! parameters; and the occasional shortened cell C tor sends to make
 //! SENDMEs unpredictable is not imitated.
+//!
+//! A multi-path set at an eager exit (conflux) does as C tor's does
+//! (`relay_send_command_from_edge_` calling `conflux_decide_circ_for_send`
+//! for every cell): its leg scheduler picks a leg for each cell when the
+//! cell is made, the leg queues it at once and counts it in flight from
+//! then (a SWITCH before it when the set changes legs, queued, not
+//! counted), and a leg whose queue is blocked (the watermarks above) is
+//! not picked, as C tor's `circuit_ready_to_send` passes over a circuit
+//! blocked on its channel; the set stops when no leg is ready, exactly (C
+//! tor too, its window check asking the same question). The set makes
+//! cells whenever the node moves its messages (bytes arrived, a cell
+//! left, a SENDME), partial cells too, as onionlab's lazy sets do; C tor
+//! sends a partial cell at the end of a read or at a SENDME, and a leg
+//! draining to `cellq_low` only lets it read again (the buffer waits for
+//! the next read), the departure single circuits make too. A lazy set
+//! gives each leg at most `LEG_OUTPUT_DEPTH` messages ahead of its
+//! channel, uncounted until the channel takes them.
 
 /// How an exit packages its streams' bytes into DATA cells
 /// ([`RelayConfig::exit_packaging`](super::RelayConfig::exit_packaging)).
@@ -44,8 +61,9 @@ pub enum ExitPackaging {
     /// takes that "blocked on its channel" state as its blocked-channel
     /// signal, as C tor's Vegas does (`circuit_blocked_on_p_chan`). When
     /// it packages, and whether partial cells go, follows C tor
-    /// (`Trigger` in `packaging.rs`). Exits that are legs of a multi-path
-    /// set package lazily whatever this says.
+    /// (`Trigger` in `packaging.rs`). The legs of a multi-path set queue
+    /// each cell the set gives them at once, counted from then, and take
+    /// none while their queue is blocked (see the module's docs).
     Eager,
 }
 

@@ -43,6 +43,11 @@ pub enum LabCommand {
         /// machine). segments.jsonl records how many.
         #[arg(long, requires = "resume")]
         redo_saturated: bool,
+        /// With --resume: also run again the repetitions that ran beside
+        /// others (`--jobs` above 1), so that every repetition ran alone.
+        /// segments.jsonl records how many.
+        #[arg(long, requires = "resume")]
+        redo_shared: bool,
         /// Runs under way at once (1-8), each in a network of its own. For
         /// scenarios whose runs wait on their links with the CPU mostly
         /// idle (loss, long delays, C tor's bootstrap); each run records
@@ -227,8 +232,14 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             out,
             resume,
             redo_saturated,
+            redo_shared,
             jobs,
         } => {
+            if redo_shared && jobs > 1 {
+                return Err(Error::Usage(
+                    "--redo-shared runs again what ran beside others: run it with --jobs 1".into(),
+                ));
+            }
             onionlab_netem::check_privileges()?;
             let s = Scenario::from_file(&scenario_path(&scenario)?)?;
             let stamp = std::time::SystemTime::now()
@@ -251,7 +262,10 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 bin,
                 repetitions: reps,
                 resume,
-                redo_saturated,
+                redo: onionlab_lab::journal::Redo {
+                    saturated: redo_saturated,
+                    shared: redo_shared,
+                },
                 jobs: usize::from(jobs),
                 progress: true,
                 stop: Some(stop),

@@ -157,7 +157,7 @@ fn transfer(kind: LegSchedulerKind, delays: &[Duration], up: usize, down: usize)
         if connected && sent_up < up {
             sent_up += client.write(stream, &upload[sent_up..], now).unwrap_or(0);
         }
-        cset.pump_out(&mut client, &mut legs.client)
+        cset.pump_out(now, &mut client, &mut legs.client)
             .expect("client out");
         legs.step(now);
         eset.pump_in(now, &mut exit, &mut legs.exit)
@@ -176,7 +176,8 @@ fn transfer(kind: LegSchedulerKind, delays: &[Duration], up: usize, down: usize)
                 sent_down += exit.write(s, &download[sent_down..], now).unwrap_or(0);
             }
         }
-        eset.pump_out(&mut exit, &mut legs.exit).expect("exit out");
+        eset.pump_out(now, &mut exit, &mut legs.exit)
+            .expect("exit out");
         legs.step(now);
         cset.pump_in(now, &mut client, &mut legs.client)
             .expect("client in");
