@@ -160,11 +160,19 @@ pub(crate) fn legend_table(a: &Analysis) -> Option<Table> {
     })
 }
 
-/// One findings cell: the ratio, its interval and the p-value, marked when
-/// significant.
+/// One findings cell: the ratio, its interval and the p-value. ✱ marks
+/// p < [`ALPHA`]; the cell is bold only when the median ratio's interval
+/// also excludes 1. The two tests ask different questions (the U test
+/// whether one distribution tends to lie above the other, the interval
+/// where the ratio of medians lies), so they can disagree, and a bold cell
+/// must not read as a decided ratio whose interval includes 1.
 fn finding_cell(c: &Comparison) -> Cell {
     let significant = c.test.p_two_sided < ALPHA;
     let flag = if significant { " ✱" } else { "" };
+    let interval_excludes_one = c
+        .ratio
+        .as_ref()
+        .is_ok_and(|r| r.ci95.0 > 1.0 || r.ci95.1 < 1.0);
     let p = p_value(c.test.p_two_sided);
     let p = if p.starts_with('<') {
         format!("p {p}")
@@ -177,7 +185,7 @@ fn finding_cell(c: &Comparison) -> Cell {
     };
     Cell {
         text,
-        strong: significant,
+        strong: significant && interval_excludes_one,
     }
 }
 
@@ -398,4 +406,45 @@ pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
         "CDF plots: one panel per condition, one colour per compared variant (the same colour in every figure); the empirical CDF per variant, and a light band for the pointwise 95% distribution-free confidence interval of each quantile (order statistics), clipped to the plot.".to_string(),
         "Box plots: box from the first to the third quartile, black line at the median, × at the mean, whiskers to the most extreme values within 1.5 IQR of the box (Tukey), circles for values beyond the whiskers.".to_string(),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use onionlab_stats::{MannWhitney, RatioCi};
+
+    use super::*;
+
+    fn comparison(p: f64, ci95: (f64, f64)) -> Comparison {
+        Comparison {
+            ratio: Ok(RatioCi { ratio: 0.95, ci95 }),
+            test: MannWhitney {
+                u: 0.0,
+                z: 0.0,
+                p_two_sided: p,
+                method: PMethod::Normal,
+                cles: 0.5,
+                rank_biserial: 0.0,
+            },
+        }
+    }
+
+    #[test]
+    fn a_finding_is_bold_only_when_the_u_test_and_the_interval_agree() {
+        let both = finding_cell(&comparison(0.01, (0.90, 0.98)));
+        assert!(both.strong && both.text.contains('✱'), "{}", both.text);
+        // p < 0.05 but the ratio's interval includes 1: starred, not bold.
+        let p_only = finding_cell(&comparison(0.043, (0.759, 1.026)));
+        assert!(
+            !p_only.strong && p_only.text.contains('✱'),
+            "{}",
+            p_only.text
+        );
+        let interval_only = finding_cell(&comparison(0.2, (1.01, 1.2)));
+        assert!(!interval_only.strong && !interval_only.text.contains('✱'));
+        let no_ratio = finding_cell(&Comparison {
+            ratio: Err("no data".into()),
+            ..comparison(0.01, (0.0, 0.0))
+        });
+        assert!(!no_ratio.strong && no_ratio.text.contains('✱'));
+    }
 }
