@@ -15,6 +15,10 @@ interval. Repetitions on a saturated CPU are left out (and counted), and so
 are failed transfers (counted); a repetition left out for one transport is
 left out for both.
 
+Variants are named by their transport and other parameters ("tls",
+"tls slow_start_after_idle=off"); --baseline names one, or a transport
+that only one variant has.
+
 Usage: scripts/seed001-toy-table.py RUN_DIR [--baseline tls] [--markdown]
 Standard library only.
 """
@@ -26,9 +30,22 @@ import tomllib
 from collections import defaultdict
 
 
-def transport_of(variant):
+def arm_of(variant):
+    """A variant's short name: its transport, then its other parameters
+    (for example "tls slow_start_after_idle=off")."""
     params = dict(p.split("=", 1) for p in variant.split())
-    return params.get("transport", "tls")
+    transport = params.pop("transport", "tls")
+    return " ".join([transport] + [f"{k}={v}" for k, v in sorted(params.items())])
+
+
+def pick_baseline(arms, wanted):
+    """The arm named `wanted`, or the only arm whose transport it is."""
+    if wanted in arms:
+        return wanted
+    matches = [a for a in arms if a.split()[0] == wanted]
+    if len(matches) != 1:
+        raise SystemExit(f"--baseline {wanted!r} names none or several of {sorted(arms)}")
+    return matches[0]
 
 
 def quantile(xs, q):
@@ -84,7 +101,7 @@ def load(run):
     with open(f"{run}/records.jsonl") as f:
         for line in f:
             r = json.loads(line)
-            t = transport_of(r["variant"])
+            t = arm_of(r["variant"])
             r["toy_kind"] = kinds.get(r["workload"])
             if r.get("error") or r.get("ttlb_ms") is None or r.get("timed_out"):
                 failed[t] += 1
@@ -117,7 +134,8 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     recs, saturated, failed = load(args.run)
-    transports = sorted(recs, key=lambda t: (t != args.baseline, t))
+    baseline = pick_baseline(recs, args.baseline)
+    transports = sorted(recs, key=lambda t: (t != baseline, t))
     # Only repetitions every transport finished, and none on a saturated CPU.
     reps = sorted(set.intersection(*(set(recs[t]) for t in transports)) - saturated)
     if not reps:
@@ -127,7 +145,7 @@ def main():
         for t in transports
     }
     head = ["metric (ms)"] + [f"{t}" for t in transports]
-    head += [f"{t} / {args.baseline} [95% CI]" for t in transports if t != args.baseline]
+    head += [f"{t} / {baseline} [95% CI]" for t in transports if t != baseline]
     if args.markdown:
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
@@ -138,9 +156,9 @@ def main():
         for t in transports:
             pooled = [r for rep in reps for r in kinds[t][kind][rep]]
             cells.append(f"{stat(pooled):.0f}" if pooled else "-")
-        base = kinds[args.baseline][kind]
+        base = kinds[baseline][kind]
         for t in transports:
-            if t == args.baseline:
+            if t == baseline:
                 continue
             point, lo, hi = paired_ci(kinds[t][kind], base, reps, stat)
             s = f"{point:.2f} [{lo:.2f}, {hi:.2f}]"
