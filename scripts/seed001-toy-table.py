@@ -4,20 +4,29 @@ against a baseline (tls by default): for the web clients' 320 KiB downloads
 the median time to first byte, the median, 75th and 95th percentile time to
 last byte (the thesis's "slowest 25% and 5%"), and the median over clients
 of each client's median download time (its "about 20% better median");
-for the bulk clients the median 5 MiB download time.
+for the bulk clients the median 5 MiB download time, or, where the bulk
+clients are `stream` workloads (seed001-toy-loaded's background load of a
+fixed duration), their median throughput. With streams, only the web
+downloads that ended before the repetition's first stream ended count
+(the network was loaded throughout them); the others are counted and left
+out.
 
 Random paths make repetitions differ far more than transfers within one,
-and repetition r of every variant builds the same network from the same
-seed, so the intervals come from a paired cluster bootstrap: 4000 times,
-draw repetitions with replacement (the same draw for both transports),
-pool their transfers and take the ratio of the statistic; 95% percentile
-interval. Repetitions on a saturated CPU are left out (and counted), and so
+so the intervals come from a cluster bootstrap over repetitions: 4000
+times, draw repetitions with replacement (the same draw for both
+variants), pool their transfers and take the ratio of the statistic; 95%
+percentile interval. Repetition r of every variant builds the same network,
+relay keys and think times from the same seed, and (runs made with the lab
+of this commit or later: clients' `path_seed`) the same paths for
+onionlab's variants, so the draw is paired; C tor chooses its own paths,
+and in earlier runs every variant drew its paths independently, where
+the shared draw pairs nothing and the interval is an unpaired one. Repetitions on a saturated CPU are left out (and counted), and so
 are failed transfers (counted); a repetition left out for one transport is
 left out for both.
 
-Variants are named by their transport and other parameters ("tls",
-"tls slow_start_after_idle=off"); --baseline names one, or a transport
-that only one variant has.
+Variants are named by their transport and the other parameters that
+differ between variants ("tls", "tls slow_start_after_idle=off");
+--baseline names one, or a transport that only one variant has.
 
 Usage: scripts/seed001-toy-table.py RUN_DIR [--baseline tls] [--markdown]
 Standard library only.
@@ -30,12 +39,19 @@ import tomllib
 from collections import defaultdict
 
 
-def arm_of(variant):
-    """A variant's short name: its transport, then its other parameters
-    (for example "tls slow_start_after_idle=off")."""
-    params = dict(p.split("=", 1) for p in variant.split())
-    transport = params.pop("transport", "tls")
-    return " ".join([transport] + [f"{k}={v}" for k, v in sorted(params.items())])
+def arm_names(variants):
+    """Each variant's short name: its transport, then the parameters whose
+    value differs between variants (for example "tls
+    slow_start_after_idle=off"); parameters every variant shares (a
+    preset's relay rate) are left out."""
+    params = {v: dict(p.split("=", 1) for p in v.split()) for v in variants}
+    shared = set.intersection(*(set(p.items()) for p in params.values())) if params else set()
+    names = {}
+    for v, p in params.items():
+        transport = p.pop("transport", "tls")
+        rest = [f"{k}={x}" for k, x in sorted(p.items()) if (k, x) not in shared]
+        names[v] = " ".join([transport] + rest)
+    return names
 
 
 def pick_baseline(arms, wanted):
@@ -70,12 +86,37 @@ METRICS = [
     ("web TTLB p95", "web", lambda rs: percentile([r["ttlb_ms"] for r in rs], 95)),
     ("web median of client medians", "web", per_client_median),
     ("bulk TTLB median", "bulk", lambda rs: statistics.median(r["ttlb_ms"] for r in rs)),
+    (
+        "bulk stream Mbit/s median",
+        "stream",
+        lambda rs: statistics.median(r["size"] * 8 / 1e3 / r["ttlb_ms"] for r in rs),
+    ),
 ]
 
 
+def end_ms(r):
+    """When a transfer ended (Unix ms)."""
+    return r["start_unix_ms"] + r["ttlb_ms"]
+
+
+def under_load(kinds):
+    """Keep only the web downloads that ended before the first stream of
+    their repetition ended (when the variant has streams); returns how many
+    were left out."""
+    dropped = 0
+    for rep, streams in kinds["stream"].items():
+        if not streams:
+            continue
+        load_end = min(end_ms(r) for r in streams)
+        web = kinds["web"][rep]
+        kinds["web"][rep] = [r for r in web if end_ms(r) <= load_end]
+        dropped += len(web) - len(kinds["web"][rep])
+    return dropped
+
+
 def workload_kinds(run):
-    """Workload name -> "web" or "bulk", from the run's scenario.toml
-    (records say only "download" for both)."""
+    """Workload name -> "web", "bulk" or "stream", from the run's
+    scenario.toml (records say only "download" for web and bulk)."""
     with open(f"{run}/scenario.toml", "rb") as f:
         scenario = tomllib.load(f)
     return {w["name"]: w["kind"] for w in scenario.get("workload", [])}
@@ -95,14 +136,15 @@ def load(run):
     recs = defaultdict(lambda: defaultdict(list))
     failed = defaultdict(int)
     with open(f"{run}/records.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            t = arm_of(r["variant"])
-            r["toy_kind"] = kinds.get(r["workload"])
-            if r.get("error") or r.get("ttlb_ms") is None or r.get("timed_out"):
-                failed[t] += 1
-                continue
-            recs[t][r["repetition"]].append(r)
+        records = [json.loads(line) for line in f]
+    arm_of = arm_names({r["variant"] for r in records})
+    for r in records:
+        t = arm_of[r["variant"]]
+        r["toy_kind"] = kinds.get(r["workload"])
+        if r.get("error") or r.get("ttlb_ms") is None or r.get("timed_out"):
+            failed[t] += 1
+            continue
+        recs[t][r["repetition"]].append(r)
     return recs, saturated, failed
 
 
@@ -137,10 +179,11 @@ def main():
     if not reps:
         raise SystemExit("no repetition that every transport finished")
     kinds = {
-        t: {k: {rep: [r for r in recs[t][rep] if r["toy_kind"] == k] for rep in reps} for k in ("web", "bulk")}
+        t: {k: {rep: [r for r in recs[t][rep] if r["toy_kind"] == k] for rep in reps} for k in ("web", "bulk", "stream")}
         for t in transports
     }
-    head = ["metric (ms)"] + [f"{t}" for t in transports]
+    after_load = {t: under_load(kinds[t]) for t in transports}
+    head = ["metric (ms unless said)"] + [f"{t}" for t in transports]
     head += [f"{t} / {baseline} [95% CI]" for t in transports if t != baseline]
     if args.markdown:
         print("| " + " | ".join(head) + " |")
@@ -148,10 +191,14 @@ def main():
     else:
         print("  ".join(head))
     for label, kind, stat in METRICS:
+        # A metric of a kind some variant lacks (bulk downloads where the
+        # load is streams) has no row.
+        if any(not all(kinds[t][kind][rep] for rep in reps) for t in transports):
+            continue
         cells = [label]
         for t in transports:
             pooled = [r for rep in reps for r in kinds[t][kind][rep]]
-            cells.append(f"{stat(pooled):.0f}" if pooled else "-")
+            cells.append(f"{stat(pooled):.1f}" if kind == "stream" else f"{stat(pooled):.0f}")
         base = kinds[baseline][kind]
         for t in transports:
             if t == baseline:
@@ -162,7 +209,10 @@ def main():
         print(("| " + " | ".join(cells) + " |") if args.markdown else "  ".join(cells))
     counts = {t: sum(len(kinds[t]["web"][r]) for r in reps) for t in transports}
     bulk = {t: sum(len(kinds[t]["bulk"][r]) for r in reps) for t in transports}
-    print(f"\n{len(reps)} repetitions; web downloads {counts}; bulk downloads {bulk}")
+    streams = {t: sum(len(kinds[t]["stream"][r]) for r in reps) for t in transports}
+    print(f"\n{len(reps)} repetitions; web downloads {counts}; bulk downloads {bulk}; bulk streams {streams}")
+    if any(after_load.values()):
+        print(f"web downloads left out, ended after the load (first stream) ended: {after_load}")
     if saturated:
         print(f"repetitions left out, saturated CPU: {sorted(saturated)}")
     for t, n in sorted(failed.items()):

@@ -64,6 +64,10 @@ pub struct ClientSettings {
     pub legs: usize,
     /// This end's leg scheduler (`None`: the document's `cfx_scheduler`).
     pub leg_scheduler: Option<onionlab_circuit::conflux::sched::LegSchedulerKind>,
+    /// Seed of the random path choice (experiments: the same paths for
+    /// the same document and order of requests); `None`: the operating
+    /// system's entropy.
+    pub path_seed: Option<u64>,
     /// Give up on a circuit that is not built after this long.
     pub circuit_build_timeout: Duration,
     /// Stop attaching new streams to a circuit this long after its first
@@ -134,6 +138,7 @@ impl ClientSettings {
             paths: None,
             legs: 1,
             leg_scheduler: None,
+            path_seed: None,
             circuit_build_timeout: Duration::from_millis(DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS),
             max_circuit_dirtiness: Duration::from_secs(DEFAULT_MAX_CIRCUIT_DIRTINESS_S),
             build_retries: DEFAULT_BUILD_RETRIES,
@@ -168,6 +173,7 @@ impl ClientSettings {
         s.paths = config.paths.clone();
         s.legs = config.legs;
         s.leg_scheduler = config.leg_scheduler;
+        s.path_seed = config.path_seed;
         s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
         s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
         s.build_retries = config.build_retries;

@@ -29,6 +29,7 @@ use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
 use onionlab_transport::{CellWriter, Ordering};
 use rand::rngs::StdRng;
+use rand::SeedableRng;
 use tokio::sync::{watch, Notify};
 use tokio::task::{AbortHandle, JoinHandle};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -426,10 +427,20 @@ impl State {
             },
             rand::make_rng(),
         );
+        let rng = match settings.path_seed {
+            Some(seed) => {
+                tracing::warn!(
+                    seed,
+                    "path_seed is set: this client's paths are predictable (for experiments only)"
+                );
+                StdRng::seed_from_u64(seed)
+            }
+            None => rand::make_rng(),
+        };
         Ok(State {
             connector: connector(settings)?,
             cfg: Rc::new(cfg),
-            rng: rand::make_rng(),
+            rng,
             node,
             channels: HashMap::new(),
             circuits: HashMap::new(),
@@ -1171,7 +1182,6 @@ fn still_usable(relays: &[RelayEntry], path: &[usize], new: &Config) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     #[test]
     fn sharing_needs_same_isolation_and_a_fitting_exit() {
@@ -1308,6 +1318,26 @@ mod tests {
         // The node asks for the guard's channel; nothing opens it here.
         st.settle();
         key
+    }
+
+    #[test]
+    fn a_path_seed_repeats_the_paths_and_none_varies_them() {
+        let seeded = |seed| {
+            let mut settings =
+                ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc(relays(12), 0));
+            settings.path_seed = Some(seed);
+            let mut st = State::new(Config::new(settings).expect("config")).expect("state");
+            (0..8).map(|_| launched(&mut st)).collect::<Vec<_>>()
+        };
+        assert_eq!(seeded(7), seeded(7), "same seed, same paths");
+        assert_ne!(seeded(7), seeded(8), "another seed, other paths");
+        // Without a seed, 8 paths over 12 relays repeat with a chance far
+        // below 1e-6.
+        let unseeded = || {
+            let mut st = state_with_relays(12);
+            (0..8).map(|_| launched(&mut st)).collect::<Vec<_>>()
+        };
+        assert_ne!(unseeded(), unseeded());
     }
 
     fn pick_web(st: &mut State) -> Pick {

@@ -914,7 +914,10 @@ fn write_network(
         .map_err(io_err("writing network.doc"))?;
 
     let mut client_configs = Vec::new();
-    for c in variant.active_clients(&scenario.clients) {
+    // Random paths drawn from the repetition's seed: every variant of one
+    // repetition gets the same paths (as long as its clients ask for
+    // circuits in the same order), so variants compare on the same paths.
+    for (i, c) in variant.active_clients(&scenario.clients).iter().enumerate() {
         let cdir = dir.join(&c.name);
         fs::create_dir_all(&cdir).map_err(io_err("creating a client directory"))?;
         let mut config = format!(
@@ -923,6 +926,7 @@ fn write_network(
         );
         config.push_str(&transport_config_lines(variant, &c.host));
         config.push_str(&client_path_lines(c, variant.legs));
+        config.push_str(&format!("path_seed = {}\n", client_path_seed(seed, i)));
         let path = cdir.join("client.toml");
         fs::write(&path, config).map_err(io_err("writing a client config"))?;
         client_configs.push((c.name.clone(), c.host.clone(), path));
@@ -931,6 +935,15 @@ fn write_network(
         relay_configs,
         client_configs,
     })
+}
+
+/// The `path_seed` of the `index`-th client of a repetition whose seed is
+/// `seed` (a different stream per client, the same in every variant);
+/// below 2^63, as TOML's integers are signed.
+fn client_path_seed(seed: u64, index: usize) -> u64 {
+    let mixed =
+        (seed ^ 0x9a75_5eed).wrapping_add((index as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    mixed & (i64::MAX as u64)
 }
 
 fn spawn_in(
@@ -1569,6 +1582,32 @@ mod tests {
     use super::*;
     use onionlab_netem::counters::PathCounters;
     use onionlab_netem::Counters;
+
+    #[test]
+    fn client_path_seeds_fit_a_client_config_and_differ_per_client() {
+        let key = "0".repeat(64);
+        for seed in [0, 1002003006, u64::MAX] {
+            let seeds: Vec<u64> = (0..16).map(|i| client_path_seed(seed, i)).collect();
+            for (i, s) in seeds.iter().enumerate() {
+                assert!(!seeds[..i].contains(s), "two clients share {s}");
+                let text = format!(
+                    "socks_listen = \"127.0.0.1:9050\"\nnetwork = \"n.doc\"\nnetwork_key = \"{key}\"\npath_seed = {s}\n"
+                );
+                let cfg = onionlab_netdoc::config::ClientConfig::from_toml_str(
+                    &text,
+                    "client.toml",
+                    Path::new("."),
+                )
+                .expect("a client config takes the seed");
+                assert_eq!(cfg.path_seed, Some(*s));
+            }
+            assert_eq!(
+                client_path_seed(seed, 3),
+                seeds[3],
+                "the same in every variant"
+            );
+        }
+    }
 
     fn path(src: &str, bytes: u64, loss: u64) -> PathCounters {
         let mut p = PathCounters {

@@ -97,6 +97,10 @@
 //! "latency:a-b,b-c" = ["20ms", "40ms"] # several pairs at once
 //! size = ["320KiB", "5MiB"]    # every workload's transfer size
 //! "block:guard-middle" = ["none", "udp"] # drop UDP on a pair (netem `block`); "block" = every path
+//! "rate:guard,middle,exit" = ["100Mbit", "10Mbit"] # these hosts' up- and downlink
+//!                              # rates (a relay's capacity); "rate" = every host
+//! "queue:guard,middle,exit" = ["100ms"] # their up- and downlink queues
+//!                              # (packets, bytes or time, netem's units); "queue" = every host
 //! clients = [1, 2, 4, 8]       # only the first N [[client]] entries (and their workloads) run
 //! legs = [1, 2, 3]             # multi-path (docs/conflux.md): circuits per linked set
 //!                              # (1: plain circuits; above 1 the document enables sets;
@@ -126,7 +130,7 @@ use std::time::Duration;
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
 use onionlab_netem::units::parse_duration;
-use onionlab_netem::{Block, LossModel, PathUpdate, Topology};
+use onionlab_netem::{Block, HostUpdate, LossModel, PathUpdate, QueueLimit, Rate, Topology};
 use onionlab_transport::registry::UnknownTransport;
 use onionlab_transport::{Choice as TransportChoice, TransportKind};
 use serde::Deserialize;
@@ -1564,7 +1568,8 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             | "exit_packaging",
             None,
         ) => Ok(()),
-        ("tcp_congestion", Some(list)) => {
+        ("rate" | "queue", None) => Ok(()),
+        ("tcp_congestion" | "rate" | "queue", Some(list)) => {
             for h in list.split(',') {
                 if !hosts.contains(h.trim()) {
                     return Err(format!("matrix key {key:?}: unknown host {:?}", h.trim()));
@@ -1586,9 +1591,28 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, tcp_congestion:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, rate, queue, tcp_congestion:HOST, rate:HOST, queue:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
+}
+
+/// Applies `update` to the access links of the hosts named in `list`
+/// (comma-separated), or of every host when there is no list.
+fn update_hosts(
+    topology: &mut Topology,
+    list: Option<&str>,
+    update: &HostUpdate,
+) -> std::result::Result<(), String> {
+    match list {
+        None => topology.hosts.iter_mut().for_each(|h| update.apply(h)),
+        Some(list) => {
+            for name in list.split(',').map(str::trim) {
+                let id = topology.host_id(name).map_err(|e| e.to_string())?;
+                update.apply(&mut topology.hosts[id]);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether `combo` matches every pair of one of `exclude`'s entries.
@@ -1677,6 +1701,10 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             ExitPackaging::NAMES.join(", ")
         )),
         "size" => parse_size(value).map(|_| ()),
+        "rate" => Rate::parse(value).map(|_| ()).map_err(|e| e.to_string()),
+        "queue" => QueueLimit::parse(value)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         "legs" => parse_legs(value).map(|_| ()),
         "leg_scheduler" => LegSchedulerKind::parse(value).map(|_| ()).ok_or_else(|| {
             format!(
@@ -1764,6 +1792,25 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
                     }
                 }
             }
+            return Ok(());
+        }
+        "rate" | "queue" => {
+            let update = if name == "rate" {
+                let rate = Rate::parse(value).map_err(|e| e.to_string())?;
+                HostUpdate {
+                    up: Some(rate),
+                    down: Some(rate),
+                    ..HostUpdate::default()
+                }
+            } else {
+                let queue = QueueLimit::parse(value).map_err(|e| e.to_string())?;
+                HostUpdate {
+                    up_queue: Some(queue),
+                    down_queue: Some(queue),
+                    ..HostUpdate::default()
+                }
+            };
+            update_hosts(&mut v.topology, pair, &update)?;
             return Ok(());
         }
         "size" => {

@@ -442,6 +442,72 @@ fn kernel_tcp_settings_are_matrix_parameters() {
 }
 
 #[test]
+fn host_rates_and_queues_are_matrix_parameters() {
+    use onionlab_netem::{QueueLimit, Rate};
+    let s = parse(&format!(
+        "{BASE}\n[matrix]\n\"rate:guard,middle\" = [\"100Mbit\", \"5Mbit\"]\n\"queue:middle\" = [\"100ms\"]\n"
+    ))
+    .expect("valid");
+    let v = s.variants();
+    assert_eq!(v.len(), 2);
+    let slow = v
+        .iter()
+        .find(|v| v.label.contains("rate:guard,middle=5Mbit"))
+        .expect("variant");
+    let t = &slow.topology;
+    let host = |name: &str| &t.hosts[t.host_id(name).expect("host")];
+    for name in ["guard", "middle"] {
+        assert_eq!(host(name).uplink.rate, Rate(Some(5_000_000)), "{name} up");
+        assert_eq!(
+            host(name).downlink.rate,
+            Rate(Some(5_000_000)),
+            "{name} down"
+        );
+    }
+    let base = parse(BASE).expect("valid").variants()[0].topology.clone();
+    let base_host = |name: &str| &base.hosts[base.host_id(name).expect("host")];
+    assert_eq!(
+        host("exit").uplink,
+        base_host("exit").uplink,
+        "other hosts keep theirs"
+    );
+    assert_eq!(
+        host("middle").uplink.queue,
+        QueueLimit::parse("100ms").expect("queue")
+    );
+    assert_eq!(
+        host("middle").downlink.queue,
+        QueueLimit::parse("100ms").expect("queue")
+    );
+    assert_eq!(host("guard").uplink.queue, base_host("guard").uplink.queue);
+
+    // Without a host list: every host.
+    let s = parse(&format!("{BASE}\n[matrix]\nrate = [\"20Mbit\"]\n")).expect("valid");
+    let t = &s.variants()[0].topology;
+    assert!(t
+        .hosts
+        .iter()
+        .all(|h| h.uplink.rate == Rate(Some(20_000_000))
+            && h.downlink.rate == Rate(Some(20_000_000))));
+
+    assert_error(
+        &format!("{BASE}\n[matrix]\n\"rate:guard,pluto\" = [\"5Mbit\"]\n"),
+        31,
+        "unknown host \"pluto\"",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\nrate = [\"fast\"]\n"),
+        31,
+        "fast",
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\n\"queue:guard\" = [\"deep\"]\n"),
+        31,
+        "deep",
+    );
+}
+
+#[test]
 fn configs_follow_the_transport() {
     use onionlab_lab::run::{relay_addresses, relay_config_text, transport_config_lines};
     use onionlab_netdoc::config::{Congestion, RelayConfig, TransportChoice};

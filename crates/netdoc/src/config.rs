@@ -65,6 +65,8 @@
 //! legs = 2                              # multi-path: circuits per set when the network
 //!                                       # has cfx_enabled (1 to 8; default 1)
 //! leg_scheduler = "mtor"                # this end's leg scheduler; default the network's
+//! path_seed = 7                         # experiments only: seed of the random path choice
+//!                                       # (the same seed and document, the same paths)
 //! # paths = [["relay0", "relay2", "relay4"], ["relay1", "relay3", "relay4"]]
 //!                                       # optional instead of path: pinned legs, one exit
 //! circuit_build_timeout_ms = 10000      # default 10000
@@ -749,6 +751,13 @@ pub struct ClientConfig {
     /// network's `cfx_scheduler`).
     #[serde(default, deserialize_with = "de_leg_scheduler")]
     pub leg_scheduler: Option<LegSchedulerKind>,
+    /// Experiments only: seed of the random path choice, so that runs of
+    /// the same document that ask for circuits in the same order get the
+    /// same paths (the lab's variants of one repetition). None (the
+    /// default): paths drawn from the operating system's entropy, as an
+    /// anonymous client's must be.
+    #[serde(default)]
+    pub path_seed: Option<u64>,
     /// Give up building a circuit after this many milliseconds (default
     /// 10000); must be positive.
     #[serde(
