@@ -28,7 +28,11 @@ Variants are named by their transport and the other parameters that
 differ between variants ("tls", "tls slow_start_after_idle=off");
 --baseline names one, or a transport that only one variant has.
 
-Usage: scripts/seed001-toy-table.py RUN_DIR [--baseline tls] [--markdown]
+Several run directories of presets with the same seed and workloads
+(seed001-toy-loaded and seed001-toy-loaded-lowat) are read as one run: their
+repetition r shares network, think times and onionlab's paths.
+
+Usage: scripts/seed001-toy-table.py RUN_DIR [RUN_DIR...] [--baseline tls] [--markdown]
 Standard library only.
 """
 import argparse
@@ -122,21 +126,25 @@ def workload_kinds(run):
     return {w["name"]: w["kind"] for w in scenario.get("workload", [])}
 
 
-def load(run):
+def load(runs):
     """Records per transport and repetition (each with its workload's kind
     as `toy_kind`), the repetitions left out as saturated, and failed
-    transfers per transport."""
-    kinds = workload_kinds(run)
+    transfers per transport, from one or more run directories."""
+    kinds = workload_kinds(runs[0])
+    if any(workload_kinds(run) != kinds for run in runs[1:]):
+        raise SystemExit(f"the runs {runs} have different workloads")
     saturated = set()
-    with open(f"{run}/repetitions.jsonl") as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("cpu_saturated"):
-                saturated.add(r["repetition"])
+    records = []
+    for run in runs:
+        with open(f"{run}/repetitions.jsonl") as f:
+            for line in f:
+                r = json.loads(line)
+                if r.get("cpu_saturated"):
+                    saturated.add(r["repetition"])
+        with open(f"{run}/records.jsonl") as f:
+            records += [json.loads(line) for line in f]
     recs = defaultdict(lambda: defaultdict(list))
     failed = defaultdict(int)
-    with open(f"{run}/records.jsonl") as f:
-        records = [json.loads(line) for line in f]
     arm_of = arm_names({r["variant"] for r in records})
     for r in records:
         t = arm_of[r["variant"]]
@@ -167,11 +175,11 @@ def paired_ci(a, b, reps, stat, resamples=4000, seed=1):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run")
+    ap.add_argument("runs", nargs="+", metavar="run")
     ap.add_argument("--baseline", default="tls")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    recs, saturated, failed = load(args.run)
+    recs, saturated, failed = load(args.runs)
     baseline = pick_baseline(recs, args.baseline)
     transports = sorted(recs, key=lambda t: (t != baseline, t))
     # Only repetitions every transport finished, and none on a saturated CPU.
