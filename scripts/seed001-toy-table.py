@@ -29,14 +29,26 @@ differ between variants ("tls", "tls slow_start_after_idle=off");
 --baseline names one, or a transport that only one variant has.
 
 Several run directories of presets with the same seed and workloads
-(seed001-toy-loaded and seed001-toy-loaded-lowat) are read as one run: their
+(seed001-toy-loaded and seed001-toy-loaded-tcp) are read as one run: their
 repetition r shares network, think times and onionlab's paths.
 
-Usage: scripts/seed001-toy-table.py RUN_DIR [RUN_DIR...] [--baseline tls] [--markdown]
+--by-sharing (runs with their raw/ directories, made with clients'
+`path_seed`): classes the web clients of each repetition by what their
+circuit shares with a bulk client's: a relay pair, so a TLS or QUIC
+connection ("connection"), only a relay and its capped links ("relay"),
+or nothing ("apart"), and prints per class the median of client medians
+of each variant against the baseline, with a bootstrap over clients
+(paired: a client has the same path in every onionlab variant). C tor's
+variants choose their own paths and are left out.
+
+Usage: scripts/seed001-toy-table.py RUN_DIR [RUN_DIR...] [--baseline tls] [--markdown] [--by-sharing]
 Standard library only.
 """
 import argparse
+import glob
 import json
+import os
+import re
 import random
 import statistics
 import tomllib
@@ -126,6 +138,13 @@ def workload_kinds(run):
     return {w["name"]: w["kind"] for w in scenario.get("workload", [])}
 
 
+def workload_clients(run):
+    """Workload name -> its client's name, from the run's scenario.toml."""
+    with open(f"{run}/scenario.toml", "rb") as f:
+        scenario = tomllib.load(f)
+    return {w["name"]: w["client"] for w in scenario.get("workload", [])}
+
+
 def load(runs):
     """Records per transport and repetition (each with its workload's kind
     as `toy_kind`), the repetitions left out as saturated, and failed
@@ -173,11 +192,92 @@ def paired_ci(a, b, reps, stat, resamples=4000, seed=1):
     return point, boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]
 
 
+def circuit_paths(runs):
+    """(repetition, client) -> its circuit's relays, from the client logs
+    of every onionlab run directory; exits if two variants of a
+    repetition disagree (a run made before clients had `path_seed`)."""
+    paths = {}
+    for run in runs:
+        for d in sorted(glob.glob(f"{run}/raw/rep*-v*")):
+            rep = int(re.search(r"rep(\d+)-v", d).group(1))
+            for log in glob.glob(f"{d}/client-*.log"):
+                client = os.path.basename(log)[len("client-"):-len(".log")]
+                with open(log) as f:
+                    m = re.search(r"circuit built .*? path=(\S+)", f.read())
+                if not m:
+                    continue
+                hops = m.group(1).split(",")
+                if paths.setdefault((rep, client), hops) != hops:
+                    raise SystemExit(
+                        f"{d}: {client}'s path differs between variants of repetition {rep} "
+                        "(a run made before clients had path_seed?)"
+                    )
+    return paths
+
+
+def sharing_classes(paths, bulk_clients):
+    """(repetition, web client) -> "connection", "relay" or "apart": what
+    its circuit shares with the bulk clients' circuits of its repetition."""
+    classes = {}
+    for rep in {r for r, _ in paths}:
+        bulk = [paths[(rep, b)] for b in bulk_clients if (rep, b) in paths]
+        relays = {h for hops in bulk for h in hops}
+        pairs = {frozenset(p) for hops in bulk for p in zip(hops, hops[1:])}
+        for (r, client), hops in paths.items():
+            if r != rep or client in bulk_clients:
+                continue
+            if {frozenset(p) for p in zip(hops, hops[1:])} & pairs:
+                classes[(rep, client)] = "connection"
+            elif set(hops) & relays:
+                classes[(rep, client)] = "relay"
+            else:
+                classes[(rep, client)] = "apart"
+    return classes
+
+
+def by_sharing(runs, kinds, reps, transports, baseline, client_of):
+    """Prints, per sharing class, each onionlab variant's median of web
+    client medians against the baseline's, with a paired bootstrap over
+    (repetition, client)."""
+    bulk_clients = {client_of[w] for w, k in workload_kinds(runs[0]).items() if k != "web"}
+    classes = sharing_classes(circuit_paths(runs), bulk_clients)
+    medians = {
+        t: {
+            (rep, client_of[w]): statistics.median(r["ttlb_ms"] for r in rs)
+            for rep in reps
+            for w in {r["workload"] for r in kinds[t]["web"][rep]}
+            for rs in [[r for r in kinds[t]["web"][rep] if r["workload"] == w]]
+        }
+        for t in transports
+        if not t.startswith("ctor")
+    }
+    print("\nweb median of client medians (ms) by what the client's circuit shares with a bulk circuit:")
+    rng = random.Random(1)
+    for cls in ("connection", "relay", "apart"):
+        keys = [k for k, c in sorted(classes.items()) if c == cls and k[0] in reps]
+        keys = [k for k in keys if all(k in m for m in medians.values())]
+        if not keys:
+            continue
+        base = statistics.median(medians[baseline][k] for k in keys)
+        cells = [f"{cls}: {len(keys)} clients, {baseline} {base:.0f}"]
+        for t, m in medians.items():
+            if t == baseline:
+                continue
+            point = statistics.median(m[k] for k in keys) / base
+            boot = sorted(
+                statistics.median(m[k] for k in draw) / statistics.median(medians[baseline][k] for k in draw)
+                for draw in (rng.choices(keys, k=len(keys)) for _ in range(4000))
+            )
+            cells.append(f"{t} {point:.2f} [{boot[100]:.2f}, {boot[3899]:.2f}]")
+        print("  " + "; ".join(cells))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", metavar="run")
     ap.add_argument("--baseline", default="tls")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--by-sharing", action="store_true")
     args = ap.parse_args()
     recs, saturated, failed = load(args.runs)
     baseline = pick_baseline(recs, args.baseline)
@@ -225,6 +325,9 @@ def main():
         print(f"repetitions left out, saturated CPU: {sorted(saturated)}")
     for t, n in sorted(failed.items()):
         print(f"{n} failed transfer(s) left out: {t}")
+    if args.by_sharing:
+        client_of = workload_clients(args.runs[0])
+        by_sharing(args.runs, kinds, reps, transports, baseline, client_of)
 
 
 if __name__ == "__main__":

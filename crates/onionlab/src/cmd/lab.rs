@@ -198,12 +198,14 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             }
             for (name, s) in list {
                 match s {
-                    Ok(s) => println!(
-                        "{name:<28} {} ({} variants x {} repetitions)",
-                        s.description,
-                        s.variants().len(),
-                        s.repetitions
-                    ),
+                    Ok(s) => {
+                        let n = s.variants().len();
+                        let variants = if n == 1 { "variant" } else { "variants" };
+                        println!(
+                            "{name:<28} {} ({n} {variants} x {} repetitions)",
+                            s.description, s.repetitions
+                        )
+                    }
                     Err(e) => println!("{name:<28} INVALID: {e}"),
                 }
             }
