@@ -17,12 +17,12 @@ times, draw repetitions with replacement (the same draw for both
 variants), pool their transfers and take the ratio of the statistic; 95%
 percentile interval. Repetition r of every variant builds the same network,
 relay keys and think times from the same seed, and (runs made with the lab
-of this commit or later: clients' `path_seed`) the same paths for
-onionlab's variants, so the draw is paired; C tor chooses its own paths,
-and in earlier runs every variant drew its paths independently, where
-the shared draw pairs nothing and the interval is an unpaired one. Repetitions on a saturated CPU are left out (and counted), and so
-are failed transfers (counted); a repetition left out for one transport is
-left out for both.
+of 0e6f60a or later: clients' `path_seed`) the same paths for onionlab's
+variants, so the draw is paired; C tor chooses its own paths, and in
+earlier runs every variant drew its paths independently, where the shared
+draw pairs nothing and the interval is an unpaired one. Repetitions on a
+saturated CPU are left out (and counted), and so are failed transfers
+(counted); a repetition left out for one transport is left out for both.
 
 Variants are named by their transport and the other parameters that
 differ between variants ("tls", "tls slow_start_after_idle=off");

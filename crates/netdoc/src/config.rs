@@ -65,10 +65,10 @@
 //! legs = 2                              # multi-path: circuits per set when the network
 //!                                       # has cfx_enabled (1 to 8; default 1)
 //! leg_scheduler = "mtor"                # this end's leg scheduler; default the network's
-//! path_seed = 7                         # experiments only: seed of the random path choice
-//!                                       # (the same seed and document, the same paths)
 //! # paths = [["relay0", "relay2", "relay4"], ["relay1", "relay3", "relay4"]]
 //!                                       # optional instead of path: pinned legs, one exit
+//! path_seed = 7                         # experiments only: seed of the random path choice
+//!                                       # (the same seed and document, the same paths)
 //! circuit_build_timeout_ms = 10000      # default 10000
 //! max_circuit_dirtiness_s = 600         # default 600
 //! build_retries = 3                     # default 3
