@@ -114,6 +114,8 @@ pub struct ClientSettings {
     /// KIST-like limit on the unsent bytes of each TCP socket to a guard
     /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
     pub unsent_limit: Option<u32>,
+    /// Whether Linux paces each TCP socket to a guard (`tcp_pacing`).
+    pub tcp_pacing: bool,
     /// The dtls-utcp transport's user-space TCP per lane.
     pub utcp_tcp: onionlab_transport::utcp::LaneTcp,
 }
@@ -154,6 +156,7 @@ impl ClientSettings {
             link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
             unsent_limit: None,
+            tcp_pacing: false,
             utcp_tcp: Default::default(),
         }
     }
@@ -194,6 +197,7 @@ impl ClientSettings {
             onionlab_transport::tcp::TcpCongestion::parse(config.tcp_congestion_name())
                 .map_err(|e| Error::Setting(format!("tcp_congestion: {e}")))?;
         s.unsent_limit = config.channel_unsent_limit;
+        s.tcp_pacing = config.tcp_pacing;
         s.utcp_tcp = config.utcp.lane_tcp().map_err(Error::Setting)?;
         Ok(s)
     }

@@ -379,6 +379,7 @@ fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error
         .with_handshake_timeout(settings.link_handshake_timeout)
         .with_tcp_congestion(settings.tcp_congestion.clone())
         .with_unsent_limit(settings.unsent_limit)
+        .with_tcp_pacing(settings.tcp_pacing)
         .with_pctcp(settings.pctcp);
     let utcp = settings.transport.may_use_utcp().then(|| {
         let utcp = UtcpSettings {

@@ -758,8 +758,8 @@ pub fn client_path_lines(c: &crate::scenario::ClientSpec, legs: usize) -> String
     }
 }
 
-/// The `transport`, `quic_congestion`, `quic_initial_mtu`, `utcp` and
-/// `tcp_congestion` lines of the configuration of a node on `host` for a
+/// The `transport`, `quic_congestion`, `quic_initial_mtu`, `utcp`,
+/// `tcp_congestion` and `tcp_pacing` lines of the configuration of a node on `host` for a
 /// variant (no QUIC or dtls-utcp lines for transports that do not use
 /// them). QUIC's first packets and dtls-utcp's segments fill the links'
 /// MTU as TCP's do ([`quic_initial_mtu`], [`utcp_table`]).
@@ -769,6 +769,9 @@ pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
         variant.transport,
         variant.tcp_congestion_of(host)
     );
+    if variant.tcp_pacing {
+        lines.push_str("tcp_pacing = true\n");
+    }
     if variant.transport.may_use_quic() {
         lines.push_str(&format!(
             "quic_congestion = \"{}\"\nquic_initial_mtu = {}\n",

@@ -83,6 +83,8 @@
 //! tcp_notsent_lowat = ["kernel", "16KiB"] # net.ipv4.tcp_notsent_lowat of every
 //!                              # host (the unsent bytes a socket holds before it
 //!                              # stops being writable); default: the kernel's
+//! tcp_pacing = ["off", "on"]   # Linux paces onionlab's channel TCP sockets, as quinn
+//!                              # paces QUIC (nodes' tcp_pacing); default off
 //! scheduler = ["ewma", "round-robin"]
 //! circuit_cc = ["fixed", "vegas"] # circuit flow control: tor-spec's fixed windows (default)
 //!                              # or proposal 324's Vegas with XON/XOFF
@@ -363,6 +365,7 @@ const LAB_RELAY_SETTINGS: &[&str] = &[
     "quic_congestion",
     "quic_initial_mtu",
     "tcp_congestion",
+    "tcp_pacing",
     "exit_allow_private",
 ];
 
@@ -687,6 +690,9 @@ pub struct Variant {
     /// Kernel TCP settings of every host the matrix sets
     /// (`slow_start_after_idle`, `tcp_notsent_lowat`).
     pub kernel_tcp: KernelTcp,
+    /// Whether onionlab's nodes have Linux pace their channel TCP sockets
+    /// (`tcp_pacing`, the nodes' setting of that name).
+    pub tcp_pacing: bool,
     /// Only the first this many clients (file order) run, with their
     /// workloads (`clients`); `None`: all.
     pub clients: Option<usize>,
@@ -1330,6 +1336,14 @@ impl Scenario {
                     v.label
                 ));
             }
+            if v.tcp_pacing {
+                return Err(format!(
+                    "variant {:?}: tcp_pacing is onionlab's setting (C tor's sockets are not \
+                     paced unless the kernel's qdisc does it): leave the combination out with \
+                     [[exclude]]",
+                    v.label
+                ));
+            }
             if v.scheduler == "round-robin" {
                 return Err(format!(
                     "variant {:?}: C tor cannot schedule circuits round robin (since 0.4.x it \
@@ -1452,6 +1466,7 @@ impl Scenario {
             tcp_congestion: None,
             tcp_congestion_hosts: BTreeMap::new(),
             kernel_tcp: KernelTcp::default(),
+            tcp_pacing: false,
             clients: None,
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
@@ -1563,7 +1578,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     match (name, pair) {
         (
             "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
-            | "tcp_notsent_lowat" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
+            | "tcp_notsent_lowat" | "tcp_pacing" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
             | "latency" | "loss" | "block" | "clients" | "legs" | "leg_scheduler"
             | "exit_packaging",
             None,
@@ -1591,7 +1606,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, rate, queue, tcp_congestion:HOST, rate:HOST, queue:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, tcp_pacing, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, rate, queue, tcp_congestion:HOST, rate:HOST, queue:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -1683,6 +1698,9 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             Err(format!("slow_start_after_idle = {value:?}: on or off"))
         }
         "tcp_notsent_lowat" => parse_notsent_lowat(value).map(|_| ()),
+        "tcp_pacing" if !["on", "off"].contains(&value) => {
+            Err(format!("tcp_pacing = {value:?}: on or off"))
+        }
         "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
         "circuit_cc" if !CIRCUIT_CCS.contains(&value) => Err(format!(
             "unknown circuit congestion control {value:?} ({})",
@@ -1772,6 +1790,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "tcp_notsent_lowat" => {
             v.kernel_tcp.notsent_lowat = parse_notsent_lowat(value)?;
+            return Ok(());
+        }
+        "tcp_pacing" => {
+            v.tcp_pacing = value == "on";
             return Ok(());
         }
         "clients" => {

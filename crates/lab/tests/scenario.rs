@@ -441,6 +441,37 @@ fn kernel_tcp_settings_are_matrix_parameters() {
     );
 }
 
+/// `tcp_pacing` reaches every onionlab node's configuration when on,
+/// nothing when off; C tor variants refuse it.
+#[test]
+fn tcp_pacing_is_a_matrix_parameter_for_onionlab_nodes() {
+    use onionlab_lab::run::transport_config_lines;
+    let s = parse(&format!(
+        "{BASE}\n[matrix]\ntcp_pacing = [\"off\", \"on\"]\n"
+    ))
+    .expect("valid");
+    let v = s.variants();
+    assert_eq!(v[1].label, "tcp_pacing=on");
+    for host in ["guard", "client"] {
+        assert!(!transport_config_lines(&v[0], host).contains("tcp_pacing"));
+        assert!(transport_config_lines(&v[1], host).contains("tcp_pacing = true\n"));
+    }
+    assert!(!parse(BASE).expect("valid").variants()[0].tcp_pacing);
+    assert_error(
+        &format!("{BASE}\n[matrix]\ntcp_pacing = [\"yes\"]\n"),
+        31,
+        "tcp_pacing = \"yes\": on or off",
+    );
+    let ctor =
+        format!("{BASE}\n[matrix]\ntransport = [\"tls\", \"ctor\"]\ntcp_pacing = [\"on\"]\n");
+    match parse(&ctor) {
+        Err(Error::Scenario { message, .. }) => {
+            assert!(message.contains("tcp_pacing is onionlab's"), "{message}")
+        }
+        other => panic!("a paced C tor variant accepted: {other:?}"),
+    }
+}
+
 #[test]
 fn host_rates_and_queues_are_matrix_parameters() {
     use onionlab_netem::{QueueLimit, Rate};

@@ -19,6 +19,8 @@
 //!                                 # default: quic_congestion's match (cubic, reno, bbr)
 //! channel_unsent_limit = 16384    # optional: KIST-like limit on each TCP socket's unsent
 //!                                 # bytes (TCP_NOTSENT_LOWAT); default: the kernel's
+//! tcp_pacing = false              # Linux paces each channel TCP socket, as quinn paces
+//!                                 # QUIC (SO_MAX_PACING_RATE); default false
 //! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
 //! network_key = "<64 hex digits>" # network public key
 //! scheduler = "ewma"              # or "round-robin"; default "ewma"
@@ -76,6 +78,7 @@
 //! quic_congestion = "cubic"             # as for a relay; default "cubic"
 //! tcp_congestion = "cubic"              # as for a relay
 //! channel_unsent_limit = 16384          # as for a relay
+//! tcp_pacing = false                    # as for a relay
 //! stream_connect_timeout_ms = 60000     # default 60000
 //! socks_handshake_timeout_ms = 30000    # default 30000
 //! max_socks_connections = 4096          # default 4096
@@ -534,6 +537,12 @@ pub struct RelayConfig {
     /// found to behave like C tor's KIST.
     #[serde(default, deserialize_with = "de_unsent_limit")]
     pub channel_unsent_limit: Option<u32>,
+    /// Make Linux pace every TCP socket of a channel (`SO_MAX_PACING_RATE`
+    /// set, uncapped), as quinn paces every QUIC connection; default
+    /// false: Linux paces a Cubic or Reno socket only when asked, BBR
+    /// always.
+    #[serde(default)]
+    pub tcp_pacing: bool,
     /// Where the network document comes from.
     pub network: NetworkSource,
     /// The network public key, 64 hex digits (checked when loading; see
@@ -791,6 +800,12 @@ pub struct ClientConfig {
     /// found to behave like C tor's KIST.
     #[serde(default, deserialize_with = "de_unsent_limit")]
     pub channel_unsent_limit: Option<u32>,
+    /// Make Linux pace every TCP socket of a channel (`SO_MAX_PACING_RATE`
+    /// set, uncapped), as quinn paces every QUIC connection; default
+    /// false: Linux paces a Cubic or Reno socket only when asked, BBR
+    /// always.
+    #[serde(default)]
+    pub tcp_pacing: bool,
     /// Fail a stream whose exit has not answered BEGIN after this many
     /// milliseconds (SOCKS reply 0x06; default 60000); must be positive.
     #[serde(

@@ -80,6 +80,8 @@ pub struct RelaySettings {
     /// KIST-like limit on each channel TCP socket's unsent bytes
     /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
     pub unsent_limit: Option<u32>,
+    /// Whether Linux paces each channel TCP socket (`tcp_pacing`).
+    pub tcp_pacing: bool,
     /// The pctcp transport's lane cap.
     pub pctcp: PctcpSettings,
     /// The dtls-utcp transport's user-space TCP per lane.
@@ -127,6 +129,7 @@ impl RelaySettings {
             channel_idle_timeout: DEFAULT_CHANNEL_IDLE_TIMEOUT,
             tcp_congestion: TcpCongestion::System,
             unsent_limit: None,
+            tcp_pacing: false,
             pctcp: PctcpSettings::default(),
             utcp_tcp: Default::default(),
             doc,
@@ -254,6 +257,7 @@ impl Relay {
             .with_handshake_timeout(settings.link_handshake_timeout)
             .with_tcp_congestion(settings.tcp_congestion.clone())
             .with_unsent_limit(settings.unsent_limit)
+            .with_tcp_pacing(settings.tcp_pacing)
             .with_pctcp(settings.pctcp)
             // Peers open pctcp lanes to the address they know us by.
             .with_lane_address(settings.listen);

@@ -4,15 +4,16 @@
 //! TCP socket each relay holds (listener, links to the client and to the
 //! other relays) reads back `reno` with `getsockopt(TCP_CONGESTION)` on a
 //! duplicate of the relay's own descriptor (`pidfd_getfd`). So does the
-//! KIST-like `channel_unsent_limit` (`TCP_NOTSENT_LOWAT`) on every link
-//! socket of relays and client.
+//! KIST-like `channel_unsent_limit` (`TCP_NOTSENT_LOWAT`) and
+//! `tcp_pacing` (`SO_MAX_PACING_RATE`) on every link socket of relays and
+//! client.
 
 use std::fs;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use onionlab::testnet::{self, LocalNetwork};
-use onionlab_transport::tcp::congestion_of;
+use onionlab_transport::tcp::{congestion_of, max_pacing_rate, PACING_UNCAPPED};
 
 const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];
 const WANT: &str = "reno";
@@ -61,6 +62,15 @@ fn unsent_limits_of_process(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// `SO_MAX_PACING_RATE` of every connected TCP socket of process `pid`.
+fn pacing_of_process(pid: u32) -> Vec<u64> {
+    tcp_sockets_of_process(pid)
+        .iter()
+        .filter(|s| s.is_listener().ok() == Some(false))
+        .filter_map(|s| max_pacing_rate(s).ok())
+        .collect()
+}
+
 /// Duplicates of every TCP socket of process `pid`.
 fn tcp_sockets_of_process(pid: u32) -> Vec<socket2::Socket> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
@@ -101,7 +111,9 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     for i in 0..3 {
         net.append_relay_config(
             i,
-            &format!("tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}\n"),
+            &format!(
+                "tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}\ntcp_pacing = true\n"
+            ),
         )
         .expect("relay config");
     }
@@ -109,7 +121,7 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     net.start_relays().expect("relays start");
     net.start_client(
         Some(&PATH),
-        &format!("tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}"),
+        &format!("tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}\ntcp_pacing = true"),
     )
     .expect("client starts");
     let server = testnet::workload_server().await.expect("server");
@@ -125,13 +137,19 @@ async fn relay_sockets_use_the_configured_congestion_control() {
         assert!(ccs.len() >= 2, "relay{i}: TCP sockets {ccs:?}");
         assert!(ccs.iter().all(|c| c == WANT), "relay{i}: {ccs:?}");
         let limits = unsent_limits_of_process(pid);
+        let pacing = pacing_of_process(pid);
         if i < 2 {
             // Guard and middle hold only links.
             assert!(!limits.is_empty(), "relay{i}: no link sockets");
             assert!(limits.iter().all(|l| *l == LIMIT), "relay{i}: {limits:?}");
+            assert!(
+                !pacing.is_empty() && pacing.iter().all(|p| *p == PACING_UNCAPPED),
+                "relay{i}: {pacing:?}"
+            );
         } else {
             // The exit's connection to the server is no channel.
             assert!(limits.contains(&LIMIT), "relay{i}: {limits:?}");
+            assert!(pacing.contains(&PACING_UNCAPPED), "relay{i}: {pacing:?}");
         }
     }
     let client = net
@@ -146,6 +164,10 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     );
     assert!(
         unsent_limits_of_process(client).contains(&LIMIT),
+        "client: its link to the guard"
+    );
+    assert!(
+        pacing_of_process(client).contains(&PACING_UNCAPPED),
         "client: its link to the guard"
     );
     net.stop();

@@ -102,6 +102,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.tcp_congestion = TcpCongestion::parse(cfg.tcp_congestion_name())
             .map_err(|e| Error::Usage(format!("{}: tcp_congestion: {e}", args.config.display())))?;
         settings.unsent_limit = cfg.channel_unsent_limit;
+        settings.tcp_pacing = cfg.tcp_pacing;
         settings.utcp_tcp = cfg
             .utcp
             .lane_tcp()

@@ -51,11 +51,18 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     about: "one TLS 1.3 over TCP connection per relay pair, every circuit in it (vanilla Tor)",
     ordering: Ordering::PerConnection,
     endpoint: Endpoint::Tcp,
-    settings: &[SettingInfo {
-        key: "tcp_congestion",
-        default: "the match of quic_congestion",
-        about: "kernel congestion control of every TCP socket, or \"system\"",
-    }],
+    settings: &[
+        SettingInfo {
+            key: "tcp_congestion",
+            default: "the match of quic_congestion",
+            about: "kernel congestion control of every TCP socket, or \"system\"",
+        },
+        SettingInfo {
+            key: "tcp_pacing",
+            default: "false",
+            about: "Linux paces every channel TCP socket, as quinn paces QUIC",
+        },
+    ],
     open: |endpoints, addr, expected| Box::pin(endpoints.tcp.connect(addr, expected)),
 };
 
@@ -89,6 +96,17 @@ fn set_unsent_limit(tcp: &TcpStream, limit: Option<u32>) {
     };
     if let Err(e) = socket2::SockRef::from(tcp).set_tcp_notsent_lowat(limit) {
         tracing::warn!("TCP_NOTSENT_LOWAT {limit} not set: {e}");
+    }
+}
+
+/// Make Linux pace `tcp` if `on` ([`crate::tcp::enable_pacing`]). Best
+/// effort, as the unsent limit: a refusal is logged.
+fn set_pacing(tcp: &TcpStream, on: bool) {
+    if !on {
+        return;
+    }
+    if let Err(e) = crate::tcp::enable_pacing(tcp) {
+        tracing::warn!("TCP pacing not turned on: {e}");
     }
 }
 
@@ -143,6 +161,8 @@ struct Inner {
     /// Most unsent bytes each TCP socket holds (`TCP_NOTSENT_LOWAT`);
     /// `None`: the kernel's setting.
     unsent_limit: Option<u32>,
+    /// Whether Linux paces each TCP socket (`SO_MAX_PACING_RATE`).
+    pacing: bool,
 }
 
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -171,6 +191,7 @@ impl TlsTransport {
                 torchestra_switches: true,
                 liveness: LivenessTiming::default(),
                 unsent_limit: None,
+                pacing: false,
             }),
         })
     }
@@ -192,6 +213,7 @@ impl TlsTransport {
                 torchestra_switches: true,
                 liveness: LivenessTiming::default(),
                 unsent_limit: None,
+                pacing: false,
             }),
         }
     }
@@ -247,6 +269,14 @@ impl TlsTransport {
     /// default since 0.3.2, writes only what TCP can send soon).
     pub fn with_unsent_limit(mut self, limit: Option<u32>) -> Self {
         Arc::make_mut(&mut self.inner).unsent_limit = limit;
+        self
+    }
+
+    /// Make Linux pace every TCP socket this transport opens or accepts
+    /// (`tcp_pacing`; [`crate::tcp::enable_pacing`]), as quinn paces QUIC.
+    /// Off by default: Linux paces Cubic and Reno only when asked.
+    pub fn with_tcp_pacing(mut self, on: bool) -> Self {
+        Arc::make_mut(&mut self.inner).pacing = on;
         self
     }
 
@@ -349,6 +379,7 @@ impl TlsTransport {
         })?;
         set_keepalive(&tcp);
         set_unsent_limit(&tcp, self.inner.unsent_limit);
+        set_pacing(&tcp, self.inner.pacing);
         let verifier = Arc::new(identity::ExpectIdentity::new(
             expected,
             &self.inner.provider,
@@ -535,6 +566,7 @@ impl crate::Listener for TlsListener {
         let _ = tcp.set_nodelay(true);
         set_keepalive(&tcp);
         set_unsent_limit(&tcp, self.transport.inner.unsent_limit);
+        set_pacing(&tcp, self.transport.inner.pacing);
         // Inherited from the listener already; a refusal here would be a
         // kernel surprise, and a measurement must not run on another
         // algorithm unnoticed.
