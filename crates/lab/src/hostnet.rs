@@ -98,6 +98,71 @@ pub fn recorded_sysctls() -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Parameters of the kernel's TCP congestion control modules that can
+/// change a result (`/sys/module/tcp_cubic/parameters/hystart`: Linux's
+/// Cubic leaves slow start early on rising delay, quinn's has no HyStart),
+/// as `tcp_cubic.hystart`. Machine-wide, not per namespace; modules not
+/// loaded are absent.
+pub fn recorded_tcp_module_parameters() -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    for module in ["tcp_cubic", "tcp_bbr"] {
+        let Ok(dir) = std::fs::read_dir(format!("/sys/module/{module}/parameters")) else {
+            continue;
+        };
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Ok(value) = std::fs::read_to_string(entry.path()) {
+                found.insert(format!("{module}.{name}"), value.trim().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Where Linux's Cubic keeps its HyStart switch (machine-wide).
+const CUBIC_HYSTART: &str = "/sys/module/tcp_cubic/parameters/hystart";
+
+/// Linux's Cubic with HyStart on or off while this lives (matrix parameter
+/// `cubic_hystart`); dropping it writes back the value it found. HyStart
+/// leaves slow start early when the RTT rises (a queue builds) or ACK
+/// trains stretch; quinn's Cubic has none, so with it off both Cubics
+/// leave slow start only on loss. The module parameter is machine-wide
+/// (every namespace and Cubic socket, C tor's too), so runs that differ in
+/// it must not overlap (the lab refuses `--jobs` above 1 with it).
+pub struct CubicHystart {
+    previous: String,
+}
+
+impl CubicHystart {
+    /// Turn HyStart on or off.
+    ///
+    /// # Errors
+    ///
+    /// The parameter cannot be read (no `tcp_cubic`) or written (not root).
+    pub fn set(on: bool) -> io::Result<CubicHystart> {
+        let previous = std::fs::read_to_string(CUBIC_HYSTART)
+            .map_err(|e| io::Error::new(e.kind(), format!("reading {CUBIC_HYSTART}: {e}")))?
+            .trim()
+            .to_string();
+        let want = if on { "1" } else { "0" };
+        std::fs::write(CUBIC_HYSTART, want).map_err(|e| {
+            io::Error::new(e.kind(), format!("setting {CUBIC_HYSTART} = {want}: {e}"))
+        })?;
+        Ok(CubicHystart { previous })
+    }
+}
+
+impl Drop for CubicHystart {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(CUBIC_HYSTART, &self.previous) {
+            tracing::warn!(
+                "{CUBIC_HYSTART} left changed, not restored to {}: {e}",
+                self.previous
+            );
+        }
+    }
+}
+
 /// Prepare this namespace for a repetition: TCP does not reuse what an
 /// earlier connection learnt of a path (`tcp_no_metrics_save = 1`: no
 /// cached ssthresh or RTT carried from one connection to the next).
@@ -312,5 +377,28 @@ mod tests {
         let recorded = recorded_sysctls();
         assert!(recorded.contains_key("net.ipv4.tcp_congestion_control"));
         assert!(recorded.contains_key("net.ipv4.tcp_no_metrics_save"));
+        if std::path::Path::new(CUBIC_HYSTART).exists() {
+            let modules = recorded_tcp_module_parameters();
+            assert!(modules.contains_key("tcp_cubic.hystart"), "{modules:?}");
+        }
+    }
+
+    /// `cubic_hystart` flips the machine's HyStart for as long as the guard
+    /// lives, then puts back what it found (root only; microseconds).
+    #[test]
+    fn cubic_hystart_is_set_and_restored() {
+        let Ok(before) = std::fs::read_to_string(CUBIC_HYSTART) else {
+            return;
+        };
+        let before = before.trim().to_string();
+        let flipped = before == "0";
+        let Ok(guard) = CubicHystart::set(flipped) else {
+            return; // not root
+        };
+        let now = std::fs::read_to_string(CUBIC_HYSTART).expect("read");
+        drop(guard);
+        assert_eq!(now.trim(), if flipped { "1" } else { "0" });
+        let after = std::fs::read_to_string(CUBIC_HYSTART).expect("read");
+        assert_eq!(after.trim(), before);
     }
 }

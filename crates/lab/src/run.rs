@@ -135,6 +135,10 @@ pub struct RepetitionRecord {
     /// back after setting them.
     #[serde(default)]
     pub tcp: Vec<HostTcp>,
+    /// The machine's TCP congestion control module parameters during the
+    /// repetition (Cubic's HyStart: `cubic_hystart`).
+    #[serde(default)]
+    pub tcp_module_parameters: BTreeMap<String, String>,
     /// Each host's TCP retransmission counters over the repetition (hosts
     /// that sent TCP segments only).
     #[serde(default)]
@@ -211,6 +215,10 @@ pub struct Environment {
     /// The same inside the first host of the first repetition, after the
     /// lab's settings.
     pub host_sysctls: BTreeMap<String, String>,
+    /// The machine's TCP congestion control module parameters
+    /// ([`hostnet::recorded_tcp_module_parameters`]; Cubic's HyStart).
+    #[serde(default)]
+    pub tcp_module_parameters: BTreeMap<String, String>,
     /// What each transport puts on the wire, for parity: the emulated
     /// links' MTU (every packet of either transport is at most this), the
     /// largest TCP segment it allows (MTU less the IPv4 and TCP headers;
@@ -395,6 +403,13 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
 /// not yet in the output directory).
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunError> {
     let variants = scenario.variants();
+    if opts.jobs > 1 && variants.iter().any(|v| v.cubic_hystart.is_some()) {
+        return Err(RunError::Start(
+            "cubic_hystart changes a machine-wide setting for each run: run this scenario with \
+             --jobs 1"
+                .into(),
+        ));
+    }
     // C tor must be there before anything runs.
     let ctor_version = variants
         .iter()
@@ -625,6 +640,7 @@ fn write_environment(out: &Path, parts: EnvironmentParts) -> Result<(), RunError
             .unwrap_or_default(),
         machine_sysctls: hostnet::recorded_sysctls(),
         host_sysctls: parts.host_sysctls,
+        tcp_module_parameters: hostnet::recorded_tcp_module_parameters(),
         wire: WireParity {
             utcp: parts.utcp,
             ..WireParity::for_mtu(parts.mtu)
@@ -1022,6 +1038,13 @@ fn run_one(
     // Unique among concurrent runs: it names the hosts' namespaces.
     topology.name = lab.to_string();
     topology.seed = seed;
+    // Held to the end of the run, then the machine's value is back.
+    let _hystart = variant
+        .cubic_hystart
+        .map(hostnet::CubicHystart::set)
+        .transpose()
+        .map_err(|e| RunError::Start(format!("variant {}: {e}", variant.label)))?;
+    let tcp_module_parameters = hostnet::recorded_tcp_module_parameters();
     let net = Network::up(topology, NetworkOptions::default())?;
     let (tcp, host_sysctls) = prepare_hosts(&net, variant)?;
     let (mut servers, server_addrs) = start_servers(scenario, variant, &net, dir, bin)?;
@@ -1144,6 +1167,7 @@ fn run_one(
         payload_bytes,
         wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
         tcp,
+        tcp_module_parameters,
         tcp_counters,
         host_dropped: !host_drops.is_empty(),
         host_drops,

@@ -85,6 +85,8 @@
 //!                              # stops being writable); default: the kernel's
 //! tcp_pacing = ["off", "on"]   # Linux paces onionlab's channel TCP sockets, as quinn
 //!                              # paces QUIC (nodes' tcp_pacing); default off
+//! cubic_hystart = ["on", "off"] # Linux Cubic's HyStart (machine-wide module
+//!                              # parameter, restored after each run); default: the machine's
 //! scheduler = ["ewma", "round-robin"]
 //! circuit_cc = ["fixed", "vegas"] # circuit flow control: tor-spec's fixed windows (default)
 //!                              # or proposal 324's Vegas with XON/XOFF
@@ -693,6 +695,9 @@ pub struct Variant {
     /// Whether onionlab's nodes have Linux pace their channel TCP sockets
     /// (`tcp_pacing`, the nodes' setting of that name).
     pub tcp_pacing: bool,
+    /// Linux Cubic's HyStart on or off during this variant's runs
+    /// (`cubic_hystart`; `None`: the machine's, left alone).
+    pub cubic_hystart: Option<bool>,
     /// Only the first this many clients (file order) run, with their
     /// workloads (`clients`); `None`: all.
     pub clients: Option<usize>,
@@ -1467,6 +1472,7 @@ impl Scenario {
             tcp_congestion_hosts: BTreeMap::new(),
             kernel_tcp: KernelTcp::default(),
             tcp_pacing: false,
+            cubic_hystart: None,
             clients: None,
             topology: self.topology.clone(),
             workloads: self.workloads.clone(),
@@ -1578,7 +1584,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     match (name, pair) {
         (
             "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
-            | "tcp_notsent_lowat" | "tcp_pacing" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
+            | "tcp_notsent_lowat" | "tcp_pacing" | "cubic_hystart" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
             | "latency" | "loss" | "block" | "clients" | "legs" | "leg_scheduler"
             | "exit_packaging",
             None,
@@ -1606,7 +1612,7 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
             Ok(())
         }
         _ => Err(format!(
-            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, tcp_pacing, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, rate, queue, tcp_congestion:HOST, rate:HOST, queue:HOST, latency:A-B, loss:A-B, block:A-B)"
+            "unknown matrix parameter {key:?} (transport, congestion, tcp_congestion, slow_start_after_idle, tcp_notsent_lowat, tcp_pacing, cubic_hystart, scheduler, circuit_cc, ctor_scheduler, size, latency, loss, block, clients, legs, leg_scheduler, exit_packaging, rate, queue, tcp_congestion:HOST, rate:HOST, queue:HOST, latency:A-B, loss:A-B, block:A-B)"
         )),
     }
 }
@@ -1698,8 +1704,8 @@ fn check_param(key: &str, value: &str, hosts: &HashSet<&str>) -> std::result::Re
             Err(format!("slow_start_after_idle = {value:?}: on or off"))
         }
         "tcp_notsent_lowat" => parse_notsent_lowat(value).map(|_| ()),
-        "tcp_pacing" if !["on", "off"].contains(&value) => {
-            Err(format!("tcp_pacing = {value:?}: on or off"))
+        "tcp_pacing" | "cubic_hystart" if !["on", "off"].contains(&value) => {
+            Err(format!("{name} = {value:?}: on or off"))
         }
         "block" => Block::parse(value).map(|_| ()).map_err(|e| e.to_string()),
         "circuit_cc" if !CIRCUIT_CCS.contains(&value) => Err(format!(
@@ -1794,6 +1800,10 @@ fn apply_param(v: &mut Variant, key: &str, value: &str) -> std::result::Result<(
         }
         "tcp_pacing" => {
             v.tcp_pacing = value == "on";
+            return Ok(());
+        }
+        "cubic_hystart" => {
+            v.cubic_hystart = Some(value == "on");
             return Ok(());
         }
         "clients" => {

@@ -472,6 +472,26 @@ fn tcp_pacing_is_a_matrix_parameter_for_onionlab_nodes() {
     }
 }
 
+/// `cubic_hystart` is on, off or (absent) the machine's.
+#[test]
+fn cubic_hystart_is_a_matrix_parameter() {
+    let s = parse(&format!(
+        "{BASE}\n[matrix]\ncubic_hystart = [\"on\", \"off\"]\n"
+    ))
+    .expect("valid");
+    let got: Vec<Option<bool>> = s.variants().iter().map(|v| v.cubic_hystart).collect();
+    assert_eq!(got, [Some(true), Some(false)]);
+    assert_eq!(
+        parse(BASE).expect("valid").variants()[0].cubic_hystart,
+        None
+    );
+    assert_error(
+        &format!("{BASE}\n[matrix]\ncubic_hystart = [\"0\"]\n"),
+        31,
+        "cubic_hystart = \"0\": on or off",
+    );
+}
+
 #[test]
 fn host_rates_and_queues_are_matrix_parameters() {
     use onionlab_netem::{QueueLimit, Rate};

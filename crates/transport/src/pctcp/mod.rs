@@ -133,6 +133,11 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
             default: "the match of quic_congestion",
             about: "kernel congestion control of every TCP socket, lanes included",
         },
+        SettingInfo {
+            key: "tcp_pacing",
+            default: "false",
+            about: "Linux paces every TCP socket, lanes included",
+        },
     ],
     open: |endpoints, addr, expected| Box::pin(open_link(endpoints, addr, expected)),
 };
