@@ -775,9 +775,9 @@ pub fn client_path_lines(c: &crate::scenario::ClientSpec, legs: usize) -> String
 }
 
 /// The `transport`, `quic_congestion`, `quic_initial_mtu`, `utcp`,
-/// `tcp_congestion` and `tcp_pacing` lines of the configuration of a node on `host` for a
-/// variant (no QUIC or dtls-utcp lines for transports that do not use
-/// them). QUIC's first packets and dtls-utcp's segments fill the links'
+/// `tcp_congestion` and `tcp_pacing` lines of the configuration of a node
+/// on `host` for a variant (no QUIC or dtls-utcp lines for transports that
+/// do not use them, no `tcp_pacing` line unless it is on). QUIC's first packets and dtls-utcp's segments fill the links'
 /// MTU as TCP's do ([`quic_initial_mtu`], [`utcp_table`]).
 pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
     let mut lines = format!(
@@ -1044,6 +1044,12 @@ fn run_one(
         .map(hostnet::CubicHystart::set)
         .transpose()
         .map_err(|e| RunError::Start(format!("variant {}: {e}", variant.label)))?;
+    if let Some(on) = variant.cubic_hystart {
+        tracing::info!(
+            on,
+            "Linux Cubic's HyStart set for this run (machine-wide, restored after)"
+        );
+    }
     let tcp_module_parameters = hostnet::recorded_tcp_module_parameters();
     let net = Network::up(topology, NetworkOptions::default())?;
     let (tcp, host_sysctls) = prepare_hosts(&net, variant)?;

@@ -1584,9 +1584,9 @@ fn check_key(key: &str, hosts: &HashSet<&str>) -> std::result::Result<(), String
     match (name, pair) {
         (
             "transport" | "congestion" | "tcp_congestion" | "slow_start_after_idle"
-            | "tcp_notsent_lowat" | "tcp_pacing" | "cubic_hystart" | "scheduler" | "circuit_cc" | "ctor_scheduler" | "size"
-            | "latency" | "loss" | "block" | "clients" | "legs" | "leg_scheduler"
-            | "exit_packaging",
+            | "tcp_notsent_lowat" | "tcp_pacing" | "cubic_hystart" | "scheduler"
+            | "circuit_cc" | "ctor_scheduler" | "size" | "latency" | "loss" | "block"
+            | "clients" | "legs" | "leg_scheduler" | "exit_packaging",
             None,
         ) => Ok(()),
         ("rate" | "queue", None) => Ok(()),

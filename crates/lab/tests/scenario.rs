@@ -490,6 +490,22 @@ fn cubic_hystart_is_a_matrix_parameter() {
         31,
         "cubic_hystart = \"0\": on or off",
     );
+    // Machine-wide: runs beside each other would change it under each
+    // other, so `--jobs` above 1 is refused before anything is created.
+    let out = std::env::temp_dir().join(format!("onionlab-hystart-jobs-{}", std::process::id()));
+    let opts = onionlab_lab::run::RunOptions {
+        out: out.clone(),
+        bin: PathBuf::from("/nonexistent"),
+        repetitions: Some(1),
+        progress: false,
+        resume: false,
+        redo: Default::default(),
+        jobs: 2,
+        stop: None,
+    };
+    let e = onionlab_lab::run::run(&s, &opts).expect_err("refused");
+    assert!(e.to_string().contains("--jobs 1"), "{e}");
+    assert!(!out.exists(), "nothing created");
 }
 
 #[test]
