@@ -165,6 +165,16 @@ struct Inner {
     pacing: bool,
 }
 
+impl Inner {
+    /// What every channel TCP socket gets, opened or accepted: keep-alive,
+    /// the unsent limit and pacing (best effort each).
+    fn tune(&self, tcp: &TcpStream) {
+        set_keepalive(tcp);
+        set_unsent_limit(tcp, self.unsent_limit);
+        set_pacing(tcp, self.pacing);
+    }
+}
+
 pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
@@ -377,9 +387,7 @@ impl TlsTransport {
             what: "TCP_NODELAY",
             source,
         })?;
-        set_keepalive(&tcp);
-        set_unsent_limit(&tcp, self.inner.unsent_limit);
-        set_pacing(&tcp, self.inner.pacing);
+        self.inner.tune(&tcp);
         let verifier = Arc::new(identity::ExpectIdentity::new(
             expected,
             &self.inner.provider,
@@ -564,9 +572,7 @@ impl crate::Listener for TlsListener {
         })?;
         // Best effort: a socket that refuses NODELAY still works.
         let _ = tcp.set_nodelay(true);
-        set_keepalive(&tcp);
-        set_unsent_limit(&tcp, self.transport.inner.unsent_limit);
-        set_pacing(&tcp, self.transport.inner.pacing);
+        self.transport.inner.tune(&tcp);
         // Inherited from the listener already; a refusal here would be a
         // kernel surprise, and a measurement must not run on another
         // algorithm unnoticed.
