@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The main job: build onionlab and run the default experiment (after the
-# build, about 4 minutes on a 2-core machine).
+# build, about 6 minutes on a 2-core machine).
 #
 # 1. A local network of real processes on loopback (three relays, one an
 #    exit, and a SOCKS client, over the TLS transport) moving data through
 #    a pinned 3-hop circuit: throughput, time to first byte, CPU per relay.
-# 2. The lab (scenarios/demo.toml, about 3 minutes): seed 000's scenario 3
+# 2. The lab (scenarios/demo.toml, about 5 minutes): seed 000's scenario 3
 #    cut down, a light and a bulk client sharing the whole path over the
 #    emulated network, 0% and 1% loss on the guard-middle hop, TLS against
 #    QUIC with a stream and with a connection per circuit, Cubic on both.

@@ -54,6 +54,8 @@ import statistics
 import tomllib
 from collections import defaultdict
 
+from bootstrap import paired_cluster_ratio_ci
+
 
 def arm_names(variants):
     """Each variant's short name: its transport, then the parameters whose
@@ -175,23 +177,6 @@ def load(runs):
     return recs, saturated, failed
 
 
-def paired_ci(a, b, reps, stat, resamples=4000, seed=1):
-    """stat(pooled a) / stat(pooled b) over `reps`, with a 95% paired
-    cluster-bootstrap interval: (point, low, high)."""
-    rng = random.Random(seed)
-
-    def pooled(side, draw):
-        return [r for rep in draw for r in side[rep]]
-
-    point = stat(pooled(a, reps)) / stat(pooled(b, reps))
-    boot = []
-    for _ in range(resamples):
-        draw = rng.choices(reps, k=len(reps))
-        boot.append(stat(pooled(a, draw)) / stat(pooled(b, draw)))
-    boot.sort()
-    return point, boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]
-
-
 def circuit_paths(runs):
     """(repetition, client) -> its circuit's relays, from the client logs
     of every onionlab run directory; exits if two variants of a
@@ -311,7 +296,7 @@ def main():
         for t in transports:
             if t == baseline:
                 continue
-            point, lo, hi = paired_ci(kinds[t][kind], base, reps, stat)
+            point, lo, hi = paired_cluster_ratio_ci(kinds[t][kind], base, reps, stat)
             s = f"{point:.2f} [{lo:.2f}, {hi:.2f}]"
             cells.append(f"**{s}**" if args.markdown and (lo > 1 or hi < 1) else s)
         print(("| " + " | ".join(cells) + " |") if args.markdown else "  ".join(cells))

@@ -14,7 +14,15 @@ again), as are failed transfers.
 With --alone, runs made beside others (`lab run --jobs`) are left out
 (`lab run --resume --redo-shared` runs them again alone).
 
-Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown] [--alone]
+The interval resamples transfers as independent draws, which fits one
+transfer per workload and repetition (seed000-s1, -s2). Where a workload
+makes several per repetition (the light and bulk clients of seed000-s3 and
+-s4), they share the repetition's network and are not independent:
+--cluster draws repetitions instead, the same draw for both transports
+(repetition r of every variant has the same seed), over the repetitions
+both have, and pools their transfers.
+
+Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown] [--alone] [--cluster]
 Standard library only.
 """
 import argparse
@@ -22,7 +30,7 @@ import json
 import statistics
 from collections import defaultdict
 
-from bootstrap import ratio_ci
+from bootstrap import paired_cluster_ratio_ci, ratio_ci
 
 
 def split(variant):
@@ -45,7 +53,10 @@ def load(run, alone=False):
                 saturated.add((r["variant"], r["repetition"]))
             if alone and r.get("jobs", 1) > 1:
                 beside.add((r["variant"], r["repetition"]))
+    # data[(parameters, workload, transport)][metric] = values in file order
     data = defaultdict(lambda: defaultdict(list))
+    # by_rep[(parameters, workload, transport)][metric][repetition] = values
+    by_rep = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     reps = defaultdict(set)
     left_out = defaultdict(int)
     failed = defaultdict(int)
@@ -62,10 +73,31 @@ def load(run, alone=False):
             if r.get("error") or r.get("ttlb_ms") is None:
                 failed[key] += 1
                 continue
-            data[key]["ttfb"].append(r["ttfb_ms"])
-            data[key]["ttlb"].append(r["ttlb_ms"])
+            for metric in ("ttfb", "ttlb"):
+                data[key][metric].append(r[f"{metric}_ms"])
+                by_rep[key][metric][r["repetition"]].append(r[f"{metric}_ms"])
             reps[key].add(r["repetition"])
-    return data, reps, left_out, failed
+    return data, by_rep, reps, left_out, failed
+
+
+def ratio_cell(data, by_rep, key, base_key, metric, args):
+    """The table cell of key's median against base_key's: ratio [95% CI],
+    bold in markdown where the interval excludes 1; "-" with no data."""
+    xs, base = data[key][metric], data[base_key][metric]
+    if not base:
+        return "-"
+    if args.cluster:
+        a, b = by_rep[key][metric], by_rep[base_key][metric]
+        common = sorted(set(a) & set(b))
+        if not common:
+            return "-"
+        if len(common) < 2:
+            return f"{statistics.median(xs) / statistics.median(base):.2f} (one repetition)"
+        r, lo, hi = paired_cluster_ratio_ci(a, b, common)
+    else:
+        r, lo, hi = ratio_ci(xs, base)
+    text = f"{r:.2f} [{lo:.2f}, {hi:.2f}]"
+    return f"**{text}**" if args.markdown and (lo > 1 or hi < 1) else text
 
 
 def main():
@@ -78,8 +110,13 @@ def main():
         action="store_true",
         help="only runs made alone (jobs = 1), not beside others (lab run --jobs)",
     )
+    ap.add_argument(
+        "--cluster",
+        action="store_true",
+        help="paired bootstrap over repetitions, for workloads with several transfers per repetition",
+    )
     args = ap.parse_args()
-    data, reps, left_out, failed = load(args.run, args.alone)
+    data, by_rep, reps, left_out, failed = load(args.run, args.alone)
     groups = sorted({(rest, w) for (rest, w, _) in data})
     transports = sorted({t for (_, _, t) in data}, key=lambda t: (t != args.baseline, t))
     for metric in ("ttfb", "ttlb"):
@@ -94,7 +131,6 @@ def main():
         else:
             print(f"\n{metric.upper()} (ms): median (repetitions), ratio to {args.baseline} [95% CI]")
         for rest, w in groups:
-            base = data[(rest, w, args.baseline)][metric]
             cells = [rest, w]
             for t in transports:
                 xs = data[(rest, w, t)][metric]
@@ -105,13 +141,8 @@ def main():
                     continue
                 cells.append(f"{statistics.median(xs):.0f} ({len(reps[(rest, w, t)])})")
                 if t != args.baseline:
-                    if base:
-                        r, lo, hi = ratio_ci(xs, base)
-                        bold = args.markdown and (lo > 1 or hi < 1)
-                        s = f"{r:.2f} [{lo:.2f}, {hi:.2f}]"
-                        cells.append(f"**{s}**" if bold else s)
-                    else:
-                        cells.append("-")
+                    key, base_key = (rest, w, t), (rest, w, args.baseline)
+                    cells.append(ratio_cell(data, by_rep, key, base_key, metric, args))
             if args.markdown:
                 print("| " + " | ".join(cells) + " |")
             else:

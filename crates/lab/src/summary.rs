@@ -97,12 +97,64 @@ pub struct RunFacts<'a> {
     pub design: Design,
 }
 
+/// A metric's values per variant, with the repetition of each value (see
+/// [`Metric::repetitions`]: where a repetition has several, the report
+/// compares by repetition).
+#[derive(Default)]
+struct Series {
+    values: Vec<(String, Vec<f64>)>,
+    repetitions: Vec<(String, Vec<u32>)>,
+}
+
+impl Series {
+    /// Per variant in `variants` order, the finite values `f` gives for each
+    /// of `items` (variant label, repetition, item) of that variant.
+    fn collect<'a, T: 'a>(
+        variants: &[String],
+        items: impl Iterator<Item = (&'a str, u32, &'a T)> + Clone,
+        f: impl Fn(&T) -> Vec<f64>,
+    ) -> Series {
+        let mut series = Series::default();
+        for v in variants {
+            let (mut values, mut reps) = (Vec::new(), Vec::new());
+            for (_, rep, item) in items.clone().filter(|(label, _, _)| *label == v) {
+                for x in f(item).into_iter().filter(|x| x.is_finite()) {
+                    values.push(x);
+                    reps.push(rep);
+                }
+            }
+            series.values.push((v.clone(), values));
+            series.repetitions.push((v.clone(), reps));
+        }
+        series
+    }
+
+    /// The metric of these values.
+    fn metric(
+        self,
+        key: String,
+        title: String,
+        unit: &str,
+        lower_is_better: bool,
+        headline: bool,
+    ) -> Metric {
+        Metric {
+            key,
+            title,
+            unit: unit.into(),
+            lower_is_better,
+            headline,
+            values: self.values,
+            repetitions: self.repetitions,
+        }
+    }
+}
+
 /// The stream workloads' throughput summed per repetition (seed 002's
 /// "network throughput"; a workload of several streams counts with their
 /// mean, as they ran one after another); a repetition with a failed
 /// stream is left out (the failures are counted with the transfers).
 fn network_throughput(variants: &[String], records: &[TransferRecord]) -> Metric {
-    use std::collections::BTreeMap;
     let values = variants
         .iter()
         .map(|v| {
@@ -133,17 +185,193 @@ fn network_throughput(variants: &[String], records: &[TransferRecord]) -> Metric
                     _ => None,
                 };
             }
-            (v.clone(), per_rep.into_values().flatten().collect())
+            per_rep
+                .into_iter()
+                .filter_map(|(rep, sum)| Some((rep, sum?)))
+                .collect::<Vec<(u32, f64)>>()
         })
-        .collect();
-    Metric {
-        key: "network_throughput".into(),
-        title: "network throughput (all streams of a repetition)".into(),
-        unit: "KiB/s".into(),
-        lower_is_better: false,
-        headline: true,
-        values,
+        .collect::<Vec<_>>();
+    let series = Series {
+        values: variants
+            .iter()
+            .zip(&values)
+            .map(|(v, sums)| (v.clone(), sums.iter().map(|(_, x)| *x).collect()))
+            .collect(),
+        repetitions: variants
+            .iter()
+            .zip(&values)
+            .map(|(v, sums)| (v.clone(), sums.iter().map(|(rep, _)| *rep).collect()))
+            .collect(),
+    };
+    series.metric(
+        "network_throughput".into(),
+        "network throughput (all streams of a repetition)".into(),
+        "KiB/s",
+        false,
+        true,
+    )
+}
+
+/// Per workload: TTFB, TTLB and goodput (or, for streams and probes,
+/// throughput and message delay), of the transfers that completed.
+fn transfer_metrics(variants: &[String], records: &[TransferRecord]) -> Vec<Metric> {
+    let mut workloads: Vec<&str> = Vec::new();
+    for r in records {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
     }
+    let of_workload = |w: &str, f: &dyn Fn(&TransferRecord) -> Vec<f64>| {
+        let completed = records
+            .iter()
+            .filter(|r| r.error.is_none() && r.workload == w)
+            .map(|r| (r.variant.as_str(), r.repetition, r));
+        Series::collect(variants, completed, f)
+    };
+    let mut metrics = Vec::new();
+    let many = workloads.len() > 1;
+    let ttfb_headline = workloads.len() <= 3;
+    for w in workloads {
+        let (kp, tp) = if many {
+            (format!("{w}_"), format!("{w}: "))
+        } else {
+            (String::new(), String::new())
+        };
+        let kind = records
+            .iter()
+            .find(|r| r.workload == w)
+            .map_or("", |r| r.kind.as_str());
+        if kind == "stream" {
+            let kib_s =
+                |r: &TransferRecord| r.goodput_mib_s.map(|g| g * 1024.0).into_iter().collect();
+            metrics.push(of_workload(w, &kib_s).metric(
+                format!("{kp}stream_throughput"),
+                format!("{tp}stream throughput per circuit"),
+                "KiB/s",
+                false,
+                true,
+            ));
+        }
+        if kind == "probe" || kind == "trace" || kind == "stream" {
+            metrics.push(of_workload(w, &|r| r.probe_latency_ms.clone()).metric(
+                format!("{kp}{kind}_delay_ms"),
+                format!("{tp}{kind} message one-way delay"),
+                "ms",
+                true,
+                true,
+            ));
+            continue;
+        }
+        metrics.push(of_workload(w, &|r| r.ttfb_ms.into_iter().collect()).metric(
+            format!("{kp}ttfb_ms"),
+            format!("{tp}time to first byte"),
+            "ms",
+            true,
+            ttfb_headline,
+        ));
+        metrics.push(of_workload(w, &|r| r.ttlb_ms.into_iter().collect()).metric(
+            format!("{kp}ttlb_ms"),
+            format!("{tp}time to last byte"),
+            "ms",
+            true,
+            true,
+        ));
+        metrics.push(
+            of_workload(w, &|r| r.goodput_mib_s.into_iter().collect()).metric(
+                format!("{kp}goodput"),
+                format!("{tp}goodput"),
+                "MiB/s",
+                false,
+                false,
+            ),
+        );
+    }
+    if records.iter().any(|r| r.kind == "stream") {
+        metrics.push(network_throughput(variants, records));
+    }
+    metrics
+}
+
+/// Per repetition: circuit build times, relay CPU and memory, emulated
+/// drops, wire overhead and the stall rate.
+fn repetition_metrics(
+    variants: &[String],
+    records: &[TransferRecord],
+    reps: &[RepetitionRecord],
+) -> Vec<Metric> {
+    let per_rep = |f: &dyn Fn(&RepetitionRecord) -> Vec<f64>| {
+        let items = reps.iter().map(|r| (r.variant.as_str(), r.repetition, r));
+        Series::collect(variants, items, f)
+    };
+    let relay_cpu = |r: &RepetitionRecord| {
+        let cpu: f64 = r.relay_cpu_s.iter().map(|(_, s)| s).sum();
+        if r.payload_bytes == 0 {
+            Vec::new()
+        } else {
+            vec![cpu * 1e3 / (r.payload_bytes as f64 / 1048576.0)]
+        }
+    };
+    let peak_rss = |r: &RepetitionRecord| {
+        r.relay_peak_rss
+            .iter()
+            .map(|(_, b)| *b as f64 / 1048576.0)
+            .collect()
+    };
+    // (variant, repetition) -> (stalled, transfers)
+    let mut stalls: BTreeMap<(&str, u32), (u64, u64)> = BTreeMap::new();
+    for r in records {
+        let e = stalls.entry((&r.variant, r.repetition)).or_default();
+        e.0 += u64::from(r.stalled);
+        e.1 += 1;
+    }
+    let stall_items = stalls.iter().map(|((v, rep), counts)| (*v, *rep, counts));
+    vec![
+        per_rep(&|r| r.circuit_build_ms.clone()).metric(
+            "circuit_build_ms".into(),
+            "circuit build time".into(),
+            "ms",
+            true,
+            false,
+        ),
+        per_rep(&relay_cpu).metric(
+            "relay_cpu".into(),
+            "relay CPU per payload MiB (all relays)".into(),
+            "ms/MiB",
+            true,
+            false,
+        ),
+        per_rep(&peak_rss).metric(
+            "relay_peak_rss".into(),
+            "relay peak memory (each relay)".into(),
+            "MiB",
+            true,
+            false,
+        ),
+        per_rep(&|r| vec![r.links.iter().map(|l| l.3 as f64).sum()]).metric(
+            "link_drops".into(),
+            "packets dropped by the emulated links (per repetition, all links)".into(),
+            "packets",
+            true,
+            false,
+        ),
+        per_rep(&|r| r.wire_overhead.into_iter().collect()).metric(
+            "wire_overhead".into(),
+            "wire bytes per payload byte (client access links)".into(),
+            "ratio",
+            true,
+            true,
+        ),
+        Series::collect(variants, stall_items, |&(s, n): &(u64, u64)| {
+            vec![100.0 * s as f64 / n as f64]
+        })
+        .metric(
+            "stall_rate".into(),
+            "stalled transfers (per repetition)".into(),
+            "%",
+            true,
+            false,
+        ),
+    ]
 }
 
 /// Build the report input from the records of a run.
@@ -153,195 +381,8 @@ pub fn report_input(
     reps: &[RepetitionRecord],
 ) -> ReportInput {
     let variants = facts.variants;
-    let mut workloads: Vec<String> = Vec::new();
-    for r in records {
-        if !workloads.contains(&r.workload) {
-            workloads.push(r.workload.clone());
-        }
-    }
-    let ok = |r: &&TransferRecord| r.error.is_none();
-    let per_variant =
-        |f: &dyn Fn(&TransferRecord) -> Option<f64>, workload: &str| -> Vec<(String, Vec<f64>)> {
-            variants
-                .iter()
-                .map(|v| {
-                    let vals = records
-                        .iter()
-                        .filter(|r| &r.variant == v && r.workload == workload)
-                        .filter(ok)
-                        .filter_map(f)
-                        .filter(|x| x.is_finite())
-                        .collect();
-                    (v.clone(), vals)
-                })
-                .collect()
-        };
-    let mut metrics = Vec::new();
-    let many = workloads.len() > 1;
-    let ttfb_headline = workloads.len() <= 3;
-    for w in &workloads {
-        let (kp, tp) = if many {
-            (format!("{w}_"), format!("{w}: "))
-        } else {
-            (String::new(), String::new())
-        };
-        let kind = records
-            .iter()
-            .find(|r| &r.workload == w)
-            .map_or("", |r| r.kind.as_str());
-        let is_probe = kind == "probe" || kind == "trace" || kind == "stream";
-        if kind == "stream" {
-            metrics.push(Metric {
-                key: format!("{kp}stream_throughput"),
-                title: format!("{tp}stream throughput per circuit"),
-                unit: "KiB/s".into(),
-                lower_is_better: false,
-                headline: true,
-                values: per_variant(&|r| r.goodput_mib_s.map(|g| g * 1024.0), w),
-            });
-        }
-        if is_probe {
-            let values = variants
-                .iter()
-                .map(|v| {
-                    let vals = records
-                        .iter()
-                        .filter(|r| &r.variant == v && &r.workload == w)
-                        .filter(ok)
-                        .flat_map(|r| r.probe_latency_ms.iter().copied())
-                        .filter(|x| x.is_finite())
-                        .collect();
-                    (v.clone(), vals)
-                })
-                .collect();
-            metrics.push(Metric {
-                key: format!("{kp}{kind}_delay_ms"),
-                title: format!("{tp}{kind} message one-way delay"),
-                unit: "ms".into(),
-                lower_is_better: true,
-                headline: true,
-                values,
-            });
-            continue;
-        }
-        metrics.push(Metric {
-            key: format!("{kp}ttfb_ms"),
-            title: format!("{tp}time to first byte"),
-            unit: "ms".into(),
-            lower_is_better: true,
-            headline: ttfb_headline,
-            values: per_variant(&|r| r.ttfb_ms, w),
-        });
-        metrics.push(Metric {
-            key: format!("{kp}ttlb_ms"),
-            title: format!("{tp}time to last byte"),
-            unit: "ms".into(),
-            lower_is_better: true,
-            headline: true,
-            values: per_variant(&|r| r.ttlb_ms, w),
-        });
-        metrics.push(Metric {
-            key: format!("{kp}goodput"),
-            title: format!("{tp}goodput"),
-            unit: "MiB/s".into(),
-            lower_is_better: false,
-            headline: false,
-            values: per_variant(&|r| r.goodput_mib_s, w),
-        });
-    }
-    let per_rep = |f: &dyn Fn(&RepetitionRecord) -> Vec<f64>| -> Vec<(String, Vec<f64>)> {
-        variants
-            .iter()
-            .map(|v| {
-                let vals = reps
-                    .iter()
-                    .filter(|r| &r.variant == v)
-                    .flat_map(f)
-                    .filter(|x| x.is_finite())
-                    .collect();
-                (v.clone(), vals)
-            })
-            .collect()
-    };
-    if records.iter().any(|r| r.kind == "stream") {
-        metrics.push(network_throughput(variants, records));
-    }
-    metrics.push(Metric {
-        key: "circuit_build_ms".into(),
-        title: "circuit build time".into(),
-        unit: "ms".into(),
-        lower_is_better: true,
-        headline: false,
-        values: per_rep(&|r| r.circuit_build_ms.clone()),
-    });
-    metrics.push(Metric {
-        key: "relay_cpu".into(),
-        title: "relay CPU per payload MiB (all relays)".into(),
-        unit: "ms/MiB".into(),
-        lower_is_better: true,
-        headline: false,
-        values: per_rep(&|r| {
-            let cpu: f64 = r.relay_cpu_s.iter().map(|(_, s)| s).sum();
-            if r.payload_bytes == 0 {
-                Vec::new()
-            } else {
-                vec![cpu * 1e3 / (r.payload_bytes as f64 / 1048576.0)]
-            }
-        }),
-    });
-    metrics.push(Metric {
-        key: "relay_peak_rss".into(),
-        title: "relay peak memory (each relay)".into(),
-        unit: "MiB".into(),
-        lower_is_better: true,
-        headline: false,
-        values: per_rep(&|r| {
-            r.relay_peak_rss
-                .iter()
-                .map(|(_, b)| *b as f64 / 1048576.0)
-                .collect()
-        }),
-    });
-    metrics.push(Metric {
-        key: "link_drops".into(),
-        title: "packets dropped by the emulated links (per repetition, all links)".into(),
-        unit: "packets".into(),
-        lower_is_better: true,
-        headline: false,
-        values: per_rep(&|r| vec![r.links.iter().map(|l| l.3 as f64).sum()]),
-    });
-    metrics.push(Metric {
-        key: "wire_overhead".into(),
-        title: "wire bytes per payload byte (client access links)".into(),
-        unit: "ratio".into(),
-        lower_is_better: true,
-        headline: true,
-        values: per_rep(&|r| r.wire_overhead.into_iter().collect()),
-    });
-
-    metrics.push(Metric {
-        key: "stall_rate".into(),
-        title: "stalled transfers (per repetition)".into(),
-        unit: "%".into(),
-        lower_is_better: true,
-        headline: false,
-        values: variants
-            .iter()
-            .map(|v| {
-                let mut per_rep: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-                for r in records.iter().filter(|r| &r.variant == v) {
-                    let e = per_rep.entry(r.repetition).or_default();
-                    e.0 += u64::from(r.stalled);
-                    e.1 += 1;
-                }
-                let vals = per_rep
-                    .values()
-                    .map(|&(s, n)| 100.0 * s as f64 / n as f64)
-                    .collect();
-                (v.clone(), vals)
-            })
-            .collect(),
-    });
+    let mut metrics = transfer_metrics(variants, records);
+    metrics.extend(repetition_metrics(variants, records, reps));
 
     let mut counts = Vec::new();
     let mut notes = Vec::new();

@@ -4,7 +4,10 @@
 
 use std::fmt::Write;
 
-use onionlab_stats::{mann_whitney_u, ratio_of_medians, sorted};
+use onionlab_stats::{
+    cluster_medians, has_repeated_cluster, mann_whitney_u, ratio_of_medians,
+    ratio_of_medians_clustered, sorted, MannWhitney, RatioCi,
+};
 
 use crate::analysis::seed_for;
 use crate::format::{md, num, p_value, ratio, ratio_interval};
@@ -26,6 +29,40 @@ fn values<'a>(m: &'a Metric, variant: &str) -> &'a [f64] {
         .iter()
         .find(|(v, _)| v == variant)
         .map_or(&[], |(_, v)| v.as_slice())
+}
+
+fn repetitions<'a>(m: &'a Metric, variant: &str) -> Option<&'a [u32]> {
+    m.repetitions
+        .iter()
+        .find(|(v, _)| v == variant)
+        .map(|(_, r)| r.as_slice())
+}
+
+/// B's values against A's (both non-empty): the ratio of medians and the U
+/// test, by repetition where both runs record repetitions and one has
+/// several values in a repetition (see [`Metric::repetitions`]; repetition
+/// r of two runs of one scenario ran on the same seed).
+fn b_against_a(
+    (va, ra): (&[f64], Option<&[u32]>),
+    (vb, rb): (&[f64], Option<&[u32]>),
+    seed: u64,
+) -> (
+    onionlab_stats::Result<RatioCi>,
+    onionlab_stats::Result<MannWhitney>,
+) {
+    match (ra, rb) {
+        (Some(ra), Some(rb)) if has_repeated_cluster(ra) || has_repeated_cluster(rb) => (
+            ratio_of_medians_clustered(vb, rb, va, ra, seed),
+            cluster_medians(vb, rb).and_then(|b| mann_whitney_u(&b, &cluster_medians(va, ra)?)),
+        ),
+        _ => {
+            let (sa, sb) = (
+                sorted(va).unwrap_or_default(),
+                sorted(vb).unwrap_or_default(),
+            );
+            (ratio_of_medians(&sb, &sa, seed), mann_whitney_u(&sb, &sa))
+        }
+    }
 }
 
 fn median_cell(values: &[f64]) -> Cell {
@@ -51,11 +88,13 @@ fn metric_table(
         }
         let (va, vb) = (values(ma, full), values(mb, full));
         let mut row = vec![Cell::plain(label.clone()), median_cell(va), median_cell(vb)];
-        let (sa, sb) = (sorted(va), sorted(vb));
-        match (sa, sb) {
-            (Ok(sa), Ok(sb)) => {
-                let b_over_a = ratio_of_medians(&sb, &sa, seed_for(&ma.key, full) ^ 0xb0b0);
-                let test = mann_whitney_u(&sb, &sa);
+        match (sorted(va), sorted(vb)) {
+            (Ok(_), Ok(_)) => {
+                let (b_over_a, test) = b_against_a(
+                    (va, repetitions(ma, full)),
+                    (vb, repetitions(mb, full)),
+                    seed_for(&ma.key, full) ^ 0xb0b0,
+                );
                 row.push(Cell::plain(match b_over_a {
                     Ok(r) => format!("{} {}", ratio(r.ratio), ratio_interval(r.ci95)),
                     Err(e) => format!("— ({e})"),
@@ -94,7 +133,8 @@ fn metric_table(
 /// Compares run `b` with run `a` (two report inputs of the same scenario):
 /// for every headline metric both have, per variant both ran, the two
 /// medians, the ratio of B's median to A's with a 95% bootstrap interval,
-/// and the Mann–Whitney p-value (✱ below 0.05). `names` are the runs'
+/// and the Mann–Whitney p-value (✱ below 0.05); by repetition where a
+/// metric has several values to a repetition (see [`Metric::repetitions`]). `names` are the runs'
 /// names (e.g. their directories) for the Markdown heading.
 ///
 /// # Errors

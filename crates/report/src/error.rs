@@ -40,6 +40,20 @@ pub enum Error {
         /// The value.
         value: f64,
     },
+    /// A metric's repetitions of a variant are not one per value.
+    #[error(
+        "metric {metric:?}, variant {variant:?}: {repetitions} repetition numbers for {values} values"
+    )]
+    RepetitionCount {
+        /// Metric key.
+        metric: String,
+        /// Variant label.
+        variant: String,
+        /// Values of the variant.
+        values: usize,
+        /// Repetition numbers given for them.
+        repetitions: usize,
+    },
     /// The design does not fit the variants (see [`crate::Design`]).
     #[error("the report's design does not fit its variants: {0}")]
     BadDesign(String),

@@ -92,6 +92,16 @@ pub struct Metric {
     /// `(variant label, values)`; a variant without an entry, or with no
     /// values, is shown as having no data.
     pub values: Vec<(String, Vec<f64>)>,
+    /// `(variant label, repetition of each value)`, in the order of its
+    /// [`Metric::values`]. Where a variant and its baseline both have them
+    /// and a repetition holds more than one value (several transfers of a
+    /// workload, every relay's memory), the values are not independent:
+    /// the comparison resamples repetitions, paired (repetition r of every
+    /// variant ran on the same seed), and tests the repetitions' medians.
+    /// A variant without an entry counts its values as independent; an
+    /// entry must have one repetition per value.
+    #[serde(default)]
+    pub repetitions: Vec<(String, Vec<u32>)>,
 }
 
 /// Event counts of one variant over all its repetitions.

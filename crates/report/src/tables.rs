@@ -63,6 +63,10 @@ fn p_cell(c: &Comparison) -> Cell {
         PMethod::Exact => "exact",
         PMethod::Normal => "normal",
     };
+    let method = match c.by_repetition {
+        Some(n) => format!("{method}, medians of {n} repetitions"),
+        None => method.to_string(),
+    };
     let significant = c.test.p_two_sided < ALPHA;
     let flag = if significant { " ✱" } else { "" };
     Cell {
@@ -368,6 +372,31 @@ pub(crate) fn counts_table(a: &Analysis) -> Table {
     }
 }
 
+/// Which metrics were compared by repetition, and how.
+fn by_repetition_note(a: &Analysis) -> String {
+    let titles: Vec<&str> = a
+        .metrics
+        .iter()
+        .filter(|m| {
+            m.rows.iter().any(|r| {
+                r.vs_baseline
+                    .as_ref()
+                    .is_some_and(|c| c.by_repetition.is_some())
+            })
+        })
+        .map(|m| m.metric.title.as_str())
+        .collect();
+    let which = if titles.is_empty() {
+        "none in this report".to_string()
+    } else {
+        titles.join("; ")
+    };
+    format!(
+        "Several values to a repetition (several transfers of one workload, one value per relay) share the repetition's network and are not independent. Where a metric records each value's repetition and a repetition holds more than one, the comparison is by repetition instead: the interval resamples repetitions ({} times, the same repetitions for the variant and its baseline, which ran on the same seed, pooling all their values) and the U test compares the repetitions' medians. Compared by repetition: {which}. The per-variant quantiles, intervals and CDF bands treat values as independent and are narrower than the repetitions allow.",
+        onionlab_stats::BOOTSTRAP_RESAMPLES
+    )
+}
+
 /// How the numbers were computed, one sentence per item.
 pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
     let comparisons: usize = a
@@ -403,6 +432,7 @@ pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
             "Mann–Whitney U test, two-sided, {against}: exact p without ties for at most {} values in all, otherwise the normal approximation with tie and continuity corrections. ✱ marks p < {ALPHA}; the {comparisons} comparison(s) in this report are not corrected for multiple testing.",
             onionlab_stats::EXACT_MAX_TOTAL
         ),
+        by_repetition_note(a),
         "CDF plots: one panel per condition, one colour per compared variant (the same colour in every figure); the empirical CDF per variant, and a light band for the pointwise 95% distribution-free confidence interval of each quantile (order statistics), clipped to the plot.".to_string(),
         "Box plots: box from the first to the third quartile, black line at the median, × at the mean, whiskers to the most extreme values within 1.5 IQR of the box (Tukey), circles for values beyond the whiskers.".to_string(),
     ]
@@ -425,6 +455,7 @@ mod tests {
                 cles: 0.5,
                 rank_biserial: 0.0,
             },
+            by_repetition: None,
         }
     }
 

@@ -59,6 +59,7 @@ fn wide_input() -> ReportInput {
         lower_is_better: true,
         headline: true,
         values: values.clone(),
+        repetitions: vec![],
     };
     ReportInput {
         title: "browser check".to_string(),

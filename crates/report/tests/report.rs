@@ -37,6 +37,7 @@ fn synthetic() -> ReportInput {
                     ("quic".to_string(), quic_ttfb()),
                     ("pctcp".to_string(), pctcp_ttfb),
                 ],
+                repetitions: vec![],
             },
             Metric {
                 key: "goodput_mibps".to_string(),
@@ -52,6 +53,7 @@ fn synthetic() -> ReportInput {
                     ("quic".to_string(), vec![5.5]), // one value
                     ("pctcp".to_string(), vec![]),   // no data
                 ],
+                repetitions: vec![],
             },
         ],
         counts: vec![
@@ -278,6 +280,7 @@ fn empty_and_single_value_inputs_do_not_panic() {
             lower_is_better: true,
             headline: true,
             values: vec![],
+            repetitions: vec![],
         }],
         ..ReportInput::default()
     };
@@ -397,6 +400,7 @@ fn designed() -> ReportInput {
                 (labels[2].to_string(), values(200.0)),
                 (labels[3].to_string(), values(400.0)),
             ],
+            repetitions: vec![],
         }],
         design: Design {
             parameters: vec![

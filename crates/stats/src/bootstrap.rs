@@ -3,12 +3,15 @@
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
+use std::collections::BTreeMap;
+
 use crate::describe::{check_finite, median_in_place, quantile_unchecked, sorted, sum};
 use crate::order::{check_confidence, quantile_ci};
 use crate::{Error, Result};
 
 /// Number of bootstrap resamples used by [`Summary::of`],
-/// [`mean_ci_bootstrap`] and [`ratio_of_medians`].
+/// [`mean_ci_bootstrap`], [`ratio_of_medians`] and
+/// [`ratio_of_medians_clustered`].
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
 /// Percentile interval `(α/2, 1 - α/2)` of bootstrap replicates (type-7
@@ -150,6 +153,21 @@ fn check_non_negative(values: &[f64]) -> Result<()> {
 /// [`Error::Negative`] for a negative value, [`Error::ZeroMedian`] when
 /// `median(b) = 0`.
 pub fn ratio_of_medians(a: &[f64], b: &[f64], seed: u64) -> Result<RatioCi> {
+    let ratio = point_ratio(a, b)?;
+    if a.len() < 2 || b.len() < 2 {
+        return Ok(RatioCi {
+            ratio,
+            ci95: (0.0, f64::INFINITY),
+        });
+    }
+    Ok(bootstrap_ratio(ratio, seed, |rng, sa, sb| {
+        resample(rng, a, sa);
+        resample(rng, b, sb);
+    }))
+}
+
+/// `median(a) / median(b)` after checking both samples.
+fn point_ratio(a: &[f64], b: &[f64]) -> Result<f64> {
     check_non_negative(a)?;
     check_non_negative(b)?;
     let (mut sa, mut sb) = (a.to_vec(), b.to_vec());
@@ -157,18 +175,27 @@ pub fn ratio_of_medians(a: &[f64], b: &[f64], seed: u64) -> Result<RatioCi> {
     if mb == 0.0 {
         return Err(Error::ZeroMedian);
     }
-    let ratio = ma / mb;
-    if a.len() < 2 || b.len() < 2 {
-        return Ok(RatioCi {
-            ratio,
-            ci95: (0.0, f64::INFINITY),
-        });
-    }
+    Ok(ma / mb)
+}
+
+/// [`BOOTSTRAP_RESAMPLES`] times, `draw` fills the two resamples (from one
+/// `StdRng` seeded with `seed`) and the ratio of their medians is recorded:
+/// `+∞` where only the denominator's is 0, nothing where both are or a
+/// resample is empty. The 95% percentile interval of the records, `(0,
+/// +∞)` without any.
+fn bootstrap_ratio(
+    ratio: f64,
+    seed: u64,
+    mut draw: impl FnMut(&mut StdRng, &mut Vec<f64>, &mut Vec<f64>),
+) -> RatioCi {
     let mut rng = StdRng::seed_from_u64(seed);
+    let (mut sa, mut sb) = (Vec::new(), Vec::new());
     let mut replicates = Vec::with_capacity(BOOTSTRAP_RESAMPLES);
     for _ in 0..BOOTSTRAP_RESAMPLES {
-        resample(&mut rng, a, &mut sa);
-        resample(&mut rng, b, &mut sb);
+        draw(&mut rng, &mut sa, &mut sb);
+        if sa.is_empty() || sb.is_empty() {
+            continue;
+        }
         let (ra, rb) = (median_in_place(&mut sa), median_in_place(&mut sb));
         if rb > 0.0 {
             replicates.push(ra / rb);
@@ -181,5 +208,112 @@ pub fn ratio_of_medians(a: &[f64], b: &[f64], seed: u64) -> Result<RatioCi> {
     } else {
         percentile_interval(replicates, 0.95)
     };
-    Ok(RatioCi { ratio, ci95 })
+    RatioCi { ratio, ci95 }
+}
+
+fn check_clusters(values: &[f64], clusters: &[u32]) -> Result<()> {
+    if values.len() == clusters.len() {
+        Ok(())
+    } else {
+        Err(Error::ClusterLength {
+            values: values.len(),
+            clusters: clusters.len(),
+        })
+    }
+}
+
+/// Each cluster's values, `a`'s and `b`'s, by cluster id.
+fn by_cluster(
+    a: &[f64],
+    a_clusters: &[u32],
+    b: &[f64],
+    b_clusters: &[u32],
+) -> BTreeMap<u32, (Vec<f64>, Vec<f64>)> {
+    let mut groups: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for (&v, &c) in a.iter().zip(a_clusters) {
+        groups.entry(c).or_default().0.push(v);
+    }
+    for (&v, &c) in b.iter().zip(b_clusters) {
+        groups.entry(c).or_default().1.push(v);
+    }
+    groups
+}
+
+/// The ratio `median(a) / median(b)` with a 95% paired cluster-bootstrap
+/// interval, for values that come in clusters (in the lab: the
+/// transfers of one repetition, which share its network and are not
+/// independent draws). `a_clusters[i]` is the cluster of `a[i]`, likewise
+/// for `b`; a cluster id names the same cluster on both sides (the lab's
+/// repetition r of every variant has the same seed).
+///
+/// [`BOOTSTRAP_RESAMPLES`] times, as many cluster ids as there are (the
+/// union of both sides') are drawn with replacement from one `StdRng`
+/// seeded with `seed`; every value of `a` and of `b` in a drawn cluster is
+/// pooled (twice if drawn twice) and the ratio of the pools' medians is
+/// recorded. A draw that leaves a side empty is skipped. With independent
+/// values in clusters of one this is a paired bootstrap; where values of a
+/// cluster are alike, the interval reflects the number of clusters, not
+/// of values, as [`ratio_of_medians`] would.
+///
+/// The ratio and the handling of zeros are those of [`ratio_of_medians`];
+/// with fewer than two clusters the interval is `(0, +∞)`.
+///
+/// # Errors
+///
+/// Those of [`ratio_of_medians`], and [`Error::ClusterLength`] when a
+/// side's cluster ids are not one per value.
+pub fn ratio_of_medians_clustered(
+    a: &[f64],
+    a_clusters: &[u32],
+    b: &[f64],
+    b_clusters: &[u32],
+    seed: u64,
+) -> Result<RatioCi> {
+    let ratio = point_ratio(a, b)?;
+    check_clusters(a, a_clusters)?;
+    check_clusters(b, b_clusters)?;
+    let groups: Vec<(Vec<f64>, Vec<f64>)> = by_cluster(a, a_clusters, b, b_clusters)
+        .into_values()
+        .collect();
+    if groups.len() < 2 {
+        return Ok(RatioCi {
+            ratio,
+            ci95: (0.0, f64::INFINITY),
+        });
+    }
+    Ok(bootstrap_ratio(ratio, seed, |rng, sa, sb| {
+        sa.clear();
+        sb.clear();
+        for _ in 0..groups.len() {
+            let (ga, gb) = &groups[rng.random_range(0..groups.len())];
+            sa.extend_from_slice(ga);
+            sb.extend_from_slice(gb);
+        }
+    }))
+}
+
+/// The median of each cluster's values, in ascending cluster id order
+/// (for tests that need independent values, such as [`crate::mann_whitney_u`]
+/// on clustered data).
+///
+/// # Errors
+///
+/// [`Error::Empty`], [`Error::NotFinite`], [`Error::ClusterLength`].
+pub fn cluster_medians(values: &[f64], clusters: &[u32]) -> Result<Vec<f64>> {
+    if values.is_empty() {
+        return Err(Error::Empty);
+    }
+    check_finite(values)?;
+    check_clusters(values, clusters)?;
+    Ok(by_cluster(values, clusters, &[], &[])
+        .into_values()
+        .map(|(mut v, _)| median_in_place(&mut v))
+        .collect())
+}
+
+/// Whether any cluster holds more than one value (so the values are not
+/// independent draws and need [`ratio_of_medians_clustered`]).
+pub fn has_repeated_cluster(clusters: &[u32]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    clusters.iter().any(|c| !seen.insert(*c))
 }

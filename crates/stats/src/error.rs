@@ -34,6 +34,14 @@ pub enum Error {
         /// The offending value.
         value: f64,
     },
+    /// Cluster ids were given for a sample, but not one per value.
+    #[error("{clusters} cluster ids for {values} values: every value needs one")]
+    ClusterLength {
+        /// Values in the sample.
+        values: usize,
+        /// Cluster ids given for it.
+        clusters: usize,
+    },
     /// A ratio of medians was asked for with a denominator sample whose median is 0.
     #[error("the denominator sample's median is 0: the ratio of medians is undefined")]
     ZeroMedian,

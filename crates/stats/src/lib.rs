@@ -15,8 +15,11 @@
 //!   CDF plot), [`ecdf`] and [`dkw_band`] (simultaneous
 //!   Dvoretzky–Kiefer–Wolfowitz band).
 //! * Two samples: [`ratio_of_medians`] (bootstrap interval, samples
-//!   resampled independently) and [`mann_whitney_u`] (exact or normal
-//!   approximation with tie and continuity corrections, plus effect sizes).
+//!   resampled independently), [`ratio_of_medians_clustered`] (values in
+//!   clusters, such as the transfers of one repetition: a paired bootstrap
+//!   over clusters, with [`cluster_medians`] and [`has_repeated_cluster`])
+//!   and [`mann_whitney_u`] (exact or normal approximation with tie and
+//!   continuity corrections, plus effect sizes).
 //!
 //! Inputs are checked: an empty input is [`Error::Empty`], NaN or infinity
 //! is [`Error::NotFinite`]. Results never contain NaN; an interval side that
@@ -31,7 +34,10 @@ mod error;
 mod mann_whitney;
 mod order;
 
-pub use bootstrap::{mean_ci_bootstrap, ratio_of_medians, RatioCi, Summary, BOOTSTRAP_RESAMPLES};
+pub use bootstrap::{
+    cluster_medians, has_repeated_cluster, mean_ci_bootstrap, ratio_of_medians,
+    ratio_of_medians_clustered, RatioCi, Summary, BOOTSTRAP_RESAMPLES,
+};
 pub use describe::{check_finite, mean, median, quantile, sorted};
 pub use error::{Error, Result};
 pub use mann_whitney::{mann_whitney_u, MannWhitney, PMethod, EXACT_MAX_TOTAL};

@@ -1,0 +1,138 @@
+//! The ratio of medians for clustered values (the lab's transfers of one
+//! repetition): its interval follows the clusters, not the count of values.
+
+use onionlab_stats::*;
+
+/// `per_cluster` values for each cluster level, from the level to 10 above,
+/// with their cluster ids 0, 1, ...
+fn clustered(levels: &[f64], per_cluster: usize) -> (Vec<f64>, Vec<u32>) {
+    let mut values = Vec::new();
+    let mut clusters = Vec::new();
+    for (id, level) in levels.iter().enumerate() {
+        for i in 0..per_cluster {
+            values.push(level + i as f64 * 10.0 / per_cluster as f64);
+            clusters.push(id as u32);
+        }
+    }
+    (values, clusters)
+}
+
+#[test]
+fn alike_values_in_a_cluster_widen_the_interval_to_what_the_clusters_allow() {
+    // Ten repetitions of 100 transfers each; within one repetition the
+    // transfers are alike, between repetitions they differ a lot, and b's
+    // repetitions are not ordered like a's (no pairing to exploit). a is
+    // b's levels, 10% lower.
+    let b_levels = [
+        150.0, 60.0, 120.0, 80.0, 100.0, 140.0, 70.0, 110.0, 90.0, 130.0,
+    ];
+    let a_levels = [
+        60.0, 120.0, 90.0, 140.0, 100.0, 70.0, 130.0, 80.0, 150.0, 110.0,
+    ];
+    let (a, ca) = clustered(&a_levels.map(|l| l * 0.9), 100);
+    let (b, cb) = clustered(&b_levels, 100);
+    let iid = ratio_of_medians(&a, &b, 7).unwrap();
+    let by_cluster = ratio_of_medians_clustered(&a, &ca, &b, &cb, 7).unwrap();
+    assert_eq!(iid.ratio, by_cluster.ratio);
+    assert!(
+        iid.ci95.1 < 0.97,
+        "independent resampling sees 1000 values and is sure: {iid:?}"
+    );
+    assert!(
+        by_cluster.ci95.0 < 0.75 && by_cluster.ci95.1 > 1.25,
+        "ten repetitions decide nothing: {by_cluster:?}"
+    );
+}
+
+#[test]
+fn pairing_by_cluster_keeps_a_consistent_difference_decided() {
+    // b is a's repetition level plus 4 in every repetition: whichever
+    // repetitions a resample draws, a is below b.
+    let (a, ca) = clustered(&[80.0, 90.0, 100.0, 110.0, 120.0], 100);
+    let (b, cb) = clustered(&[84.0, 94.0, 104.0, 114.0, 124.0], 100);
+    let r = ratio_of_medians_clustered(&a, &ca, &b, &cb, 7).unwrap();
+    assert!(r.ci95.1 < 1.0, "{r:?}");
+    assert!(r.ci95.0 > 0.9, "{r:?}");
+}
+
+#[test]
+fn one_value_per_cluster_gives_an_interval_like_the_independent_one() {
+    let a: Vec<f64> = (0..40).map(|i| 100.0 + ((i * 37) % 23) as f64).collect();
+    let b: Vec<f64> = (0..40).map(|i| 105.0 + ((i * 11) % 29) as f64).collect();
+    let ids: Vec<u32> = (0..40).collect();
+    let iid = ratio_of_medians(&a, &b, 3).unwrap();
+    let by_cluster = ratio_of_medians_clustered(&a, &ids, &b, &ids, 3).unwrap();
+    let (w_iid, w_cluster) = (
+        iid.ci95.1 - iid.ci95.0,
+        by_cluster.ci95.1 - by_cluster.ci95.0,
+    );
+    assert!(
+        w_cluster > 0.5 * w_iid && w_cluster < 2.0 * w_iid,
+        "{iid:?} {by_cluster:?}"
+    );
+}
+
+#[test]
+fn clusters_on_one_side_only_are_drawn_as_well() {
+    // Repetition 2 has values of a but none of b (its b transfers failed):
+    // resamples that draw only it are skipped, not an error.
+    let r =
+        ratio_of_medians_clustered(&[1.0, 2.0, 3.0], &[0, 1, 2], &[2.0, 2.0], &[0, 1], 5).unwrap();
+    assert_eq!(r.ratio, 1.0);
+    assert!(r.ci95.0 <= r.ci95.1 && r.ci95.0.is_finite());
+}
+
+#[test]
+fn fewer_than_two_clusters_bound_nothing() {
+    let r = ratio_of_medians_clustered(&[1.0, 2.0], &[3, 3], &[2.0, 2.0], &[3, 3], 1).unwrap();
+    assert_eq!(r.ratio, 0.75);
+    assert_eq!(r.ci95, (0.0, f64::INFINITY));
+}
+
+#[test]
+fn bad_clustered_input_is_an_error() {
+    assert_eq!(
+        ratio_of_medians_clustered(&[1.0, 2.0], &[0], &[1.0], &[0], 1),
+        Err(Error::ClusterLength {
+            values: 2,
+            clusters: 1
+        })
+    );
+    assert_eq!(
+        ratio_of_medians_clustered(&[], &[], &[1.0], &[0], 1),
+        Err(Error::Empty)
+    );
+    assert_eq!(
+        ratio_of_medians_clustered(&[1.0], &[0], &[0.0, 0.0], &[0, 1], 1),
+        Err(Error::ZeroMedian)
+    );
+    assert!(matches!(
+        ratio_of_medians_clustered(&[1.0, -1.0], &[0, 1], &[1.0], &[0], 1),
+        Err(Error::Negative { index: 1, .. })
+    ));
+    assert_eq!(cluster_medians(&[], &[]), Err(Error::Empty));
+    assert!(matches!(
+        cluster_medians(&[f64::NAN], &[0]),
+        Err(Error::NotFinite { index: 0, .. })
+    ));
+}
+
+#[test]
+fn clustered_results_are_deterministic_given_the_seed() {
+    let (a, ca) = clustered(&[80.0, 90.0, 100.0], 4);
+    let (b, cb) = clustered(&[95.0, 85.0, 105.0], 4);
+    let x = ratio_of_medians_clustered(&a, &ca, &b, &cb, 11).unwrap();
+    let y = ratio_of_medians_clustered(&a, &ca, &b, &cb, 11).unwrap();
+    assert_eq!(x, y);
+}
+
+#[test]
+fn cluster_medians_and_repeated_clusters() {
+    assert_eq!(
+        cluster_medians(&[5.0, 1.0, 3.0, 10.0, 2.0], &[7, 2, 7, 2, 7]).unwrap(),
+        vec![5.5, 3.0]
+    );
+    assert!(has_repeated_cluster(&[0, 1, 0]));
+    assert!(!has_repeated_cluster(&[0, 1, 2]));
+    assert!(!has_repeated_cluster(&[]));
+}
