@@ -113,7 +113,7 @@ fn validate(input: &ReportInput) -> Result<()> {
 }
 
 /// A variant's values of a metric (empty: none).
-fn values_of<'a>(metric: &'a Metric, variant: &str) -> &'a [f64] {
+pub(crate) fn values_of<'a>(metric: &'a Metric, variant: &str) -> &'a [f64] {
     metric
         .values
         .iter()
@@ -121,39 +121,56 @@ fn values_of<'a>(metric: &'a Metric, variant: &str) -> &'a [f64] {
         .map_or(&[], |(_, v)| v.as_slice())
 }
 
-/// A variant's values with the repetition of each, when the metric
-/// records them (validated: one per value).
-fn clustered_values<'a>(metric: &'a Metric, variant: &str) -> Option<(&'a [f64], &'a [u32])> {
-    let reps = metric
+/// The repetition of each of a variant's values, when the metric records
+/// them (validated: one per value).
+pub(crate) fn repetitions_of<'a>(metric: &'a Metric, variant: &str) -> Option<&'a [u32]> {
+    metric
         .repetitions
         .iter()
         .find(|(v, _)| v == variant)
-        .map(|(_, r)| r.as_slice())?;
-    Some((values_of(metric, variant), reps))
+        .map(|(_, r)| r.as_slice())
 }
 
-/// A variant against its baseline where both record repetitions and one
-/// of them has several values in a repetition; `None` otherwise (the
-/// values are then compared as independent).
+/// `a` against `b` by repetition (the clustered ratio of medians and the U
+/// test of repetition medians) when both record repetitions and one has
+/// several values in a repetition; `None` otherwise, where the values
+/// count as independent.
+pub(crate) fn by_repetition(
+    (a, ra): (&[f64], Option<&[u32]>),
+    (b, rb): (&[f64], Option<&[u32]>),
+    seed: u64,
+) -> Option<(
+    onionlab_stats::Result<RatioCi>,
+    onionlab_stats::Result<MannWhitney>,
+)> {
+    let (ra, rb) = (ra?, rb?);
+    if !(has_repeated_cluster(ra) || has_repeated_cluster(rb)) {
+        return None;
+    }
+    let test = cluster_medians(a, ra).and_then(|ma| mann_whitney_u(&ma, &cluster_medians(b, rb)?));
+    Some((ratio_of_medians_clustered(a, ra, b, rb, seed), test))
+}
+
+/// A variant against its baseline by repetition (see [`by_repetition`]),
+/// with the number of repetitions both sides have together.
 fn compare_by_repetition(
     metric: &Metric,
     variant: &str,
     baseline: &str,
     seed: u64,
 ) -> Option<Comparison> {
-    let (a, ra) = clustered_values(metric, variant)?;
-    let (b, rb) = clustered_values(metric, baseline)?;
-    if a.is_empty() || b.is_empty() || !(has_repeated_cluster(ra) || has_repeated_cluster(rb)) {
-        return None;
-    }
-    let test = mann_whitney_u(&cluster_medians(a, ra).ok()?, &cluster_medians(b, rb).ok()?).ok()?;
-    let ratio = ratio_of_medians_clustered(a, ra, b, rb, seed).map_err(|e| e.to_string());
-    let mut all: Vec<u32> = ra.iter().chain(rb).copied().collect();
+    let (a, ra) = (values_of(metric, variant), repetitions_of(metric, variant));
+    let (b, rb) = (
+        values_of(metric, baseline),
+        repetitions_of(metric, baseline),
+    );
+    let (ratio, test) = by_repetition((a, ra), (b, rb), seed)?;
+    let mut all: Vec<u32> = ra?.iter().chain(rb?).copied().collect();
     all.sort_unstable();
     all.dedup();
     Some(Comparison {
-        ratio,
-        test,
+        ratio: ratio.map_err(|e| e.to_string()),
+        test: test.ok()?,
         by_repetition: Some(all.len()),
     })
 }

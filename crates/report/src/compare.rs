@@ -4,12 +4,9 @@
 
 use std::fmt::Write;
 
-use onionlab_stats::{
-    cluster_medians, has_repeated_cluster, mann_whitney_u, ratio_of_medians,
-    ratio_of_medians_clustered, sorted, MannWhitney, RatioCi,
-};
+use onionlab_stats::{mann_whitney_u, ratio_of_medians, sorted, MannWhitney, RatioCi};
 
-use crate::analysis::seed_for;
+use crate::analysis::{by_repetition, repetitions_of, seed_for, values_of};
 use crate::format::{md, num, p_value, ratio, ratio_interval};
 use crate::layout::layout;
 use crate::tables::{plain_text, Cell, Table, ALPHA};
@@ -24,45 +21,28 @@ pub struct RunComparison {
     pub markdown: String,
 }
 
-fn values<'a>(m: &'a Metric, variant: &str) -> &'a [f64] {
-    m.values
-        .iter()
-        .find(|(v, _)| v == variant)
-        .map_or(&[], |(_, v)| v.as_slice())
-}
-
-fn repetitions<'a>(m: &'a Metric, variant: &str) -> Option<&'a [u32]> {
-    m.repetitions
-        .iter()
-        .find(|(v, _)| v == variant)
-        .map(|(_, r)| r.as_slice())
-}
-
 /// B's values against A's (both non-empty): the ratio of medians and the U
-/// test, by repetition where both runs record repetitions and one has
-/// several values in a repetition (see [`Metric::repetitions`]; repetition
-/// r of two runs of one scenario ran on the same seed).
+/// test, by repetition where a repetition has several values (see
+/// [`crate::analysis::by_repetition`]; repetition r of two runs of one
+/// scenario ran on the same seed), else as independent values.
 fn b_against_a(
-    (va, ra): (&[f64], Option<&[u32]>),
-    (vb, rb): (&[f64], Option<&[u32]>),
+    (ma, mb): (&Metric, &Metric),
+    variant: &str,
     seed: u64,
 ) -> (
     onionlab_stats::Result<RatioCi>,
     onionlab_stats::Result<MannWhitney>,
 ) {
-    match (ra, rb) {
-        (Some(ra), Some(rb)) if has_repeated_cluster(ra) || has_repeated_cluster(rb) => (
-            ratio_of_medians_clustered(vb, rb, va, ra, seed),
-            cluster_medians(vb, rb).and_then(|b| mann_whitney_u(&b, &cluster_medians(va, ra)?)),
-        ),
-        _ => {
-            let (sa, sb) = (
-                sorted(va).unwrap_or_default(),
-                sorted(vb).unwrap_or_default(),
-            );
-            (ratio_of_medians(&sb, &sa, seed), mann_whitney_u(&sb, &sa))
-        }
-    }
+    let (va, vb) = (values_of(ma, variant), values_of(mb, variant));
+    let a = (va, repetitions_of(ma, variant));
+    let b = (vb, repetitions_of(mb, variant));
+    by_repetition(b, a, seed).unwrap_or_else(|| {
+        let (sa, sb) = (
+            sorted(va).unwrap_or_default(),
+            sorted(vb).unwrap_or_default(),
+        );
+        (ratio_of_medians(&sb, &sa, seed), mann_whitney_u(&sb, &sa))
+    })
 }
 
 fn median_cell(values: &[f64]) -> Cell {
@@ -86,15 +66,12 @@ fn metric_table(
         if !b.variants.contains(full) {
             continue;
         }
-        let (va, vb) = (values(ma, full), values(mb, full));
+        let (va, vb) = (values_of(ma, full), values_of(mb, full));
         let mut row = vec![Cell::plain(label.clone()), median_cell(va), median_cell(vb)];
         match (sorted(va), sorted(vb)) {
             (Ok(_), Ok(_)) => {
-                let (b_over_a, test) = b_against_a(
-                    (va, repetitions(ma, full)),
-                    (vb, repetitions(mb, full)),
-                    seed_for(&ma.key, full) ^ 0xb0b0,
-                );
+                let (b_over_a, test) =
+                    b_against_a((ma, mb), full, seed_for(&ma.key, full) ^ 0xb0b0);
                 row.push(Cell::plain(match b_over_a {
                     Ok(r) => format!("{} {}", ratio(r.ratio), ratio_interval(r.ci95)),
                     Err(e) => format!("— ({e})"),
