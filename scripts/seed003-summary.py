@@ -13,7 +13,13 @@ Workloads named `light-*` (downloads) or `interactive` (trace) are light,
 `heavy-*` heavy; every light (or heavy) workload of a variant is pooled.
 Failed transfers are left out and counted.
 
-Usage: scripts/seed003-summary.py RUN_DIR [--markdown]
+The default bootstrap resamples values as independent draws. A variant's
+light (or heavy) transfers of one repetition share its network, so they
+are not independent: --cluster draws repetitions instead (the same draw
+for a variant and its baseline, whose repetition r has the same seed) and
+pools their values, for the medians' intervals and the ratios'.
+
+Usage: scripts/seed003-summary.py RUN_DIR [--markdown] [--cluster]
 Standard library only.
 """
 import glob
@@ -23,6 +29,9 @@ import random
 import statistics
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bootstrap import cluster_ci, ratio_ci_by_repetition  # noqa: E402
 
 RESAMPLES = 4000
 
@@ -64,41 +73,49 @@ RELAY_HOSTS = ("guard", "middle", "exit")
 
 
 def load(run):
+    """(metrics, by_rep, failed): metrics[variant][metric] lists the values
+    in the run's order, by_rep[variant][metric][repetition] the same
+    values by repetition."""
     metrics = defaultdict(lambda: defaultdict(list))
+    by_rep = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     failed = defaultdict(int)
+
+    def add(v, metric, rep, x):
+        metrics[v][metric].append(x)
+        by_rep[v][metric][rep].append(x)
+
     with open(os.path.join(run, "records.jsonl")) as f:
         for line in f:
             r = json.loads(line)
-            v = label(r["variant"])
+            v, rep = label(r["variant"]), r["repetition"]
             if r.get("error") or r.get("timed_out"):
                 failed[v] += 1
                 continue
             w = r["workload"]
             if w.startswith("light"):
-                metrics[v]["light TTFB (ms)"].append(r["ttfb_ms"])
+                add(v, "light TTFB (ms)", rep, r["ttfb_ms"])
                 which = "first" if r["index"] == 0 else "second"
-                metrics[v][f"light TTFB, {which} download (ms)"].append(r["ttfb_ms"])
-                metrics[v]["light time per KB (ms)"].append(r["ttlb_ms"] / (r["size"] / 1000))
+                add(v, f"light TTFB, {which} download (ms)", rep, r["ttfb_ms"])
+                add(v, "light time per KB (ms)", rep, r["ttlb_ms"] / (r["size"] / 1000))
             elif w.startswith("heavy"):
-                metrics[v]["heavy goodput (KB/s)"].append(r["size"] / 1000 / (r["ttlb_ms"] / 1000))
+                add(v, "heavy goodput (KB/s)", rep, r["size"] / 1000 / (r["ttlb_ms"] / 1000))
             elif r.get("kind") == "trace":
                 for d in r.get("probe_latency_ms") or []:
-                    metrics[v]["trace delay per message (ms)"].append(d)
+                    add(v, "trace delay per message (ms)", rep, d)
     with open(os.path.join(run, "repetitions.jsonl")) as f:
         for line in f:
             r = json.loads(line)
-            v = label(r["variant"])
-            metrics[v]["relay CPU (s, sum of 3)"].append(sum(c for _, c in r["relay_cpu_s"]))
-            metrics[v]["relay peak RSS (MiB, max)"].append(
-                max(m for _, m in r["relay_peak_rss"]) / 2**20
-            )
+            v, rep = label(r["variant"]), r["repetition"]
+            add(v, "relay CPU (s, sum of 3)", rep, sum(c for _, c in r["relay_cpu_s"]))
+            add(v, "relay peak RSS (MiB, max)", rep,
+                max(m for _, m in r["relay_peak_rss"]) / 2**20)
             counters = [c for c in r.get("tcp_counters", []) if c["host"] in RELAY_HOSTS]
             if counters:
-                metrics[v]["relay hosts' TCP timeouts (sum of 3)"].append(
+                add(v, "relay hosts' TCP timeouts (sum of 3)", rep,
                     sum(c["timeouts"] for c in counters))
-                metrics[v]["relay hosts' TCP retransmitted segments (sum of 3)"].append(
+                add(v, "relay hosts' TCP retransmitted segments (sum of 3)", rep,
                     sum(c["retrans_segs"] for c in counters))
-    return metrics, failed
+    return metrics, by_rep, failed
 
 
 def moves(run):
@@ -123,7 +140,8 @@ def moves(run):
 def main():
     run = sys.argv[1]
     md = "--markdown" in sys.argv
-    metrics, failed = load(run)
+    cluster = "--cluster" in sys.argv
+    metrics, by_rep, failed = load(run)
     order = sorted(metrics, key=lambda v: (
         v.split(", ")[2:], v.split(", ")[1], v.split(", ")[0] != "tls", v))
     names = sorted({m for v in metrics.values() for m in v}, key=lambda m: (
@@ -139,13 +157,19 @@ def main():
             xs = metrics[v].get(m)
             if not xs:
                 continue
-            med, lo, hi = median_ci(xs)
+            med, lo, hi = cluster_ci(by_rep[v][m]) if cluster else median_ci(xs)
             cells = [f"{med:.4g} [{lo:.4g}, {hi:.4g}]"]
             for sched in ("round-robin", "ewma"):
                 base = baseline(v, sched)
                 b = metrics.get(base, {}).get(m)
+                ratio = None
                 if b and v != base and statistics.median(b) > 0:
-                    r, rlo, rhi = ratio_ci(xs, b)
+                    if cluster:
+                        ratio = ratio_ci_by_repetition(by_rep[v][m], by_rep[base][m])
+                    else:
+                        ratio = ratio_ci(xs, b)
+                if ratio:
+                    r, rlo, rhi = ratio
                     cells.append(f"{r:.3f} [{rlo:.3f}, {rhi:.3f}]")
                 else:
                     cells.append("")

@@ -21,14 +21,24 @@ A run that crosses transports (seed004-ctor: tls and C tor) gets a
 transport column, and each transport's multi-path rows are set against
 its own one-path row.
 
-Usage: scripts/seed004-table.py RUN_DIR [--markdown]
+The default bootstrap resamples values as independent draws. The web and
+bulk transfers of one repetition share its network, so they are not
+independent: --cluster draws repetitions instead (the same draw for a
+variant and its one-path baseline, whose repetition r has the same seed)
+and pools their values, for the means' intervals and the ratios'.
+
+Usage: scripts/seed004-table.py RUN_DIR [--markdown] [--cluster]
 Standard library only.
 """
 import json
+import os
 import random
 import statistics
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bootstrap import cluster_ci, ratio_ci_by_repetition  # noqa: E402
 
 RESAMPLES = 4000
 
@@ -76,10 +86,18 @@ def relay_roles(names):
 
 
 def load(run):
+    """(out, by_rep): out[variant][key] lists the values in the run's
+    order, by_rep[variant][key][repetition] the same values by repetition."""
     reps = read_jsonl(f"{run}/repetitions.jsonl")
     records = read_jsonl(f"{run}/records.jsonl")
     saturated = {(r["variant"], r["repetition"]) for r in reps if r.get("cpu_saturated")}
     out = defaultdict(lambda: defaultdict(list))
+    by_rep = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+
+    def add(v, key, rep, x):
+        out[v][key].append(x)
+        by_rep[v][key][rep].append(x)
+
     for r in reps:
         v = r["variant"]
         if (v, r["repetition"]) in saturated:
@@ -89,8 +107,8 @@ def load(run):
         for role, names in relay_roles(list(cpu)).items():
             if names and r["wall_s"] > 0:
                 seconds = statistics.fmean(cpu[n] for n in names)
-                out[v][f"cpu_{role}"].append(seconds / r["wall_s"] * 100)
-                out[v][f"cpus_{role}"].append(seconds)
+                add(v, f"cpu_{role}", r["repetition"], seconds / r["wall_s"] * 100)
+                add(v, f"cpus_{role}", r["repetition"], seconds)
         # Bytes each guard sent to the measured client (seed004-local).
         to_op = {a: b for a, dst, b, _ in r["links"] if dst == "op" and a.startswith("g")}
         total = sum(to_op.values())
@@ -106,15 +124,17 @@ def load(run):
         if t.get("error") or t.get("timed_out") or t.get("ttlb_ms") is None:
             out[v][f"failed_{k}"].append(1)
             continue
-        out[v][f"ttfb_{k}"].append(t["ttfb_ms"] / 1000)
-        out[v][f"dt_{k}"].append(t["ttlb_ms"] / 1000)
-    return out
+        add(v, f"ttfb_{k}", t["repetition"], t["ttfb_ms"] / 1000)
+        add(v, f"dt_{k}", t["repetition"], t["ttlb_ms"] / 1000)
+    return out, by_rep
 
 
-def fmt(xs, digits):
+def fmt(xs, digits, reps=None):
+    """Mean [95% CI] of xs, by repetition where `reps` (repetition to
+    values) is given."""
     if not xs:
         return "n/a"
-    m, lo, hi = mean_ci(xs)
+    m, lo, hi = cluster_ci(reps, statistics.fmean) if reps else mean_ci(xs)
     return f"{m:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
@@ -122,7 +142,8 @@ def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     run = sys.argv[1]
-    data = load(run)
+    cluster = "--cluster" in sys.argv
+    data, by_rep = load(run)
     order = sorted(
         data,
         key=lambda v: (label(v)[2] == "ctor", not label(v)[1].startswith("round-robin"), label(v)),
@@ -152,7 +173,7 @@ def main():
         cells = ([transport] if several else []) + [str(legs), sched]
         for _, spec in cols[2:]:
             key, digits = spec
-            cells.append(fmt(d[key], digits))
+            cells.append(fmt(d[key], digits, by_rep[v][key] if cluster else None))
         med = " / ".join(
             f"{statistics.median(d[k]):.3f}" if d[k] else "n/a" for k in ("dt_web", "dt_bulk")
         )
@@ -163,14 +184,22 @@ def main():
         failed = len(d["failed_web"]) + len(d["failed_bulk"])
         cells += [med, shares or "n/a", n, str(failed), str(len(d["saturated"]))]
         print("| " + " | ".join(cells) + " |")
-        base = next(
-            (data[b] for b in order if label(b)[0] == 1 and label(b)[2] == transport), None
+        base_v = next(
+            (b for b in order if label(b)[0] == 1 and label(b)[2] == transport), None
         )
-        if base is not None and legs > 1:
+        if base_v is not None and legs > 1:
+            base = data[base_v]
             row = ([transport] if several else []) + [str(legs), sched]
             for key in ("cpu_entry", "cpus_entry", "ttfb_web", "ttfb_bulk", "dt_web", "dt_bulk"):
+                ratio = None
                 if d[key] and base[key]:
-                    r, lo, hi = ratio_ci(d[key], base[key])
+                    if cluster:
+                        ratio = ratio_ci_by_repetition(
+                            by_rep[v][key], by_rep[base_v][key], statistics.fmean)
+                    else:
+                        ratio = ratio_ci(d[key], base[key])
+                if ratio:
+                    r, lo, hi = ratio
                     bold = "**" if hi < 1 or lo > 1 else ""
                     row.append(f"{bold}{r:.2f} [{lo:.2f}, {hi:.2f}]{bold}")
                 else:
@@ -178,7 +207,8 @@ def main():
             ratios.append(row)
     if ratios:
         print()
-        print("Against one path (ratio of means, 95% bootstrap interval; bold where it excludes 1):")
+        how = "by repetition" if cluster else "of transfers"
+        print(f"Against one path (ratio of means, 95% bootstrap interval {how}; bold where it excludes 1):")
         print()
         print("| " + " | ".join(first + ["legs", "scheduler", "CPU % entry", "CPU s entry", "TTFB web", "TTFB bulk", "DT web", "DT bulk"]) + " |")
         print("|" + "---|" * (len(first) + 8))

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""Tests of the summary scripts' statistics (bootstrap.py) and of the
+seed 003 and seed 004 tables on a small synthetic run directory, with and
+without --cluster. Run by scripts/test.sh; standard library only.
+
+Usage: python3 scripts/test_scripts.py
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bootstrap  # noqa: E402
+
+REPS = 6
+
+
+class Bootstrap(unittest.TestCase):
+    def test_a_consistent_paired_difference_is_decided(self):
+        # Repetitions differ a lot from one another, but b is always twice a.
+        a = {r: [10 * (r + 1), 10 * (r + 1) + 1] for r in range(REPS)}
+        b = {r: [2 * x for x in a[r]] for r in range(REPS)}
+        point, low, high = bootstrap.paired_cluster_ratio_ci(a, b, list(range(REPS)))
+        self.assertAlmostEqual(point, 0.5)
+        self.assertAlmostEqual(low, 0.5)
+        self.assertAlmostEqual(high, 0.5)
+
+    def test_alike_values_in_a_repetition_count_once(self):
+        # Ten identical values per repetition: the cluster interval is as
+        # wide as six draws allow, the iid one pretends to have sixty.
+        side = {r: [float(r)] * 10 for r in range(REPS)}
+        values = [x for r in range(REPS) for x in side[r]]
+        _, c_low, c_high = bootstrap.cluster_ci(side)
+        iid = sorted(
+            bootstrap.statistics.median(bootstrap.random.Random(s).choices(values, k=len(values)))
+            for s in range(400)
+        )
+        self.assertGreater(c_high - c_low, iid[389] - iid[10])
+
+    def test_zero_baselines_are_left_out(self):
+        a = {r: [1.0] for r in range(REPS)}
+        b = {r: [float(r % 2)] for r in range(REPS)}  # half the draws are 0
+        self.assertIsNone(bootstrap.ratio_ci_by_repetition(a, {0: [0.0], 1: [0.0]}))
+        point, low, high = bootstrap.ratio_ci_by_repetition(a, b, bootstrap.statistics.fmean)
+        self.assertAlmostEqual(point, 2.0)
+        self.assertGreaterEqual(low, 1.0)
+
+    def test_one_common_repetition_is_not_enough(self):
+        self.assertIsNone(bootstrap.ratio_ci_by_repetition({0: [1], 1: [2]}, {1: [2], 2: [3]}))
+
+
+def write_run(path, variants, records, reps):
+    """A run directory with records.jsonl and repetitions.jsonl."""
+    with open(os.path.join(path, "records.jsonl"), "w") as f:
+        for r in records:
+            f.write(json.dumps(r) + "\n")
+    with open(os.path.join(path, "repetitions.jsonl"), "w") as f:
+        for r in reps:
+            f.write(json.dumps(r) + "\n")
+
+
+def transfer(variant, rep, workload, index, ttfb, ttlb, size=327680):
+    return {"variant": variant, "repetition": rep, "workload": workload, "index": index,
+            "kind": "echo", "size": size, "ttfb_ms": ttfb, "ttlb_ms": ttlb,
+            "error": None, "timed_out": False}
+
+
+def run_script(name, run, *flags):
+    out = subprocess.run([sys.executable, os.path.join(HERE, name), run, *flags],
+                         check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+class SummaryTables(unittest.TestCase):
+    def test_seed003_summary_halves_with_and_without_clusters(self):
+        with tempfile.TemporaryDirectory() as run:
+            records, reps = [], []
+            for rep in range(REPS):
+                for transport, scale in (("tls", 2.0), ("quic", 1.0)):
+                    v = f"scheduler=round-robin transport={transport}"
+                    for i in range(3):
+                        base = 100.0 * (rep + 1) + i
+                        records.append(transfer(v, rep, "light-1", i, scale * base, 3 * scale * base))
+                    records.append(transfer(v, rep, "heavy-1", 0, 50.0, 5000.0 * scale, 5 << 20))
+                    reps.append({"variant": v, "repetition": rep,
+                                 "relay_cpu_s": [["guard", 1.0], ["middle", 1.0], ["exit", 1.0]],
+                                 "relay_peak_rss": [["guard", 2**20]]})
+            write_run(run, None, records, reps)
+            # Repetitions differ, but quic always takes half tls's time: the
+            # pairing by repetition sees it exactly, transfers drawn
+            # independently do not.
+            for flags, cell in (((), "0.500 [0.286, 0.873]"), (("--cluster",), "0.500 [0.500, 0.500]")):
+                out = run_script("seed003-summary.py", run, *flags)
+                ttfb = out.split("light TTFB (ms)")[1]
+                line = next(l for l in ttfb.splitlines() if l.strip().startswith("quic, round-robin"))
+                self.assertIn(cell, line, (flags, out))
+
+    def test_seed004_table_sets_two_legs_against_one(self):
+        with tempfile.TemporaryDirectory() as run:
+            records, reps = [], []
+            for rep in range(REPS):
+                for legs, scale in ((1, 1.0), (2, 0.5)):
+                    v = f"legs={legs}"
+                    for i in range(2):
+                        base = 1000.0 * (rep + 1) + i
+                        records.append(transfer(v, rep, "web", i, 100.0, scale * base))
+                        records.append(transfer(v, rep, "bulk", i, 100.0, 4 * scale * base, 1 << 20))
+                    reps.append({"variant": v, "repetition": rep, "wall_s": 10.0,
+                                 "relay_cpu_s": [["g1", 1.0], ["m1", 1.0], ["exit", 1.0]],
+                                 "links": [["g1", "op", 1000, 0]]})
+            write_run(run, None, records, reps)
+            for flags, dt in (((), "**0.50 [0.3"), (("--cluster",), "**0.50 [0.50, 0.50]**")):
+                out = run_script("seed004-table.py", run, *flags)
+                ratios = out.split("Against one path")[1]
+                row = next(l for l in ratios.splitlines() if l.startswith("| 2 |"))
+                cells = [c.strip() for c in row.strip("|").split("|")]
+                # legs, scheduler, CPU % entry, CPU s entry, TTFB web, TTFB bulk, DT web, DT bulk
+                self.assertEqual(cells[2], "1.00 [1.00, 1.00]", (flags, out))
+                self.assertTrue(cells[6].startswith(dt), (flags, out))
+                self.assertTrue(cells[7].startswith(dt), (flags, out))
+
+
+if __name__ == "__main__":
+    unittest.main()
