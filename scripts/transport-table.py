@@ -22,7 +22,11 @@ makes several per repetition (the light and bulk clients of seed000-s3 and
 (repetition r of every variant has the same seed), over the repetitions
 both have, and pools their transfers.
 
-Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown] [--alone] [--cluster]
+With --pool, every workload of a variant is one row ("all"), for clients
+that do the same thing (seed000-s2's two); use it with --cluster, since a
+repetition then has a transfer of each.
+
+Usage: scripts/transport-table.py RUN_DIR [--baseline tls] [--markdown] [--alone] [--cluster] [--pool]
 Standard library only.
 """
 import argparse
@@ -41,9 +45,9 @@ def split(variant):
     return transport, rest
 
 
-def load(run, alone=False):
+def load(run, alone=False, pool=False):
     """With alone, runs made beside others (`lab run --jobs`) are left out
-    too, uncounted."""
+    too, uncounted; with pool, every workload counts as one, "all"."""
     saturated = set()
     beside = set()
     with open(f"{run}/repetitions.jsonl") as f:
@@ -64,7 +68,7 @@ def load(run, alone=False):
         for line in f:
             r = json.loads(line)
             transport, rest = split(r["variant"])
-            key = (rest, r["workload"], transport)
+            key = (rest, "all" if pool else r["workload"], transport)
             if (r["variant"], r["repetition"]) in beside:
                 continue
             if (r["variant"], r["repetition"]) in saturated:
@@ -115,8 +119,13 @@ def main():
         action="store_true",
         help="paired bootstrap over repetitions, for workloads with several transfers per repetition",
     )
+    ap.add_argument(
+        "--pool",
+        action="store_true",
+        help='every workload of a variant as one row ("all"), for clients that do the same',
+    )
     args = ap.parse_args()
-    data, by_rep, reps, left_out, failed = load(args.run, args.alone)
+    data, by_rep, reps, left_out, failed = load(args.run, args.alone, args.pool)
     groups = sorted({(rest, w) for (rest, w, _) in data})
     transports = sorted({t for (_, _, t) in data}, key=lambda t: (t != args.baseline, t))
     for metric in ("ttfb", "ttlb"):
