@@ -123,6 +123,24 @@ class SummaryTables(unittest.TestCase):
                 self.assertTrue(cells[6].startswith(dt), (flags, out))
                 self.assertTrue(cells[7].startswith(dt), (flags, out))
 
+    def test_loss_cost_finds_the_cost_per_lost_packet(self):
+        with tempfile.TemporaryDirectory() as run:
+            records, reps = [], []
+            for rep in range(REPS):
+                for transport, cost in (("tls", 20.0), ("quic", 50.0)):
+                    v = f"size=320KiB transport={transport}"
+                    lost = rep % 4
+                    reps.append({"variant": v, "repetition": rep, "link_packets": [
+                        {"src": "a", "dst": "b", "packets": 500, "lost": lost},
+                        {"src": "b", "dst": "a", "packets": 300, "lost": 0}]})
+                    records.append(transfer(v, rep, "client1", 0, 100.0, 400.0 + cost * lost))
+            write_run(run, None, records, reps)
+            out = run_script("loss-cost.py", run, "--size", "320KiB")
+            quic = next(l for l in out.splitlines() if "transport=quic" in l)
+            tls = next(l for l in out.splitlines() if "transport=tls" in l)
+            self.assertIn("50.0 [50.0, 50.0]", quic, out)
+            self.assertIn("20.0 [20.0, 20.0]", tls, out)
+
 
 if __name__ == "__main__":
     unittest.main()
