@@ -206,10 +206,16 @@ fn analyse_metric(input: &ReportInput, layout: &Layout, metric: &Metric) -> Vec<
         .zip(&layout.short)
         .map(|(label, short)| {
             let values = values_of(metric, label);
-            // Values were checked finite: `sorted` and `Summary::of` fail
-            // only on empty input here.
+            // Values were checked finite and repetitions one per value:
+            // `sorted` and the summaries fail only on empty input here.
             let sorted = sorted(values).unwrap_or_default();
-            let summary = Summary::of(&sorted, seed_for(&metric.key, label)).ok();
+            let seed = seed_for(&metric.key, label);
+            let summary = match repetitions_of(metric, label) {
+                Some(reps) if has_repeated_cluster(reps) => {
+                    Summary::of_clustered(values, reps, seed).ok()
+                }
+                _ => Summary::of(&sorted, seed).ok(),
+            };
             VariantRow {
                 label: short.clone(),
                 sorted,

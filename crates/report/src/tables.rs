@@ -372,16 +372,17 @@ pub(crate) fn counts_table(a: &Analysis) -> Table {
     }
 }
 
-/// Which metrics were compared by repetition, and how.
+/// Which metrics were summarised and compared by repetition, and how.
 fn by_repetition_note(a: &Analysis) -> String {
     let titles: Vec<&str> = a
         .metrics
         .iter()
         .filter(|m| {
             m.rows.iter().any(|r| {
-                r.vs_baseline
-                    .as_ref()
-                    .is_some_and(|c| c.by_repetition.is_some())
+                r.summary.is_some_and(|s| s.clusters.is_some())
+                    || r.vs_baseline
+                        .as_ref()
+                        .is_some_and(|c| c.by_repetition.is_some())
             })
         })
         .map(|m| m.metric.title.as_str())
@@ -392,7 +393,7 @@ fn by_repetition_note(a: &Analysis) -> String {
         titles.join("; ")
     };
     format!(
-        "Several values to a repetition (several transfers of one workload, one value per relay) share the repetition's network and are not independent. Where a metric records each value's repetition and a repetition holds more than one, the comparison is by repetition instead: the interval resamples repetitions ({} times, the same repetitions for the variant and its baseline, which ran on the same seed, pooling all their values) and the U test compares the repetitions' medians. Compared by repetition: {which}. The per-variant quantiles, intervals and CDF bands treat values as independent and are narrower than the repetitions allow.",
+        "Several values to a repetition (several transfers of one workload, one value per relay) share the repetition's network and are not independent. Where a metric records each value's repetition and a repetition holds more than one, the comparison is by repetition instead: the ratio's interval resamples repetitions ({} times, the same repetitions for the variant and its baseline, which ran on the same seed, pooling all their values), the U test compares the repetitions' medians, and a variant's mean and median intervals resample its repetitions likewise (percentile intervals). By repetition: {which}. The quantiles themselves and the CDF bands treat values as independent; the bands may be narrower than the repetitions allow.",
         onionlab_stats::BOOTSTRAP_RESAMPLES
     )
 }
@@ -420,10 +421,10 @@ pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
     vec![
         "Quantiles (median, p10, p90, quartiles) are sample quantiles of type 7 (linear interpolation between order statistics, R's and NumPy's default).".to_string(),
         format!(
-            "Mean 95% CI: percentile bootstrap, {} resamples, seeded per metric and variant (FNV-1a of the metric key and variant label), so the same input gives the same report.",
+            "Mean 95% CI: percentile bootstrap, {} resamples, seeded per metric and variant (FNV-1a of the metric key and variant label), so the same input gives the same report; by repetition for the metrics named below.",
             onionlab_stats::BOOTSTRAP_RESAMPLES
         ),
-        "Median 95% CI: distribution-free, from order statistics (binomial); a side shown as ∞ cannot be bounded with so few values (fewer than 6 for the median).".to_string(),
+        "Median 95% CI: distribution-free, from order statistics (binomial); a side shown as ∞ cannot be bounded with so few values (fewer than 6 for the median); for the metrics named below, a percentile bootstrap over repetitions instead (∞ with fewer than two).".to_string(),
         format!(
             "Median ratio: median(variant) / median(baseline), {against}, with a 95% percentile-bootstrap interval ({} resamples, each sample resampled independently); \"lower\"/\"higher\" is shown when the interval excludes 1.",
             onionlab_stats::BOOTSTRAP_RESAMPLES

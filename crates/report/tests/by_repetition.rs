@@ -75,9 +75,36 @@ fn repeated_values_of_a_repetition_are_compared_by_repetition() {
     // decided.
     assert!(!row.contains("lower (better)"), "{row}");
     assert!(!row.contains('✱'), "{row}");
+    assert!(md.contains("By repetition: time to last byte."), "{md}");
+}
+
+/// The width of the median's 95% interval in a metric table row (its
+/// seventh column: variant, n, median, p10, p90, mean [CI], median CI).
+fn median_ci_width(row: &str) -> f64 {
+    // Markdown escapes the brackets.
+    let cell = row.split('|').nth(7).unwrap().trim().replace('\\', "");
+    let bounds: Vec<f64> = cell
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .map(|x| x.parse().unwrap())
+        .collect();
+    bounds[1] - bounds[0]
+}
+
+#[test]
+fn a_variant_of_repeated_values_has_its_intervals_by_repetition() {
+    let by_rep = markdown(&input(true));
+    let independent = markdown(&input(false));
+    let (wide, narrow) = (
+        median_ci_width(quic_row(&by_rep, 1000)),
+        median_ci_width(quic_row(&independent, 1000)),
+    );
+    // Ten repetitions from 54 to 135 ms: the median of a resample of them
+    // moves by tens of ms; 1000 independent values pin it to a few.
+    assert!(wide > 20.0 && narrow < 10.0, "{wide} against {narrow}");
     assert!(
-        md.contains("Compared by repetition: time to last byte."),
-        "{md}"
+        by_rep.contains("resample its repetitions likewise"),
+        "{by_rep}"
     );
 }
 
@@ -89,10 +116,7 @@ fn without_repetitions_the_same_values_count_as_independent() {
     // 1000 values a side make the independent interval sure of itself:
     // the reason the lab records repetitions.
     assert!(row.contains("lower (better)"), "{row}");
-    assert!(
-        md.contains("Compared by repetition: none in this report."),
-        "{md}"
-    );
+    assert!(md.contains("By repetition: none in this report."), "{md}");
 }
 
 #[test]

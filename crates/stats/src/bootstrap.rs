@@ -10,6 +10,7 @@ use crate::order::{check_confidence, quantile_ci};
 use crate::{Error, Result};
 
 /// Number of bootstrap resamples used by [`Summary::of`],
+/// [`Summary::of_clustered`],
 /// [`mean_ci_bootstrap`], [`ratio_of_medians`] and
 /// [`ratio_of_medians_clustered`].
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
@@ -87,6 +88,10 @@ pub struct Summary {
     pub min: f64,
     /// Largest value.
     pub max: f64,
+    /// `Some(n)`: both intervals resampled the values' n clusters
+    /// ([`Summary::of_clustered`]); `None`: they treat the values as
+    /// independent ([`Summary::of`]).
+    pub clusters: Option<usize>,
 }
 
 impl Summary {
@@ -109,6 +114,57 @@ impl Summary {
             median_ci95: quantile_ci(&s, 0.5, 0.95)?,
             min: s[0],
             max: s[s.len() - 1],
+            clusters: None,
+        })
+    }
+
+    /// Summarises values that come in clusters (in the lab: the transfers
+    /// of one repetition, which share its network and are not independent
+    /// draws); `clusters[i]` is the cluster of `values[i]`. The quantiles,
+    /// mean and extremes are those of [`Summary::of`]; both intervals come
+    /// from a cluster bootstrap instead: [`BOOTSTRAP_RESAMPLES`] times, as
+    /// many cluster ids as there are are drawn with replacement (one
+    /// `StdRng` seeded with `seed`), their values pooled (twice if drawn
+    /// twice), and the pool's mean and median recorded; the intervals are
+    /// the 95% percentile intervals of those. With fewer than two clusters
+    /// both are `(-∞, +∞)`.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Summary::of`], and [`Error::ClusterLength`] when there is
+    /// not one cluster id per value.
+    pub fn of_clustered(values: &[f64], clusters: &[u32], seed: u64) -> Result<Summary> {
+        let independent = Summary::of(values, seed)?;
+        check_clusters(values, clusters)?;
+        let groups: Vec<Vec<f64>> = by_cluster(values, clusters, &[], &[])
+            .into_values()
+            .map(|(v, _)| v)
+            .collect();
+        let (mean_ci95, median_ci95) = if groups.len() < 2 {
+            let unbounded = (f64::NEG_INFINITY, f64::INFINITY);
+            (unbounded, unbounded)
+        } else {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut pool = Vec::new();
+            let (mut means, mut medians) = (Vec::new(), Vec::new());
+            for _ in 0..BOOTSTRAP_RESAMPLES {
+                pool.clear();
+                for _ in 0..groups.len() {
+                    pool.extend_from_slice(&groups[rng.random_range(0..groups.len())]);
+                }
+                means.push(sum(pool.iter().copied()) / pool.len() as f64);
+                medians.push(median_in_place(&mut pool));
+            }
+            (
+                percentile_interval(means, 0.95),
+                percentile_interval(medians, 0.95),
+            )
+        };
+        Ok(Summary {
+            mean_ci95,
+            median_ci95,
+            clusters: Some(groups.len()),
+            ..independent
         })
     }
 }

@@ -7,7 +7,8 @@
 //! * Descriptive: [`quantile`] (type 7, linear interpolation between order
 //!   statistics, R's and NumPy's default), [`median`], [`mean`],
 //!   [`Summary::of`] (n, median, p10, p90, mean, min, max and 95% intervals
-//!   for the mean and the median).
+//!   for the mean and the median), [`Summary::of_clustered`] (the same with
+//!   the intervals from a bootstrap over clusters).
 //! * Intervals: [`mean_ci_bootstrap`] (percentile bootstrap,
 //!   [`BOOTSTRAP_RESAMPLES`] resamples), [`quantile_ci`] and
 //!   [`order_interval`] (distribution-free, from order statistics and the

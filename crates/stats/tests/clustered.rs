@@ -136,3 +136,69 @@ fn cluster_medians_and_repeated_clusters() {
     assert!(!has_repeated_cluster(&[0, 1, 2]));
     assert!(!has_repeated_cluster(&[]));
 }
+
+#[test]
+fn a_summary_of_clusters_has_intervals_as_wide_as_its_clusters_allow() {
+    // Ten repetitions of 100 alike transfers: 1000 values, ten draws.
+    let levels = [
+        150.0, 60.0, 120.0, 80.0, 100.0, 140.0, 70.0, 110.0, 90.0, 130.0,
+    ];
+    let (values, clusters) = clustered(&levels, 100);
+    let iid = Summary::of(&values, 3).unwrap();
+    let by_cluster = Summary::of_clustered(&values, &clusters, 3).unwrap();
+    assert_eq!(iid.clusters, None);
+    assert_eq!(by_cluster.clusters, Some(10));
+    // The same quantiles, mean and extremes.
+    for (x, y) in [
+        (iid.median, by_cluster.median),
+        (iid.p10, by_cluster.p10),
+        (iid.p90, by_cluster.p90),
+        (iid.mean, by_cluster.mean),
+        (iid.min, by_cluster.min),
+        (iid.max, by_cluster.max),
+    ] {
+        assert_eq!(x, y);
+    }
+    let width = |(lo, hi): (f64, f64)| hi - lo;
+    assert!(
+        width(by_cluster.median_ci95) > 3.0 * width(iid.median_ci95),
+        "{by_cluster:?} against {iid:?}"
+    );
+    assert!(
+        width(by_cluster.mean_ci95) > 3.0 * width(iid.mean_ci95),
+        "{by_cluster:?} against {iid:?}"
+    );
+    for (lo, hi) in [by_cluster.median_ci95, by_cluster.mean_ci95] {
+        assert!(lo < by_cluster.median && by_cluster.median < hi);
+        assert!(lo >= 60.0 && hi <= 160.0, "within the data: {lo}, {hi}");
+    }
+    assert_eq!(
+        Summary::of_clustered(&values, &clusters, 3).unwrap(),
+        by_cluster,
+        "seeded: the same every time"
+    );
+}
+
+#[test]
+fn a_summary_of_one_cluster_cannot_bound_its_intervals() {
+    let (values, clusters) = clustered(&[100.0], 20);
+    let s = Summary::of_clustered(&values, &clusters, 1).unwrap();
+    assert_eq!(s.clusters, Some(1));
+    assert_eq!(s.median_ci95, (f64::NEG_INFINITY, f64::INFINITY));
+    assert_eq!(s.mean_ci95, (f64::NEG_INFINITY, f64::INFINITY));
+}
+
+#[test]
+fn a_summary_of_clusters_needs_one_cluster_per_value() {
+    assert!(matches!(
+        Summary::of_clustered(&[1.0, 2.0, 3.0], &[0, 1], 1),
+        Err(Error::ClusterLength {
+            values: 3,
+            clusters: 2
+        })
+    ));
+    assert!(matches!(
+        Summary::of_clustered(&[], &[], 1),
+        Err(Error::Empty)
+    ));
+}
