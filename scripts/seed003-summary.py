@@ -30,8 +30,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bootstrap import cluster_ci, ratio_ci_by_repetition  # noqa: E402
+from bootstrap import cluster_ci, ratio_ci_by_repetition
 
 RESAMPLES = 4000
 

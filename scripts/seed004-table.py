@@ -31,14 +31,12 @@ Usage: scripts/seed004-table.py RUN_DIR [--markdown] [--cluster]
 Standard library only.
 """
 import json
-import os
 import random
 import statistics
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bootstrap import cluster_ci, ratio_ci_by_repetition  # noqa: E402
+from bootstrap import cluster_ci, ratio_ci_by_repetition
 
 RESAMPLES = 4000
 

@@ -7,6 +7,8 @@ Usage: python3 scripts/test_scripts.py
 """
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +38,7 @@ class Bootstrap(unittest.TestCase):
         values = [x for r in range(REPS) for x in side[r]]
         _, c_low, c_high = bootstrap.cluster_ci(side)
         iid = sorted(
-            bootstrap.statistics.median(bootstrap.random.Random(s).choices(values, k=len(values)))
+            statistics.median(random.Random(s).choices(values, k=len(values)))
             for s in range(400)
         )
         self.assertGreater(c_high - c_low, iid[389] - iid[10])
@@ -45,7 +47,7 @@ class Bootstrap(unittest.TestCase):
         a = {r: [1.0] for r in range(REPS)}
         b = {r: [float(r % 2)] for r in range(REPS)}  # half the draws are 0
         self.assertIsNone(bootstrap.ratio_ci_by_repetition(a, {0: [0.0], 1: [0.0]}))
-        point, low, high = bootstrap.ratio_ci_by_repetition(a, b, bootstrap.statistics.fmean)
+        point, low, high = bootstrap.ratio_ci_by_repetition(a, b, statistics.fmean)
         self.assertAlmostEqual(point, 2.0)
         self.assertGreaterEqual(low, 1.0)
 
@@ -53,7 +55,7 @@ class Bootstrap(unittest.TestCase):
         self.assertIsNone(bootstrap.ratio_ci_by_repetition({0: [1], 1: [2]}, {1: [2], 2: [3]}))
 
 
-def write_run(path, variants, records, reps):
+def write_run(path, records, reps):
     """A run directory with records.jsonl and repetitions.jsonl."""
     with open(os.path.join(path, "records.jsonl"), "w") as f:
         for r in records:
@@ -89,7 +91,7 @@ class SummaryTables(unittest.TestCase):
                     reps.append({"variant": v, "repetition": rep,
                                  "relay_cpu_s": [["guard", 1.0], ["middle", 1.0], ["exit", 1.0]],
                                  "relay_peak_rss": [["guard", 2**20]]})
-            write_run(run, None, records, reps)
+            write_run(run, records, reps)
             # Repetitions differ, but quic always takes half tls's time: the
             # pairing by repetition sees it exactly, transfers drawn
             # independently do not.
@@ -112,7 +114,7 @@ class SummaryTables(unittest.TestCase):
                     reps.append({"variant": v, "repetition": rep, "wall_s": 10.0,
                                  "relay_cpu_s": [["g1", 1.0], ["m1", 1.0], ["exit", 1.0]],
                                  "links": [["g1", "op", 1000, 0]]})
-            write_run(run, None, records, reps)
+            write_run(run, records, reps)
             for flags, dt in (((), "**0.50 [0.3"), (("--cluster",), "**0.50 [0.50, 0.50]**")):
                 out = run_script("seed004-table.py", run, *flags)
                 ratios = out.split("Against one path")[1]
@@ -134,7 +136,7 @@ class SummaryTables(unittest.TestCase):
                         {"src": "a", "dst": "b", "packets": 500, "lost": lost},
                         {"src": "b", "dst": "a", "packets": 300, "lost": 0}]})
                     records.append(transfer(v, rep, "client1", 0, 100.0, 400.0 + cost * lost))
-            write_run(run, None, records, reps)
+            write_run(run, records, reps)
             out = run_script("loss-cost.py", run, "--size", "320KiB")
             quic = next(l for l in out.splitlines() if "transport=quic" in l)
             tls = next(l for l in out.splitlines() if "transport=tls" in l)
