@@ -226,6 +226,34 @@ fn matrix_of_text(scenario_text: &str) -> Option<(Vec<MatrixEntry>, ReportSettin
     Some((matrix, raw.report))
 }
 
+/// The full labels of every variant scenario text expands to, in its
+/// order; `None` if its matrix cannot be read.
+pub fn variants_of_text(scenario_text: &str) -> Option<Vec<String>> {
+    let (matrix, _) = matrix_of_text(scenario_text)?;
+    Some(
+        combinations(&matrix)
+            .iter()
+            .map(|c| full_label(c))
+            .collect(),
+    )
+}
+
+/// The `name` of scenario text.
+pub fn name_of_text(scenario_text: &str) -> Option<String> {
+    let table = toml::from_str::<toml::Table>(scenario_text).ok()?;
+    table.get("name")?.as_str().map(str::to_string)
+}
+
+/// The `repetitions` of scenario text (the scenario's planned
+/// repetitions): its default, 10, when absent or unreadable.
+pub fn repetitions_of_text(scenario_text: &str) -> u32 {
+    toml::from_str::<toml::Table>(scenario_text)
+        .ok()
+        .and_then(|t| t.get("repetitions")?.as_integer())
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(10)
+}
+
 /// Sorts the full labels of a run's variants into the order its scenario
 /// expands them in (labels it does not make go last, in their order).
 pub fn sort_as_scenario(scenario_text: &str, labels: &mut [String]) {

@@ -11,6 +11,7 @@ pub mod hostnet;
 pub mod journal;
 pub mod labels;
 pub mod run;
+pub mod rundata;
 pub mod scenario;
 pub mod stream;
 pub mod summary;

@@ -52,28 +52,15 @@ pub enum ReportError {
     /// Two runs cannot be compared.
     #[error("{0}")]
     Mismatch(String),
-}
-
-fn read(path: &Path) -> Result<String, ReportError> {
-    std::fs::read_to_string(path).map_err(|source| ReportError::Read {
-        path: path.display().to_string(),
-        source,
-    })
-}
-
-fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, ReportError> {
-    let text = read(path)?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| ReportError::Record {
-                path: path.display().to_string(),
-                line: i + 1,
-                message: e.to_string(),
-            })
-        })
-        .collect()
+    /// A run (directory or stored) is missing, incomplete, changed since
+    /// it was stored, or not fit to be stored.
+    #[error("{path}: {message}")]
+    Stored {
+        /// The file or folder.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// Whether a failed transfer failed its end-to-end check.
@@ -485,29 +472,27 @@ pub fn machine_meta() -> Vec<(String, String)> {
     meta
 }
 
-/// The report input of the run in `dir`, from its records.
+/// The report input of the run at `dir` (a run directory or a stored
+/// run), from its records.
 pub fn input_of_dir(dir: &Path) -> Result<ReportInput, ReportError> {
-    let records: Vec<TransferRecord> = read_jsonl(&dir.join("records.jsonl"))?;
-    let reps: Vec<RepetitionRecord> = read_jsonl(&dir.join("repetitions.jsonl"))?;
-    let scenario = read(&dir.join("scenario.toml"))?;
-    let title = scenario
-        .lines()
-        .find_map(|l| l.strip_prefix("name = "))
-        .map_or("onionlab lab run".to_string(), |n| {
-            n.trim_matches('"').to_string()
-        });
-    let mut variants: Vec<String> = Vec::new();
-    for r in &reps {
-        if !variants.contains(&r.variant) {
-            variants.push(r.variant.clone());
-        }
-    }
+    Ok(input_of_run(&crate::rundata::RunData::load(dir)?))
+}
+
+/// The report input of a run's data.
+pub fn input_of_run(data: &crate::rundata::RunData) -> ReportInput {
+    let (records, reps, scenario) = (&data.records, &data.repetitions, &data.scenario_toml);
+    let title = data.scenario_name();
+    let variants = data.variants();
     let mut meta = machine_meta();
     let mut seeds: Vec<u64> = reps.iter().map(|r| r.seed).collect();
     seeds.dedup();
     meta.push((
         "repetitions".into(),
-        (reps.len() / variants.len().max(1)).to_string(),
+        format!(
+            "{} (planned {})",
+            data.repetitions_done(),
+            data.planned_repetitions()
+        ),
     ));
     meta.push(("variants".into(), variants.len().to_string()));
     meta.push((
@@ -518,19 +503,12 @@ pub fn input_of_dir(dir: &Path) -> Result<ReportInput, ReportError> {
             .collect::<Vec<_>>()
             .join(", "),
     ));
-    let segments = crate::journal::segments(dir);
-    if !segments.is_empty() {
-        let mut commits: Vec<&str> = Vec::new();
-        for s in &segments {
-            if !commits.contains(&s.commit.as_str()) {
-                commits.push(&s.commit);
-            }
-        }
-        meta.push(("commit".into(), commits.join(", ")));
-        if segments.len() > 1 {
+    if !data.segments.is_empty() {
+        meta.push(("commit".into(), data.commits().join(", ")));
+        if data.segments.len() > 1 {
             meta.push((
                 "segments".into(),
-                format!("{} (continued with --resume)", segments.len()),
+                format!("{} (continued with --resume)", data.segments.len()),
             ));
         }
     }
@@ -542,24 +520,39 @@ pub fn input_of_dir(dir: &Path) -> Result<ReportInput, ReportError> {
     }
     meta.push((
         "raw records".into(),
-        "records.jsonl, records.csv, repetitions.jsonl".into(),
+        if data.manifest.is_some() {
+            format!("stored run {} (lab store)", data.source.display())
+        } else {
+            "records.jsonl, records.csv, repetitions.jsonl".into()
+        },
     ));
-    crate::labels::sort_as_scenario(&scenario, &mut variants);
-    let design = crate::labels::design_of_run(&scenario, &variants);
+    let design = crate::labels::design_of_run(scenario, &variants);
     let facts = RunFacts {
         title: &title,
-        scenario_toml: &scenario,
+        scenario_toml: scenario,
         meta,
         variants: &variants,
         design,
     };
-    Ok(report_input(facts, &records, &reps))
+    report_input(facts, records, reps)
 }
 
-/// (Re)write the report of the run in `dir` into `dir/report`.
-pub fn report_dir(dir: &Path) -> Result<ReportFiles, ReportError> {
-    let input = input_of_dir(dir)?;
-    Ok(onionlab_report::write_report(&input, &dir.join("report"))?)
+/// (Re)write the report of the run at `dir` into `out` (default: the run
+/// directory's `report/`; a stored run needs `out`, as the repository's
+/// copy is not written to).
+pub fn report_dir(dir: &Path, out: Option<&Path>) -> Result<ReportFiles, ReportError> {
+    let data = crate::rundata::RunData::load(dir)?;
+    let out = match (out, data.manifest.is_some()) {
+        (Some(o), _) => o.to_path_buf(),
+        (None, false) => dir.join("report"),
+        (None, true) => {
+            return Err(ReportError::Stored {
+                path: dir.display().to_string(),
+                message: "a stored run's report is written elsewhere: give --out DIR".into(),
+            })
+        }
+    };
+    Ok(onionlab_report::write_report(&input_of_run(&data), &out)?)
 }
 
 /// Compares run `b` with run `a` of the same scenario ([`onionlab_report::compare_runs`]);

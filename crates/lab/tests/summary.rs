@@ -146,7 +146,7 @@ fn stored_run() -> tempfile::TempDir {
 #[test]
 fn a_stored_run_gives_findings_per_condition() {
     let run = stored_run();
-    let files = onionlab_lab::summary::report_dir(run.path()).unwrap();
+    let files = onionlab_lab::summary::report_dir(run.path(), None).unwrap();
     let text = &files.findings_text;
     let light = text
         .split("\n\n")

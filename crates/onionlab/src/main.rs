@@ -41,6 +41,10 @@ enum Command {
     /// The lab: run scenarios over the emulated network.
     #[command(subcommand)]
     Lab(cmd::lab::LabCommand),
+    /// The results pages: their generated tables checked against the
+    /// stored runs, or rewritten.
+    #[command(subcommand)]
+    Results(cmd::results::ResultsCommand),
     /// Benchmarks of real processes on loopback.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
@@ -62,6 +66,7 @@ fn main() -> std::process::ExitCode {
         Command::Directory(a) => cmd::directory::run(a),
         Command::Bench(c) => cmd::bench::run(c),
         Command::Lab(c) => cmd::lab::run_cmd(c),
+        Command::Results(c) => cmd::results::run(c),
         Command::Analyze(a) => cmd::analyze::run(a),
     };
     match result {

@@ -21,6 +21,8 @@
 //!   over clusters, with [`cluster_medians`] and [`has_repeated_cluster`])
 //!   and [`mann_whitney_u`] (exact or normal approximation with tie and
 //!   continuity corrections, plus effect sizes).
+//! * Many comparisons: [`holm_adjust`] (family-wise error rate) and
+//!   [`benjamini_hochberg_adjust`] (false discovery rate).
 //!
 //! Inputs are checked: an empty input is [`Error::Empty`], NaN or infinity
 //! is [`Error::NotFinite`]. Results never contain NaN; an interval side that
@@ -29,12 +31,14 @@
 #![deny(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod adjust;
 mod bootstrap;
 mod describe;
 mod error;
 mod mann_whitney;
 mod order;
 
+pub use adjust::{benjamini_hochberg_adjust, holm_adjust};
 pub use bootstrap::{
     cluster_medians, has_repeated_cluster, mean_ci_bootstrap, ratio_of_medians,
     ratio_of_medians_clustered, RatioCi, Summary, BOOTSTRAP_RESAMPLES,

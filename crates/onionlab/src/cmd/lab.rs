@@ -55,10 +55,38 @@ pub enum LabCommand {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
         jobs: u16,
     },
-    /// (Re)write the report of a run directory (into DIR/report).
+    /// (Re)write the report of a run (a run directory, into DIR/report, or
+    /// a stored run, into --out).
     Report {
-        /// The run's output directory.
+        /// The run: its output directory, or a stored run.
         dir: PathBuf,
+        /// Where to write the report (needed for a stored run).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// One comparison table of a run (Markdown): each value of the
+    /// compared parameter against the baseline under the same other
+    /// parameters, per workload and metric; medians, ratio with a 95%
+    /// paired cluster-bootstrap interval over repetitions, Mann-Whitney p
+    /// adjusted for the table's comparisons. What the results pages show.
+    Table(onionlab_results::TableArgs),
+    /// Store a finished run directory compactly (zstd, with a manifest of
+    /// digests) for the repository: docs/results/data/ID. Refuses a run
+    /// made by a build with uncommitted changes.
+    Store {
+        /// The run directory.
+        run: PathBuf,
+        /// The stored run's folder (its name is the run's id); replaced if
+        /// it is a stored run already.
+        out: PathBuf,
+    },
+    /// Write a stored run out as a run directory, to continue it with
+    /// `lab run --resume --out DIR` on any machine (then store it again).
+    Unpack {
+        /// The stored run.
+        stored: PathBuf,
+        /// The new run directory.
+        out: PathBuf,
     },
     /// Compare two runs of one scenario (e.g. two commits): per headline
     /// metric and variant, B's median against A's with a 95% interval and
@@ -135,8 +163,8 @@ fn bundled() -> Vec<(String, std::result::Result<Scenario, onionlab_lab::Error>)
     out
 }
 
-fn write_report(dir: &Path) -> Result<ExitCode> {
-    let files = onionlab_lab::summary::report_dir(dir)
+fn write_report(dir: &Path, out: Option<&Path>) -> Result<ExitCode> {
+    let files = onionlab_lab::summary::report_dir(dir, out)
         .map_err(|e| Error::Usage(format!("lab report: {e}")))?;
     print_findings(&files.findings_text);
     println!("report: {}", files.html.display());
@@ -184,7 +212,10 @@ fn quiet_on_closed_stdout() {
 pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
     if matches!(
         cmd,
-        LabCommand::List | LabCommand::Check { .. } | LabCommand::Compare { .. }
+        LabCommand::List
+            | LabCommand::Check { .. }
+            | LabCommand::Compare { .. }
+            | LabCommand::Table(_)
     ) {
         quiet_on_closed_stdout();
     }
@@ -293,9 +324,38 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 outcome.repetitions.len(),
                 outcome.out.display()
             );
-            write_report(&outcome.out)
+            write_report(&outcome.out, None)
         }
-        LabCommand::Report { dir } => write_report(&dir),
+        LabCommand::Report { dir, out } => write_report(&dir, out.as_deref()),
+        LabCommand::Table(args) => {
+            let text = onionlab_results::table(&args)
+                .map_err(|e| Error::Usage(format!("lab table: {e}")))?;
+            print!("{text}");
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Store { run, out } => {
+            let s = onionlab_lab::rundata::store(&run, &out)
+                .map_err(|e| Error::Usage(format!("lab store: {e}")))?;
+            println!(
+                "stored {} as {}: {:.1} KiB ({:.1} KiB uncompressed)",
+                run.display(),
+                s.dir.display(),
+                s.bytes as f64 / 1024.0,
+                s.source_bytes as f64 / 1024.0
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        LabCommand::Unpack { stored, out } => {
+            onionlab_lab::rundata::unpack(&stored, &out)
+                .map_err(|e| Error::Usage(format!("lab unpack: {e}")))?;
+            println!(
+                "unpacked {} into {}: continue it with `onionlab lab run SCENARIO --resume --out {}`",
+                stored.display(),
+                out.display(),
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         LabCommand::Compare { a, b, markdown } => {
             let c = onionlab_lab::summary::compare_dirs(&a, &b)
                 .map_err(|e| Error::Usage(format!("lab compare: {e}")))?;

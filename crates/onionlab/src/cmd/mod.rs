@@ -11,4 +11,5 @@ pub mod logging;
 pub mod net;
 pub mod network;
 pub mod relay;
+pub mod results;
 pub mod runtime;

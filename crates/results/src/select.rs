@@ -1,0 +1,247 @@
+//! From a run's records to the values a table compares: which records
+//! count, and each metric's values with the repetition of each.
+
+use std::collections::BTreeSet;
+
+use onionlab_lab::agent::TransferRecord;
+use onionlab_lab::run::RepetitionRecord;
+use onionlab_lab::rundata::RunData;
+
+/// A metric a table can show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MetricKind {
+    /// Time to first byte (ms from SOCKS success), per transfer.
+    Ttfb,
+    /// Time to last byte (ms from SOCKS success), per transfer.
+    Ttlb,
+    /// SOCKS request to SOCKS success (ms, includes building the circuit),
+    /// per transfer.
+    Connect,
+    /// Payload MiB/s over the time to last byte, per transfer.
+    Goodput,
+    /// Time to last byte per KiB of payload (ms/KiB; seed 003's "time per
+    /// KB"), per transfer.
+    TimePerKib,
+    /// One-way delay of each probe or trace message, or of a stream's
+    /// record sampled every 100 ms (ms).
+    ProbeDelay,
+    /// All relays' CPU per payload MiB (ms/MiB), per repetition.
+    RelayCpu,
+    /// Circuit build times the clients saw (ms), per repetition.
+    CircuitBuild,
+}
+
+impl MetricKind {
+    /// The column title.
+    pub fn title(self) -> &'static str {
+        match self {
+            MetricKind::Ttfb => "TTFB",
+            MetricKind::Ttlb => "TTLB",
+            MetricKind::Connect => "connect",
+            MetricKind::Goodput => "goodput",
+            MetricKind::TimePerKib => "time per KiB",
+            MetricKind::ProbeDelay => "delay",
+            MetricKind::RelayCpu => "relay CPU",
+            MetricKind::CircuitBuild => "circuit build",
+        }
+    }
+
+    /// The unit.
+    pub fn unit(self) -> &'static str {
+        match self {
+            MetricKind::Goodput => "MiB/s",
+            MetricKind::TimePerKib => "ms/KiB",
+            MetricKind::RelayCpu => "ms/MiB",
+            _ => "ms",
+        }
+    }
+
+    /// Whether it is measured per repetition (not per transfer of a
+    /// workload).
+    pub fn per_repetition(self) -> bool {
+        matches!(self, MetricKind::RelayCpu | MetricKind::CircuitBuild)
+    }
+
+    /// The name the command line uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            MetricKind::Ttfb => "ttfb",
+            MetricKind::Ttlb => "ttlb",
+            MetricKind::Connect => "connect",
+            MetricKind::Goodput => "goodput",
+            MetricKind::TimePerKib => "time-per-kib",
+            MetricKind::ProbeDelay => "probe-delay",
+            MetricKind::RelayCpu => "relay-cpu",
+            MetricKind::CircuitBuild => "circuit-build",
+        }
+    }
+
+    fn of_transfer(self, r: &TransferRecord) -> Vec<f64> {
+        match self {
+            MetricKind::Ttfb => r.ttfb_ms.into_iter().collect(),
+            MetricKind::Ttlb => r.ttlb_ms.into_iter().collect(),
+            MetricKind::Connect => r.connect_ms.into_iter().collect(),
+            MetricKind::Goodput => r.goodput_mib_s.into_iter().collect(),
+            MetricKind::TimePerKib if r.size > 0 => r
+                .ttlb_ms
+                .map(|t| t / (r.size as f64 / 1024.0))
+                .into_iter()
+                .collect(),
+            MetricKind::ProbeDelay => r.probe_latency_ms.clone(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn of_repetition(self, r: &RepetitionRecord) -> Vec<f64> {
+        match self {
+            MetricKind::RelayCpu if r.payload_bytes > 0 => {
+                let cpu: f64 = r.relay_cpu_s.iter().map(|(_, s)| s).sum();
+                vec![cpu * 1e3 / (r.payload_bytes as f64 / 1_048_576.0)]
+            }
+            MetricKind::CircuitBuild => r.circuit_build_ms.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A variant's matrix parameters, from its full label (`name=value`
+/// pairs joined by spaces).
+pub fn params_of(label: &str) -> Vec<(String, String)> {
+    label
+        .split_whitespace()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Which repetitions and transfers of a run count.
+pub struct Selection<'a> {
+    data: &'a RunData,
+    /// (variant, repetition) left out: ran on a saturated CPU, or beside
+    /// other runs when only runs made alone count.
+    left_out: BTreeSet<(&'a str, u32)>,
+    /// Workloads pooled into one, `all`.
+    pool: bool,
+}
+
+/// Values of one metric with the repetition of each.
+#[derive(Debug, Default, Clone)]
+pub struct Sample {
+    /// The values.
+    pub values: Vec<f64>,
+    /// `repetitions[i]` is the repetition of `values[i]`.
+    pub repetitions: Vec<u32>,
+}
+
+impl Sample {
+    /// Only the values of these repetitions.
+    pub fn restricted_to(&self, keep: &BTreeSet<u32>) -> Sample {
+        let mut out = Sample::default();
+        for (v, r) in self.values.iter().zip(&self.repetitions) {
+            if keep.contains(r) {
+                out.values.push(*v);
+                out.repetitions.push(*r);
+            }
+        }
+        out
+    }
+
+    /// The repetitions it has values of.
+    pub fn repetition_set(&self) -> BTreeSet<u32> {
+        self.repetitions.iter().copied().collect()
+    }
+}
+
+impl<'a> Selection<'a> {
+    /// Repetitions on a saturated CPU are left out (they measured the
+    /// machine); with `alone`, those made beside other runs too.
+    pub fn new(data: &'a RunData, alone: bool, pool: bool) -> Selection<'a> {
+        let left_out = data
+            .repetitions
+            .iter()
+            .filter(|r| r.cpu_saturated || (alone && r.jobs > 1))
+            .map(|r| (r.variant.as_str(), r.repetition))
+            .collect();
+        Selection {
+            data,
+            left_out,
+            pool,
+        }
+    }
+
+    fn counts(&self, variant: &str, repetition: u32) -> bool {
+        !self.left_out.contains(&(variant, repetition))
+    }
+
+    fn workload_matches(&self, r: &TransferRecord, workload: Option<&str>) -> bool {
+        self.pool || workload.is_none_or(|w| r.workload == w)
+    }
+
+    /// The workloads of the run in first-seen order (`all` when pooled).
+    pub fn workloads(&self) -> Vec<String> {
+        if self.pool {
+            return vec!["all".into()];
+        }
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.data.records {
+            if !out.contains(&r.workload) {
+                out.push(r.workload.clone());
+            }
+        }
+        out
+    }
+
+    /// The values of `metric` for `variant` (and `workload`, for a metric
+    /// per transfer) from the transfers that completed and the
+    /// repetitions that count.
+    pub fn sample(&self, metric: MetricKind, variant: &str, workload: Option<&str>) -> Sample {
+        let mut s = Sample::default();
+        let mut push = |rep: u32, values: Vec<f64>| {
+            for v in values.into_iter().filter(|v| v.is_finite()) {
+                s.values.push(v);
+                s.repetitions.push(rep);
+            }
+        };
+        if metric.per_repetition() {
+            for r in self
+                .data
+                .repetitions
+                .iter()
+                .filter(|r| r.variant == variant)
+            {
+                if self.counts(variant, r.repetition) {
+                    push(r.repetition, metric.of_repetition(r));
+                }
+            }
+        } else {
+            for r in self.data.records.iter().filter(|r| {
+                r.variant == variant && r.error.is_none() && self.workload_matches(r, workload)
+            }) {
+                if self.counts(variant, r.repetition) {
+                    push(r.repetition, metric.of_transfer(r));
+                }
+            }
+        }
+        s
+    }
+
+    /// Failed transfers of `variant` (and `workload`) in repetitions that
+    /// count.
+    pub fn failed(&self, variant: &str, workload: Option<&str>) -> usize {
+        self.data
+            .records
+            .iter()
+            .filter(|r| {
+                r.variant == variant
+                    && r.error.is_some()
+                    && self.workload_matches(r, workload)
+                    && self.counts(variant, r.repetition)
+            })
+            .count()
+    }
+
+    /// Repetitions of `variant` left out.
+    pub fn left_out(&self, variant: &str) -> usize {
+        self.left_out.iter().filter(|(v, _)| *v == variant).count()
+    }
+}

@@ -1,0 +1,556 @@
+//! `onionlab lab table`: one comparison table of a run, as the results
+//! pages show them.
+//!
+//! Rows are comparisons: each value of the compared matrix parameter
+//! against the baseline value under the same other parameters (a
+//! *condition*), per workload; or explicit pairs of variants (`--pair`).
+//! Per metric a row shows both medians and their ratio with a 95% interval
+//! and a p-value:
+//!
+//! - the interval is a paired cluster bootstrap over the repetitions both
+//!   variants have (`onionlab_stats::ratio_of_medians_clustered`):
+//!   transfers of one repetition share its network and are never treated
+//!   as independent draws; repetition r of every variant has the same
+//!   seed, so they are paired by repetition;
+//! - the p-value is a two-sided Mann-Whitney U test of the repetitions'
+//!   medians, adjusted for the number of comparisons in the table (Holm by
+//!   default, Benjamini-Hochberg with `--correction bh`);
+//! - a ratio is bold only where the adjusted p is below 0.05 *and* the
+//!   interval excludes 1, and never in a table from fewer than
+//!   [`FIRST_LOOK_BELOW`] repetitions (a "first look").
+//!
+//! The bootstrap's seed is fixed per cell (an FNV-1a hash of the metric,
+//! condition, workload and variant), so the same data gives the same
+//! table, byte for byte.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use onionlab_lab::rundata::RunData;
+use onionlab_stats::{
+    benjamini_hochberg_adjust, cluster_medians, holm_adjust, mann_whitney_u,
+    ratio_of_medians_clustered, RatioCi, BOOTSTRAP_RESAMPLES,
+};
+
+use crate::select::{params_of, MetricKind, Sample, Selection};
+use crate::{Error, Result};
+
+/// Tables from fewer repetitions than this are a "first look": nothing in
+/// them is bold.
+pub const FIRST_LOOK_BELOW: usize = 5;
+/// Significance level of the adjusted p-values.
+pub const ALPHA: f64 = 0.05;
+
+/// How p-values are adjusted for the number of comparisons in a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Correction {
+    /// Holm's step-down: the family-wise error rate.
+    Holm,
+    /// Benjamini-Hochberg: the false discovery rate, at 5%.
+    Bh,
+}
+
+/// What `lab table` shows (also what a results page's marker command
+/// parses to).
+#[derive(clap::Args, Debug, Clone)]
+pub struct TableArgs {
+    /// The run: a stored run (`docs/results/data/ID`) or a run directory.
+    pub run: PathBuf,
+    /// The matrix parameter compared (default: the scenario's `[report]
+    /// compare`, else `transport`).
+    #[arg(long)]
+    pub compare: Option<String>,
+    /// The value of `--compare` the others are compared with (default:
+    /// the scenario's `[report] baseline`, else `tls` for transport, else
+    /// its first value).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Instead of `--compare`: variant A against variant B (full labels,
+    /// as in records.jsonl); repeat for more rows.
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["compare", "baseline"])]
+    pub pair: Vec<String>,
+    /// Metrics, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ttfb,ttlb")]
+    pub metric: Vec<MetricKind>,
+    /// Only these workloads, comma-separated, in this order (default:
+    /// all, in the run's order).
+    #[arg(long, value_delimiter = ',')]
+    pub workload: Vec<String>,
+    /// Every workload of a variant counts as one, `all` (clients that do
+    /// the same thing).
+    #[arg(long)]
+    pub pool: bool,
+    /// Only variants with this matrix value (`PARAM=VALUE`, the names of
+    /// the full labels: `loss:guard-middle=1%`); repeatable.
+    #[arg(long = "where", value_name = "PARAM=VALUE")]
+    pub filter: Vec<String>,
+    /// Only repetitions made alone (`lab run --jobs 1`), not beside other
+    /// runs.
+    #[arg(long)]
+    pub alone: bool,
+    /// The adjustment for multiple comparisons.
+    #[arg(long, value_enum, default_value = "holm")]
+    pub correction: Correction,
+}
+
+/// One row: a comparison of variant `a` with variant `b`.
+struct Row {
+    /// The condition's values (one per condition column) or the pair.
+    labels: Vec<String>,
+    workload: Option<String>,
+    a: String,
+    b: String,
+}
+
+/// One metric's numbers in one row.
+struct Cell {
+    median_a: f64,
+    median_b: f64,
+    ratio: RatioCi,
+    p: f64,
+    repetitions: usize,
+}
+
+/// FNV-1a over the parts: the bootstrap seed of one cell.
+fn seed_of(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.bytes().chain([0u8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+fn table_err(data: &RunData, message: impl Into<String>) -> Error {
+    Error::Table {
+        run: data.source.display().to_string(),
+        message: message.into(),
+    }
+}
+
+/// The variants the filters keep, in the scenario's order.
+fn selected_variants(data: &RunData, args: &TableArgs) -> Result<Vec<String>> {
+    let mut wanted = Vec::new();
+    for f in &args.filter {
+        let (k, v) = f
+            .split_once('=')
+            .ok_or_else(|| table_err(data, format!("--where {f:?}: expected PARAM=VALUE")))?;
+        wanted.push((k.to_string(), v.to_string()));
+    }
+    let variants: Vec<String> = data
+        .variants()
+        .into_iter()
+        .filter(|v| {
+            let p = params_of(v);
+            wanted.iter().all(|w| p.contains(w))
+        })
+        .collect();
+    if variants.is_empty() {
+        return Err(table_err(data, "no variant of the run matches --where"));
+    }
+    Ok(variants)
+}
+
+/// The compared parameter and baseline: the arguments', else the
+/// scenario's design.
+fn compared(data: &RunData, args: &TableArgs, variants: &[String]) -> Result<(String, String)> {
+    let design = onionlab_lab::labels::design_of_run(&data.scenario_toml, &data.variants());
+    let from_design = design.compare.as_ref();
+    let param = args
+        .compare
+        .clone()
+        .or_else(|| from_design.map(|c| c.parameter.clone()))
+        .unwrap_or_else(|| "transport".into());
+    let values: Vec<String> = variants
+        .iter()
+        .filter_map(|v| params_of(v).into_iter().find(|(k, _)| *k == param))
+        .map(|(_, v)| v)
+        .collect();
+    if values.is_empty() {
+        return Err(table_err(
+            data,
+            format!("no variant has the matrix parameter {param:?} (--compare)"),
+        ));
+    }
+    let baseline = match (&args.baseline, from_design) {
+        (Some(b), _) => b.clone(),
+        (None, Some(c)) if c.parameter == param => c.baseline.clone(),
+        _ if param == "transport" && values.iter().any(|v| v == "tls") => "tls".into(),
+        _ => values[0].clone(),
+    };
+    if !values.contains(&baseline) {
+        return Err(table_err(
+            data,
+            format!("no variant has {param}={baseline} (the baseline)"),
+        ));
+    }
+    Ok((param, baseline))
+}
+
+/// Rows comparing each value of the compared parameter with the baseline,
+/// condition by condition; and the condition columns' names.
+fn condition_rows(
+    data: &RunData,
+    args: &TableArgs,
+    workloads: &[Option<String>],
+) -> Result<(Vec<String>, Vec<Row>)> {
+    let variants = selected_variants(data, args)?;
+    let (param, baseline) = compared(data, args, &variants)?;
+    let condition = |v: &str| -> Vec<(String, String)> {
+        params_of(v)
+            .into_iter()
+            .filter(|(k, _)| *k != param)
+            .collect()
+    };
+    // Condition columns: the parameters whose value varies among the
+    // selected variants.
+    let mut columns: Vec<String> = Vec::new();
+    for v in &variants {
+        for (k, val) in condition(v) {
+            let varies = variants
+                .iter()
+                .any(|o| params_of(o).iter().any(|(ok, ov)| *ok == k && *ov != val));
+            if varies && !columns.contains(&k) {
+                columns.push(k);
+            }
+        }
+    }
+    let value_of = |v: &str| params_of(v).into_iter().find(|(k, _)| *k == param);
+    let mut rows = Vec::new();
+    for b in variants
+        .iter()
+        .filter(|v| value_of(v).is_some_and(|(_, x)| x == baseline))
+    {
+        let cond = condition(b);
+        let labels: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                cond.iter()
+                    .find(|(k, _)| k == c)
+                    .map_or("-".into(), |(_, v)| v.clone())
+            })
+            .collect();
+        for w in workloads {
+            for a in variants
+                .iter()
+                .filter(|a| condition(a) == cond && *a != b && value_of(a).is_some())
+            {
+                rows.push(Row {
+                    labels: labels.clone(),
+                    workload: w.clone(),
+                    a: a.clone(),
+                    b: b.clone(),
+                });
+            }
+        }
+    }
+    for r in &mut rows {
+        r.labels
+            .push(value_of(&r.a).map(|(_, v)| v).unwrap_or_default());
+    }
+    columns.push(param);
+    if rows.is_empty() {
+        return Err(table_err(
+            data,
+            format!("no variant to compare with its {baseline} counterpart"),
+        ));
+    }
+    Ok((columns, rows))
+}
+
+/// Rows of explicit pairs.
+fn pair_rows(data: &RunData, args: &TableArgs, workloads: &[Option<String>]) -> Result<Vec<Row>> {
+    let variants = data.variants();
+    let mut rows = Vec::new();
+    for pair in args.pair.chunks(2) {
+        for v in pair {
+            if !variants.contains(v) {
+                return Err(table_err(data, format!("no variant {v:?} in the run")));
+            }
+        }
+        for w in workloads {
+            rows.push(Row {
+                labels: vec![pair[0].clone(), pair[1].clone()],
+                workload: w.clone(),
+                a: pair[0].clone(),
+                b: pair[1].clone(),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The numbers of one metric in one row; `None` without values on a side
+/// or a repetition in common.
+fn cell(sel: &Selection, metric: MetricKind, row: &Row) -> Result<Option<Cell>> {
+    let w = row.workload.as_deref();
+    let (a, b) = (sel.sample(metric, &row.a, w), sel.sample(metric, &row.b, w));
+    let common: BTreeSet<u32> = a
+        .repetition_set()
+        .intersection(&b.repetition_set())
+        .copied()
+        .collect();
+    if common.is_empty() {
+        return Ok(None);
+    }
+    let (a, b): (Sample, Sample) = (a.restricted_to(&common), b.restricted_to(&common));
+    let context = || format!("{} of {} against {}", metric.name(), row.a, row.b);
+    let stats = |source| Error::Stats {
+        context: context(),
+        source,
+    };
+    let seed = seed_of(&[metric.name(), w.unwrap_or("-"), &row.a, &row.b]);
+    let ratio =
+        ratio_of_medians_clustered(&a.values, &a.repetitions, &b.values, &b.repetitions, seed)
+            .map_err(stats)?;
+    let ma = cluster_medians(&a.values, &a.repetitions).map_err(stats)?;
+    let mb = cluster_medians(&b.values, &b.repetitions).map_err(stats)?;
+    let test = mann_whitney_u(&ma, &mb).map_err(stats)?;
+    Ok(Some(Cell {
+        median_a: onionlab_stats::median(&a.values).map_err(stats)?,
+        median_b: onionlab_stats::median(&b.values).map_err(stats)?,
+        ratio,
+        p: test.p_two_sided,
+        repetitions: common.len(),
+    }))
+}
+
+/// A number with three significant figures at most (no exponent).
+fn num(x: f64) -> String {
+    match x.abs() {
+        a if a >= 100.0 => format!("{x:.0}"),
+        a if a >= 10.0 => format!("{x:.1}"),
+        a if a >= 1.0 => format!("{x:.2}"),
+        _ => format!("{x:.3}"),
+    }
+}
+
+fn p_text(p: f64) -> String {
+    if p < 0.001 {
+        "< 0.001".into()
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+fn ci_text(r: &RatioCi) -> String {
+    let end = |x: f64| {
+        if x.is_finite() {
+            format!("{x:.2}")
+        } else {
+            "∞".into()
+        }
+    };
+    format!("[{}, {}]", end(r.ci95.0), end(r.ci95.1))
+}
+
+/// The workloads the rows cover (`None` for metrics per repetition).
+fn workloads_of(sel: &Selection, data: &RunData, args: &TableArgs) -> Result<Vec<Option<String>>> {
+    let per_rep = args.metric.iter().filter(|m| m.per_repetition()).count();
+    if per_rep > 0 && per_rep < args.metric.len() {
+        return Err(table_err(
+            data,
+            "metrics per repetition (relay-cpu, circuit-build) and per transfer go in separate tables",
+        ));
+    }
+    if per_rep > 0 {
+        return Ok(vec![None]);
+    }
+    let all = sel.workloads();
+    if args.workload.is_empty() {
+        return Ok(all.into_iter().map(Some).collect());
+    }
+    for w in &args.workload {
+        if !all.contains(w) {
+            return Err(table_err(
+                data,
+                format!("no workload {w:?} (the run has {})", all.join(", ")),
+            ));
+        }
+    }
+    Ok(args.workload.iter().cloned().map(Some).collect())
+}
+
+/// The table `args` asks for, as Markdown: the table, then a caption that
+/// names the run, its commit and repetitions and how to read the numbers.
+///
+/// # Errors
+///
+/// The run cannot be read, the arguments do not fit it, or a statistic
+/// fails.
+pub fn table(args: &TableArgs) -> Result<String> {
+    let data = RunData::load(&args.run)?;
+    table_of(&data, args)
+}
+
+/// [`table`] of data already read.
+///
+/// # Errors
+///
+/// As [`table`].
+pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
+    let sel = Selection::new(data, args.alone, args.pool);
+    let workloads = workloads_of(&sel, data, args)?;
+    let (columns, rows) = if args.pair.is_empty() {
+        condition_rows(data, args, &workloads)?
+    } else {
+        (
+            vec!["A".into(), "B".into()],
+            pair_rows(data, args, &workloads)?,
+        )
+    };
+    let mut cells = Vec::new();
+    for row in &rows {
+        for &m in &args.metric {
+            cells.push(cell(&sel, m, row)?);
+        }
+    }
+    let raw_p: Vec<f64> = cells.iter().flatten().map(|c| c.p).collect();
+    let adjusted = match args.correction {
+        Correction::Holm => holm_adjust(&raw_p),
+        Correction::Bh => benjamini_hochberg_adjust(&raw_p),
+    }
+    .map_err(|source| Error::Stats {
+        context: "adjusting p-values".into(),
+        source,
+    })?;
+    let done = data.repetitions_done();
+    let first_look = done < FIRST_LOOK_BELOW;
+
+    let mut out = String::new();
+    let mut head: Vec<String> = columns.clone();
+    if workloads.iter().any(Option::is_some) {
+        head.push("workload".into());
+    }
+    head.push("reps".into());
+    let b_name = |r: &Row| r.b.clone();
+    let baseline_name = if args.pair.is_empty() {
+        rows.first()
+            .map(|r| {
+                params_of(&b_name(r))
+                    .into_iter()
+                    .find(|(k, _)| Some(k) == columns.last())
+                    .map_or_else(String::new, |(_, v)| v)
+            })
+            .unwrap_or_default()
+    } else {
+        "B".into()
+    };
+    for m in &args.metric {
+        head.push(format!("{} {} ({baseline_name})", m.title(), m.unit()));
+        head.push(format!("{} ratio [95% CI]", m.title()));
+        head.push("p adj.".into());
+    }
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
+    let mut adjusted = adjusted.into_iter();
+    let mut cells = cells.into_iter();
+    let mut bold_count = 0;
+    for row in &rows {
+        let mut line = row.labels.clone();
+        if let Some(w) = &row.workload {
+            line.push(w.clone());
+        }
+        let mut reps = 0;
+        let mut parts = Vec::new();
+        for _ in &args.metric {
+            match cells.next().flatten() {
+                None => parts.extend(["-".to_string(), "-".into(), "-".into()]),
+                Some(c) => {
+                    let p = adjusted.next().unwrap_or(1.0);
+                    reps = reps.max(c.repetitions);
+                    let excludes_one = c.ratio.ci95.0 > 1.0 || c.ratio.ci95.1 < 1.0;
+                    let bold = !first_look && p < ALPHA && excludes_one;
+                    bold_count += usize::from(bold);
+                    let ratio = format!("{:.2}", c.ratio.ratio);
+                    let ratio = if bold { format!("**{ratio}**") } else { ratio };
+                    parts.push(format!("{} ({})", num(c.median_a), num(c.median_b)));
+                    parts.push(format!("{ratio} {}", ci_text(&c.ratio)));
+                    parts.push(p_text(p));
+                }
+            }
+        }
+        line.push(reps.to_string());
+        line.extend(parts);
+        let _ = writeln!(out, "| {} |", line.join(" | "));
+    }
+    out.push('\n');
+    out.push_str(&caption(data, args, &sel, &rows, raw_p.len(), bold_count));
+    Ok(out)
+}
+
+/// The lines under a table: which run, how the numbers were made, what
+/// was left out.
+fn caption(
+    data: &RunData,
+    args: &TableArgs,
+    sel: &Selection,
+    rows: &[Row],
+    comparisons: usize,
+    bold: usize,
+) -> String {
+    let done = data.repetitions_done();
+    let mut variants: Vec<&str> = Vec::new();
+    for r in rows {
+        for v in [&r.a, &r.b] {
+            if !variants.contains(&v.as_str()) {
+                variants.push(v);
+            }
+        }
+    }
+    let failed: usize = rows
+        .iter()
+        .flat_map(|r| [(&r.a, &r.workload), (&r.b, &r.workload)])
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .map(|(v, w)| sel.failed(v, w.as_deref()))
+        .sum();
+    let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
+    let correction = match args.correction {
+        Correction::Holm => "Holm-adjusted",
+        Correction::Bh => "Benjamini-Hochberg-adjusted (false discovery rate 5%)",
+    };
+    let mut out = format!(
+        "Run `{}` (scenario `{}`, {done} of {} planned repetitions), commit {}. \
+         Medians, A (baseline); ratio of medians A/baseline with a 95% paired \
+         cluster-bootstrap interval over repetitions ({BOOTSTRAP_RESAMPLES} resamples); \
+         p: Mann-Whitney U of repetition medians, {correction} over the {comparisons} \
+         comparisons of this table. ",
+        data.id(),
+        data.scenario_name(),
+        data.planned_repetitions(),
+        data.commits().join(", "),
+    );
+    if done < FIRST_LOOK_BELOW {
+        out.push_str(&format!(
+            "**First look**: fewer than {FIRST_LOOK_BELOW} repetitions, nothing is bold.",
+        ));
+    } else {
+        out.push_str(&format!(
+            "Bold ({bold}): adjusted p < {ALPHA} and the interval excludes 1."
+        ));
+    }
+    let mut left = Vec::new();
+    if failed > 0 {
+        left.push(format!("{failed} failed transfers"));
+    }
+    if saturated > 0 {
+        let why = if args.alone {
+            "on a saturated CPU or beside other runs"
+        } else {
+            "on a saturated CPU"
+        };
+        left.push(format!("{saturated} repetitions {why}"));
+    }
+    if !left.is_empty() {
+        out.push_str(&format!(" Left out: {}.", left.join(", ")));
+    }
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests;
