@@ -106,7 +106,7 @@ pub(crate) fn render(a: &Analysis) -> String {
         if !findings.is_empty() {
             let _ = writeln!(
                 out,
-                "<p>Median ratios with 95% bootstrap intervals and Mann–Whitney p-values; ✱: p &lt; {ALPHA}; bold: p &lt; {ALPHA} and the interval excludes 1 (the two tests can disagree: the U test compares whole distributions, the interval the medians). Where a workload has several transfers in a repetition, both are by repetition (see How the numbers were computed).</p>"
+                "<p>Median ratios with 95% bootstrap intervals and Mann–Whitney p-values, Holm-adjusted over each table's comparisons; ✱: adjusted p &lt; {ALPHA}; bold: adjusted p &lt; {ALPHA} and the interval excludes 1 (the two tests can disagree: the U test compares whole distributions, the interval the medians). Where a workload has several transfers in a repetition, both are by repetition (see How the numbers were computed).</p>"
             );
         }
         if !input.findings.is_empty() {

@@ -81,7 +81,7 @@ pub(crate) fn render(a: &Analysis) -> String {
         if !findings.is_empty() {
             let _ = writeln!(
                 out,
-                "Median ratios with 95% bootstrap intervals and Mann–Whitney p-values; ✱: p < {0}; bold: p < {0} and the interval excludes 1 (the two tests can disagree: the U test compares whole distributions, the interval the medians). Where a workload has several transfers in a repetition, both are by repetition (see How the numbers were computed).\n",
+                "Median ratios with 95% bootstrap intervals and Mann–Whitney p-values, Holm-adjusted over each table's comparisons; ✱: adjusted p < {0}; bold: adjusted p < {0} and the interval excludes 1 (the two tests can disagree: the U test compares whole distributions, the interval the medians). Where a workload has several transfers in a repetition, both are by repetition (see How the numbers were computed).\n",
                 crate::tables::ALPHA
             );
         }

@@ -164,24 +164,25 @@ pub(crate) fn legend_table(a: &Analysis) -> Option<Table> {
     })
 }
 
-/// One findings cell: the ratio, its interval and the p-value. ✱ marks
+/// One findings cell: the ratio, its interval and the p-value adjusted
+/// for the table's comparisons (`p_adjusted`, Holm). ✱ marks an adjusted
 /// p < [`ALPHA`]; the cell is bold only when the median ratio's interval
 /// also excludes 1. The two tests ask different questions (the U test
 /// whether one distribution tends to lie above the other, the interval
 /// where the ratio of medians lies), so they can disagree, and a bold cell
 /// must not read as a decided ratio whose interval includes 1.
-fn finding_cell(c: &Comparison) -> Cell {
-    let significant = c.test.p_two_sided < ALPHA;
+fn finding_cell(c: &Comparison, p_adjusted: f64) -> Cell {
+    let significant = p_adjusted < ALPHA;
     let flag = if significant { " ✱" } else { "" };
     let interval_excludes_one = c
         .ratio
         .as_ref()
         .is_ok_and(|r| r.ci95.0 > 1.0 || r.ci95.1 < 1.0);
-    let p = p_value(c.test.p_two_sided);
+    let p = p_value(p_adjusted);
     let p = if p.starts_with('<') {
-        format!("p {p}")
+        format!("p adj. {p}")
     } else {
-        format!("p = {p}")
+        format!("p adj. = {p}")
     };
     let text = match &c.ratio {
         Ok(r) => format!("{} {}, {p}{flag}", ratio(r.ratio), ratio_interval(r.ci95)),
@@ -191,6 +192,14 @@ fn finding_cell(c: &Comparison) -> Cell {
         text,
         strong: significant && interval_excludes_one,
     }
+}
+
+/// Holm-adjusted p-values of a findings table's comparisons, in the order
+/// the table shows them (conditions, then compared values).
+fn adjusted_p_values<'m>(comparisons: impl Iterator<Item = &'m Comparison>) -> Vec<f64> {
+    let raw: Vec<f64> = comparisons.map(|c| c.test.p_two_sided).collect();
+    // p-values are in [0, 1] by construction; fall back to the raw ones.
+    onionlab_stats::holm_adjust(&raw).unwrap_or(raw)
 }
 
 /// A findings table of one headline metric: one row per condition with
@@ -219,10 +228,18 @@ pub(crate) fn findings_table(a: &Analysis, m: &MetricAnalysis) -> Option<Table> 
     let mut numeric = vec![false, true];
     numeric.extend(vec![false; l.groups.len() - 1]);
     let has_data = |i: &Option<usize>| i.is_some_and(|i| m.rows[i].summary.is_some());
-    let rows: Vec<Vec<Cell>> = l
-        .conditions
-        .iter()
-        .filter(|c| c.members.iter().any(has_data))
+    let shown = || {
+        l.conditions
+            .iter()
+            .filter(|c| c.members.iter().any(has_data))
+    };
+    let mut adjusted = adjusted_p_values(
+        shown()
+            .flat_map(|c| c.members[1..].iter())
+            .filter_map(|member| member.and_then(|i| m.rows[i].vs_baseline.as_ref())),
+    )
+    .into_iter();
+    let rows: Vec<Vec<Cell>> = shown()
         .map(|c| {
             let mut cells = vec![Cell::plain(c.label.clone())];
             cells.push(Cell::plain(
@@ -234,7 +251,7 @@ pub(crate) fn findings_table(a: &Analysis, m: &MetricAnalysis) -> Option<Table> 
                 let cell = match member.map(|i| &m.rows[i]) {
                     None => Cell::plain("not run"),
                     Some(row) => match &row.vs_baseline {
-                        Some(cmp) => finding_cell(cmp),
+                        Some(cmp) => finding_cell(cmp, adjusted.next().unwrap_or(1.0)),
                         None if row.summary.is_none() => Cell::plain("no data"),
                         None => Cell::plain(DASH),
                     },
@@ -430,7 +447,7 @@ pub(crate) fn method_notes(a: &Analysis) -> Vec<String> {
             onionlab_stats::BOOTSTRAP_RESAMPLES
         ),
         format!(
-            "Mann–Whitney U test, two-sided, {against}: exact p without ties for at most {} values in all, otherwise the normal approximation with tie and continuity corrections. ✱ marks p < {ALPHA}; the {comparisons} comparison(s) in this report are not corrected for multiple testing.",
+            "Mann–Whitney U test, two-sided, {against}: exact p without ties for at most {} values in all, otherwise the normal approximation with tie and continuity corrections. In the findings tables the p-values are Holm-adjusted over the comparisons of each table (family-wise error rate), and ✱ and bold use the adjusted p; the per-variant tables show the raw p ({comparisons} comparison(s) in this report).",
             onionlab_stats::EXACT_MAX_TOTAL
         ),
         by_repetition_note(a),
@@ -462,21 +479,33 @@ mod tests {
 
     #[test]
     fn a_finding_is_bold_only_when_the_u_test_and_the_interval_agree() {
-        let both = finding_cell(&comparison(0.01, (0.90, 0.98)));
+        let cell = |c: &Comparison| finding_cell(c, c.test.p_two_sided);
+        let both = cell(&comparison(0.01, (0.90, 0.98)));
         assert!(both.strong && both.text.contains('✱'), "{}", both.text);
         // p < 0.05 but the ratio's interval includes 1: starred, not bold.
-        let p_only = finding_cell(&comparison(0.043, (0.759, 1.026)));
+        let p_only = cell(&comparison(0.043, (0.759, 1.026)));
         assert!(
             !p_only.strong && p_only.text.contains('✱'),
             "{}",
             p_only.text
         );
-        let interval_only = finding_cell(&comparison(0.2, (1.01, 1.2)));
+        let interval_only = cell(&comparison(0.2, (1.01, 1.2)));
         assert!(!interval_only.strong && !interval_only.text.contains('✱'));
-        let no_ratio = finding_cell(&Comparison {
+        let no_ratio = cell(&Comparison {
             ratio: Err("no data".into()),
             ..comparison(0.01, (0.0, 0.0))
         });
         assert!(!no_ratio.strong && no_ratio.text.contains('✱'));
+    }
+
+    #[test]
+    fn findings_are_decided_on_the_adjusted_p() {
+        // Raw p = 0.01, but 8 comparisons: Holm makes it 0.08.
+        let c = comparison(0.01, (0.90, 0.98));
+        let adjusted = adjusted_p_values(std::iter::repeat_n(&c, 8));
+        assert!((adjusted[0] - 0.08).abs() < 1e-12);
+        let cell = finding_cell(&c, adjusted[0]);
+        assert!(!cell.strong && !cell.text.contains('✱'), "{}", cell.text);
+        assert!(cell.text.contains("p adj. = 0.08"), "{}", cell.text);
     }
 }

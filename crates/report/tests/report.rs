@@ -476,7 +476,7 @@ fn findings_compare_each_variant_with_the_baseline_of_its_condition() {
     );
     assert!(md.contains("| loss 0% | 109.5 | 1.000 \\["), "{md}");
     assert!(md.contains("| loss 1% | 209.5 | **1.955 \\["), "{md}");
-    assert!(md.contains("p \\< 0.0001 ✱**"), "{md}");
+    assert!(md.contains("p adj. \\< 0.0001 ✱**"), "{md}");
     // The metric table compares with the same condition's baseline too.
     assert!(md.contains("| quic, loss 1% | 20 | 409.5 |"), "{md}");
     assert!(

@@ -11,6 +11,9 @@
 //! <!-- end generated -->
 //! ```
 //!
+//! Markers count only at the start of a line and outside fenced code
+//! blocks (so a page can show one in a code block).
+//!
 //! A table whose run is lost and not yet run again carries a visible line
 //! that starts with `> **Data lost**` (naming the run and commit); the
 //! check counts and lists those lines, and never passes a generated block
@@ -85,10 +88,22 @@ pub fn parse_page(path: &Path, text: &str) -> Result<Page> {
     let mut lost = Vec::new();
     let mut open: Option<(usize, String, usize)> = None;
     let mut offset = 0;
+    let mut in_fence = false;
     for (i, line) in text.split_inclusive('\n').enumerate() {
         let n = i + 1;
         let trimmed = line.trim();
-        if let Some(rest) = trimmed.strip_prefix(BEGIN) {
+        // Markers count at the start of a line outside fenced code, so a
+        // page can show one in a code block.
+        if trimmed.starts_with("```") {
+            in_fence = !in_fence;
+        }
+        let marker = !in_fence && !line.starts_with(char::is_whitespace);
+        if !marker {
+            // Not a marker: a data-lost line may be indented (in a list).
+            if !in_fence && trimmed.starts_with(DATA_LOST) {
+                lost.push((n, trimmed.to_string()));
+            }
+        } else if let Some(rest) = trimmed.strip_prefix(BEGIN) {
             if let Some((at, _, _)) = open {
                 return Err(marker_err(
                     path,
@@ -128,13 +143,14 @@ pub fn parse_page(path: &Path, text: &str) -> Result<Page> {
     })
 }
 
-/// The block's table, made again from its run (paths relative to `root`).
+/// The arguments of a marker's command (`onionlab lab table ...`), as
+/// `lab table` would parse them.
 ///
 /// # Errors
 ///
-/// The command is not `onionlab lab table ...` or its arguments are
-/// wrong; the table cannot be made (the run is missing, changed...).
-pub fn generate(root: &Path, page: &Path, block: &Block) -> Result<String> {
+/// The command cannot be split, is not `onionlab lab table ...`, or its
+/// arguments are wrong: each an error at the block's line.
+pub fn parse_command(page: &Path, block: &Block) -> Result<TableArgs> {
     let words = shell_words::split(&block.command)
         .map_err(|e| marker_err(page, block.line, format!("cannot split the command: {e}")))?;
     if words.len() < COMMAND.len() || words[..COMMAND.len()] != COMMAND {
@@ -144,12 +160,23 @@ pub fn generate(root: &Path, page: &Path, block: &Block) -> Result<String> {
             format!("the command must start with `{}`", COMMAND.join(" ")),
         ));
     }
-    let mut parsed = MarkerCommand::try_parse_from(&words[COMMAND.len()..])
-        .map_err(|e| marker_err(page, block.line, e.to_string()))?;
-    if parsed.args.run.is_relative() {
-        parsed.args.run = root.join(&parsed.args.run);
+    MarkerCommand::try_parse_from(&words[COMMAND.len()..])
+        .map(|c| c.args)
+        .map_err(|e| marker_err(page, block.line, e.to_string()))
+}
+
+/// The block's table, made again from its run (paths relative to `root`).
+///
+/// # Errors
+///
+/// As [`parse_command`]; the table cannot be made (the run is missing,
+/// changed...).
+pub fn generate(root: &Path, page: &Path, block: &Block) -> Result<String> {
+    let mut args = parse_command(page, block)?;
+    if args.run.is_relative() {
+        args.run = root.join(&args.run);
     }
-    table(&parsed.args)
+    table(&args)
 }
 
 /// The pages a check covers under `root`: `README.md` and every Markdown

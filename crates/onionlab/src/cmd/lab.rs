@@ -185,7 +185,7 @@ fn print_findings(text: &str) {
     if tables.is_empty() {
         return;
     }
-    println!("\nFindings (median ratio against the baseline of the same condition [95% CI], Mann-Whitney p; ✱: p < 0.05):\n");
+    println!("\nFindings (median ratio against the baseline of the same condition [95% CI], Mann-Whitney p Holm-adjusted over each table's comparisons; ✱: adjusted p < 0.05):\n");
     for t in tables.iter().take(TERMINAL_FINDINGS) {
         println!("{t}\n");
     }

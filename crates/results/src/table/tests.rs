@@ -1,1 +1,275 @@
+use std::path::PathBuf;
 
+use clap::Parser;
+use onionlab_lab::agent::TransferRecord;
+use onionlab_lab::journal::Segment;
+use onionlab_lab::run::RepetitionRecord;
+use onionlab_lab::rundata::RunData;
+use onionlab_stats::{ratio_of_medians, ratio_of_medians_clustered};
+
+use super::*;
+
+const SCENARIO: &str = r#"name = "synthetic"
+topology = "t.toml"
+repetitions = 8
+[matrix]
+"loss:guard-middle" = ["0%", "1%"]
+transport = ["tls", "quic"]
+"#;
+
+fn label(loss: &str, transport: &str) -> String {
+    format!("loss:guard-middle={loss} transport={transport}")
+}
+
+/// A run: per variant and repetition, `per_rep` transfers of the workloads
+/// `light` and `bulk`, with TTLB = base x factor x the repetition's own
+/// effect (up to `1 + spread`) x a small spread within it.
+fn run_with(
+    reps: u32,
+    per_rep: u32,
+    spread: f64,
+    effect: impl Fn(&str, &str, &str) -> f64,
+) -> RunData {
+    let mut records = Vec::new();
+    let mut repetitions = Vec::new();
+    for rep in 0..reps {
+        // Each repetition's network is its own.
+        let rep_effect = 1.0 + spread * f64::from((rep * 7) % 5) / 4.0;
+        for loss in ["0%", "1%"] {
+            for transport in ["tls", "quic"] {
+                let variant = label(loss, transport);
+                for w in ["light", "bulk"] {
+                    for i in 0..per_rep {
+                        let within = 1.0 + 0.01 * f64::from(i);
+                        let ttlb = 100.0 * effect(loss, transport, w) * rep_effect * within;
+                        records.push(TransferRecord {
+                            workload: w.into(),
+                            kind: "download".into(),
+                            index: i,
+                            size: 10 * 1024,
+                            ttfb_ms: Some(ttlb / 4.0),
+                            ttlb_ms: Some(ttlb),
+                            variant: variant.clone(),
+                            repetition: rep,
+                            ..TransferRecord::default()
+                        });
+                    }
+                }
+                repetitions.push(RepetitionRecord {
+                    variant: variant.clone(),
+                    repetition: rep,
+                    jobs: 1,
+                    ..RepetitionRecord::default()
+                });
+            }
+        }
+    }
+    RunData {
+        source: PathBuf::from("/synthetic/run-1"),
+        manifest: None,
+        scenario_toml: SCENARIO.into(),
+        records,
+        repetitions,
+        segments: vec![Segment {
+            commit: "0123456789ab".into(),
+            ..Segment::default()
+        }],
+    }
+}
+
+/// [`run_with`] with a weak repetition effect (5%).
+fn run(reps: u32, per_rep: u32, effect: impl Fn(&str, &str, &str) -> f64) -> RunData {
+    run_with(reps, per_rep, 0.05, effect)
+}
+
+/// QUIC 20% faster under loss for the light client, the same otherwise.
+fn quic_helps_light_under_loss(loss: &str, transport: &str, w: &str) -> f64 {
+    if loss == "1%" && transport == "quic" && w == "light" {
+        0.8
+    } else {
+        1.0
+    }
+}
+
+#[derive(Parser)]
+struct Cmd {
+    #[command(flatten)]
+    args: TableArgs,
+}
+
+fn args(extra: &[&str]) -> TableArgs {
+    let mut words = vec!["table", "/synthetic/run-1"];
+    words.extend_from_slice(extra);
+    Cmd::parse_from(words).args
+}
+
+#[test]
+fn rows_compare_each_transport_with_its_baseline_condition() {
+    let data = run(8, 2, quic_helps_light_under_loss);
+    let t = table_of(&data, &args(&["--metric", "ttlb"])).unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines[0],
+        "| loss:guard-middle | transport | workload | reps | TTLB ms (tls) | TTLB ratio [95% CI] | p adj. |"
+    );
+    // 2 conditions x 2 workloads, one row each (quic against tls).
+    let rows: Vec<&str> = lines[2..]
+        .iter()
+        .take_while(|l| l.starts_with('|'))
+        .copied()
+        .collect();
+    assert_eq!(rows.len(), 4, "{t}");
+    assert!(
+        rows[0].starts_with("| 0% | quic | light | 8 | "),
+        "{}",
+        rows[0]
+    );
+    let light_loss = rows
+        .iter()
+        .find(|r| r.starts_with("| 1% | quic | light"))
+        .unwrap();
+    // 0.8 exactly (the repetition effect cancels in the pairing), bold:
+    // every repetition's QUIC median is below every TLS one.
+    assert!(light_loss.contains("**0.80** [0.80, 0.80]"), "{light_loss}");
+    let bulk_loss = rows
+        .iter()
+        .find(|r| r.starts_with("| 1% | quic | bulk"))
+        .unwrap();
+    assert!(
+        bulk_loss.contains("| 1.00 [1.00, 1.00] | 1.000 |"),
+        "{bulk_loss}"
+    );
+    assert!(t.contains(
+        "Run `run-1` (scenario `synthetic`, 8 of 8 planned repetitions), commit 0123456789ab."
+    ));
+    assert!(t.contains("Holm-adjusted over the 4 comparisons"), "{t}");
+    assert!(t.contains("Bold (1)"), "{t}");
+    // Byte-stable: the same data gives the same table.
+    assert_eq!(t, table_of(&data, &args(&["--metric", "ttlb"])).unwrap());
+}
+
+#[test]
+fn fewer_than_five_repetitions_are_a_first_look_without_bold() {
+    let data = run(3, 2, quic_helps_light_under_loss);
+    let t = table_of(&data, &args(&[])).unwrap();
+    assert!(!t.contains("**0."), "{t}");
+    assert!(t.contains("**First look**"), "{t}");
+}
+
+#[test]
+fn holm_takes_the_number_of_comparisons_into_account() {
+    // Eight repetitions, a clear effect in one cell: alone its U test gives
+    // p ≈ 8.7e-4 (every QUIC median below every TLS one; the repetitions'
+    // tied values make it the normal approximation); with the other
+    // metrics and workloads in the table it is multiplied by the number of
+    // comparisons (Holm: 8 for the smallest).
+    let data = run(8, 1, quic_helps_light_under_loss);
+    let one = table_of(
+        &data,
+        &args(&[
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--where",
+            "loss:guard-middle=1%",
+        ]),
+    )
+    .unwrap();
+    assert!(one.contains("over the 1 comparisons"), "{one}");
+    assert!(one.contains("| < 0.001 |"), "{one}");
+    let many = table_of(&data, &args(&["--metric", "ttfb,ttlb"])).unwrap();
+    assert!(many.contains("over the 8 comparisons"), "{many}");
+    // 8 x 8.7e-4 = 0.007: still significant, no longer below 0.001.
+    assert!(many.contains("**0.80** [0.80, 0.80] | 0.007 |"), "{many}");
+    let bh = table_of(
+        &data,
+        &args(&["--metric", "ttfb,ttlb", "--correction", "bh"]),
+    )
+    .unwrap();
+    assert!(bh.contains("Benjamini-Hochberg"), "{bh}");
+}
+
+#[test]
+fn the_interval_by_repetition_is_wider_than_by_transfer_with_a_repetition_effect() {
+    // Light, 1% loss, QUIC against TLS: 6 transfers per repetition, a
+    // strong repetition effect. By transfer the 48 values look like 48
+    // independent draws; by repetition there are 8.
+    let data = run_with(8, 6, 0.6, |loss, t, w| {
+        // No pairing benefit: QUIC's repetition effect is reversed.
+        if loss == "1%" && t == "quic" && w == "light" {
+            0.9
+        } else {
+            1.0
+        }
+    });
+    let sel = Selection::new(&data, false, false);
+    let a = sel.sample(MetricKind::Ttlb, &label("1%", "quic"), Some("light"));
+    // Scramble the pairing: TLS's repetitions in reverse order.
+    let mut b = sel.sample(MetricKind::Ttlb, &label("1%", "tls"), Some("light"));
+    b.repetitions.iter_mut().for_each(|r| *r = 7 - *r);
+    let by_value = ratio_of_medians(&a.values, &b.values, 1).unwrap();
+    let by_rep =
+        ratio_of_medians_clustered(&a.values, &a.repetitions, &b.values, &b.repetitions, 1)
+            .unwrap();
+    let width = |r: &RatioCi| r.ci95.1 - r.ci95.0;
+    assert!(
+        width(&by_rep) > 1.2 * width(&by_value),
+        "by repetition {by_rep:?}, by transfer {by_value:?}"
+    );
+}
+
+#[test]
+fn failed_transfers_and_saturated_repetitions_are_left_out_and_counted() {
+    let mut data = run(6, 1, quic_helps_light_under_loss);
+    data.records[0].error = Some("timed out".into());
+    data.records[0].ttlb_ms = None;
+    let v = data.records[0].variant.clone();
+    for r in data.repetitions.iter_mut().filter(|r| r.repetition == 5) {
+        r.cpu_saturated = true;
+    }
+    let t = table_of(&data, &args(&["--workload", "light"])).unwrap();
+    assert!(
+        t.contains("Left out: 1 failed transfers, 4 repetitions on a saturated CPU."),
+        "{t}"
+    );
+    let sel = Selection::new(&data, false, false);
+    assert_eq!(
+        sel.sample(MetricKind::Ttlb, &v, Some("light")).values.len(),
+        4
+    );
+}
+
+#[test]
+fn pairs_pool_and_metrics_per_repetition() {
+    let data = run(6, 2, quic_helps_light_under_loss);
+    let a = label("1%", "quic");
+    let b = label("0%", "tls");
+    let t = table_of(
+        &data,
+        &args(&["--pair", &a, &b, "--pool", "--metric", "ttlb"]),
+    )
+    .unwrap();
+    assert!(
+        t.starts_with("| A | B | workload | reps | TTLB ms (B) |"),
+        "{t}"
+    );
+    assert!(t.contains(&format!("| {a} | {b} | all | 6 |")), "{t}");
+    let e = table_of(&data, &args(&["--metric", "ttlb,relay-cpu"])).unwrap_err();
+    assert!(e.to_string().contains("separate tables"), "{e}");
+    // No relay CPU recorded in the synthetic run: every cell is "-".
+    let cpu = table_of(&data, &args(&["--metric", "relay-cpu"])).unwrap();
+    assert!(cpu.contains("| 0% | quic | 0 | - | - | - |"), "{cpu}");
+}
+
+#[test]
+fn arguments_that_do_not_fit_the_run_are_named() {
+    let data = run(5, 1, quic_helps_light_under_loss);
+    let err = |extra: &[&str]| table_of(&data, &args(extra)).unwrap_err().to_string();
+    assert!(err(&["--workload", "video"]).contains("no workload \"video\""));
+    assert!(err(&["--baseline", "pctcp"]).contains("transport=pctcp"));
+    assert!(err(&["--compare", "scheduler"]).contains("\"scheduler\""));
+    assert!(err(&["--where", "loss:guard-middle=5%"]).contains("no variant"));
+    assert!(err(&["--where", "oops"]).contains("PARAM=VALUE"));
+    assert!(err(&["--pair", "transport=x", "transport=y"]).contains("no variant"));
+}
