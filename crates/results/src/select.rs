@@ -29,6 +29,9 @@ pub enum MetricKind {
     RelayCpu,
     /// Circuit build times the clients saw (ms), per repetition.
     CircuitBuild,
+    /// IP bytes on the clients' access links per payload byte, per
+    /// repetition.
+    WireOverhead,
 }
 
 impl MetricKind {
@@ -43,6 +46,7 @@ impl MetricKind {
             MetricKind::ProbeDelay => "delay",
             MetricKind::RelayCpu => "relay CPU",
             MetricKind::CircuitBuild => "circuit build",
+            MetricKind::WireOverhead => "wire bytes",
         }
     }
 
@@ -52,6 +56,7 @@ impl MetricKind {
             MetricKind::Goodput => "MiB/s",
             MetricKind::TimePerKib => "ms/KiB",
             MetricKind::RelayCpu => "ms/MiB",
+            MetricKind::WireOverhead => "per payload byte",
             _ => "ms",
         }
     }
@@ -59,7 +64,10 @@ impl MetricKind {
     /// Whether it is measured per repetition (not per transfer of a
     /// workload).
     pub fn per_repetition(self) -> bool {
-        matches!(self, MetricKind::RelayCpu | MetricKind::CircuitBuild)
+        matches!(
+            self,
+            MetricKind::RelayCpu | MetricKind::CircuitBuild | MetricKind::WireOverhead
+        )
     }
 
     /// The name the command line uses.
@@ -73,6 +81,7 @@ impl MetricKind {
             MetricKind::ProbeDelay => "probe-delay",
             MetricKind::RelayCpu => "relay-cpu",
             MetricKind::CircuitBuild => "circuit-build",
+            MetricKind::WireOverhead => "wire-overhead",
         }
     }
 
@@ -99,7 +108,52 @@ impl MetricKind {
                 vec![cpu * 1e3 / (r.payload_bytes as f64 / 1_048_576.0)]
             }
             MetricKind::CircuitBuild => r.circuit_build_ms.clone(),
+            MetricKind::WireOverhead => r.wire_overhead.into_iter().collect(),
             _ => Vec::new(),
+        }
+    }
+}
+
+/// How a repetition's values of a metric become one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Aggregate {
+    /// The smallest (the slowest client's goodput).
+    Min,
+    /// The largest (the slowest client's download time).
+    Max,
+    /// The median.
+    Median,
+    /// The mean.
+    Mean,
+    /// The sum (the network's throughput over its streams).
+    Sum,
+    /// The 95th percentile (type 7).
+    P95,
+}
+
+impl Aggregate {
+    /// The name the command line uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregate::Min => "min",
+            Aggregate::Max => "max",
+            Aggregate::Median => "median",
+            Aggregate::Mean => "mean",
+            Aggregate::Sum => "sum",
+            Aggregate::P95 => "p95",
+        }
+    }
+
+    fn of(self, values: &[f64]) -> f64 {
+        let sorted = onionlab_stats::sorted(values).unwrap_or_default();
+        let q = |p| onionlab_stats::quantile(&sorted, p).unwrap_or(f64::NAN);
+        match self {
+            Aggregate::Min => sorted.first().copied().unwrap_or(f64::NAN),
+            Aggregate::Max => sorted.last().copied().unwrap_or(f64::NAN),
+            Aggregate::Median => q(0.5),
+            Aggregate::Mean => onionlab_stats::mean(values).unwrap_or(f64::NAN),
+            Aggregate::Sum => values.iter().sum(),
+            Aggregate::P95 => q(0.95),
         }
     }
 }
@@ -149,6 +203,28 @@ impl Sample {
     /// The repetitions it has values of.
     pub fn repetition_set(&self) -> BTreeSet<u32> {
         self.repetitions.iter().copied().collect()
+    }
+
+    /// One value per repetition, `agg` of its values; the repetitions in
+    /// `left_out` (a failed transfer would bias a minimum or a sum) are
+    /// left out.
+    pub fn per_repetition(&self, agg: Aggregate, left_out: &BTreeSet<u32>) -> Sample {
+        let mut out = Sample::default();
+        for rep in self.repetition_set().difference(left_out) {
+            let values: Vec<f64> = self
+                .values
+                .iter()
+                .zip(&self.repetitions)
+                .filter(|(_, r)| *r == rep)
+                .map(|(v, _)| *v)
+                .collect();
+            let v = agg.of(&values);
+            if v.is_finite() {
+                out.values.push(v);
+                out.repetitions.push(*rep);
+            }
+        }
+        out
     }
 }
 
@@ -238,6 +314,22 @@ impl<'a> Selection<'a> {
                     && self.counts(variant, r.repetition)
             })
             .count()
+    }
+
+    /// Repetitions of `variant` that count and have a failed transfer (of
+    /// `workload`).
+    pub fn failed_repetitions(&self, variant: &str, workload: Option<&str>) -> BTreeSet<u32> {
+        self.data
+            .records
+            .iter()
+            .filter(|r| {
+                r.variant == variant
+                    && r.error.is_some()
+                    && self.workload_matches(r, workload)
+                    && self.counts(variant, r.repetition)
+            })
+            .map(|r| r.repetition)
+            .collect()
     }
 
     /// Repetitions of `variant` left out.

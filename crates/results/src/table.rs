@@ -29,11 +29,11 @@ use std::path::PathBuf;
 
 use onionlab_lab::rundata::RunData;
 use onionlab_stats::{
-    benjamini_hochberg_adjust, cluster_medians, holm_adjust, mann_whitney_u,
-    ratio_of_medians_clustered, RatioCi, BOOTSTRAP_RESAMPLES,
+    benjamini_hochberg_adjust, cluster_medians, holm_adjust, mann_whitney_u, ratio_clustered,
+    Center, RatioCi, BOOTSTRAP_RESAMPLES,
 };
 
-use crate::select::{params_of, MetricKind, Sample, Selection};
+use crate::select::{params_of, Aggregate, MetricKind, Sample, Selection};
 use crate::{Error, Result};
 
 /// Tables from fewer repetitions than this are a "first look": nothing in
@@ -49,6 +49,31 @@ pub enum Correction {
     Holm,
     /// Benjamini-Hochberg: the false discovery rate, at 5%.
     Bh,
+}
+
+/// What a ratio compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CenterArg {
+    /// Medians (robust).
+    Median,
+    /// Means (as papers that give "mean ± CI" compare).
+    Mean,
+}
+
+impl CenterArg {
+    fn stats(self) -> Center {
+        match self {
+            CenterArg::Median => Center::Median,
+            CenterArg::Mean => Center::Mean,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            CenterArg::Median => "median",
+            CenterArg::Mean => "mean",
+        }
+    }
 }
 
 /// What `lab table` shows (also what a results page's marker command
@@ -89,6 +114,15 @@ pub struct TableArgs {
     /// runs.
     #[arg(long)]
     pub alone: bool,
+    /// Reduce each repetition's values to one first: `min` (with
+    /// `--pool --metric goodput`: the slowest client), `max`, `median`,
+    /// `mean`, `sum` (the network's throughput) or `p95`. A repetition
+    /// with a failed transfer among those values is left out.
+    #[arg(long, value_enum)]
+    pub per_repetition: Option<Aggregate>,
+    /// What the ratio compares: medians or means.
+    #[arg(long, value_enum, default_value = "median")]
+    pub center: CenterArg,
     /// The adjustment for multiple comparisons.
     #[arg(long, value_enum, default_value = "holm")]
     pub correction: Correction,
@@ -105,8 +139,8 @@ struct Row {
 
 /// One metric's numbers in one row.
 struct Cell {
-    median_a: f64,
-    median_b: f64,
+    center_a: f64,
+    center_b: f64,
     ratio: RatioCi,
     p: f64,
     repetitions: usize,
@@ -285,9 +319,16 @@ fn pair_rows(data: &RunData, args: &TableArgs, workloads: &[Option<String>]) -> 
 
 /// The numbers of one metric in one row; `None` without values on a side
 /// or a repetition in common.
-fn cell(sel: &Selection, metric: MetricKind, row: &Row) -> Result<Option<Cell>> {
+fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Result<Option<Cell>> {
     let w = row.workload.as_deref();
-    let (a, b) = (sel.sample(metric, &row.a, w), sel.sample(metric, &row.b, w));
+    let sample = |v: &str| {
+        let s = sel.sample(metric, v, w);
+        match args.per_repetition {
+            Some(agg) => s.per_repetition(agg, &sel.failed_repetitions(v, w)),
+            None => s,
+        }
+    };
+    let (a, b) = (sample(&row.a), sample(&row.b));
     let common: BTreeSet<u32> = a
         .repetition_set()
         .intersection(&b.repetition_set())
@@ -303,15 +344,26 @@ fn cell(sel: &Selection, metric: MetricKind, row: &Row) -> Result<Option<Cell>> 
         source,
     };
     let seed = seed_of(&[metric.name(), w.unwrap_or("-"), &row.a, &row.b]);
-    let ratio =
-        ratio_of_medians_clustered(&a.values, &a.repetitions, &b.values, &b.repetitions, seed)
-            .map_err(stats)?;
+    let center = args.center.stats();
+    let ratio = ratio_clustered(
+        &a.values,
+        &a.repetitions,
+        &b.values,
+        &b.repetitions,
+        seed,
+        center,
+    )
+    .map_err(stats)?;
     let ma = cluster_medians(&a.values, &a.repetitions).map_err(stats)?;
     let mb = cluster_medians(&b.values, &b.repetitions).map_err(stats)?;
     let test = mann_whitney_u(&ma, &mb).map_err(stats)?;
+    let center_of = |values: &[f64]| match center {
+        Center::Median => onionlab_stats::median(values),
+        Center::Mean => onionlab_stats::mean(values),
+    };
     Ok(Some(Cell {
-        median_a: onionlab_stats::median(&a.values).map_err(stats)?,
-        median_b: onionlab_stats::median(&b.values).map_err(stats)?,
+        center_a: center_of(&a.values).map_err(stats)?,
+        center_b: center_of(&b.values).map_err(stats)?,
         ratio,
         p: test.p_two_sided,
         repetitions: common.len(),
@@ -353,7 +405,7 @@ fn workloads_of(sel: &Selection, data: &RunData, args: &TableArgs) -> Result<Vec
     if per_rep > 0 && per_rep < args.metric.len() {
         return Err(table_err(
             data,
-            "metrics per repetition (relay-cpu, circuit-build) and per transfer go in separate tables",
+            "metrics per repetition (relay-cpu, circuit-build, wire-overhead) and per transfer go in separate tables",
         ));
     }
     if per_rep > 0 {
@@ -405,7 +457,7 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
     let mut cells = Vec::new();
     for row in &rows {
         for &m in &args.metric {
-            cells.push(cell(&sel, m, row)?);
+            cells.push(cell(&sel, args, m, row)?);
         }
     }
     let raw_p: Vec<f64> = cells.iter().flatten().map(|c| c.p).collect();
@@ -439,8 +491,15 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
     } else {
         "B".into()
     };
+    let per_rep = args
+        .per_repetition
+        .map_or_else(String::new, |a| format!(", {} a repetition", a.name()));
     for m in &args.metric {
-        head.push(format!("{} {} ({baseline_name})", m.title(), m.unit()));
+        head.push(format!(
+            "{} {}{per_rep} ({baseline_name})",
+            m.title(),
+            m.unit()
+        ));
         head.push(format!("{} ratio [95% CI]", m.title()));
         head.push("p adj.".into());
     }
@@ -467,7 +526,7 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
                     bold_count += usize::from(bold);
                     let ratio = format!("{:.2}", c.ratio.ratio);
                     let ratio = if bold { format!("**{ratio}**") } else { ratio };
-                    parts.push(format!("{} ({})", num(c.median_a), num(c.median_b)));
+                    parts.push(format!("{} ({})", num(c.center_a), num(c.center_b)));
                     parts.push(format!("{ratio} {}", ci_text(&c.ratio)));
                     parts.push(p_text(p));
                 }
@@ -513,12 +572,21 @@ fn caption(
         Correction::Holm => "Holm-adjusted",
         Correction::Bh => "Benjamini-Hochberg-adjusted (false discovery rate 5%)",
     };
+    let center = args.center.name();
+    let values = match args.per_repetition {
+        Some(a) => format!(
+            "each repetition's {} (repetitions with a failed transfer left out)",
+            a.name()
+        ),
+        None => "the transfers' values".into(),
+    };
     let mut out = format!(
         "Run `{}` (scenario `{}`, {done} of {} planned repetitions), commit {}. \
-         Medians, A (baseline); ratio of medians A/baseline with a 95% paired \
-         cluster-bootstrap interval over repetitions ({BOOTSTRAP_RESAMPLES} resamples); \
-         p: Mann-Whitney U of repetition medians, {correction} over the {comparisons} \
-         comparisons of this table. ",
+         Cells `x (y)`: the {center}s of {values}, the variant's and the baseline's; \
+         ratio of {center}s with a 95% paired cluster-bootstrap interval over \
+         repetitions ({BOOTSTRAP_RESAMPLES} resamples); p: Mann-Whitney U of \
+         repetition medians, {correction} over the {comparisons} comparisons of \
+         this table. ",
         data.id(),
         data.scenario_name(),
         data.planned_repetitions(),

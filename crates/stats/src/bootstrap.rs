@@ -209,25 +209,50 @@ fn check_non_negative(values: &[f64]) -> Result<()> {
 /// [`Error::Negative`] for a negative value, [`Error::ZeroMedian`] when
 /// `median(b) = 0`.
 pub fn ratio_of_medians(a: &[f64], b: &[f64], seed: u64) -> Result<RatioCi> {
-    let ratio = point_ratio(a, b)?;
+    let ratio = point_ratio(a, b, Center::Median)?;
     if a.len() < 2 || b.len() < 2 {
         return Ok(RatioCi {
             ratio,
             ci95: (0.0, f64::INFINITY),
         });
     }
-    Ok(bootstrap_ratio(ratio, seed, |rng, sa, sb| {
-        resample(rng, a, sa);
-        resample(rng, b, sb);
-    }))
+    Ok(bootstrap_ratio(
+        ratio,
+        seed,
+        Center::Median,
+        |rng, sa, sb| {
+            resample(rng, a, sa);
+            resample(rng, b, sb);
+        },
+    ))
 }
 
-/// `median(a) / median(b)` after checking both samples.
-fn point_ratio(a: &[f64], b: &[f64]) -> Result<f64> {
+/// What a ratio compares: each sample's median or its mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Center {
+    /// The median (robust; what the lab compares by default).
+    #[default]
+    Median,
+    /// The arithmetic mean (what papers that give "mean ± CI" compare).
+    Mean,
+}
+
+impl Center {
+    /// The centre of `buf` (which it may reorder); `buf` is not empty.
+    fn of(self, buf: &mut [f64]) -> f64 {
+        match self {
+            Center::Median => median_in_place(buf),
+            Center::Mean => sum(buf.iter().copied()) / buf.len() as f64,
+        }
+    }
+}
+
+/// `center(a) / center(b)` after checking both samples.
+fn point_ratio(a: &[f64], b: &[f64], center: Center) -> Result<f64> {
     check_non_negative(a)?;
     check_non_negative(b)?;
     let (mut sa, mut sb) = (a.to_vec(), b.to_vec());
-    let (ma, mb) = (median_in_place(&mut sa), median_in_place(&mut sb));
+    let (ma, mb) = (center.of(&mut sa), center.of(&mut sb));
     if mb == 0.0 {
         return Err(Error::ZeroMedian);
     }
@@ -235,13 +260,14 @@ fn point_ratio(a: &[f64], b: &[f64]) -> Result<f64> {
 }
 
 /// [`BOOTSTRAP_RESAMPLES`] times, `draw` fills the two resamples (from one
-/// `StdRng` seeded with `seed`) and the ratio of their medians is recorded:
+/// `StdRng` seeded with `seed`) and the ratio of their centres is recorded:
 /// `+∞` where only the denominator's is 0, nothing where both are or a
 /// resample is empty. The 95% percentile interval of the records, `(0,
 /// +∞)` without any.
 fn bootstrap_ratio(
     ratio: f64,
     seed: u64,
+    center: Center,
     mut draw: impl FnMut(&mut StdRng, &mut Vec<f64>, &mut Vec<f64>),
 ) -> RatioCi {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -252,7 +278,7 @@ fn bootstrap_ratio(
         if sa.is_empty() || sb.is_empty() {
             continue;
         }
-        let (ra, rb) = (median_in_place(&mut sa), median_in_place(&mut sb));
+        let (ra, rb) = (center.of(&mut sa), center.of(&mut sb));
         if rb > 0.0 {
             replicates.push(ra / rb);
         } else if ra > 0.0 {
@@ -325,7 +351,25 @@ pub fn ratio_of_medians_clustered(
     b_clusters: &[u32],
     seed: u64,
 ) -> Result<RatioCi> {
-    let ratio = point_ratio(a, b)?;
+    ratio_clustered(a, a_clusters, b, b_clusters, seed, Center::Median)
+}
+
+/// [`ratio_of_medians_clustered`] with the ratio of `center`s: medians, or
+/// means (the same paired bootstrap over clusters).
+///
+/// # Errors
+///
+/// As [`ratio_of_medians_clustered`] (a zero mean of `b` is
+/// [`Error::ZeroMedian`] too).
+pub fn ratio_clustered(
+    a: &[f64],
+    a_clusters: &[u32],
+    b: &[f64],
+    b_clusters: &[u32],
+    seed: u64,
+    center: Center,
+) -> Result<RatioCi> {
+    let ratio = point_ratio(a, b, center)?;
     check_clusters(a, a_clusters)?;
     check_clusters(b, b_clusters)?;
     let groups: Vec<(Vec<f64>, Vec<f64>)> = by_cluster(a, a_clusters, b, b_clusters)
@@ -337,7 +381,7 @@ pub fn ratio_of_medians_clustered(
             ci95: (0.0, f64::INFINITY),
         });
     }
-    Ok(bootstrap_ratio(ratio, seed, |rng, sa, sb| {
+    Ok(bootstrap_ratio(ratio, seed, center, |rng, sa, sb| {
         sa.clear();
         sb.clear();
         for _ in 0..groups.len() {

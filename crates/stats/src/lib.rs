@@ -18,7 +18,8 @@
 //! * Two samples: [`ratio_of_medians`] (bootstrap interval, samples
 //!   resampled independently), [`ratio_of_medians_clustered`] (values in
 //!   clusters, such as the transfers of one repetition: a paired bootstrap
-//!   over clusters, with [`cluster_medians`] and [`has_repeated_cluster`])
+//!   over clusters, with [`cluster_medians`] and [`has_repeated_cluster`];
+//!   [`ratio_clustered`] the same for means, [`Center`])
 //!   and [`mann_whitney_u`] (exact or normal approximation with tie and
 //!   continuity corrections, plus effect sizes).
 //! * Many comparisons: [`holm_adjust`] (family-wise error rate) and
@@ -40,8 +41,8 @@ mod order;
 
 pub use adjust::{benjamini_hochberg_adjust, holm_adjust};
 pub use bootstrap::{
-    cluster_medians, has_repeated_cluster, mean_ci_bootstrap, ratio_of_medians,
-    ratio_of_medians_clustered, RatioCi, Summary, BOOTSTRAP_RESAMPLES,
+    cluster_medians, has_repeated_cluster, mean_ci_bootstrap, ratio_clustered, ratio_of_medians,
+    ratio_of_medians_clustered, Center, RatioCi, Summary, BOOTSTRAP_RESAMPLES,
 };
 pub use describe::{check_finite, mean, median, quantile, sorted};
 pub use error::{Error, Result};

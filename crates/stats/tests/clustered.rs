@@ -202,3 +202,25 @@ fn a_summary_of_clusters_needs_one_cluster_per_value() {
         Err(Error::Empty)
     ));
 }
+
+#[test]
+fn ratio_of_means_by_cluster() {
+    use onionlab_stats::{ratio_clustered, Center};
+    // Skewed: one large value per cluster pulls the mean, not the median.
+    let (mut b, clusters) = clustered(&[10.0, 12.0, 14.0, 16.0, 18.0, 20.0], 5);
+    for v in b.iter_mut().step_by(5) {
+        *v *= 10.0;
+    }
+    let a: Vec<f64> = b.iter().map(|v| v * 2.0).collect();
+    let mean = ratio_clustered(&a, &clusters, &b, &clusters, 3, Center::Mean).unwrap();
+    assert!((mean.ratio - 2.0).abs() < 1e-12);
+    assert!((mean.ci95.0 - 2.0).abs() < 1e-9 && (mean.ci95.1 - 2.0).abs() < 1e-9);
+    let median = ratio_clustered(&a, &clusters, &b, &clusters, 3, Center::Median).unwrap();
+    assert_eq!(
+        median,
+        onionlab_stats::ratio_of_medians_clustered(&a, &clusters, &b, &clusters, 3).unwrap()
+    );
+    // A mean of b at 0 has no ratio.
+    let zeros = vec![0.0; b.len()];
+    assert!(ratio_clustered(&a, &clusters, &zeros, &clusters, 3, Center::Mean).is_err());
+}

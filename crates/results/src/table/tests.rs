@@ -273,3 +273,59 @@ fn arguments_that_do_not_fit_the_run_are_named() {
     assert!(err(&["--where", "oops"]).contains("PARAM=VALUE"));
     assert!(err(&["--pair", "transport=x", "transport=y"]).contains("no variant"));
 }
+
+#[test]
+fn the_slowest_client_per_repetition_and_means() {
+    // Goodput: QUIC's light client twice as fast under loss; the slowest
+    // client of a repetition is the bulk one (goodput 1 per its TTLB).
+    let mut data = run(6, 2, quic_helps_light_under_loss);
+    for r in &mut data.records {
+        r.goodput_mib_s = r.ttlb_ms.map(|t| 1000.0 / t);
+    }
+    // A failed transfer: its repetition has no slowest client.
+    let failed = data
+        .records
+        .iter_mut()
+        .find(|r| r.variant == label("1%", "quic") && r.repetition == 2)
+        .unwrap();
+    failed.error = Some("timed out".into());
+    let t = table_of(
+        &data,
+        &args(&[
+            "--pool",
+            "--per-repetition",
+            "min",
+            "--metric",
+            "goodput",
+            "--where",
+            "loss:guard-middle=1%",
+        ]),
+    )
+    .unwrap();
+    assert!(t.contains("goodput MiB/s, min a repetition (tls)"), "{t}");
+    // Only the 5 repetitions both have; the slowest is bulk, as fast over
+    // both transports.
+    assert!(t.contains("| quic | all | 5 |"), "{t}");
+    assert!(t.contains("| 1.00 [1.00, 1.00] |"), "{t}");
+    assert!(
+        t.contains("each repetition's min (repetitions with a failed transfer left out)"),
+        "{t}"
+    );
+    let mean = table_of(
+        &data,
+        &args(&[
+            "--center",
+            "mean",
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+        ]),
+    )
+    .unwrap();
+    assert!(
+        mean.contains("the means of the transfers' values"),
+        "{mean}"
+    );
+    assert!(mean.contains("**0.80** [0.80, 0.80]"), "{mean}");
+}
