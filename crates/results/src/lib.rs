@@ -3,7 +3,7 @@
 //! (`onionlab-stats`), and the pages' generated tables checked against the
 //! stored runs they come from.
 //!
-//! - [`table`]: `onionlab lab table RUN ...`, one comparison table of a
+//! - [`mod@table`]: `onionlab lab table RUN ...`, one comparison table of a
 //!   run (a run directory or a stored run, `onionlab_lab::rundata`);
 //! - [`pages`]: the generated blocks of the pages, `onionlab results
 //!   check` and `onionlab results update`.
