@@ -32,6 +32,14 @@ pub enum MetricKind {
     /// IP bytes on the clients' access links per payload byte, per
     /// repetition.
     WireOverhead,
+    /// CPU seconds of the relays (`--relay` chooses which), summed per
+    /// repetition.
+    RelayCpuS,
+    /// Peak memory of each relay (`--relay` chooses which), MiB.
+    RelayRss,
+    /// Packets the emulated links' loss models dropped, all links, per
+    /// repetition.
+    LostPackets,
 }
 
 impl MetricKind {
@@ -47,6 +55,9 @@ impl MetricKind {
             MetricKind::RelayCpu => "relay CPU",
             MetricKind::CircuitBuild => "circuit build",
             MetricKind::WireOverhead => "wire bytes",
+            MetricKind::RelayCpuS => "relay CPU",
+            MetricKind::RelayRss => "relay peak RSS",
+            MetricKind::LostPackets => "lost packets",
         }
     }
 
@@ -57,6 +68,9 @@ impl MetricKind {
             MetricKind::TimePerKib => "ms/KiB",
             MetricKind::RelayCpu => "ms/MiB",
             MetricKind::WireOverhead => "per payload byte",
+            MetricKind::RelayCpuS => "s",
+            MetricKind::RelayRss => "MiB",
+            MetricKind::LostPackets => "packets",
             _ => "ms",
         }
     }
@@ -66,7 +80,12 @@ impl MetricKind {
     pub fn per_repetition(self) -> bool {
         matches!(
             self,
-            MetricKind::RelayCpu | MetricKind::CircuitBuild | MetricKind::WireOverhead
+            MetricKind::RelayCpu
+                | MetricKind::CircuitBuild
+                | MetricKind::WireOverhead
+                | MetricKind::RelayCpuS
+                | MetricKind::RelayRss
+                | MetricKind::LostPackets
         )
     }
 
@@ -82,6 +101,9 @@ impl MetricKind {
             MetricKind::RelayCpu => "relay-cpu",
             MetricKind::CircuitBuild => "circuit-build",
             MetricKind::WireOverhead => "wire-overhead",
+            MetricKind::RelayCpuS => "relay-cpu-s",
+            MetricKind::RelayRss => "relay-rss",
+            MetricKind::LostPackets => "lost-packets",
         }
     }
 
@@ -101,14 +123,32 @@ impl MetricKind {
         }
     }
 
-    fn of_repetition(self, r: &RepetitionRecord) -> Vec<f64> {
+    /// The metric's values in a repetition record; `relay` chooses the
+    /// relays of the relay metrics (by name pattern, all without one).
+    fn of_repetition(self, r: &RepetitionRecord, relay: Option<&str>) -> Vec<f64> {
+        let chosen = |name: &str| relay.is_none_or(|p| matches_pattern(p, name));
+        let cpu_s: f64 = r
+            .relay_cpu_s
+            .iter()
+            .filter(|(name, _)| chosen(name))
+            .map(|(_, s)| s)
+            .sum();
         match self {
             MetricKind::RelayCpu if r.payload_bytes > 0 => {
-                let cpu: f64 = r.relay_cpu_s.iter().map(|(_, s)| s).sum();
-                vec![cpu * 1e3 / (r.payload_bytes as f64 / 1_048_576.0)]
+                vec![cpu_s * 1e3 / (r.payload_bytes as f64 / 1_048_576.0)]
             }
+            MetricKind::RelayCpuS if r.relay_cpu_s.iter().any(|(n, _)| chosen(n)) => vec![cpu_s],
+            MetricKind::RelayRss => r
+                .relay_peak_rss
+                .iter()
+                .filter(|(name, _)| chosen(name))
+                .map(|(_, b)| *b as f64 / 1_048_576.0)
+                .collect(),
             MetricKind::CircuitBuild => r.circuit_build_ms.clone(),
             MetricKind::WireOverhead => r.wire_overhead.into_iter().collect(),
+            MetricKind::LostPackets if !r.link_packets.is_empty() => {
+                vec![r.link_packets.iter().map(|l| l.lost as f64).sum()]
+            }
             _ => Vec::new(),
         }
     }
@@ -158,6 +198,27 @@ impl Aggregate {
     }
 }
 
+/// Whether the workload `name` matches `pattern`: the same name, or with
+/// each `*` standing for any run of characters (`light-*`).
+pub fn matches_pattern(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    if name.len() < first.len() + last.len() || !name.starts_with(first) || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
 /// A variant's matrix parameters, from its full label (`name=value`
 /// pairs joined by spaces).
 pub fn params_of(label: &str) -> Vec<(String, String)> {
@@ -176,6 +237,8 @@ pub struct Selection<'a> {
     left_out: BTreeSet<(&'a str, u32)>,
     /// Workloads pooled into one, `all`.
     pool: bool,
+    /// The relays of the relay metrics (a name pattern; all without one).
+    relay: Option<String>,
 }
 
 /// Values of one metric with the repetition of each.
@@ -232,6 +295,17 @@ impl<'a> Selection<'a> {
     /// Repetitions on a saturated CPU are left out (they measured the
     /// machine); with `alone`, those made beside other runs too.
     pub fn new(data: &'a RunData, alone: bool, pool: bool) -> Selection<'a> {
+        Selection::with_relay(data, alone, pool, None)
+    }
+
+    /// [`Selection::new`], with the relay metrics of the relays whose
+    /// names match `relay` only.
+    pub fn with_relay(
+        data: &'a RunData,
+        alone: bool,
+        pool: bool,
+        relay: Option<String>,
+    ) -> Selection<'a> {
         let left_out = data
             .repetitions
             .iter()
@@ -242,6 +316,7 @@ impl<'a> Selection<'a> {
             data,
             left_out,
             pool,
+            relay,
         }
     }
 
@@ -250,7 +325,7 @@ impl<'a> Selection<'a> {
     }
 
     fn workload_matches(&self, r: &TransferRecord, workload: Option<&str>) -> bool {
-        self.pool || workload.is_none_or(|w| r.workload == w)
+        self.pool || workload.is_none_or(|w| matches_pattern(w, &r.workload))
     }
 
     /// The workloads of the run in first-seen order (`all` when pooled).
@@ -286,7 +361,7 @@ impl<'a> Selection<'a> {
                 .filter(|r| r.variant == variant)
             {
                 if self.counts(variant, r.repetition) {
-                    push(r.repetition, metric.of_repetition(r));
+                    push(r.repetition, metric.of_repetition(r, self.relay.as_deref()));
                 }
             }
         } else {
@@ -335,5 +410,24 @@ impl<'a> Selection<'a> {
     /// Repetitions of `variant` left out.
     pub fn left_out(&self, variant: &str) -> usize {
         self.left_out.iter().filter(|(v, _)| *v == variant).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches_pattern;
+
+    #[test]
+    fn workload_patterns() {
+        assert!(matches_pattern("light", "light"));
+        assert!(!matches_pattern("light", "light-1"));
+        assert!(matches_pattern("light-*", "light-1"));
+        assert!(matches_pattern("light-*", "light-"));
+        assert!(!matches_pattern("light-*", "heavy-1"));
+        assert!(matches_pattern("*", "anything"));
+        assert!(matches_pattern("*-1", "heavy-1"));
+        assert!(matches_pattern("a*b*c", "a-b-b-c"));
+        assert!(!matches_pattern("a*b*c", "a-c"));
+        assert!(!matches_pattern("ab*ba", "aba"));
     }
 }

@@ -33,7 +33,7 @@ use onionlab_stats::{
     Center, RatioCi, BOOTSTRAP_RESAMPLES,
 };
 
-use crate::select::{params_of, Aggregate, MetricKind, Sample, Selection};
+use crate::select::{matches_pattern, params_of, Aggregate, MetricKind, Sample, Selection};
 use crate::{Error, Result};
 
 /// Tables from fewer repetitions than this are a "first look": nothing in
@@ -99,7 +99,9 @@ pub struct TableArgs {
     #[arg(long, value_enum, value_delimiter = ',', default_value = "ttfb,ttlb")]
     pub metric: Vec<MetricKind>,
     /// Only these workloads, comma-separated, in this order (default:
-    /// all, in the run's order).
+    /// all, in the run's order); a `*` in a name stands for any run of
+    /// characters, and the workloads a pattern matches are pooled into
+    /// one row (`--workload 'light-*,heavy-*'`).
     #[arg(long, value_delimiter = ',')]
     pub workload: Vec<String>,
     /// Every workload of a variant counts as one, `all` (clients that do
@@ -110,6 +112,10 @@ pub struct TableArgs {
     /// the full labels: `loss:guard-middle=1%`); repeatable.
     #[arg(long = "where", value_name = "PARAM=VALUE")]
     pub filter: Vec<String>,
+    /// The relays of the relay metrics (`relay-cpu`, `relay-cpu-s`,
+    /// `relay-rss`): a name pattern such as `g1` or `m*` (default: all).
+    #[arg(long)]
+    pub relay: Option<String>,
     /// Only repetitions made alone (`lab run --jobs 1`), not beside other
     /// runs.
     #[arg(long)]
@@ -405,18 +411,24 @@ fn workloads_of(sel: &Selection, data: &RunData, args: &TableArgs) -> Result<Vec
     if per_rep > 0 && per_rep < args.metric.len() {
         return Err(table_err(
             data,
-            "metrics per repetition (relay-cpu, circuit-build, wire-overhead) and per transfer go in separate tables",
+            "metrics per repetition (relay-cpu, relay-cpu-s, relay-rss, circuit-build, wire-overhead, lost-packets) and per transfer go in separate tables",
         ));
     }
     if per_rep > 0 {
         return Ok(vec![None]);
+    }
+    if args.pool && !args.workload.is_empty() {
+        return Err(table_err(
+            data,
+            "--pool counts every workload as one: with --workload, name a pattern instead (`--workload 'light-*'`)",
+        ));
     }
     let all = sel.workloads();
     if args.workload.is_empty() {
         return Ok(all.into_iter().map(Some).collect());
     }
     for w in &args.workload {
-        if !all.contains(w) {
+        if !all.iter().any(|name| matches_pattern(w, name)) {
             return Err(table_err(
                 data,
                 format!("no workload {w:?} (the run has {})", all.join(", ")),
@@ -444,7 +456,7 @@ pub fn table(args: &TableArgs) -> Result<String> {
 ///
 /// As [`table`].
 pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
-    let sel = Selection::new(data, args.alone, args.pool);
+    let sel = Selection::with_relay(data, args.alone, args.pool, args.relay.clone());
     let workloads = workloads_of(&sel, data, args)?;
     let (columns, rows) = if args.pair.is_empty() {
         condition_rows(data, args, &workloads)?
@@ -578,6 +590,7 @@ fn caption(
             "each repetition's {} (repetitions with a failed transfer left out)",
             a.name()
         ),
+        None if args.metric.iter().any(|m| m.per_repetition()) => "the repetitions' values".into(),
         None => "the transfers' values".into(),
     };
     let mut out = format!(

@@ -329,3 +329,62 @@ fn the_slowest_client_per_repetition_and_means() {
     );
     assert!(mean.contains("**0.80** [0.80, 0.80]"), "{mean}");
 }
+
+#[test]
+fn a_workload_pattern_pools_what_it_matches() {
+    let data = run(6, 2, quic_helps_light_under_loss);
+    let star = table_of(&data, &args(&["--workload", "*", "--metric", "ttlb"])).unwrap();
+    let pool = table_of(&data, &args(&["--pool", "--metric", "ttlb"])).unwrap();
+    assert_eq!(star.replace("| * |", "| all |"), pool);
+    let light = table_of(&data, &args(&["--workload", "l*t", "--metric", "ttlb"])).unwrap();
+    let named = table_of(&data, &args(&["--workload", "light", "--metric", "ttlb"])).unwrap();
+    assert_eq!(light.replace("| l*t |", "| light |"), named);
+    let e = table_of(&data, &args(&["--pool", "--workload", "light"])).unwrap_err();
+    assert!(e.to_string().contains("pattern"), "{e}");
+}
+
+#[test]
+fn relay_metrics_choose_their_relays() {
+    let mut data = run(6, 1, quic_helps_light_under_loss);
+    for r in &mut data.repetitions {
+        let quic = r.variant.contains("quic");
+        let guard = if quic { 2.0 } else { 1.0 };
+        r.relay_cpu_s = vec![("guard".into(), guard), ("exit".into(), 1.0)];
+        r.relay_peak_rss = vec![("guard".into(), 10 << 20), ("exit".into(), 20 << 20)];
+    }
+    let cpu = |relay: &str| {
+        table_of(
+            &data,
+            &args(&[
+                "--metric",
+                "relay-cpu-s",
+                "--relay",
+                relay,
+                "--where",
+                "loss:guard-middle=0%",
+            ]),
+        )
+        .unwrap()
+    };
+    assert!(
+        cpu("guard").contains("| 2.00 (1.00) | **2.00** [2.00, 2.00] |"),
+        "{}",
+        cpu("guard")
+    );
+    assert!(
+        cpu("e*").contains("| 1.00 (1.00) | 1.00 [1.00, 1.00] |"),
+        "{}",
+        cpu("e*")
+    );
+    let all = table_of(&data, &args(&["--metric", "relay-cpu-s,relay-rss"])).unwrap();
+    assert!(
+        all.contains("| 3.00 (2.00) | **1.50** [1.50, 1.50] |"),
+        "{all}"
+    );
+    assert!(
+        all.contains("the medians of the repetitions' values"),
+        "{all}"
+    );
+    // Two relays a repetition: the median of 10 and 20 MiB.
+    assert!(all.contains("| 15.0 (15.0) | 1.00 [1.00, 1.00] |"), "{all}");
+}
