@@ -481,8 +481,11 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
         context: "adjusting p-values".into(),
         source,
     })?;
-    let done = data.repetitions_done();
-    let first_look = done < FIRST_LOOK_BELOW;
+    let thin_cells = cells
+        .iter()
+        .flatten()
+        .filter(|c| c.repetitions < FIRST_LOOK_BELOW)
+        .count();
 
     let mut out = String::new();
     let mut head: Vec<String> = columns.clone();
@@ -534,7 +537,9 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
                     let p = adjusted.next().unwrap_or(1.0);
                     reps = reps.max(c.repetitions);
                     let excludes_one = c.ratio.ci95.0 > 1.0 || c.ratio.ci95.1 < 1.0;
-                    let bold = !first_look && p < ALPHA && excludes_one;
+                    // A cell from fewer repetitions (after leaving some
+                    // out) is a first look, whatever the table's count.
+                    let bold = c.repetitions >= FIRST_LOOK_BELOW && p < ALPHA && excludes_one;
                     bold_count += usize::from(bold);
                     let ratio = format!("{:.2}", c.ratio.ratio);
                     let ratio = if bold { format!("**{ratio}**") } else { ratio };
@@ -549,20 +554,28 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
         let _ = writeln!(out, "| {} |", line.join(" | "));
     }
     out.push('\n');
-    out.push_str(&caption(data, args, &sel, &rows, raw_p.len(), bold_count));
+    out.push_str(&caption(
+        data,
+        args,
+        &sel,
+        &rows,
+        (raw_p.len(), bold_count, thin_cells),
+    ));
     Ok(out)
 }
 
 /// The lines under a table: which run, how the numbers were made, what
 /// was left out.
+/// `counts`: the table's comparisons, bold cells, and cells from fewer
+/// than [`FIRST_LOOK_BELOW`] repetitions.
 fn caption(
     data: &RunData,
     args: &TableArgs,
     sel: &Selection,
     rows: &[Row],
-    comparisons: usize,
-    bold: usize,
+    counts: (usize, usize, usize),
 ) -> String {
+    let (comparisons, bold, thin_cells) = counts;
     let done = data.repetitions_done();
     let mut variants: Vec<&str> = Vec::new();
     for r in rows {
@@ -605,7 +618,7 @@ fn caption(
         data.planned_repetitions(),
         data.commits().join(", "),
     );
-    if done < FIRST_LOOK_BELOW {
+    if thin_cells == comparisons {
         out.push_str(&format!(
             "**First look**: fewer than {FIRST_LOOK_BELOW} repetitions, nothing is bold.",
         ));
@@ -613,6 +626,12 @@ fn caption(
         out.push_str(&format!(
             "Bold ({bold}): adjusted p < {ALPHA} and the interval excludes 1."
         ));
+        if thin_cells > 0 {
+            out.push_str(&format!(
+                " {thin_cells} cells rest on fewer than {FIRST_LOOK_BELOW} repetitions \
+                 (after leaving some out): first looks, never bold."
+            ));
+        }
     }
     let mut left = Vec::new();
     if failed > 0 {

@@ -388,3 +388,26 @@ fn relay_metrics_choose_their_relays() {
     // Two relays a repetition: the median of 10 and 20 MiB.
     assert!(all.contains("| 15.0 (15.0) | 1.00 [1.00, 1.00] |"), "{all}");
 }
+
+#[test]
+fn a_cell_thinned_below_five_repetitions_is_never_bold() {
+    let mut data = run(6, 1, quic_helps_light_under_loss);
+    let t = table_of(&data, &args(&["--metric", "ttlb", "--workload", "light"])).unwrap();
+    assert!(t.contains("**0.80**"), "{t}");
+    // Two of QUIC's repetitions at 1% loss ran on a saturated CPU: four
+    // are left for that comparison.
+    for r in data
+        .repetitions
+        .iter_mut()
+        .filter(|r| r.variant == label("1%", "quic") && r.repetition >= 4)
+    {
+        r.cpu_saturated = true;
+    }
+    let t = table_of(&data, &args(&["--metric", "ttlb", "--workload", "light"])).unwrap();
+    assert!(t.contains("| 1% | quic | light | 4 |"), "{t}");
+    assert!(!t.contains("**"), "{t}");
+    assert!(
+        t.contains("1 cells rest on fewer than 5 repetitions"),
+        "{t}"
+    );
+}
