@@ -51,12 +51,7 @@ pub(crate) struct Analysis<'a> {
 /// FNV-1a over the metric key and variant label: a fixed, documented seed
 /// per (metric, variant) so the same input gives the same report.
 pub(crate) fn seed_for(metric: &str, variant: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in metric.bytes().chain([0u8]).chain(variant.bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    onionlab_stats::seed_of_names(&[metric, variant])
 }
 
 fn valid_key(key: &str) -> bool {

@@ -376,33 +376,31 @@ impl<'a> Selection<'a> {
         s
     }
 
-    /// Failed transfers of `variant` (and `workload`) in repetitions that
-    /// count.
+    /// The failed transfers of `variant` (and `workload`) in repetitions
+    /// that count.
+    fn failed_transfers<'s>(
+        &'s self,
+        variant: &'s str,
+        workload: Option<&'s str>,
+    ) -> impl Iterator<Item = &'s TransferRecord> + 's {
+        self.data.records.iter().filter(move |r| {
+            r.variant == variant
+                && r.error.is_some()
+                && self.workload_matches(r, workload)
+                && self.counts(variant, r.repetition)
+        })
+    }
+
+    /// How many transfers of `variant` (and `workload`) failed in
+    /// repetitions that count.
     pub fn failed(&self, variant: &str, workload: Option<&str>) -> usize {
-        self.data
-            .records
-            .iter()
-            .filter(|r| {
-                r.variant == variant
-                    && r.error.is_some()
-                    && self.workload_matches(r, workload)
-                    && self.counts(variant, r.repetition)
-            })
-            .count()
+        self.failed_transfers(variant, workload).count()
     }
 
     /// Repetitions of `variant` that count and have a failed transfer (of
     /// `workload`).
     pub fn failed_repetitions(&self, variant: &str, workload: Option<&str>) -> BTreeSet<u32> {
-        self.data
-            .records
-            .iter()
-            .filter(|r| {
-                r.variant == variant
-                    && r.error.is_some()
-                    && self.workload_matches(r, workload)
-                    && self.counts(variant, r.repetition)
-            })
+        self.failed_transfers(variant, workload)
             .map(|r| r.repetition)
             .collect()
     }

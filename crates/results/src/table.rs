@@ -152,18 +152,6 @@ struct Cell {
     repetitions: usize,
 }
 
-/// FNV-1a over the parts: the bootstrap seed of one cell.
-fn seed_of(parts: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for b in part.bytes().chain([0u8]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
-
 fn table_err(data: &RunData, message: impl Into<String>) -> Error {
     Error::Table {
         run: data.source.display().to_string(),
@@ -349,7 +337,7 @@ fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Res
         context: context(),
         source,
     };
-    let seed = seed_of(&[metric.name(), w.unwrap_or("-"), &row.a, &row.b]);
+    let seed = onionlab_stats::seed_of_names(&[metric.name(), w.unwrap_or("-"), &row.a, &row.b]);
     let center = args.center.stats();
     let ratio = ratio_clustered(
         &a.values,

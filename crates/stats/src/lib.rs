@@ -45,6 +45,22 @@ pub use bootstrap::{
     ratio_of_medians_clustered, Center, RatioCi, Summary, BOOTSTRAP_RESAMPLES,
 };
 pub use describe::{check_finite, mean, median, quantile, sorted};
+
+/// A bootstrap seed named by text: FNV-1a (64-bit) over the parts joined
+/// by a 0 byte. Reports and tables seed each interval with the names of
+/// what it compares (metric, variant...), so the same data gives the same
+/// numbers, byte for byte.
+pub fn seed_of_names(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, part) in parts.iter().enumerate() {
+        let separator = (i > 0).then_some(0u8);
+        for b in separator.into_iter().chain(part.bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
 pub use error::{Error, Result};
 pub use mann_whitney::{mann_whitney_u, MannWhitney, PMethod, EXACT_MAX_TOTAL};
 pub use order::{
