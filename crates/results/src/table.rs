@@ -481,11 +481,10 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
         head.push("workload".into());
     }
     head.push("reps".into());
-    let b_name = |r: &Row| r.b.clone();
     let baseline_name = if args.pair.is_empty() {
         rows.first()
             .map(|r| {
-                params_of(&b_name(r))
+                params_of(&r.b)
                     .into_iter()
                     .find(|(k, _)| Some(k) == columns.last())
                     .map_or_else(String::new, |(_, v)| v)
