@@ -101,30 +101,6 @@ class SummaryTables(unittest.TestCase):
                 line = next(l for l in ttfb.splitlines() if l.strip().startswith("quic, round-robin"))
                 self.assertIn(cell, line, (flags, out))
 
-    def test_seed004_table_sets_two_legs_against_one(self):
-        with tempfile.TemporaryDirectory() as run:
-            records, reps = [], []
-            for rep in range(REPS):
-                for legs, scale in ((1, 1.0), (2, 0.5)):
-                    v = f"legs={legs}"
-                    for i in range(2):
-                        base = 1000.0 * (rep + 1) + i
-                        records.append(transfer(v, rep, "web", i, 100.0, scale * base))
-                        records.append(transfer(v, rep, "bulk", i, 100.0, 4 * scale * base, 1 << 20))
-                    reps.append({"variant": v, "repetition": rep, "wall_s": 10.0,
-                                 "relay_cpu_s": [["g1", 1.0], ["m1", 1.0], ["exit", 1.0]],
-                                 "links": [["g1", "op", 1000, 0]]})
-            write_run(run, records, reps)
-            for flags, dt in (((), "**0.50 [0.3"), (("--cluster",), "**0.50 [0.50, 0.50]**")):
-                out = run_script("seed004-table.py", run, *flags)
-                ratios = out.split("Against one path")[1]
-                row = next(l for l in ratios.splitlines() if l.startswith("| 2 |"))
-                cells = [c.strip() for c in row.strip("|").split("|")]
-                # legs, scheduler, CPU % entry, CPU s entry, TTFB web, TTFB bulk, DT web, DT bulk
-                self.assertEqual(cells[2], "1.00 [1.00, 1.00]", (flags, out))
-                self.assertTrue(cells[6].startswith(dt), (flags, out))
-                self.assertTrue(cells[7].startswith(dt), (flags, out))
-
     def test_loss_cost_finds_the_cost_per_lost_packet(self):
         with tempfile.TemporaryDirectory() as run:
             records, reps = [], []

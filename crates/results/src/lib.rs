@@ -4,7 +4,8 @@
 //! stored runs they come from.
 //!
 //! - [`mod@table`]: `onionlab lab table RUN ...`, one comparison table of a
-//!   run (a run directory or a stored run, `onionlab_lab::rundata`);
+//!   run (a run directory or a stored run, `onionlab_lab::rundata`), or
+//!   with `--summary` each variant's centres with their intervals;
 //! - [`pages`]: the generated blocks of the pages, `onionlab results
 //!   check` and `onionlab results update`.
 
@@ -13,6 +14,7 @@
 mod error;
 pub mod pages;
 pub mod select;
+mod summary;
 pub mod table;
 
 pub use error::{Error, Result};

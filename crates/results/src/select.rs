@@ -40,6 +40,11 @@ pub enum MetricKind {
     /// Packets the emulated links' loss models dropped, all links, per
     /// repetition.
     LostPackets,
+    /// Each relay's CPU (`--relay` chooses which) as a percentage of one
+    /// core over its repetition, one value per relay and repetition (seed
+    /// 004's "CPU %"; a repetition ends when its transfers do, so a faster
+    /// variant's is shorter: compare `relay-cpu-s` for the work done).
+    RelayCore,
 }
 
 impl MetricKind {
@@ -58,6 +63,7 @@ impl MetricKind {
             MetricKind::RelayCpuS => "relay CPU",
             MetricKind::RelayRss => "relay peak RSS",
             MetricKind::LostPackets => "lost packets",
+            MetricKind::RelayCore => "relay CPU",
         }
     }
 
@@ -71,6 +77,7 @@ impl MetricKind {
             MetricKind::RelayCpuS => "s",
             MetricKind::RelayRss => "MiB",
             MetricKind::LostPackets => "packets",
+            MetricKind::RelayCore => "% of a core",
             _ => "ms",
         }
     }
@@ -86,6 +93,7 @@ impl MetricKind {
                 | MetricKind::RelayCpuS
                 | MetricKind::RelayRss
                 | MetricKind::LostPackets
+                | MetricKind::RelayCore
         )
     }
 
@@ -104,6 +112,7 @@ impl MetricKind {
             MetricKind::RelayCpuS => "relay-cpu-s",
             MetricKind::RelayRss => "relay-rss",
             MetricKind::LostPackets => "lost-packets",
+            MetricKind::RelayCore => "relay-core",
         }
     }
 
@@ -138,6 +147,12 @@ impl MetricKind {
                 vec![cpu_s * 1e3 / (r.payload_bytes as f64 / 1_048_576.0)]
             }
             MetricKind::RelayCpuS if r.relay_cpu_s.iter().any(|(n, _)| chosen(n)) => vec![cpu_s],
+            MetricKind::RelayCore if r.wall_s > 0.0 => r
+                .relay_cpu_s
+                .iter()
+                .filter(|(name, _)| chosen(name))
+                .map(|(_, s)| s / r.wall_s * 100.0)
+                .collect(),
             MetricKind::RelayRss => r
                 .relay_peak_rss
                 .iter()
@@ -237,8 +252,6 @@ pub struct Selection<'a> {
     left_out: BTreeSet<(&'a str, u32)>,
     /// Workloads pooled into one, `all`.
     pool: bool,
-    /// The relays of the relay metrics (a name pattern; all without one).
-    relay: Option<String>,
 }
 
 /// Values of one metric with the repetition of each.
@@ -295,17 +308,6 @@ impl<'a> Selection<'a> {
     /// Repetitions on a saturated CPU are left out (they measured the
     /// machine); with `alone`, those made beside other runs too.
     pub fn new(data: &'a RunData, alone: bool, pool: bool) -> Selection<'a> {
-        Selection::with_relay(data, alone, pool, None)
-    }
-
-    /// [`Selection::new`], with the relay metrics of the relays whose
-    /// names match `relay` only.
-    pub fn with_relay(
-        data: &'a RunData,
-        alone: bool,
-        pool: bool,
-        relay: Option<String>,
-    ) -> Selection<'a> {
         let left_out = data
             .repetitions
             .iter()
@@ -316,7 +318,6 @@ impl<'a> Selection<'a> {
             data,
             left_out,
             pool,
-            relay,
         }
     }
 
@@ -342,10 +343,12 @@ impl<'a> Selection<'a> {
         out
     }
 
-    /// The values of `metric` for `variant` (and `workload`, for a metric
-    /// per transfer) from the transfers that completed and the
-    /// repetitions that count.
-    pub fn sample(&self, metric: MetricKind, variant: &str, workload: Option<&str>) -> Sample {
+    /// The values of `metric` for `variant` from the transfers that
+    /// completed and the repetitions that count. `part` narrows them: for
+    /// a metric per transfer, to the workloads it matches (a name or a
+    /// pattern); for the relay metrics, to the relays it matches; `None`
+    /// keeps all.
+    pub fn sample(&self, metric: MetricKind, variant: &str, part: Option<&str>) -> Sample {
         let mut s = Sample::default();
         let mut push = |rep: u32, values: Vec<f64>| {
             for v in values.into_iter().filter(|v| v.is_finite()) {
@@ -361,12 +364,12 @@ impl<'a> Selection<'a> {
                 .filter(|r| r.variant == variant)
             {
                 if self.counts(variant, r.repetition) {
-                    push(r.repetition, metric.of_repetition(r, self.relay.as_deref()));
+                    push(r.repetition, metric.of_repetition(r, part));
                 }
             }
         } else {
             for r in self.data.records.iter().filter(|r| {
-                r.variant == variant && r.error.is_none() && self.workload_matches(r, workload)
+                r.variant == variant && r.error.is_none() && self.workload_matches(r, part)
             }) {
                 if self.counts(variant, r.repetition) {
                     push(r.repetition, metric.of_transfer(r));

@@ -68,7 +68,7 @@ impl CenterArg {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             CenterArg::Median => "median",
             CenterArg::Mean => "mean",
@@ -113,9 +113,22 @@ pub struct TableArgs {
     #[arg(long = "where", value_name = "PARAM=VALUE")]
     pub filter: Vec<String>,
     /// The relays of the relay metrics (`relay-cpu`, `relay-cpu-s`,
-    /// `relay-rss`): a name pattern such as `g1` or `m*` (default: all).
-    #[arg(long)]
-    pub relay: Option<String>,
+    /// `relay-core`, `relay-rss`), comma-separated name patterns such as
+    /// `g1,m1,exit` or `g*`: one row each (default: all relays, one row).
+    #[arg(long, value_delimiter = ',')]
+    pub relay: Vec<String>,
+    /// Matrix parameters left out of the conditions: a variant is set
+    /// against the baseline whatever its value of these (which a column
+    /// shows). For variants the baseline has no counterpart of: seed
+    /// 004's leg schedulers against the one path, which has no scheduler
+    /// to vary. Comma-separated.
+    #[arg(long, value_delimiter = ',', conflicts_with = "pair")]
+    pub ignore: Vec<String>,
+    /// Instead of comparisons: each variant's centre of each metric with
+    /// its 95% cluster-bootstrap interval over repetitions (a table of
+    /// absolute values, as papers give "mean ± 95% CI").
+    #[arg(long, conflicts_with_all = ["pair", "baseline", "ignore"])]
+    pub summary: bool,
     /// Only repetitions made alone (`lab run --jobs 1`), not beside other
     /// runs.
     #[arg(long)]
@@ -138,7 +151,9 @@ pub struct TableArgs {
 struct Row {
     /// The condition's values (one per condition column) or the pair.
     labels: Vec<String>,
-    workload: Option<String>,
+    /// The workload (metrics per transfer) or relays (relay metrics) the
+    /// row covers; `None`: all.
+    part: Option<String>,
     a: String,
     b: String,
 }
@@ -152,7 +167,7 @@ struct Cell {
     repetitions: usize,
 }
 
-fn table_err(data: &RunData, message: impl Into<String>) -> Error {
+pub(crate) fn table_err(data: &RunData, message: impl Into<String>) -> Error {
     Error::Table {
         run: data.source.display().to_string(),
         message: message.into(),
@@ -160,7 +175,7 @@ fn table_err(data: &RunData, message: impl Into<String>) -> Error {
 }
 
 /// The variants the filters keep, in the scenario's order.
-fn selected_variants(data: &RunData, args: &TableArgs) -> Result<Vec<String>> {
+pub(crate) fn selected_variants(data: &RunData, args: &TableArgs) -> Result<Vec<String>> {
     let mut wanted = Vec::new();
     for f in &args.filter {
         let (k, v) = f
@@ -219,38 +234,40 @@ fn compared(data: &RunData, args: &TableArgs, variants: &[String]) -> Result<(St
 }
 
 /// Rows comparing each value of the compared parameter with the baseline,
-/// condition by condition; and the condition columns' names.
+/// condition by condition; and the columns' names (the conditions', the
+/// ignored parameters', the compared parameter's).
 fn condition_rows(
     data: &RunData,
     args: &TableArgs,
-    workloads: &[Option<String>],
+    parts: &[Option<String>],
 ) -> Result<(Vec<String>, Vec<Row>)> {
     let variants = selected_variants(data, args)?;
     let (param, baseline) = compared(data, args, &variants)?;
+    if let Some(p) = args.ignore.iter().find(|p| **p == param) {
+        return Err(table_err(
+            data,
+            format!("--ignore {p}: it is the compared parameter"),
+        ));
+    }
     let condition = |v: &str| -> Vec<(String, String)> {
         params_of(v)
             .into_iter()
-            .filter(|(k, _)| *k != param)
+            .filter(|(k, _)| *k != param && !args.ignore.contains(k))
             .collect()
     };
-    // Condition columns: the parameters whose value varies among the
-    // selected variants.
-    let mut columns: Vec<String> = Vec::new();
-    for v in &variants {
-        for (k, val) in condition(v) {
-            let varies = variants
-                .iter()
-                .any(|o| params_of(o).iter().any(|(ok, ov)| *ok == k && *ov != val));
-            if varies && !columns.contains(&k) {
-                columns.push(k);
-            }
-        }
-    }
-    let value_of = |v: &str| params_of(v).into_iter().find(|(k, _)| *k == param);
+    let mut columns = varying_parameters(&variants, |k| {
+        k != param && !args.ignore.iter().any(|i| i == k)
+    });
+    let value = |v: &str, key: &str| {
+        params_of(v)
+            .into_iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, x)| x)
+    };
     let mut rows = Vec::new();
     for b in variants
         .iter()
-        .filter(|v| value_of(v).is_some_and(|(_, x)| x == baseline))
+        .filter(|v| value(v, &param).is_some_and(|x| x == baseline))
     {
         let cond = condition(b);
         let labels: Vec<String> = columns
@@ -261,24 +278,25 @@ fn condition_rows(
                     .map_or("-".into(), |(_, v)| v.clone())
             })
             .collect();
-        for w in workloads {
+        for part in parts {
             for a in variants
                 .iter()
-                .filter(|a| condition(a) == cond && *a != b && value_of(a).is_some())
+                .filter(|a| condition(a) == cond && *a != b && value(a, &param).is_some())
             {
+                let mut labels = labels.clone();
+                for key in args.ignore.iter().chain([&param]) {
+                    labels.push(value(a, key).unwrap_or_else(|| "-".into()));
+                }
                 rows.push(Row {
-                    labels: labels.clone(),
-                    workload: w.clone(),
+                    labels,
+                    part: part.clone(),
                     a: a.clone(),
                     b: b.clone(),
                 });
             }
         }
     }
-    for r in &mut rows {
-        r.labels
-            .push(value_of(&r.a).map(|(_, v)| v).unwrap_or_default());
-    }
+    columns.extend(args.ignore.iter().cloned());
     columns.push(param);
     if rows.is_empty() {
         return Err(table_err(
@@ -289,8 +307,25 @@ fn condition_rows(
     Ok((columns, rows))
 }
 
+/// The matrix parameters whose value varies among `variants` (in
+/// first-seen order), of those `keep` keeps.
+pub(crate) fn varying_parameters(variants: &[String], keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut columns: Vec<String> = Vec::new();
+    for v in variants {
+        for (k, val) in params_of(v) {
+            let varies = variants
+                .iter()
+                .any(|o| params_of(o).iter().any(|(ok, ov)| *ok == k && *ov != val));
+            if varies && keep(&k) && !columns.contains(&k) {
+                columns.push(k);
+            }
+        }
+    }
+    columns
+}
+
 /// Rows of explicit pairs.
-fn pair_rows(data: &RunData, args: &TableArgs, workloads: &[Option<String>]) -> Result<Vec<Row>> {
+fn pair_rows(data: &RunData, args: &TableArgs, parts: &[Option<String>]) -> Result<Vec<Row>> {
     let variants = data.variants();
     let mut rows = Vec::new();
     for pair in args.pair.chunks(2) {
@@ -299,10 +334,10 @@ fn pair_rows(data: &RunData, args: &TableArgs, workloads: &[Option<String>]) -> 
                 return Err(table_err(data, format!("no variant {v:?} in the run")));
             }
         }
-        for w in workloads {
+        for part in parts {
             rows.push(Row {
                 labels: vec![pair[0].clone(), pair[1].clone()],
-                workload: w.clone(),
+                part: part.clone(),
                 a: pair[0].clone(),
                 b: pair[1].clone(),
             });
@@ -314,11 +349,18 @@ fn pair_rows(data: &RunData, args: &TableArgs, workloads: &[Option<String>]) -> 
 /// The numbers of one metric in one row; `None` without values on a side
 /// or a repetition in common.
 fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Result<Option<Cell>> {
-    let w = row.workload.as_deref();
+    let w = row.part.as_deref();
     let sample = |v: &str| {
         let s = sel.sample(metric, v, w);
+        // A failed transfer biases a minimum or a sum of transfers; the
+        // metrics per repetition have none to fail.
+        let failed = if metric.per_repetition() {
+            BTreeSet::new()
+        } else {
+            sel.failed_repetitions(v, w)
+        };
         match args.per_repetition {
-            Some(agg) => s.per_repetition(agg, &sel.failed_repetitions(v, w)),
+            Some(agg) => s.per_repetition(agg, &failed),
             None => s,
         }
     };
@@ -365,7 +407,7 @@ fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Res
 }
 
 /// A number with three significant figures at most (no exponent).
-fn num(x: f64) -> String {
+pub(crate) fn num(x: f64) -> String {
     match x.abs() {
         a if a >= 100.0 => format!("{x:.0}"),
         a if a >= 10.0 => format!("{x:.1}"),
@@ -393,17 +435,69 @@ fn ci_text(r: &RatioCi) -> String {
     format!("[{}, {}]", end(r.ci95.0), end(r.ci95.1))
 }
 
-/// The workloads the rows cover (`None` for metrics per repetition).
-fn workloads_of(sel: &Selection, data: &RunData, args: &TableArgs) -> Result<Vec<Option<String>>> {
+/// What the rows of a table are split by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PartKind {
+    /// Workloads (metrics per transfer).
+    Workloads,
+    /// Relays (the relay metrics) or nothing (other metrics per
+    /// repetition).
+    Relays,
+}
+
+impl PartKind {
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            PartKind::Workloads => "workload",
+            PartKind::Relays => "relays",
+        }
+    }
+}
+
+/// The parts the rows cover: workloads for metrics per transfer, relay
+/// patterns for the relay metrics (`None`: all).
+pub(crate) fn parts_of(
+    sel: &Selection,
+    data: &RunData,
+    args: &TableArgs,
+) -> Result<(Vec<Option<String>>, PartKind)> {
     let per_rep = args.metric.iter().filter(|m| m.per_repetition()).count();
     if per_rep > 0 && per_rep < args.metric.len() {
         return Err(table_err(
             data,
-            "metrics per repetition (relay-cpu, relay-cpu-s, relay-rss, circuit-build, wire-overhead, lost-packets) and per transfer go in separate tables",
+            "metrics per repetition (relay-cpu, relay-cpu-s, relay-core, relay-rss, circuit-build, wire-overhead, lost-packets) and per transfer go in separate tables",
         ));
     }
     if per_rep > 0 {
-        return Ok(vec![None]);
+        if !args.workload.is_empty() {
+            return Err(table_err(
+                data,
+                "--workload narrows metrics per transfer; metrics per repetition cover the whole repetition",
+            ));
+        }
+        if args.relay.is_empty() {
+            return Ok((vec![None], PartKind::Relays));
+        }
+        let relays: Vec<&String> = data
+            .repetitions
+            .iter()
+            .flat_map(|r| r.relay_cpu_s.iter().map(|(n, _)| n))
+            .collect();
+        for p in &args.relay {
+            if !relays.iter().any(|name| matches_pattern(p, name)) {
+                return Err(table_err(data, format!("no relay matches --relay {p:?}")));
+            }
+        }
+        return Ok((
+            args.relay.iter().cloned().map(Some).collect(),
+            PartKind::Relays,
+        ));
+    }
+    if !args.relay.is_empty() {
+        return Err(table_err(
+            data,
+            "--relay chooses the relays of the relay metrics only",
+        ));
     }
     if args.pool && !args.workload.is_empty() {
         return Err(table_err(
@@ -413,7 +507,7 @@ fn workloads_of(sel: &Selection, data: &RunData, args: &TableArgs) -> Result<Vec
     }
     let all = sel.workloads();
     if args.workload.is_empty() {
-        return Ok(all.into_iter().map(Some).collect());
+        return Ok((all.into_iter().map(Some).collect(), PartKind::Workloads));
     }
     for w in &args.workload {
         if !all.iter().any(|name| matches_pattern(w, name)) {
@@ -423,7 +517,10 @@ fn workloads_of(sel: &Selection, data: &RunData, args: &TableArgs) -> Result<Vec
             ));
         }
     }
-    Ok(args.workload.iter().cloned().map(Some).collect())
+    Ok((
+        args.workload.iter().cloned().map(Some).collect(),
+        PartKind::Workloads,
+    ))
 }
 
 /// The table `args` asks for, as Markdown: the table, then a caption that
@@ -444,15 +541,15 @@ pub fn table(args: &TableArgs) -> Result<String> {
 ///
 /// As [`table`].
 pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
-    let sel = Selection::with_relay(data, args.alone, args.pool, args.relay.clone());
-    let workloads = workloads_of(&sel, data, args)?;
+    if args.summary {
+        return crate::summary::summary_of(data, args);
+    }
+    let sel = Selection::new(data, args.alone, args.pool);
+    let (parts, kind) = parts_of(&sel, data, args)?;
     let (columns, rows) = if args.pair.is_empty() {
-        condition_rows(data, args, &workloads)?
+        condition_rows(data, args, &parts)?
     } else {
-        (
-            vec!["A".into(), "B".into()],
-            pair_rows(data, args, &workloads)?,
-        )
+        (vec!["A".into(), "B".into()], pair_rows(data, args, &parts)?)
     };
     let mut cells = Vec::new();
     for row in &rows {
@@ -477,8 +574,8 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
 
     let mut out = String::new();
     let mut head: Vec<String> = columns.clone();
-    if workloads.iter().any(Option::is_some) {
-        head.push("workload".into());
+    if parts.iter().any(Option::is_some) {
+        head.push(kind.column().into());
     }
     head.push("reps".into());
     let baseline_name = if args.pair.is_empty() {
@@ -512,7 +609,7 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
     let mut bold_count = 0;
     for row in &rows {
         let mut line = row.labels.clone();
-        if let Some(w) = &row.workload {
+        if let Some(w) = &row.part {
             line.push(w.clone());
         }
         let mut reps = 0;
@@ -545,7 +642,7 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
         data,
         args,
         &sel,
-        &rows,
+        (&rows, kind),
         (raw_p.len(), bold_count, thin_cells),
     ));
     Ok(out)
@@ -559,7 +656,7 @@ fn caption(
     data: &RunData,
     args: &TableArgs,
     sel: &Selection,
-    rows: &[Row],
+    (rows, kind): (&[Row], PartKind),
     counts: (usize, usize, usize),
 ) -> String {
     let (comparisons, bold, thin_cells) = counts;
@@ -572,12 +669,16 @@ fn caption(
             }
         }
     }
+    let workload = |r: &Row| match kind {
+        PartKind::Workloads => r.part.clone(),
+        PartKind::Relays => None,
+    };
     let failed: usize = rows
         .iter()
-        .flat_map(|r| [(&r.a, &r.workload), (&r.b, &r.workload)])
+        .flat_map(|r| [(r.a.clone(), workload(r)), (r.b.clone(), workload(r))])
         .collect::<BTreeSet<_>>()
         .into_iter()
-        .map(|(v, w)| sel.failed(v, w.as_deref()))
+        .map(|(v, w)| sel.failed(&v, w.as_deref()))
         .sum();
     let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
     let correction = match args.correction {

@@ -411,3 +411,173 @@ fn a_cell_thinned_below_five_repetitions_is_never_bold() {
         "{t}"
     );
 }
+
+#[test]
+fn several_relay_patterns_make_a_row_each_and_relay_core_is_a_share_of_wall_time() {
+    let mut data = run(6, 1, quic_helps_light_under_loss);
+    for r in &mut data.repetitions {
+        let quic = r.variant.contains("quic");
+        r.wall_s = if quic { 10.0 } else { 20.0 };
+        r.relay_cpu_s = vec![("g1".into(), 2.0), ("exit".into(), 1.0)];
+    }
+    let t = table_of(
+        &data,
+        &args(&[
+            "--metric",
+            "relay-core",
+            "--relay",
+            "g1,exit",
+            "--where",
+            "loss:guard-middle=0%",
+        ]),
+    )
+    .unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert!(lines[0].contains("| relays | reps |"), "{t}");
+    // 2 s of 10 s against 2 s of 20 s: 20% against 10% of a core.
+    assert!(
+        lines[2].starts_with("| quic | g1 | 6 | 20.0 (10.0) | **2.00**"),
+        "{t}"
+    );
+    assert!(
+        lines[3].starts_with("| quic | exit | 6 | 10.0 (5.00) |"),
+        "{t}"
+    );
+    let e = table_of(&data, &args(&["--metric", "relay-core", "--relay", "m9"])).unwrap_err();
+    assert!(e.to_string().contains("no relay matches"), "{e}");
+    let e = table_of(&data, &args(&["--metric", "ttlb", "--relay", "g1"])).unwrap_err();
+    assert!(e.to_string().contains("relay metrics only"), "{e}");
+}
+
+#[test]
+fn an_ignored_parameter_lets_every_variant_meet_the_one_baseline() {
+    let data = run(6, 1, quic_helps_light_under_loss);
+    // Without --ignore, quic at 1% meets tls at 1%; ignoring the loss, tls
+    // at 0% is the baseline of both quic variants and of tls at 1%.
+    let t = table_of(
+        &data,
+        &args(&[
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--compare",
+            "transport",
+            "--ignore",
+            "loss:guard-middle",
+            "--where",
+            "transport=quic",
+        ]),
+    );
+    // The filter removed the baseline: an error that says so.
+    assert!(t.is_err());
+    let data = {
+        let mut d = data;
+        d.records
+            .retain(|r| !(r.variant.contains("1%") && r.variant.contains("tls")));
+        d.repetitions
+            .retain(|r| !(r.variant.contains("1%") && r.variant.contains("tls")));
+        d
+    };
+    let t = table_of(
+        &data,
+        &args(&[
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--ignore",
+            "loss:guard-middle",
+        ]),
+    )
+    .unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines[0],
+        "| loss:guard-middle | transport | workload | reps | TTLB ms (tls) | TTLB ratio [95% CI] | p adj. |",
+        "{t}"
+    );
+    assert!(lines[2].starts_with("| 0% | quic | light |"), "{t}");
+    assert!(lines[3].starts_with("| 1% | quic | light |"), "{t}");
+    assert!(lines[3].contains("**0.80** [0.80, 0.80]"), "{t}");
+    let e = table_of(&data, &args(&["--ignore", "transport"])).unwrap_err();
+    assert!(e.to_string().contains("compared parameter"), "{e}");
+}
+
+#[test]
+fn a_summary_gives_each_variant_its_centre_and_an_interval_by_repetition() {
+    // A strong repetition effect (50%): the interval must reflect six
+    // repetitions, not 6 x 4 transfers.
+    let data = run_with(6, 4, 0.5, quic_helps_light_under_loss);
+    let t = table_of(
+        &data,
+        &args(&[
+            "--summary",
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--center",
+            "mean",
+        ]),
+    )
+    .unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines[0], "| loss:guard-middle | transport | workload | reps | TTLB mean ms [95% CI] |",
+        "{t}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("| ")).count(),
+        5,
+        "{t}"
+    );
+    let tls = lines[2];
+    assert!(tls.starts_with("| 0% | tls | light | 6 | "), "{t}");
+    let cell = tls.rsplit('|').nth(1).unwrap().trim();
+    let (center, ci) = cell.split_once(" [").unwrap();
+    let center: f64 = center.parse().unwrap();
+    let (lo, hi) = ci.trim_end_matches(']').split_once(", ").unwrap();
+    let (lo, hi): (f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap());
+    assert!(lo < center && center < hi, "{cell}");
+    // By transfer, 24 values spread by the repetitions' effect would give
+    // a narrower interval; here it spans most of the effect's range.
+    let by_transfer = onionlab_stats::Summary::of(
+        &data
+            .records
+            .iter()
+            .filter(|r| r.variant == label("0%", "tls") && r.workload == "light")
+            .filter_map(|r| r.ttlb_ms)
+            .collect::<Vec<_>>(),
+        1,
+    )
+    .unwrap();
+    assert!(
+        hi - lo > by_transfer.mean_ci95.1 - by_transfer.mean_ci95.0,
+        "{cell} against {:?}",
+        by_transfer.mean_ci95
+    );
+    assert!(
+        t.contains("cluster-bootstrap interval over repetitions"),
+        "{t}"
+    );
+    // Byte-stable.
+    assert_eq!(
+        t,
+        table_of(
+            &data,
+            &args(&[
+                "--summary",
+                "--metric",
+                "ttlb",
+                "--workload",
+                "light",
+                "--center",
+                "mean"
+            ])
+        )
+        .unwrap()
+    );
+    let e = Cmd::try_parse_from(["t", "/r", "--summary", "--pair", "a", "b"]);
+    assert!(e.is_err());
+}
