@@ -167,6 +167,11 @@ pub struct RepetitionRecord {
     /// set is ready; those streams did not measure conflux.
     #[serde(default)]
     pub conflux_fallback_streams: u64,
+    /// Torchestra: per relay that moved any, the circuits it moved between
+    /// a link's light and heavy connections (its log's moves; the exit
+    /// decides, the middle follows). Runs before this field read as none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub torchestra_moves: Vec<(String, u64)>,
 }
 
 /// How late the emulator released packets against their scheduled time,
@@ -1110,6 +1115,7 @@ fn run_one(
     }
     let host_drops = before.drops_since(read_host_drops(&net)?);
     let tcp_counters = before.tcp_since(read_tcp_counters(&net)?);
+    let torchestra_moves = torchestra_moves(&nodes, dir);
     let mut counters = net.shutdown()?;
     before.subtract_from(&mut counters);
     let late = &counters.forwarder.release_error;
@@ -1181,8 +1187,27 @@ fn run_one(
         emulator: Some(emulator),
         ctor_streams,
         conflux_fallback_streams,
+        torchestra_moves,
     };
     Ok((records, repetition, host_sysctls))
+}
+
+/// The log line of a relay moving a circuit (`onionlab_node`'s relay logs
+/// it at info, always).
+const TORCHESTRA_MOVE: &str = "torchestra: moving a circuit";
+
+/// Per relay whose log has any, its Torchestra moves (the relays stopped,
+/// their logs complete).
+fn torchestra_moves(nodes: &Nodes, dir: &Path) -> Vec<(String, u64)> {
+    nodes
+        .relays
+        .iter()
+        .filter_map(|(_, name)| {
+            let text = fs::read_to_string(dir.join(format!("{name}.log"))).ok()?;
+            let n = text.lines().filter(|l| l.contains(TORCHESTRA_MOVE)).count() as u64;
+            (n > 0).then(|| (name.clone(), n))
+        })
+        .collect()
 }
 
 /// Start a workload agent per client with workloads and wait for them

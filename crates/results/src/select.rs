@@ -45,6 +45,23 @@ pub enum MetricKind {
     /// 004's "CPU %"; a repetition ends when its transfers do, so a faster
     /// variant's is shorter: compare `relay-cpu-s` for the work done).
     RelayCore,
+    /// Circuits Torchestra's relays (`--relay` chooses which) moved between
+    /// light and heavy connections, summed per repetition (0 for other
+    /// transports).
+    TorchestraMoves,
+    /// TCP retransmission timeouts on the relays' hosts (`--relay`
+    /// chooses which), summed per repetition.
+    TcpTimeouts,
+    /// TCP segments the relays' hosts (`--relay` chooses which)
+    /// retransmitted, summed per repetition.
+    TcpRetransmits,
+    /// Packets the emulated links' loss models dropped over all packets
+    /// sent into all links, per repetition (%; seed 002's "effective drop
+    /// rate").
+    LossRate,
+    /// Packets the emulated links' queues dropped (full) over all packets
+    /// sent into all links, per repetition (%).
+    QueueDropRate,
 }
 
 impl MetricKind {
@@ -64,6 +81,11 @@ impl MetricKind {
             MetricKind::RelayRss => "relay peak RSS",
             MetricKind::LostPackets => "lost packets",
             MetricKind::RelayCore => "relay CPU",
+            MetricKind::TorchestraMoves => "Torchestra moves",
+            MetricKind::TcpTimeouts => "TCP timeouts",
+            MetricKind::TcpRetransmits => "TCP retransmits",
+            MetricKind::LossRate => "lost packets",
+            MetricKind::QueueDropRate => "queue drops",
         }
     }
 
@@ -78,6 +100,10 @@ impl MetricKind {
             MetricKind::RelayRss => "MiB",
             MetricKind::LostPackets => "packets",
             MetricKind::RelayCore => "% of a core",
+            MetricKind::TorchestraMoves => "circuits",
+            MetricKind::TcpTimeouts => "timeouts",
+            MetricKind::TcpRetransmits => "segments",
+            MetricKind::LossRate | MetricKind::QueueDropRate => "% of packets",
             _ => "ms",
         }
     }
@@ -94,6 +120,11 @@ impl MetricKind {
                 | MetricKind::RelayRss
                 | MetricKind::LostPackets
                 | MetricKind::RelayCore
+                | MetricKind::TorchestraMoves
+                | MetricKind::TcpTimeouts
+                | MetricKind::TcpRetransmits
+                | MetricKind::LossRate
+                | MetricKind::QueueDropRate
         )
     }
 
@@ -113,6 +144,11 @@ impl MetricKind {
             MetricKind::RelayRss => "relay-rss",
             MetricKind::LostPackets => "lost-packets",
             MetricKind::RelayCore => "relay-core",
+            MetricKind::TorchestraMoves => "torchestra-moves",
+            MetricKind::TcpTimeouts => "tcp-timeouts",
+            MetricKind::TcpRetransmits => "tcp-retransmits",
+            MetricKind::LossRate => "loss-rate",
+            MetricKind::QueueDropRate => "queue-drop-rate",
         }
     }
 
@@ -161,6 +197,42 @@ impl MetricKind {
                 .collect(),
             MetricKind::CircuitBuild => r.circuit_build_ms.clone(),
             MetricKind::WireOverhead => r.wire_overhead.into_iter().collect(),
+            MetricKind::TorchestraMoves => vec![r
+                .torchestra_moves
+                .iter()
+                .filter(|(name, _)| chosen(name))
+                .fold(0.0, |sum, (_, n)| sum + *n as f64)],
+            MetricKind::TcpTimeouts | MetricKind::TcpRetransmits => {
+                let relays: Vec<&str> = r.relay_cpu_s.iter().map(|(n, _)| n.as_str()).collect();
+                let hosts: Vec<_> = r
+                    .tcp_counters
+                    .iter()
+                    .filter(|c| relays.contains(&c.host.as_str()) && chosen(&c.host))
+                    .collect();
+                if hosts.is_empty() {
+                    return Vec::new();
+                }
+                let count = |c: &onionlab_lab::hostnet::HostTcpCounters| match self {
+                    MetricKind::TcpTimeouts => c.timeouts,
+                    _ => c.retrans_segs,
+                };
+                vec![hosts.iter().map(|c| count(c) as f64).sum()]
+            }
+            MetricKind::LossRate | MetricKind::QueueDropRate => {
+                let sent: u64 = r.link_packets.iter().map(|l| l.packets).sum();
+                let dropped: u64 = r
+                    .link_packets
+                    .iter()
+                    .map(|l| match self {
+                        MetricKind::LossRate => l.lost,
+                        _ => l.queue_dropped,
+                    })
+                    .sum();
+                if sent == 0 {
+                    return Vec::new();
+                }
+                vec![100.0 * dropped as f64 / sent as f64]
+            }
             MetricKind::LostPackets if !r.link_packets.is_empty() => {
                 vec![r.link_packets.iter().map(|l| l.lost as f64).sum()]
             }
@@ -184,6 +256,8 @@ pub enum Aggregate {
     Sum,
     /// The 95th percentile (type 7).
     P95,
+    /// The 99th percentile (type 7).
+    P99,
 }
 
 impl Aggregate {
@@ -196,6 +270,7 @@ impl Aggregate {
             Aggregate::Mean => "mean",
             Aggregate::Sum => "sum",
             Aggregate::P95 => "p95",
+            Aggregate::P99 => "p99",
         }
     }
 
@@ -209,6 +284,7 @@ impl Aggregate {
             Aggregate::Mean => onionlab_stats::mean(values).unwrap_or(f64::NAN),
             Aggregate::Sum => values.iter().sum(),
             Aggregate::P95 => q(0.95),
+            Aggregate::P99 => q(0.99),
         }
     }
 }

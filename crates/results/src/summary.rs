@@ -13,7 +13,8 @@ use onionlab_stats::{Summary, BOOTSTRAP_RESAMPLES};
 
 use crate::select::{MetricKind, Selection};
 use crate::table::{
-    parts_of, selected_variants, varying_parameters, CenterArg, TableArgs, FIRST_LOOK_BELOW,
+    parts_of, sample_of, selected_variants, varying_parameters, CenterArg, TableArgs,
+    FIRST_LOOK_BELOW,
 };
 use crate::{Error, Result};
 
@@ -31,7 +32,7 @@ fn cell(
     variant: &str,
     part: Option<&str>,
 ) -> Result<Option<Cell>> {
-    let sample = sel.sample(metric, variant, part);
+    let sample = sample_of(sel, args, metric, variant, part);
     if sample.values.is_empty() {
         return Ok(None);
     }
@@ -99,8 +100,11 @@ pub fn summary_of(data: &RunData, args: &TableArgs) -> Result<String> {
     }
     head.push("reps".into());
     let center = args.center.name();
+    let of = args.per_repetition.map_or_else(String::new, |a| {
+        format!(" of each repetition's {}", a.name())
+    });
     for m in &args.metric {
-        head.push(format!("{} {center} {} [95% CI]", m.title(), m.unit()));
+        head.push(format!("{} {}, {center}{of} [95% CI]", m.title(), m.unit()));
     }
     let mut out = String::new();
     let _ = writeln!(out, "| {} |", head.join(" | "));
@@ -142,10 +146,13 @@ fn caption(
     fewest: usize,
 ) -> String {
     let center = args.center.name();
-    let values = if args.metric.iter().any(|m| m.per_repetition()) {
-        "the repetitions' values"
-    } else {
-        "the transfers' values"
+    let values = match args.per_repetition {
+        Some(a) => format!(
+            "each repetition's {} (repetitions with a failed transfer left out)",
+            a.name()
+        ),
+        None if args.metric.iter().any(|m| m.per_repetition()) => "the repetitions' values".into(),
+        None => "the transfers' values".into(),
     };
     let mut out = format!(
         "Run `{}` (scenario `{}`, {} of {} planned repetitions), commit {}. \

@@ -135,7 +135,7 @@ pub struct TableArgs {
     pub alone: bool,
     /// Reduce each repetition's values to one first: `min` (with
     /// `--pool --metric goodput`: the slowest client), `max`, `median`,
-    /// `mean`, `sum` (the network's throughput) or `p95`. A repetition
+    /// `mean`, `sum` (the network's throughput), `p95` or `p99`. A repetition
     /// with a failed transfer among those values is left out.
     #[arg(long, value_enum)]
     pub per_repetition: Option<Aggregate>,
@@ -346,24 +346,34 @@ fn pair_rows(data: &RunData, args: &TableArgs, parts: &[Option<String>]) -> Resu
     Ok(rows)
 }
 
+/// The values of `metric` for `variant` and `part` that a table uses:
+/// reduced to one a repetition where `args` says so.
+pub(crate) fn sample_of(
+    sel: &Selection,
+    args: &TableArgs,
+    metric: MetricKind,
+    variant: &str,
+    part: Option<&str>,
+) -> Sample {
+    let s = sel.sample(metric, variant, part);
+    // A failed transfer biases a minimum or a sum of transfers; the
+    // metrics per repetition have none to fail.
+    let failed = if metric.per_repetition() {
+        BTreeSet::new()
+    } else {
+        sel.failed_repetitions(variant, part)
+    };
+    match args.per_repetition {
+        Some(agg) => s.per_repetition(agg, &failed),
+        None => s,
+    }
+}
+
 /// The numbers of one metric in one row; `None` without values on a side
 /// or a repetition in common.
 fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Result<Option<Cell>> {
     let w = row.part.as_deref();
-    let sample = |v: &str| {
-        let s = sel.sample(metric, v, w);
-        // A failed transfer biases a minimum or a sum of transfers; the
-        // metrics per repetition have none to fail.
-        let failed = if metric.per_repetition() {
-            BTreeSet::new()
-        } else {
-            sel.failed_repetitions(v, w)
-        };
-        match args.per_repetition {
-            Some(agg) => s.per_repetition(agg, &failed),
-            None => s,
-        }
-    };
+    let sample = |v: &str| sample_of(sel, args, metric, v, w);
     let (a, b) = (sample(&row.a), sample(&row.b));
     let common: BTreeSet<u32> = a
         .repetition_set()
@@ -465,7 +475,7 @@ pub(crate) fn parts_of(
     if per_rep > 0 && per_rep < args.metric.len() {
         return Err(table_err(
             data,
-            "metrics per repetition (relay-cpu, relay-cpu-s, relay-core, relay-rss, circuit-build, wire-overhead, lost-packets) and per transfer go in separate tables",
+            "metrics per repetition (relay-*, tcp-*, torchestra-moves, circuit-build, wire-overhead, lost-packets, loss-rate, queue-drop-rate) and per transfer go in separate tables",
         ));
     }
     if per_rep > 0 {

@@ -524,7 +524,7 @@ fn a_summary_gives_each_variant_its_centre_and_an_interval_by_repetition() {
     .unwrap();
     let lines: Vec<&str> = t.lines().collect();
     assert_eq!(
-        lines[0], "| loss:guard-middle | transport | workload | reps | TTLB mean ms [95% CI] |",
+        lines[0], "| loss:guard-middle | transport | workload | reps | TTLB ms, mean [95% CI] |",
         "{t}"
     );
     assert_eq!(
@@ -580,4 +580,103 @@ fn a_summary_gives_each_variant_its_centre_and_an_interval_by_repetition() {
     );
     let e = Cmd::try_parse_from(["t", "/r", "--summary", "--pair", "a", "b"]);
     assert!(e.is_err());
+}
+
+#[test]
+fn relay_hosts_tcp_counters_and_torchestra_moves_sum_over_the_chosen_relays() {
+    use onionlab_lab::hostnet::HostTcpCounters;
+    let mut data = run(6, 1, quic_helps_light_under_loss);
+    for r in &mut data.repetitions {
+        let quic = r.variant.contains("quic");
+        r.relay_cpu_s = vec![("guard".into(), 1.0), ("exit".into(), 1.0)];
+        let counters = |host: &str, timeouts| HostTcpCounters {
+            host: host.into(),
+            timeouts,
+            retrans_segs: 10 * timeouts,
+            ..HostTcpCounters::default()
+        };
+        // The client's host is not a relay's: never counted.
+        r.tcp_counters = vec![
+            counters("guard", if quic { 1 } else { 4 }),
+            counters("exit", 2),
+            counters("op", 100),
+        ];
+        if quic {
+            r.torchestra_moves = vec![("exit".into(), 3), ("middle".into(), 3)];
+        }
+    }
+    let t = table_of(
+        &data,
+        &args(&[
+            "--summary",
+            "--metric",
+            "tcp-timeouts,tcp-retransmits,torchestra-moves",
+            "--where",
+            "loss:guard-middle=0%",
+        ]),
+    )
+    .unwrap();
+    assert!(
+        t.contains("| tls | 6 | 6.00 [6.00, 6.00] | 60.0 [60.0, 60.0] | 0.000 [0.000, 0.000] |"),
+        "{t}"
+    );
+    assert!(
+        t.contains("| quic | 6 | 3.00 [3.00, 3.00] | 30.0 [30.0, 30.0] | 6.00 [6.00, 6.00] |"),
+        "{t}"
+    );
+    let exit = table_of(
+        &data,
+        &args(&[
+            "--summary",
+            "--metric",
+            "torchestra-moves",
+            "--relay",
+            "exit,guard",
+        ]),
+    )
+    .unwrap();
+    assert!(
+        exit.contains("| 1% | quic | exit | 6 | 3.00 [3.00, 3.00] |"),
+        "{exit}"
+    );
+    assert!(
+        exit.contains("| 1% | quic | guard | 6 | 0.000 [0.000, 0.000] |"),
+        "{exit}"
+    );
+}
+
+#[test]
+fn a_summary_reduces_each_repetition_first_where_asked() {
+    let data = run(6, 3, quic_helps_light_under_loss);
+    let t = table_of(
+        &data,
+        &args(&[
+            "--summary",
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--per-repetition",
+            "sum",
+            "--where",
+            "loss:guard-middle=0%",
+        ]),
+    )
+    .unwrap();
+    assert!(
+        t.contains("| TTLB ms, median of each repetition's sum [95% CI] |"),
+        "{t}"
+    );
+    // Three transfers of about 100 ms a repetition.
+    let tls = t.lines().find(|l| l.starts_with("| tls |")).unwrap();
+    let center: f64 = tls
+        .split('|')
+        .nth(4)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((300.0..330.0).contains(&center), "{t}");
 }
