@@ -78,29 +78,6 @@ def run_script(name, run, *flags):
 
 
 class SummaryTables(unittest.TestCase):
-    def test_seed003_summary_halves_with_and_without_clusters(self):
-        with tempfile.TemporaryDirectory() as run:
-            records, reps = [], []
-            for rep in range(REPS):
-                for transport, scale in (("tls", 2.0), ("quic", 1.0)):
-                    v = f"scheduler=round-robin transport={transport}"
-                    for i in range(3):
-                        base = 100.0 * (rep + 1) + i
-                        records.append(transfer(v, rep, "light-1", i, scale * base, 3 * scale * base))
-                    records.append(transfer(v, rep, "heavy-1", 0, 50.0, 5000.0 * scale, 5 << 20))
-                    reps.append({"variant": v, "repetition": rep,
-                                 "relay_cpu_s": [["guard", 1.0], ["middle", 1.0], ["exit", 1.0]],
-                                 "relay_peak_rss": [["guard", 2**20]]})
-            write_run(run, records, reps)
-            # Repetitions differ, but quic always takes half tls's time: the
-            # pairing by repetition sees it exactly, transfers drawn
-            # independently do not.
-            for flags, cell in (((), "0.500 [0.286, 0.873]"), (("--cluster",), "0.500 [0.500, 0.500]")):
-                out = run_script("seed003-summary.py", run, *flags)
-                ttfb = out.split("light TTFB (ms)")[1]
-                line = next(l for l in ttfb.splitlines() if l.strip().startswith("quic, round-robin"))
-                self.assertIn(cell, line, (flags, out))
-
     def test_loss_cost_finds_the_cost_per_lost_packet(self):
         with tempfile.TemporaryDirectory() as run:
             records, reps = [], []

@@ -100,9 +100,9 @@ impl MetricKind {
             MetricKind::RelayRss => "MiB",
             MetricKind::LostPackets => "packets",
             MetricKind::RelayCore => "% of a core",
-            MetricKind::TorchestraMoves => "circuits",
-            MetricKind::TcpTimeouts => "timeouts",
-            MetricKind::TcpRetransmits => "segments",
+            MetricKind::TorchestraMoves => "circuits a repetition",
+            MetricKind::TcpTimeouts => "a repetition",
+            MetricKind::TcpRetransmits => "segments a repetition",
             MetricKind::LossRate | MetricKind::QueueDropRate => "% of packets",
             _ => "ms",
         }

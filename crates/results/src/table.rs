@@ -264,11 +264,21 @@ fn condition_rows(
             .find(|(k, _)| k == key)
             .map(|(_, x)| x)
     };
-    let mut rows = Vec::new();
-    for b in variants
+    let baselines: Vec<&String> = variants
         .iter()
         .filter(|v| value(v, &param).is_some_and(|x| x == baseline))
-    {
+        .collect();
+    // With parameters ignored, one condition may have several baselines
+    // (seed 003's Normal and Prioritized Tor): a column says which.
+    let several = baselines.iter().any(|b| {
+        baselines
+            .iter()
+            .filter(|o| condition(o) == condition(b))
+            .count()
+            > 1
+    });
+    let mut rows = Vec::new();
+    for b in baselines {
         let cond = condition(b);
         let labels: Vec<String> = columns
             .iter()
@@ -284,6 +294,14 @@ fn condition_rows(
                 .filter(|a| condition(a) == cond && *a != b && value(a, &param).is_some())
             {
                 let mut labels = labels.clone();
+                if several {
+                    let against: Vec<String> = args
+                        .ignore
+                        .iter()
+                        .filter_map(|k| value(b, k).map(|x| format!("{k}={x}")))
+                        .collect();
+                    labels.push(against.join(" "));
+                }
                 for key in args.ignore.iter().chain([&param]) {
                     labels.push(value(a, key).unwrap_or_else(|| "-".into()));
                 }
@@ -295,6 +313,9 @@ fn condition_rows(
                 });
             }
         }
+    }
+    if several {
+        columns.push("against".into());
     }
     columns.extend(args.ignore.iter().cloned());
     columns.push(param);

@@ -680,3 +680,46 @@ fn a_summary_reduces_each_repetition_first_where_asked() {
         .unwrap();
     assert!((300.0..330.0).contains(&center), "{t}");
 }
+
+#[test]
+fn several_baselines_in_one_condition_are_named_in_an_against_column() {
+    // Ignoring the loss, tls at 0% and at 1% are both baselines of every
+    // quic variant (seed 003's Normal and Prioritized Tor).
+    let data = run(6, 1, quic_helps_light_under_loss);
+    let t = table_of(
+        &data,
+        &args(&[
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--ignore",
+            "loss:guard-middle",
+        ]),
+    )
+    .unwrap();
+    let lines: Vec<&str> = t.lines().collect();
+    assert!(
+        lines[0].starts_with("| against | loss:guard-middle | transport | workload |"),
+        "{t}"
+    );
+    assert!(
+        lines[2..]
+            .iter()
+            .any(|l| l.starts_with("| loss:guard-middle=0% | 1% | quic | light |")),
+        "{t}"
+    );
+    assert!(
+        lines[2..]
+            .iter()
+            .any(|l| l.starts_with("| loss:guard-middle=1% | 0% | quic | light |")),
+        "{t}"
+    );
+    // tls at 1% against tls at 0% is a row too.
+    assert!(
+        lines[2..]
+            .iter()
+            .any(|l| l.starts_with("| loss:guard-middle=0% | 1% | tls | light |")),
+        "{t}"
+    );
+}
