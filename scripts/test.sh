@@ -59,7 +59,7 @@ else
     export ONIONLAB_REQUIRE_BROWSER=1
 fi
 
-echo "== summary scripts' statistics (python3 scripts/test_scripts.py)"
+echo "== table scripts' statistics (python3 scripts/test_scripts.py)"
 python3 scripts/test_scripts.py
 
 echo "== cargo fmt --check"

@@ -14,6 +14,7 @@
 mod error;
 pub mod pages;
 pub mod select;
+mod slope;
 mod summary;
 pub mod table;
 

@@ -129,6 +129,14 @@ pub struct TableArgs {
     /// absolute values, as papers give "mean ± 95% CI").
     #[arg(long, conflicts_with_all = ["pair", "baseline", "ignore"])]
     pub summary: bool,
+    /// Instead of comparisons: per variant, the least-squares slope of each
+    /// repetition's mean of the `--metric` (or its `--per-repetition`
+    /// value) over the repetition's value of this metric per repetition,
+    /// with a 95% bootstrap interval over repetitions: what each unit of
+    /// it costs (`--slope-over lost-packets --metric ttlb`: ms per lost
+    /// packet).
+    #[arg(long, value_enum, value_name = "METRIC", conflicts_with_all = ["pair", "baseline", "ignore", "summary"])]
+    pub slope_over: Option<MetricKind>,
     /// Only repetitions made alone (`lab run --jobs 1`), not beside other
     /// runs.
     #[arg(long)]
@@ -574,6 +582,9 @@ pub fn table(args: &TableArgs) -> Result<String> {
 pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
     if args.summary {
         return crate::summary::summary_of(data, args);
+    }
+    if let Some(x) = args.slope_over {
+        return crate::slope::slope_of(data, args, x);
     }
     let sel = Selection::new(data, args.alone, args.pool);
     let (parts, kind) = parts_of(&sel, data, args)?;

@@ -17,7 +17,7 @@ pub const BOOTSTRAP_RESAMPLES: usize = 2000;
 
 /// Percentile interval `(α/2, 1 - α/2)` of bootstrap replicates (type-7
 /// quantiles of the sorted replicates).
-fn percentile_interval(mut replicates: Vec<f64>, conf: f64) -> (f64, f64) {
+pub(crate) fn percentile_interval(mut replicates: Vec<f64>, conf: f64) -> (f64, f64) {
     replicates.sort_by(f64::total_cmp);
     let a = (1.0 - conf) / 2.0;
     (

@@ -22,6 +22,8 @@
 //!   [`ratio_clustered`] the same for means, [`Center`])
 //!   and [`mann_whitney_u`] (exact or normal approximation with tie and
 //!   continuity corrections, plus effect sizes).
+//! * Regression: [`slope_bootstrap`] (least-squares slope with a bootstrap
+//!   interval over points).
 //! * Many comparisons: [`holm_adjust`] (family-wise error rate) and
 //!   [`benjamini_hochberg_adjust`] (false discovery rate).
 //!
@@ -38,6 +40,7 @@ mod describe;
 mod error;
 mod mann_whitney;
 mod order;
+mod regression;
 
 pub use adjust::{benjamini_hochberg_adjust, holm_adjust};
 pub use bootstrap::{
@@ -67,3 +70,4 @@ pub use order::{
     binomial_cdf, dkw_band, dkw_epsilon, ecdf, order_interval, quantile_band, quantile_ci,
     EcdfBandPoint, OrderInterval, QuantileBandPoint,
 };
+pub use regression::{slope_bootstrap, SlopeCi};

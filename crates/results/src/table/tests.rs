@@ -723,3 +723,54 @@ fn several_baselines_in_one_condition_are_named_in_an_against_column() {
         "{t}"
     );
 }
+
+#[test]
+fn a_slope_over_lost_packets_is_the_cost_of_each() {
+    use onionlab_lab::run::LinkPackets;
+    // TTLB = 100 x effect x the repetition's effect x spread, and each
+    // repetition's lost packets are set so that tls pays 2 ms and quic
+    // 5 ms more per lost packet on top of it.
+    let mut data = run(8, 2, |_, _, _| 1.0);
+    for r in &mut data.repetitions {
+        let lost = 10 * u64::from(r.repetition % 4) + 5;
+        r.link_packets = vec![LinkPackets {
+            packets: 1000,
+            lost,
+            ..LinkPackets::default()
+        }];
+        let cost = if r.variant.contains("quic") { 5.0 } else { 2.0 };
+        for t in data
+            .records
+            .iter_mut()
+            .filter(|t| t.variant == r.variant && t.repetition == r.repetition)
+        {
+            t.ttlb_ms = Some(300.0 + cost * lost as f64);
+        }
+    }
+    let t = table_of(
+        &data,
+        &args(&[
+            "--slope-over",
+            "lost-packets",
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--where",
+            "loss:guard-middle=0%",
+        ]),
+    )
+    .unwrap();
+    assert!(
+        t.contains("| tls | light | 8 | 20.0 | 340 | 2.00 [2.00, 2.00] |"),
+        "{t}"
+    );
+    assert!(
+        t.contains("| quic | light | 8 | 20.0 | 400 | 5.00 [5.00, 5.00] |"),
+        "{t}"
+    );
+    let e = table_of(&data, &args(&["--slope-over", "ttlb"])).unwrap_err();
+    assert!(e.to_string().contains("per repetition is needed"), "{e}");
+    let e = table_of(&data, &args(&["--slope-over", "lost-packets"])).unwrap_err();
+    assert!(e.to_string().contains("one --metric"), "{e}");
+}
