@@ -328,6 +328,10 @@ pub struct Selection<'a> {
     left_out: BTreeSet<(&'a str, u32)>,
     /// Workloads pooled into one, `all`.
     pool: bool,
+    /// With `while_loaded`: per (variant, repetition) with streams, when
+    /// its first stream ended (Unix ms); transfers that ended later are
+    /// left out.
+    load_end: Option<std::collections::BTreeMap<(&'a str, u32), f64>>,
 }
 
 /// Values of one metric with the repetition of each.
@@ -394,7 +398,62 @@ impl<'a> Selection<'a> {
             data,
             left_out,
             pool,
+            load_end: None,
         }
+    }
+
+    /// Only the transfers (other than streams) that ended before the first
+    /// stream of their repetition ended: the network was loaded throughout
+    /// them (seed 001's loaded toy). Variants without streams keep all.
+    pub fn while_loaded(mut self) -> Selection<'a> {
+        let mut ends = std::collections::BTreeMap::new();
+        for r in self
+            .data
+            .records
+            .iter()
+            .filter(|r| r.kind == "stream" && r.error.is_none())
+        {
+            if let Some(ttlb) = r.ttlb_ms {
+                let end = r.start_unix_ms + ttlb;
+                let e = ends
+                    .entry((r.variant.as_str(), r.repetition))
+                    .or_insert(f64::INFINITY);
+                *e = f64::min(*e, end);
+            }
+        }
+        self.load_end = Some(ends);
+        self
+    }
+
+    /// Whether `r` ended after its repetition's load (`while_loaded`).
+    fn after_load(&self, r: &TransferRecord) -> bool {
+        let Some(ends) = &self.load_end else {
+            return false;
+        };
+        if r.kind == "stream" {
+            return false;
+        }
+        match (ends.get(&(r.variant.as_str(), r.repetition)), r.ttlb_ms) {
+            (Some(end), Some(ttlb)) => r.start_unix_ms + ttlb > *end,
+            _ => false,
+        }
+    }
+
+    /// Transfers of `variant` (and `workload`) that completed after their
+    /// repetition's load ended, in repetitions that count: left out by
+    /// `while_loaded`.
+    pub fn after_load_count(&self, variant: &str, workload: Option<&str>) -> usize {
+        self.data
+            .records
+            .iter()
+            .filter(|r| {
+                r.variant == variant
+                    && r.error.is_none()
+                    && self.workload_matches(r, workload)
+                    && self.counts(variant, r.repetition)
+                    && self.after_load(r)
+            })
+            .count()
     }
 
     fn counts(&self, variant: &str, repetition: u32) -> bool {
@@ -445,7 +504,10 @@ impl<'a> Selection<'a> {
             }
         } else {
             for r in self.data.records.iter().filter(|r| {
-                r.variant == variant && r.error.is_none() && self.workload_matches(r, part)
+                r.variant == variant
+                    && r.error.is_none()
+                    && self.workload_matches(r, part)
+                    && !self.after_load(r)
             }) {
                 if self.counts(variant, r.repetition) {
                     push(r.repetition, metric.of_transfer(r));

@@ -13,7 +13,8 @@ use onionlab_stats::{slope_bootstrap, BOOTSTRAP_RESAMPLES};
 
 use crate::select::{Aggregate, MetricKind, Selection};
 use crate::table::{
-    num, parts_of, sample_of, selected_variants, table_err, varying_parameters, TableArgs,
+    num, parts_of, sample_of, selected_variants, selection, table_err, varying_parameters,
+    TableArgs,
 };
 use crate::{Error, Result};
 
@@ -102,7 +103,7 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
     let [metric] = args.metric[..] else {
         return Err(table_err(data, "--slope-over fits one --metric"));
     };
-    let sel = Selection::new(data, args.alone, args.pool);
+    let sel = selection(data, args)?;
     let (parts, kind) = parts_of(&sel, data, args)?;
     let variants = selected_variants(data, args)?;
     let columns = varying_parameters(&variants, |_| true);

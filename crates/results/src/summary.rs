@@ -9,11 +9,11 @@
 use std::fmt::Write as _;
 
 use onionlab_lab::rundata::RunData;
-use onionlab_stats::{Summary, BOOTSTRAP_RESAMPLES};
+use onionlab_stats::{center_clustered, BOOTSTRAP_RESAMPLES};
 
 use crate::select::{MetricKind, Selection};
 use crate::table::{
-    parts_of, sample_of, selected_variants, varying_parameters, CenterArg, TableArgs,
+    parts_of, sample_of, selected_variants, selection, values_text, varying_parameters, TableArgs,
     FIRST_LOOK_BELOW,
 };
 use crate::{Error, Result};
@@ -38,16 +38,16 @@ fn cell(
     }
     let seed =
         onionlab_stats::seed_of_names(&["summary", metric.name(), part.unwrap_or("-"), variant]);
-    let s = Summary::of_clustered(&sample.values, &sample.repetitions, seed).map_err(|source| {
-        Error::Stats {
-            context: format!("{} of {variant}", metric.name()),
-            source,
-        }
+    let (center, ci95) = center_clustered(
+        &sample.values,
+        &sample.repetitions,
+        seed,
+        args.center.stats(),
+    )
+    .map_err(|source| Error::Stats {
+        context: format!("{} of {variant}", metric.name()),
+        source,
     })?;
-    let (center, ci95) = match args.center {
-        CenterArg::Median => (s.median, s.median_ci95),
-        CenterArg::Mean => (s.mean, s.mean_ci95),
-    };
     Ok(Some(Cell {
         center,
         ci95,
@@ -83,7 +83,7 @@ fn interval_text(c: &Cell) -> String {
 ///
 /// The arguments do not fit the run, or a statistic fails.
 pub fn summary_of(data: &RunData, args: &TableArgs) -> Result<String> {
-    let sel = Selection::new(data, args.alone, args.pool);
+    let sel = selection(data, args)?;
     let (parts, kind) = parts_of(&sel, data, args)?;
     let variants = selected_variants(data, args)?;
     let columns = varying_parameters(&variants, |_| true);
@@ -146,14 +146,7 @@ fn caption(
     fewest: usize,
 ) -> String {
     let center = args.center.name();
-    let values = match args.per_repetition {
-        Some(a) => format!(
-            "each repetition's {} (repetitions with a failed transfer left out)",
-            a.name()
-        ),
-        None if args.metric.iter().any(|m| m.per_repetition()) => "the repetitions' values".into(),
-        None => "the transfers' values".into(),
-    };
+    let values = values_text(args);
     let mut out = format!(
         "Run `{}` (scenario `{}`, {} of {} planned repetitions), commit {}. \
          Cells: the {center} of {values} with a 95% cluster-bootstrap interval \
@@ -178,6 +171,12 @@ fn caption(
     let mut left = Vec::new();
     if failed > 0 {
         left.push(format!("{failed} failed transfers"));
+    }
+    if args.while_loaded {
+        let after: usize = variants.iter().map(|v| sel.after_load_count(v, None)).sum();
+        left.push(format!(
+            "{after} transfers that ended after their repetition's first stream (the load) did"
+        ));
     }
     if saturated > 0 {
         left.push(format!("{saturated} repetitions on a saturated CPU"));

@@ -58,13 +58,19 @@ pub enum CenterArg {
     Median,
     /// Means (as papers that give "mean ± CI" compare).
     Mean,
+    /// 75th percentiles (the slowest quarter's edge).
+    P75,
+    /// 95th percentiles (the slowest 5%'s edge).
+    P95,
 }
 
 impl CenterArg {
-    fn stats(self) -> Center {
+    pub(crate) fn stats(self) -> Center {
         match self {
             CenterArg::Median => Center::Median,
             CenterArg::Mean => Center::Mean,
+            CenterArg::P75 => Center::P75,
+            CenterArg::P95 => Center::P95,
         }
     }
 
@@ -72,6 +78,8 @@ impl CenterArg {
         match self {
             CenterArg::Median => "median",
             CenterArg::Mean => "mean",
+            CenterArg::P75 => "75th percentile",
+            CenterArg::P95 => "95th percentile",
         }
     }
 }
@@ -147,7 +155,20 @@ pub struct TableArgs {
     /// with a failed transfer among those values is left out.
     #[arg(long, value_enum)]
     pub per_repetition: Option<Aggregate>,
-    /// What the ratio compares: medians or means.
+    /// Reduce each workload's values in a repetition to one first (each
+    /// client's, where every client has a workload of its own): `median`
+    /// with `--center median` is seed 001's "median of the clients'
+    /// medians". Applied before `--per-repetition`.
+    #[arg(long, value_enum, value_name = "AGGREGATE")]
+    pub per_workload: Option<Aggregate>,
+    /// Only the transfers that ended before the first stream of their
+    /// repetition did (the network loaded throughout them: seed 001's
+    /// loaded toy, whose background load is streams of a fixed length);
+    /// the others are counted in the caption.
+    #[arg(long)]
+    pub while_loaded: bool,
+    /// What the ratio compares (and a summary shows): medians, means, or
+    /// the 75th or 95th percentiles of the pooled values.
     #[arg(long, value_enum, default_value = "median")]
     pub center: CenterArg,
     /// The adjustment for multiple comparisons.
@@ -375,6 +396,51 @@ fn pair_rows(data: &RunData, args: &TableArgs, parts: &[Option<String>]) -> Resu
     Ok(rows)
 }
 
+/// What a table's centres are of, for its caption.
+pub(crate) fn values_text(args: &TableArgs) -> String {
+    let per_workload = match args.per_workload {
+        Some(a) if !args.metric.iter().any(|m| m.per_repetition()) => {
+            format!("each workload's {} in a repetition", a.name())
+        }
+        _ => String::new(),
+    };
+    match (args.per_repetition, per_workload.is_empty()) {
+        (Some(a), true) => format!(
+            "each repetition's {} (repetitions with a failed transfer left out)",
+            a.name()
+        ),
+        (Some(a), false) => format!(
+            "each repetition's {} of {per_workload} (repetitions with a failed transfer left out)",
+            a.name()
+        ),
+        (None, false) => per_workload,
+        (None, true) if args.metric.iter().any(|m| m.per_repetition()) => {
+            "the repetitions' values".into()
+        }
+        (None, true) => "the transfers' values".into(),
+    }
+}
+
+/// Which records of `data` count, as `args` says.
+///
+/// # Errors
+///
+/// Arguments that do not go together.
+pub(crate) fn selection<'a>(data: &'a RunData, args: &TableArgs) -> Result<Selection<'a>> {
+    if args.per_workload.is_some() && args.pool {
+        return Err(table_err(
+            data,
+            "--per-workload needs the workloads apart: instead of --pool, name a pattern with --workload",
+        ));
+    }
+    let sel = Selection::new(data, args.alone, args.pool);
+    Ok(if args.while_loaded {
+        sel.while_loaded()
+    } else {
+        sel
+    })
+}
+
 /// The values of `metric` for `variant` and `part` that a table uses:
 /// reduced to one a repetition where `args` says so.
 pub(crate) fn sample_of(
@@ -384,7 +450,23 @@ pub(crate) fn sample_of(
     variant: &str,
     part: Option<&str>,
 ) -> Sample {
-    let s = sel.sample(metric, variant, part);
+    let s = match args.per_workload {
+        Some(agg) if !metric.per_repetition() => {
+            let mut out = Sample::default();
+            for w in sel
+                .workloads()
+                .iter()
+                .filter(|w| part.is_none_or(|p| matches_pattern(p, w)))
+            {
+                let each = sel.sample(metric, variant, Some(w));
+                let one = each.per_repetition(agg, &sel.failed_repetitions(variant, Some(w)));
+                out.values.extend(one.values);
+                out.repetitions.extend(one.repetitions);
+            }
+            out
+        }
+        _ => sel.sample(metric, variant, part),
+    };
     // A failed transfer biases a minimum or a sum of transfers; the
     // metrics per repetition have none to fail.
     let failed = if metric.per_repetition() {
@@ -432,13 +514,9 @@ fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Res
     let ma = cluster_medians(&a.values, &a.repetitions).map_err(stats)?;
     let mb = cluster_medians(&b.values, &b.repetitions).map_err(stats)?;
     let test = mann_whitney_u(&ma, &mb).map_err(stats)?;
-    let center_of = |values: &[f64]| match center {
-        Center::Median => onionlab_stats::median(values),
-        Center::Mean => onionlab_stats::mean(values),
-    };
     Ok(Some(Cell {
-        center_a: center_of(&a.values).map_err(stats)?,
-        center_b: center_of(&b.values).map_err(stats)?,
+        center_a: center.of_values(&a.values).map_err(stats)?,
+        center_b: center.of_values(&b.values).map_err(stats)?,
         ratio,
         p: test.p_two_sided,
         repetitions: common.len(),
@@ -586,7 +664,7 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
     if let Some(x) = args.slope_over {
         return crate::slope::slope_of(data, args, x);
     }
-    let sel = Selection::new(data, args.alone, args.pool);
+    let sel = selection(data, args)?;
     let (parts, kind) = parts_of(&sel, data, args)?;
     let (columns, rows) = if args.pair.is_empty() {
         condition_rows(data, args, &parts)?
@@ -728,14 +806,7 @@ fn caption(
         Correction::Bh => "Benjamini-Hochberg-adjusted (false discovery rate 5%)",
     };
     let center = args.center.name();
-    let values = match args.per_repetition {
-        Some(a) => format!(
-            "each repetition's {} (repetitions with a failed transfer left out)",
-            a.name()
-        ),
-        None if args.metric.iter().any(|m| m.per_repetition()) => "the repetitions' values".into(),
-        None => "the transfers' values".into(),
-    };
+    let values = values_text(args);
     let mut out = format!(
         "Run `{}` (scenario `{}`, {done} of {} planned repetitions), commit {}. \
          Cells `x (y)`: the {center}s of {values}, the variant's and the baseline's; \
@@ -766,6 +837,12 @@ fn caption(
     let mut left = Vec::new();
     if failed > 0 {
         left.push(format!("{failed} failed transfers"));
+    }
+    if args.while_loaded {
+        let after: usize = variants.iter().map(|v| sel.after_load_count(v, None)).sum();
+        left.push(format!(
+            "{after} transfers that ended after their repetition's first stream (the load) did"
+        ));
     }
     if saturated > 0 {
         let why = if args.alone {

@@ -224,3 +224,22 @@ fn ratio_of_means_by_cluster() {
     let zeros = vec![0.0; b.len()];
     assert!(ratio_clustered(&a, &clusters, &zeros, &clusters, 3, Center::Mean).is_err());
 }
+
+#[test]
+fn a_centre_by_cluster_matches_the_summary_and_percentiles_order() {
+    use onionlab_stats::{center_clustered, Summary};
+    let values: Vec<f64> = (0..40)
+        .map(|i| f64::from(i % 10) + f64::from(i / 10) * 3.0)
+        .collect();
+    let clusters: Vec<u32> = (0..40).map(|i| i / 10).collect();
+    let s = Summary::of_clustered(&values, &clusters, 5).unwrap();
+    let (mean, mean_ci) = center_clustered(&values, &clusters, 5, Center::Mean).unwrap();
+    let (median, median_ci) = center_clustered(&values, &clusters, 5, Center::Median).unwrap();
+    assert_eq!((mean, mean_ci), (s.mean, s.mean_ci95));
+    assert_eq!((median, median_ci), (s.median, s.median_ci95));
+    let (p75, _) = center_clustered(&values, &clusters, 5, Center::P75).unwrap();
+    let (p95, (lo, hi)) = center_clustered(&values, &clusters, 5, Center::P95).unwrap();
+    assert!(median < p75 && p75 < p95 && lo <= p95 && p95 <= hi);
+    let (_, one) = center_clustered(&[1.0, 2.0], &[0, 0], 5, Center::P95).unwrap();
+    assert_eq!(one, (f64::NEG_INFINITY, f64::INFINITY));
+}

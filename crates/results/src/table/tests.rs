@@ -774,3 +774,69 @@ fn a_slope_over_lost_packets_is_the_cost_of_each() {
     let e = table_of(&data, &args(&["--slope-over", "lost-packets"])).unwrap_err();
     assert!(e.to_string().contains("one --metric"), "{e}");
 }
+
+#[test]
+fn percentiles_per_workload_reductions_and_the_loaded_window() {
+    let mut data = run(
+        6,
+        4,
+        |_, transport, _| if transport == "quic" { 0.5 } else { 1.0 },
+    );
+    // Transfer i of a workload takes 100 x (i + 1) (x the factors):
+    // within a repetition, light's values are 100, 200, 300, 400.
+    for t in &mut data.records {
+        let base = t.ttlb_ms.unwrap() / (1.0 + 0.01 * f64::from(t.index));
+        t.ttlb_ms = Some(base * f64::from(t.index + 1));
+        t.start_unix_ms = 1000.0 * f64::from(t.index);
+    }
+    let one = |data: &RunData, extra: &[&str]| {
+        let mut a = vec![
+            "--summary",
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--where",
+            "loss:guard-middle=0%",
+            "--where",
+            "transport=tls",
+        ];
+        a.extend_from_slice(extra);
+        let t = table_of(data, &args(&a)).unwrap();
+        let line = t.lines().nth(2).unwrap().to_string();
+        let cell = line.rsplit('|').nth(1).unwrap().trim().to_string();
+        let center: f64 = cell.split_whitespace().next().unwrap().parse().unwrap();
+        (center, t)
+    };
+    let (median, _) = one(&data, &[]);
+    let (p75, t) = one(&data, &["--center", "p75"]);
+    let (p95, _) = one(&data, &["--center", "p95"]);
+    assert!(median < p75 && p75 < p95, "{median} {p75} {p95}\n{t}");
+    assert!(t.contains("TTLB ms, 75th percentile [95% CI]"), "{t}");
+    // One workload a client: the clients' medians, one a repetition.
+    let (per_workload, t) = one(&data, &["--per-workload", "max"]);
+    assert!(per_workload > p75, "{t}");
+    assert!(t.contains("each workload's max in a repetition"), "{t}");
+    let e = table_of(&data, &args(&["--pool", "--per-workload", "median"])).unwrap_err();
+    assert!(e.to_string().contains("--per-workload"), "{e}");
+
+    // A stream ending at 1500 ms: light's transfers 0 (ends 0 + ~100) and
+    // 1 (1000 + ~200) ran under load, 2 and 3 ended after it (and so
+    // did bulk's, which the caption counts too: 2 x 2 x 6).
+    for rep in 0..6 {
+        data.records.push(TransferRecord {
+            workload: "load".into(),
+            kind: "stream".into(),
+            ttlb_ms: Some(1500.0),
+            variant: label("0%", "tls"),
+            repetition: rep,
+            ..TransferRecord::default()
+        });
+    }
+    let (loaded, t) = one(&data, &["--while-loaded", "--center", "p95"]);
+    assert!(loaded < median, "{loaded}\n{t}");
+    assert!(
+        t.contains("Left out: 24 transfers that ended after their repetition's first stream"),
+        "{t}"
+    );
+}
