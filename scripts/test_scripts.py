@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Tests of the statistics (bootstrap.py) of the two table scripts left
-(seed001-toy-table.py, jobs-check.py; the others are `onionlab lab
-table`). Run by scripts/test.sh; standard library only.
+"""Tests of the statistics (bootstrap.py) of the table script left
+(seed001-toy-table.py; the others are `onionlab lab table`). Run by
+scripts/test.sh; standard library only.
 
 Usage: python3 scripts/test_scripts.py
 """

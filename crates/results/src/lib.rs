@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod jobs;
 pub mod pages;
 pub mod select;
 mod slope;

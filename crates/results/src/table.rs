@@ -145,6 +145,12 @@ pub struct TableArgs {
     /// packet).
     #[arg(long, value_enum, value_name = "METRIC", conflicts_with_all = ["pair", "baseline", "ignore", "summary"])]
     pub slope_over: Option<MetricKind>,
+    /// Instead of comparisons between variants: each variant's
+    /// repetitions made beside other runs (`lab run --jobs` above 1)
+    /// against those it made alone (unpaired: different repetitions), to
+    /// check whether running several at once moved the results.
+    #[arg(long, conflicts_with_all = ["pair", "baseline", "ignore", "summary", "slope_over", "alone"])]
+    pub by_jobs: bool,
     /// Only repetitions made alone (`lab run --jobs 1`), not beside other
     /// runs.
     #[arg(long)]
@@ -663,6 +669,9 @@ pub fn table_of(data: &RunData, args: &TableArgs) -> Result<String> {
     }
     if let Some(x) = args.slope_over {
         return crate::slope::slope_of(data, args, x);
+    }
+    if args.by_jobs {
+        return crate::jobs::by_jobs_of(data, args);
     }
     let sel = selection(data, args)?;
     let (parts, kind) = parts_of(&sel, data, args)?;

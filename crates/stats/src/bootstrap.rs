@@ -419,6 +419,52 @@ pub fn ratio_clustered(
     }))
 }
 
+/// [`ratio_clustered`] for two samples whose clusters are not paired (in
+/// the lab: the repetitions a variant made beside other runs against those
+/// it made alone): each side's clusters are drawn apart, as many as it
+/// has, with replacement, from one `StdRng` seeded with `seed`, and the
+/// ratio of the pools' `center`s recorded. With fewer than two clusters on
+/// a side the interval is `(0, +∞)`.
+///
+/// # Errors
+///
+/// As [`ratio_clustered`].
+pub fn ratio_clustered_unpaired(
+    a: &[f64],
+    a_clusters: &[u32],
+    b: &[f64],
+    b_clusters: &[u32],
+    seed: u64,
+    center: Center,
+) -> Result<RatioCi> {
+    let ratio = point_ratio(a, b, center)?;
+    check_clusters(a, a_clusters)?;
+    check_clusters(b, b_clusters)?;
+    let side = |values: &[f64], clusters: &[u32]| -> Vec<Vec<f64>> {
+        by_cluster(values, clusters, &[], &[])
+            .into_values()
+            .map(|(v, _)| v)
+            .collect()
+    };
+    let (ga, gb) = (side(a, a_clusters), side(b, b_clusters));
+    if ga.len() < 2 || gb.len() < 2 {
+        return Ok(RatioCi {
+            ratio,
+            ci95: (0.0, f64::INFINITY),
+        });
+    }
+    Ok(bootstrap_ratio(ratio, seed, center, |rng, sa, sb| {
+        sa.clear();
+        sb.clear();
+        for _ in 0..ga.len() {
+            sa.extend_from_slice(&ga[rng.random_range(0..ga.len())]);
+        }
+        for _ in 0..gb.len() {
+            sb.extend_from_slice(&gb[rng.random_range(0..gb.len())]);
+        }
+    }))
+}
+
 /// The `center` of `values` with a 95% cluster-bootstrap interval: as
 /// [`Summary::of_clustered`] does for the mean and the median, for any
 /// [`Center`] ([`BOOTSTRAP_RESAMPLES`] draws of as many clusters as there

@@ -45,7 +45,8 @@ mod regression;
 pub use adjust::{benjamini_hochberg_adjust, holm_adjust};
 pub use bootstrap::{
     center_clustered, cluster_medians, has_repeated_cluster, mean_ci_bootstrap, ratio_clustered,
-    ratio_of_medians, ratio_of_medians_clustered, Center, RatioCi, Summary, BOOTSTRAP_RESAMPLES,
+    ratio_clustered_unpaired, ratio_of_medians, ratio_of_medians_clustered, Center, RatioCi,
+    Summary, BOOTSTRAP_RESAMPLES,
 };
 pub use describe::{check_finite, mean, median, quantile, sorted};
 

@@ -243,3 +243,24 @@ fn a_centre_by_cluster_matches_the_summary_and_percentiles_order() {
     let (_, one) = center_clustered(&[1.0, 2.0], &[0, 0], 5, Center::P95).unwrap();
     assert_eq!(one, (f64::NEG_INFINITY, f64::INFINITY));
 }
+
+#[test]
+fn an_unpaired_ratio_by_cluster_draws_each_side_apart() {
+    // Side a: clusters 0-3 at 1.2x side b's clusters 4-7, each cluster
+    // with its own level: unpaired, the levels' spread is in the interval.
+    let level = |c: u32| 100.0 * (1.0 + 0.1 * f64::from(c % 4));
+    let a: Vec<f64> = (0..4)
+        .flat_map(|c| [1.2 * level(c), 1.2 * level(c) + 1.0])
+        .collect();
+    let ac: Vec<u32> = (0..4).flat_map(|c| [c, c]).collect();
+    let b: Vec<f64> = (4..8).flat_map(|c| [level(c), level(c) + 1.0]).collect();
+    let bc: Vec<u32> = (4..8).flat_map(|c| [c, c]).collect();
+    let r = ratio_clustered_unpaired(&a, &ac, &b, &bc, 9, Center::Median).unwrap();
+    assert!((r.ratio - 1.2).abs() < 0.01, "{r:?}");
+    assert!(
+        r.ci95.0 < 1.2 && r.ci95.1 > 1.2 && r.ci95.1 - r.ci95.0 > 0.1,
+        "{r:?}"
+    );
+    let one = ratio_clustered_unpaired(&a[..2], &ac[..2], &b, &bc, 9, Center::Median).unwrap();
+    assert_eq!(one.ci95, (0.0, f64::INFINITY));
+}

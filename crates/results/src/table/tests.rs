@@ -840,3 +840,54 @@ fn percentiles_per_workload_reductions_and_the_loaded_window() {
         "{t}"
     );
 }
+
+#[test]
+fn repetitions_beside_other_runs_are_set_against_those_made_alone() {
+    let mut data = run(8, 2, |_, _, _| 1.0);
+    let e = table_of(&data, &args(&["--by-jobs"])).unwrap_err();
+    assert!(
+        e.to_string().contains("no repetition was made beside"),
+        "{e}"
+    );
+    for r in &mut data.repetitions {
+        if r.repetition >= 4 {
+            r.jobs = 4;
+            r.cpu_busy_fraction = 0.6;
+        }
+    }
+    for t in &mut data.records {
+        if t.repetition >= 4 {
+            t.ttlb_ms = t.ttlb_ms.map(|x| x * 1.2);
+        }
+    }
+    let t = table_of(
+        &data,
+        &args(&[
+            "--by-jobs",
+            "--metric",
+            "ttlb",
+            "--where",
+            "loss:guard-middle=0%",
+        ]),
+    )
+    .unwrap();
+    let tls = t
+        .lines()
+        .find(|l| l.starts_with("| tls | light |"))
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(tls.contains("| 4 / 4 |"), "{tls}");
+    // 1.2 x the alone repetitions' (whose own effects differ: the
+    // interval is wide, unpaired).
+    let ratio: f64 = tls
+        .rsplit('|')
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1.1..1.4).contains(&ratio), "{tls}");
+    assert!(t.contains("machine busy 60.0"), "{t}");
+    assert!(Cmd::try_parse_from(["t", "/r", "--by-jobs", "--alone"]).is_err());
+}
