@@ -238,6 +238,40 @@ pub fn variants_of_text(scenario_text: &str) -> Option<Vec<String>> {
     )
 }
 
+/// A workload of scenario text as a table needs it: its name, kind
+/// (`web`, `bulk`, `stream`, ...) and client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadClient {
+    /// The workload's name (the records' `workload`).
+    pub name: String,
+    /// Its kind as the scenario writes it.
+    pub kind: String,
+    /// The client that runs it.
+    pub client: String,
+}
+
+/// The `[[workload]]` entries of scenario text (empty if unreadable).
+pub fn workloads_of_text(scenario_text: &str) -> Vec<WorkloadClient> {
+    let Ok(table) = toml::from_str::<toml::Table>(scenario_text) else {
+        return Vec::new();
+    };
+    let text = |w: &toml::Table, key: &str| w.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    table
+        .get("workload")
+        .and_then(|v| v.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|w| {
+            let w = w.as_table()?;
+            Some(WorkloadClient {
+                name: text(w, "name")?,
+                kind: text(w, "kind")?,
+                client: text(w, "client")?,
+            })
+        })
+        .collect()
+}
+
 /// The `name` of scenario text.
 pub fn name_of_text(scenario_text: &str) -> Option<String> {
     let table = toml::from_str::<toml::Table>(scenario_text).ok()?;

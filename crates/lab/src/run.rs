@@ -172,6 +172,11 @@ pub struct RepetitionRecord {
     /// decides, the middle follows). Runs before this field read as none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub torchestra_moves: Vec<(String, u64)>,
+    /// onionlab clients: each client's first circuit, its relays from
+    /// guard to exit (its log's first `circuit built`): what circuits
+    /// shared (seed 001's loaded toy). C tor clients are not in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_paths: Vec<(String, Vec<String>)>,
 }
 
 /// How late the emulator released packets against their scheduled time,
@@ -1116,6 +1121,7 @@ fn run_one(
     let host_drops = before.drops_since(read_host_drops(&net)?);
     let tcp_counters = before.tcp_since(read_tcp_counters(&net)?);
     let torchestra_moves = torchestra_moves(&nodes, dir);
+    let client_paths = client_paths(&nodes);
     let mut counters = net.shutdown()?;
     before.subtract_from(&mut counters);
     let late = &counters.forwarder.release_error;
@@ -1188,8 +1194,33 @@ fn run_one(
         ctor_streams,
         conflux_fallback_streams,
         torchestra_moves,
+        client_paths,
     };
     Ok((records, repetition, host_sysctls))
+}
+
+/// Each onionlab client's first circuit (client name, relays in order),
+/// from the `circuit built` lines of the clients' logs
+/// (`client-NAME.log`, `path=A,B,C`).
+fn client_paths(nodes: &Nodes) -> Vec<(String, Vec<String>)> {
+    nodes
+        .clients
+        .iter()
+        .filter_map(|(_, log)| {
+            let name = log
+                .file_name()?
+                .to_str()?
+                .strip_prefix("client-")?
+                .strip_suffix(".log")?
+                .to_string();
+            let text = fs::read_to_string(log).ok()?;
+            let path = text
+                .lines()
+                .filter(|l| l.contains("circuit built"))
+                .find_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("path=")))?;
+            Some((name, path.split(',').map(str::to_string).collect()))
+        })
+        .collect()
 }
 
 /// The log line of a relay moving a circuit (`onionlab_node`'s relay logs

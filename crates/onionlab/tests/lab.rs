@@ -407,8 +407,16 @@ fn c_tor_runs_beside_onionlab_in_the_lab() {
                 .map(|s| (s.workload.as_str(), s.purpose.as_str(), s.streams))
                 .collect();
             assert_eq!(seen, [("bulk", "GENERAL", 1)], "{line}");
+            assert!(r.client_paths.is_empty(), "{line}");
         } else {
             assert!(!r.circuit_build_ms.is_empty(), "{line}");
+            // onionlab's client: its circuit, guard to exit.
+            let paths: Vec<(&str, Vec<&str>)> = r
+                .client_paths
+                .iter()
+                .map(|(c, p)| (c.as_str(), p.iter().map(String::as_str).collect()))
+                .collect();
+            assert_eq!(paths, [("op", vec!["guard", "middle", "exit"])], "{line}");
         }
         assert!(r.circuit_build_ms.iter().all(|ms| *ms >= 119.0), "{line}");
     }

@@ -15,6 +15,7 @@ mod error;
 mod jobs;
 pub mod pages;
 pub mod select;
+pub mod sharing;
 mod slope;
 mod summary;
 pub mod table;

@@ -332,6 +332,9 @@ pub struct Selection<'a> {
     /// its first stream ended (Unix ms); transfers that ended later are
     /// left out.
     load_end: Option<std::collections::BTreeMap<(&'a str, u32), f64>>,
+    /// With `sharing`: the class wanted and each web client's class (by
+    /// variant, repetition and workload); other transfers are left out.
+    sharing: Option<(crate::sharing::Sharing, crate::sharing::Classes)>,
 }
 
 /// Values of one metric with the repetition of each.
@@ -399,7 +402,26 @@ impl<'a> Selection<'a> {
             left_out,
             pool,
             load_end: None,
+            sharing: None,
         }
+    }
+
+    /// Only the web clients whose circuit shares `class` with a bulk
+    /// client's circuit in their repetition (`crate::sharing`); transfers
+    /// of other clients, and of variants without recorded paths (C tor),
+    /// are left out.
+    pub fn sharing(mut self, class: crate::sharing::Sharing) -> Selection<'a> {
+        self.sharing = Some((class, crate::sharing::classes(self.data)));
+        self
+    }
+
+    /// Whether `r` is of a client of the wanted sharing class (or no class
+    /// is wanted).
+    fn of_sharing_class(&self, r: &TransferRecord) -> bool {
+        let Some((class, classes)) = &self.sharing else {
+            return true;
+        };
+        classes.get(&(r.variant.clone(), r.repetition, r.workload.clone())) == Some(class)
     }
 
     /// Only the transfers (other than streams) that ended before the first
@@ -508,6 +530,7 @@ impl<'a> Selection<'a> {
                     && r.error.is_none()
                     && self.workload_matches(r, part)
                     && !self.after_load(r)
+                    && self.of_sharing_class(r)
             }) {
                 if self.counts(variant, r.repetition) {
                     push(r.repetition, metric.of_transfer(r));

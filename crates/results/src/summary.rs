@@ -13,8 +13,8 @@ use onionlab_stats::{center_clustered, BOOTSTRAP_RESAMPLES};
 
 use crate::select::{MetricKind, Selection};
 use crate::table::{
-    parts_of, sample_of, selected_variants, selection, values_text, varying_parameters, TableArgs,
-    FIRST_LOOK_BELOW,
+    parts_of, sample_of, selected_variants, selection, sharing_note, values_text,
+    varying_parameters, TableArgs, FIRST_LOOK_BELOW,
 };
 use crate::{Error, Result};
 
@@ -157,6 +157,7 @@ fn caption(
         data.planned_repetitions(),
         data.commits().join(", "),
     );
+    out.push_str(&sharing_note(args));
     if fewest < FIRST_LOOK_BELOW {
         out.push_str(&format!(
             " **First look**: some cells rest on fewer than {FIRST_LOOK_BELOW} repetitions."

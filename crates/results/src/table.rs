@@ -173,6 +173,13 @@ pub struct TableArgs {
     /// the others are counted in the caption.
     #[arg(long)]
     pub while_loaded: bool,
+    /// Only the web clients whose circuit shares this with a bulk
+    /// client's circuit in their repetition: `connection` (a pair of
+    /// adjacent relays, so a link connection), `relay` (a relay only) or
+    /// `apart` (nothing). From the circuits the lab records of onionlab's
+    /// clients; C tor's variants have none and drop out.
+    #[arg(long, value_enum)]
+    pub sharing: Option<crate::sharing::Sharing>,
     /// What the ratio compares (and a summary shows): medians, means, or
     /// the 75th or 95th percentiles of the pooled values.
     #[arg(long, value_enum, default_value = "median")]
@@ -427,6 +434,22 @@ pub(crate) fn values_text(args: &TableArgs) -> String {
     }
 }
 
+/// The caption's sentence on a `--sharing` filter (empty without one).
+pub(crate) fn sharing_note(args: &TableArgs) -> String {
+    use crate::sharing::Sharing;
+    match args.sharing {
+        None => String::new(),
+        Some(class) => format!(
+            " Only web clients whose circuit shares {} with a bulk client's in their repetition.",
+            match class {
+                Sharing::Connection => "a link connection (two adjacent relays)",
+                Sharing::Relay => "a relay but no link connection",
+                Sharing::Apart => "no relay",
+            }
+        ),
+    }
+}
+
 /// Which records of `data` count, as `args` says.
 ///
 /// # Errors
@@ -440,10 +463,14 @@ pub(crate) fn selection<'a>(data: &'a RunData, args: &TableArgs) -> Result<Selec
         ));
     }
     let sel = Selection::new(data, args.alone, args.pool);
-    Ok(if args.while_loaded {
+    let sel = if args.while_loaded {
         sel.while_loaded()
     } else {
         sel
+    };
+    Ok(match args.sharing {
+        Some(class) => sel.sharing(class),
+        None => sel,
     })
 }
 
@@ -828,6 +855,10 @@ fn caption(
         data.planned_repetitions(),
         data.commits().join(", "),
     );
+    out.push_str(sharing_note(args).trim_start());
+    if !out.ends_with(' ') {
+        out.push(' ');
+    }
     if thin_cells == comparisons {
         out.push_str(&format!(
             "**First look**: fewer than {FIRST_LOOK_BELOW} repetitions, nothing is bold.",

@@ -891,3 +891,53 @@ fn repetitions_beside_other_runs_are_set_against_those_made_alone() {
     assert!(t.contains("machine busy 60.0"), "{t}");
     assert!(Cmd::try_parse_from(["t", "/r", "--by-jobs", "--alone"]).is_err());
 }
+
+#[test]
+fn sharing_keeps_the_web_clients_of_one_class_from_the_recorded_paths() {
+    let mut data = run(8, 2, quic_helps_light_under_loss);
+    data.scenario_toml.push_str(
+        "[[workload]]\nname = \"light\"\nkind = \"web\"\nclient = \"w1\"\n\
+         [[workload]]\nname = \"bulk\"\nkind = \"bulk\"\nclient = \"b1\"\n",
+    );
+    let hops = |h: &str| h.split(',').map(str::to_string).collect::<Vec<_>>();
+    for r in &mut data.repetitions {
+        // Even repetitions: the web client's circuit shares m1-e1 with the
+        // bulk client's; odd ones: nothing. quic at 1% has no paths (as
+        // C tor would not).
+        let web = if r.repetition % 2 == 0 {
+            "g2,m1,e1"
+        } else {
+            "g3,m3,e3"
+        };
+        if !(r.variant.contains("quic") && r.variant.contains("1%")) {
+            r.client_paths = vec![("b1".into(), hops("g1,m1,e1")), ("w1".into(), hops(web))];
+        }
+    }
+    let t = |class: &str| {
+        table_of(
+            &data,
+            &args(&["--summary", "--metric", "ttlb", "--sharing", class]),
+        )
+        .unwrap()
+    };
+    let connection = t("connection");
+    assert!(
+        connection.contains("| 0% | tls | light | 4 |"),
+        "{connection}"
+    );
+    // The bulk client is no web client: never in a class.
+    assert!(
+        connection.contains("| 0% | tls | bulk | 0 | - |"),
+        "{connection}"
+    );
+    assert!(
+        connection.contains("| 1% | quic | light | 0 | - |"),
+        "{connection}"
+    );
+    assert!(
+        connection.contains("Only web clients whose circuit shares a link connection"),
+        "{connection}"
+    );
+    assert!(t("apart").contains("| 0% | tls | light | 4 |"));
+    assert!(t("relay").contains("| 0% | tls | light | 0 | - |"));
+}
