@@ -59,9 +59,6 @@ else
     export ONIONLAB_REQUIRE_BROWSER=1
 fi
 
-echo "== table scripts' statistics (python3 scripts/test_scripts.py)"
-python3 scripts/test_scripts.py
-
 echo "== cargo fmt --check"
 cargo fmt --all --check
 

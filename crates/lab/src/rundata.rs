@@ -85,6 +85,24 @@ pub struct RunData {
     pub repetitions: Vec<RepetitionRecord>,
     /// Which builds ran it (none for runs older than the file).
     pub segments: Vec<Segment>,
+    /// Runs joined into this one ([`RunData::join`]), this one first;
+    /// empty for a single run.
+    pub joined: Vec<JoinedRun>,
+}
+
+/// A run's part in joined data ([`RunData::join`]): what a caption names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedRun {
+    /// Its id ([`RunData::id`]).
+    pub id: String,
+    /// Its scenario's name.
+    pub scenario: String,
+    /// Repetitions it has done.
+    pub done: usize,
+    /// Repetitions its scenario plans.
+    pub planned: u32,
+    /// Commits that made it.
+    pub commits: Vec<String>,
 }
 
 fn read_err(path: &Path, source: std::io::Error) -> ReportError {
@@ -236,6 +254,7 @@ impl RunData {
             None => Vec::new(),
         };
         let data = RunData {
+            joined: Vec::new(),
             source: path.to_path_buf(),
             manifest,
             scenario_toml,
@@ -318,6 +337,82 @@ impl RunData {
             *per.entry(&r.variant).or_default() += 1;
         }
         per.values().copied().min().unwrap_or(0)
+    }
+
+    /// This run's part, for a caption.
+    fn as_joined(&self) -> JoinedRun {
+        JoinedRun {
+            id: self.id(),
+            scenario: self.scenario_name(),
+            done: self.repetitions_done(),
+            planned: self.planned_repetitions(),
+            commits: self.commits(),
+        }
+    }
+
+    /// Reads `other` as part of this run: its records, repetitions and
+    /// segments join these (presets made to be read together, whose
+    /// repetition r shares its seed: seed 001's loaded toy and its
+    /// companions). The variants of `other` come after this run's.
+    ///
+    /// # Errors
+    ///
+    /// Both runs have a variant of the same label (which one's would a
+    /// table mean?).
+    pub fn join(&mut self, other: RunData) -> Result<(), ReportError> {
+        let mine = self.variants();
+        if let Some(v) = other.variants().iter().find(|v| mine.contains(v)) {
+            return Err(stored_err(
+                &other.source,
+                format!(
+                    "variant {v:?} is in {} too: runs read together need variants of their own",
+                    self.source.display()
+                ),
+            ));
+        }
+        if self.joined.is_empty() {
+            self.joined.push(self.as_joined());
+        }
+        self.joined.push(other.as_joined());
+        self.records.extend(other.records);
+        self.repetitions.extend(other.repetitions);
+        self.segments.extend(other.segments);
+        Ok(())
+    }
+
+    /// The run (or runs, when joined) and their commits and repetitions,
+    /// as a caption's first sentence.
+    pub fn caption_names(&self) -> String {
+        let part = |id: &str, scenario: &str, done: usize, planned: u32| {
+            format!("`{id}` (scenario `{scenario}`, {done} of {planned} planned repetitions)")
+        };
+        if self.joined.is_empty() {
+            return format!(
+                "Run {}, commit {}.",
+                part(
+                    &self.id(),
+                    &self.scenario_name(),
+                    self.repetitions_done(),
+                    self.planned_repetitions()
+                ),
+                self.commits().join(", ")
+            );
+        }
+        let parts: Vec<String> = self
+            .joined
+            .iter()
+            .map(|j| {
+                format!(
+                    "{} at {}",
+                    part(&j.id, &j.scenario, j.done, j.planned),
+                    j.commits.join(", ")
+                )
+            })
+            .collect();
+        format!(
+            "Runs {}, read together (repetition r of each shares its seed).",
+            parts.join(" and ")
+        )
     }
 
     /// The commits that made the run, in order, without repeats

@@ -174,13 +174,11 @@ pub fn by_jobs_of(data: &RunData, args: &TableArgs) -> Result<String> {
     }
     let _ = write!(
         out,
-        "\nRun `{}` (scenario `{}`), commit {}. Cells: the {} of {} in each group; ratio beside \
+        "\n{} Cells: the {} of {} in each group; ratio beside \
          others / alone with a 95% cluster-bootstrap interval, each group's repetitions \
          drawn apart ({BOOTSTRAP_RESAMPLES} resamples; unpaired: different repetitions, \
          so the repetitions' own differences are in it).{}",
-        data.id(),
-        data.scenario_name(),
-        data.commits().join(", "),
+        data.caption_names(),
         args.center.name(),
         crate::table::values_text(args),
         load_note(data),

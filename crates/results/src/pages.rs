@@ -173,8 +173,10 @@ pub fn parse_command(page: &Path, block: &Block) -> Result<TableArgs> {
 /// changed...).
 pub fn generate(root: &Path, page: &Path, block: &Block) -> Result<String> {
     let mut args = parse_command(page, block)?;
-    if args.run.is_relative() {
-        args.run = root.join(&args.run);
+    for run in &mut args.runs {
+        if run.is_relative() {
+            *run = root.join(&*run);
+        }
     }
     table(&args)
 }

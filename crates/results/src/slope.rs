@@ -172,17 +172,13 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
     let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
     let _ = write!(
         out,
-        "\nRun `{}` (scenario `{}`, {} of {} planned repetitions), commit {}. \
+        "\n{} \
          Each repetition is a point (its {} against its {}); the slope is a \
          least-squares fit with a 95% percentile-bootstrap interval over \
          repetitions ({BOOTSTRAP_RESAMPLES} resamples). A slope is an association \
          across repetitions, not a cause: what else differs between repetitions \
          moves with it.",
-        data.id(),
-        data.scenario_name(),
-        data.repetitions_done(),
-        data.planned_repetitions(),
-        data.commits().join(", "),
+        data.caption_names(),
         metric.name(),
         x_metric.name(),
     );

@@ -148,14 +148,9 @@ fn caption(
     let center = args.center.name();
     let values = values_text(args);
     let mut out = format!(
-        "Run `{}` (scenario `{}`, {} of {} planned repetitions), commit {}. \
-         Cells: the {center} of {values} with a 95% cluster-bootstrap interval \
+        "{} Cells: the {center} of {values} with a 95% cluster-bootstrap interval \
          over repetitions ({BOOTSTRAP_RESAMPLES} resamples).",
-        data.id(),
-        data.scenario_name(),
-        data.repetitions_done(),
-        data.planned_repetitions(),
-        data.commits().join(", "),
+        data.caption_names(),
     );
     out.push_str(&sharing_note(args));
     if fewest < FIRST_LOOK_BELOW {

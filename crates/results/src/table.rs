@@ -88,8 +88,12 @@ impl CenterArg {
 /// parses to).
 #[derive(clap::Args, Debug, Clone)]
 pub struct TableArgs {
-    /// The run: a stored run (`docs/results/data/ID`) or a run directory.
-    pub run: PathBuf,
+    /// The run: a stored run (`docs/results/data/ID`) or a run directory;
+    /// several are read together (presets made to be compared, whose
+    /// repetition r shares its seed, such as seed 001's loaded toy and its
+    /// companions), each variant from the one run that has it.
+    #[arg(required = true, num_args = 1..)]
+    pub runs: Vec<PathBuf>,
     /// The matrix parameter compared (default: the scenario's `[report]
     /// compare`, else `transport`).
     #[arg(long)]
@@ -681,7 +685,15 @@ pub(crate) fn parts_of(
 /// The run cannot be read, the arguments do not fit it, or a statistic
 /// fails.
 pub fn table(args: &TableArgs) -> Result<String> {
-    let data = RunData::load(&args.run)?;
+    let mut runs = args.runs.iter();
+    let first = runs.next().ok_or_else(|| Error::Table {
+        run: "-".into(),
+        message: "no run given".into(),
+    })?;
+    let mut data = RunData::load(first)?;
+    for run in runs {
+        data.join(RunData::load(run)?)?;
+    }
     table_of(&data, args)
 }
 
@@ -816,7 +828,6 @@ fn caption(
     counts: (usize, usize, usize),
 ) -> String {
     let (comparisons, bold, thin_cells) = counts;
-    let done = data.repetitions_done();
     let mut variants: Vec<&str> = Vec::new();
     for r in rows {
         for v in [&r.a, &r.b] {
@@ -844,16 +855,12 @@ fn caption(
     let center = args.center.name();
     let values = values_text(args);
     let mut out = format!(
-        "Run `{}` (scenario `{}`, {done} of {} planned repetitions), commit {}. \
-         Cells `x (y)`: the {center}s of {values}, the variant's and the baseline's; \
+        "{} Cells `x (y)`: the {center}s of {values}, the variant's and the baseline's; \
          ratio of {center}s with a 95% paired cluster-bootstrap interval over \
          repetitions ({BOOTSTRAP_RESAMPLES} resamples); p: Mann-Whitney U of \
          repetition medians, {correction} over the {comparisons} comparisons of \
          this table. ",
-        data.id(),
-        data.scenario_name(),
-        data.planned_repetitions(),
-        data.commits().join(", "),
+        data.caption_names(),
     );
     out.push_str(sharing_note(args).trim_start());
     if !out.ends_with(' ') {

@@ -74,6 +74,7 @@ fn run_with(
             commit: "0123456789ab".into(),
             ..Segment::default()
         }],
+        joined: Vec::new(),
     }
 }
 
@@ -940,4 +941,42 @@ fn sharing_keeps_the_web_clients_of_one_class_from_the_recorded_paths() {
     );
     assert!(t("apart").contains("| 0% | tls | light | 4 |"));
     assert!(t("relay").contains("| 0% | tls | light | 0 | - |"));
+}
+
+#[test]
+fn runs_read_together_pair_their_repetitions_and_are_named_in_the_caption() {
+    let mut a = run(6, 1, quic_helps_light_under_loss);
+    let mut b = run(6, 1, |_, _, _| 0.5);
+    // b: another preset whose variants carry one more parameter.
+    b.source = PathBuf::from("/synthetic/run-2");
+    for r in &mut b.records {
+        r.variant = format!("{} tcp_notsent_lowat=16KiB", r.variant);
+    }
+    for r in &mut b.repetitions {
+        r.variant = format!("{} tcp_notsent_lowat=16KiB", r.variant);
+    }
+    b.scenario_toml = b.scenario_toml.replace("synthetic", "synthetic-lowat");
+    let mut same = a.clone();
+    assert!(same.join(a.clone()).is_err());
+    a.join(b).unwrap();
+    let lowat = format!("{} tcp_notsent_lowat=16KiB", label("0%", "tls"));
+    let t = table_of(
+        &a,
+        &args(&[
+            "--pair",
+            &lowat,
+            &label("0%", "tls"),
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+        ]),
+    )
+    .unwrap();
+    // Paired by repetition: exactly half, the repetition effect cancels.
+    assert!(t.contains("| **0.50** [0.50, 0.50] |"), "{t}");
+    assert!(
+        t.contains("Runs `run-1` (scenario `synthetic`, 6 of 8 planned repetitions) at 0123456789ab and `run-2` (scenario `synthetic-lowat`, 6 of 8 planned repetitions) at 0123456789ab, read together"),
+        "{t}"
+    );
 }
