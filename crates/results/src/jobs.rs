@@ -10,11 +10,11 @@ use std::fmt::Write as _;
 use onionlab_lab::rundata::RunData;
 use onionlab_stats::{ratio_clustered_unpaired, BOOTSTRAP_RESAMPLES};
 
-use crate::select::Sample;
-use crate::table::{
+use crate::args::TableArgs;
+use crate::common::{
     num, parts_of, sample_of, selected_variants, selection, table_err, varying_parameters,
-    TableArgs,
 };
+use crate::select::Sample;
 use crate::{Error, Result};
 
 /// `(alone, beside)`: the repetitions of `variant` made alone and beside
@@ -180,7 +180,7 @@ pub fn by_jobs_of(data: &RunData, args: &TableArgs) -> Result<String> {
          so the repetitions' own differences are in it).{}",
         data.caption_names(),
         args.center.name(),
-        crate::table::values_text(args),
+        crate::common::values_text(args),
         load_note(data),
     );
     out.push('\n');

@@ -3,14 +3,22 @@
 //! (`onionlab-stats`), and the pages' generated tables checked against the
 //! stored runs they come from.
 //!
-//! - [`mod@table`]: `onionlab lab table RUN ...`, one comparison table of a
-//!   run (a run directory or a stored run, `onionlab_lab::rundata`), or
-//!   with `--summary` each variant's centres with their intervals;
+//! - [`mod@table`]: `onionlab lab table RUN ...` ([`TableArgs`]), one
+//!   comparison table of a run (a run directory or a stored run,
+//!   `onionlab_lab::rundata`; several read together); the other kinds of
+//!   table it makes: `--summary` (each variant's centres with their
+//!   intervals), `--slope-over` (cost per unit of a quantity), `--by-jobs`
+//!   (repetitions beside other runs against those alone);
+//! - [`select`]: which records count and each metric's values;
+//!   [`sharing`]: what a web client's circuit shares with the bulk
+//!   clients';
 //! - [`pages`]: the generated blocks of the pages, `onionlab results
 //!   check` and `onionlab results update`.
 
 #![deny(missing_docs)]
 
+mod args;
+mod common;
 mod error;
 mod jobs;
 pub mod pages;
@@ -20,6 +28,7 @@ mod slope;
 mod summary;
 pub mod table;
 
+pub use args::{CenterArg, Correction, TableArgs};
 pub use error::{Error, Result};
 pub use select::MetricKind;
-pub use table::{table, table_of, Correction, TableArgs};
+pub use table::{table, table_of};

@@ -11,11 +11,11 @@ use std::fmt::Write as _;
 use onionlab_lab::rundata::RunData;
 use onionlab_stats::{slope_bootstrap, BOOTSTRAP_RESAMPLES};
 
-use crate::select::{Aggregate, MetricKind, Selection};
-use crate::table::{
+use crate::args::TableArgs;
+use crate::common::{
     num, parts_of, sample_of, selected_variants, selection, table_err, varying_parameters,
-    TableArgs,
 };
+use crate::select::{Aggregate, MetricKind, Selection};
 use crate::{Error, Result};
 
 /// One row's numbers.

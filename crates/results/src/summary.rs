@@ -11,11 +11,13 @@ use std::fmt::Write as _;
 use onionlab_lab::rundata::RunData;
 use onionlab_stats::{center_clustered, BOOTSTRAP_RESAMPLES};
 
-use crate::select::{MetricKind, Selection};
-use crate::table::{
+use crate::args::TableArgs;
+use crate::common::{
     parts_of, sample_of, selected_variants, selection, sharing_note, values_text,
-    varying_parameters, TableArgs, FIRST_LOOK_BELOW,
+    varying_parameters,
 };
+use crate::select::{MetricKind, Selection};
+use crate::table::FIRST_LOOK_BELOW;
 use crate::{Error, Result};
 
 /// One cell: the centre, its interval and the repetitions it rests on.

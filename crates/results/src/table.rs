@@ -25,15 +25,19 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::PathBuf;
 
 use onionlab_lab::rundata::RunData;
 use onionlab_stats::{
     benjamini_hochberg_adjust, cluster_medians, holm_adjust, mann_whitney_u, ratio_clustered,
-    Center, RatioCi, BOOTSTRAP_RESAMPLES,
+    RatioCi, BOOTSTRAP_RESAMPLES,
 };
 
-use crate::select::{matches_pattern, params_of, Aggregate, MetricKind, Sample, Selection};
+pub use crate::args::{CenterArg, Correction, TableArgs};
+use crate::common::{
+    num, parts_of, sample_of, selected_variants, selection, sharing_note, table_err, values_text,
+    varying_parameters, PartKind,
+};
+use crate::select::{params_of, MetricKind, Sample, Selection};
 use crate::{Error, Result};
 
 /// Tables from fewer repetitions than this are a "first look": nothing in
@@ -41,157 +45,6 @@ use crate::{Error, Result};
 pub const FIRST_LOOK_BELOW: usize = 5;
 /// Significance level of the adjusted p-values.
 pub const ALPHA: f64 = 0.05;
-
-/// How p-values are adjusted for the number of comparisons in a table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Correction {
-    /// Holm's step-down: the family-wise error rate.
-    Holm,
-    /// Benjamini-Hochberg: the false discovery rate, at 5%.
-    Bh,
-}
-
-/// What a ratio compares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CenterArg {
-    /// Medians (robust).
-    Median,
-    /// Means (as papers that give "mean ± CI" compare).
-    Mean,
-    /// 75th percentiles (the slowest quarter's edge).
-    P75,
-    /// 95th percentiles (the slowest 5%'s edge).
-    P95,
-}
-
-impl CenterArg {
-    pub(crate) fn stats(self) -> Center {
-        match self {
-            CenterArg::Median => Center::Median,
-            CenterArg::Mean => Center::Mean,
-            CenterArg::P75 => Center::P75,
-            CenterArg::P95 => Center::P95,
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            CenterArg::Median => "median",
-            CenterArg::Mean => "mean",
-            CenterArg::P75 => "75th percentile",
-            CenterArg::P95 => "95th percentile",
-        }
-    }
-}
-
-/// What `lab table` shows (also what a results page's marker command
-/// parses to).
-#[derive(clap::Args, Debug, Clone)]
-pub struct TableArgs {
-    /// The run: a stored run (`docs/results/data/ID`) or a run directory;
-    /// several are read together (presets made to be compared, whose
-    /// repetition r shares its seed, such as seed 001's loaded toy and its
-    /// companions), each variant from the one run that has it.
-    #[arg(required = true, num_args = 1..)]
-    pub runs: Vec<PathBuf>,
-    /// The matrix parameter compared (default: the scenario's `[report]
-    /// compare`, else `transport`).
-    #[arg(long)]
-    pub compare: Option<String>,
-    /// The value of `--compare` the others are compared with (default:
-    /// the scenario's `[report] baseline`, else `tls` for transport, else
-    /// its first value).
-    #[arg(long)]
-    pub baseline: Option<String>,
-    /// Instead of `--compare`: variant A against variant B (full labels,
-    /// as in records.jsonl); repeat for more rows.
-    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["compare", "baseline"])]
-    pub pair: Vec<String>,
-    /// Metrics, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "ttfb,ttlb")]
-    pub metric: Vec<MetricKind>,
-    /// Only these workloads, comma-separated, in this order (default:
-    /// all, in the run's order); a `*` in a name stands for any run of
-    /// characters, and the workloads a pattern matches are pooled into
-    /// one row (`--workload 'light-*,heavy-*'`).
-    #[arg(long, value_delimiter = ',')]
-    pub workload: Vec<String>,
-    /// Every workload of a variant counts as one, `all` (clients that do
-    /// the same thing).
-    #[arg(long)]
-    pub pool: bool,
-    /// Only variants with this matrix value (`PARAM=VALUE`, the names of
-    /// the full labels: `loss:guard-middle=1%`); repeatable.
-    #[arg(long = "where", value_name = "PARAM=VALUE")]
-    pub filter: Vec<String>,
-    /// The relays of the relay metrics (`relay-cpu`, `relay-cpu-s`,
-    /// `relay-core`, `relay-rss`), comma-separated name patterns such as
-    /// `g1,m1,exit` or `g*`: one row each (default: all relays, one row).
-    #[arg(long, value_delimiter = ',')]
-    pub relay: Vec<String>,
-    /// Matrix parameters left out of the conditions: a variant is set
-    /// against the baseline whatever its value of these (which a column
-    /// shows). For variants the baseline has no counterpart of: seed
-    /// 004's leg schedulers against the one path, which has no scheduler
-    /// to vary. Comma-separated.
-    #[arg(long, value_delimiter = ',', conflicts_with = "pair")]
-    pub ignore: Vec<String>,
-    /// Instead of comparisons: each variant's centre of each metric with
-    /// its 95% cluster-bootstrap interval over repetitions (a table of
-    /// absolute values, as papers give "mean ± 95% CI").
-    #[arg(long, conflicts_with_all = ["pair", "baseline", "ignore"])]
-    pub summary: bool,
-    /// Instead of comparisons: per variant, the least-squares slope of each
-    /// repetition's mean of the `--metric` (or its `--per-repetition`
-    /// value) over the repetition's value of this metric per repetition,
-    /// with a 95% bootstrap interval over repetitions: what each unit of
-    /// it costs (`--slope-over lost-packets --metric ttlb`: ms per lost
-    /// packet).
-    #[arg(long, value_enum, value_name = "METRIC", conflicts_with_all = ["pair", "baseline", "ignore", "summary"])]
-    pub slope_over: Option<MetricKind>,
-    /// Instead of comparisons between variants: each variant's
-    /// repetitions made beside other runs (`lab run --jobs` above 1)
-    /// against those it made alone (unpaired: different repetitions), to
-    /// check whether running several at once moved the results.
-    #[arg(long, conflicts_with_all = ["pair", "baseline", "ignore", "summary", "slope_over", "alone"])]
-    pub by_jobs: bool,
-    /// Only repetitions made alone (`lab run --jobs 1`), not beside other
-    /// runs.
-    #[arg(long)]
-    pub alone: bool,
-    /// Reduce each repetition's values to one first: `min` (with
-    /// `--pool --metric goodput`: the slowest client), `max`, `median`,
-    /// `mean`, `sum` (the network's throughput), `p95` or `p99`. A repetition
-    /// with a failed transfer among those values is left out.
-    #[arg(long, value_enum)]
-    pub per_repetition: Option<Aggregate>,
-    /// Reduce each workload's values in a repetition to one first (each
-    /// client's, where every client has a workload of its own): `median`
-    /// with `--center median` is seed 001's "median of the clients'
-    /// medians". Applied before `--per-repetition`.
-    #[arg(long, value_enum, value_name = "AGGREGATE")]
-    pub per_workload: Option<Aggregate>,
-    /// Only the transfers that ended before the first stream of their
-    /// repetition did (the network loaded throughout them: seed 001's
-    /// loaded toy, whose background load is streams of a fixed length);
-    /// the others are counted in the caption.
-    #[arg(long)]
-    pub while_loaded: bool,
-    /// Only the web clients whose circuit shares this with a bulk
-    /// client's circuit in their repetition: `connection` (a pair of
-    /// adjacent relays, so a link connection), `relay` (a relay only) or
-    /// `apart` (nothing). From the circuits the lab records of onionlab's
-    /// clients; C tor's variants have none and drop out.
-    #[arg(long, value_enum)]
-    pub sharing: Option<crate::sharing::Sharing>,
-    /// What the ratio compares (and a summary shows): medians, means, or
-    /// the 75th or 95th percentiles of the pooled values.
-    #[arg(long, value_enum, default_value = "median")]
-    pub center: CenterArg,
-    /// The adjustment for multiple comparisons.
-    #[arg(long, value_enum, default_value = "holm")]
-    pub correction: Correction,
-}
 
 /// One row: a comparison of variant `a` with variant `b`.
 struct Row {
@@ -211,36 +64,6 @@ struct Cell {
     ratio: RatioCi,
     p: f64,
     repetitions: usize,
-}
-
-pub(crate) fn table_err(data: &RunData, message: impl Into<String>) -> Error {
-    Error::Table {
-        run: data.source.display().to_string(),
-        message: message.into(),
-    }
-}
-
-/// The variants the filters keep, in the scenario's order.
-pub(crate) fn selected_variants(data: &RunData, args: &TableArgs) -> Result<Vec<String>> {
-    let mut wanted = Vec::new();
-    for f in &args.filter {
-        let (k, v) = f
-            .split_once('=')
-            .ok_or_else(|| table_err(data, format!("--where {f:?}: expected PARAM=VALUE")))?;
-        wanted.push((k.to_string(), v.to_string()));
-    }
-    let variants: Vec<String> = data
-        .variants()
-        .into_iter()
-        .filter(|v| {
-            let p = params_of(v);
-            wanted.iter().all(|w| p.contains(w))
-        })
-        .collect();
-    if variants.is_empty() {
-        return Err(table_err(data, "no variant of the run matches --where"));
-    }
-    Ok(variants)
 }
 
 /// The compared parameter and baseline: the arguments', else the
@@ -374,23 +197,6 @@ fn condition_rows(
     Ok((columns, rows))
 }
 
-/// The matrix parameters whose value varies among `variants` (in
-/// first-seen order), of those `keep` keeps.
-pub(crate) fn varying_parameters(variants: &[String], keep: impl Fn(&str) -> bool) -> Vec<String> {
-    let mut columns: Vec<String> = Vec::new();
-    for v in variants {
-        for (k, val) in params_of(v) {
-            let varies = variants
-                .iter()
-                .any(|o| params_of(o).iter().any(|(ok, ov)| *ok == k && *ov != val));
-            if varies && keep(&k) && !columns.contains(&k) {
-                columns.push(k);
-            }
-        }
-    }
-    columns
-}
-
 /// Rows of explicit pairs.
 fn pair_rows(data: &RunData, args: &TableArgs, parts: &[Option<String>]) -> Result<Vec<Row>> {
     let variants = data.variants();
@@ -411,110 +217,6 @@ fn pair_rows(data: &RunData, args: &TableArgs, parts: &[Option<String>]) -> Resu
         }
     }
     Ok(rows)
-}
-
-/// What a table's centres are of, for its caption.
-pub(crate) fn values_text(args: &TableArgs) -> String {
-    let per_workload = match args.per_workload {
-        Some(a) if !args.metric.iter().any(|m| m.per_repetition()) => {
-            format!("each workload's {} in a repetition", a.name())
-        }
-        _ => String::new(),
-    };
-    match (args.per_repetition, per_workload.is_empty()) {
-        (Some(a), true) => format!(
-            "each repetition's {} (repetitions with a failed transfer left out)",
-            a.name()
-        ),
-        (Some(a), false) => format!(
-            "each repetition's {} of {per_workload} (repetitions with a failed transfer left out)",
-            a.name()
-        ),
-        (None, false) => per_workload,
-        (None, true) if args.metric.iter().any(|m| m.per_repetition()) => {
-            "the repetitions' values".into()
-        }
-        (None, true) => "the transfers' values".into(),
-    }
-}
-
-/// The caption's sentence on a `--sharing` filter (empty without one).
-pub(crate) fn sharing_note(args: &TableArgs) -> String {
-    use crate::sharing::Sharing;
-    match args.sharing {
-        None => String::new(),
-        Some(class) => format!(
-            " Only web clients whose circuit shares {} with a bulk client's in their repetition.",
-            match class {
-                Sharing::Connection => "a link connection (two adjacent relays)",
-                Sharing::Relay => "a relay but no link connection",
-                Sharing::Apart => "no relay",
-            }
-        ),
-    }
-}
-
-/// Which records of `data` count, as `args` says.
-///
-/// # Errors
-///
-/// Arguments that do not go together.
-pub(crate) fn selection<'a>(data: &'a RunData, args: &TableArgs) -> Result<Selection<'a>> {
-    if args.per_workload.is_some() && args.pool {
-        return Err(table_err(
-            data,
-            "--per-workload needs the workloads apart: instead of --pool, name a pattern with --workload",
-        ));
-    }
-    let sel = Selection::new(data, args.alone, args.pool);
-    let sel = if args.while_loaded {
-        sel.while_loaded()
-    } else {
-        sel
-    };
-    Ok(match args.sharing {
-        Some(class) => sel.sharing(class),
-        None => sel,
-    })
-}
-
-/// The values of `metric` for `variant` and `part` that a table uses:
-/// reduced to one a repetition where `args` says so.
-pub(crate) fn sample_of(
-    sel: &Selection,
-    args: &TableArgs,
-    metric: MetricKind,
-    variant: &str,
-    part: Option<&str>,
-) -> Sample {
-    let s = match args.per_workload {
-        Some(agg) if !metric.per_repetition() => {
-            let mut out = Sample::default();
-            for w in sel
-                .workloads()
-                .iter()
-                .filter(|w| part.is_none_or(|p| matches_pattern(p, w)))
-            {
-                let each = sel.sample(metric, variant, Some(w));
-                let one = each.per_repetition(agg, &sel.failed_repetitions(variant, Some(w)));
-                out.values.extend(one.values);
-                out.repetitions.extend(one.repetitions);
-            }
-            out
-        }
-        _ => sel.sample(metric, variant, part),
-    };
-    // A failed transfer biases a minimum or a sum of transfers; the
-    // metrics per repetition have none to fail.
-    let failed = if metric.per_repetition() {
-        BTreeSet::new()
-    } else {
-        sel.failed_repetitions(variant, part)
-    };
-    match args.per_repetition {
-        Some(agg) => s.per_repetition(agg, &failed),
-        None => s,
-    }
 }
 
 /// The numbers of one metric in one row; `None` without values on a side
@@ -560,16 +262,6 @@ fn cell(sel: &Selection, args: &TableArgs, metric: MetricKind, row: &Row) -> Res
     }))
 }
 
-/// A number with three significant figures at most (no exponent).
-pub(crate) fn num(x: f64) -> String {
-    match x.abs() {
-        a if a >= 100.0 => format!("{x:.0}"),
-        a if a >= 10.0 => format!("{x:.1}"),
-        a if a >= 1.0 => format!("{x:.2}"),
-        _ => format!("{x:.3}"),
-    }
-}
-
 fn p_text(p: f64) -> String {
     if p < 0.001 {
         "< 0.001".into()
@@ -587,94 +279,6 @@ fn ci_text(r: &RatioCi) -> String {
         }
     };
     format!("[{}, {}]", end(r.ci95.0), end(r.ci95.1))
-}
-
-/// What the rows of a table are split by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PartKind {
-    /// Workloads (metrics per transfer).
-    Workloads,
-    /// Relays (the relay metrics) or nothing (other metrics per
-    /// repetition).
-    Relays,
-}
-
-impl PartKind {
-    pub(crate) fn column(self) -> &'static str {
-        match self {
-            PartKind::Workloads => "workload",
-            PartKind::Relays => "relays",
-        }
-    }
-}
-
-/// The parts the rows cover: workloads for metrics per transfer, relay
-/// patterns for the relay metrics (`None`: all).
-pub(crate) fn parts_of(
-    sel: &Selection,
-    data: &RunData,
-    args: &TableArgs,
-) -> Result<(Vec<Option<String>>, PartKind)> {
-    let per_rep = args.metric.iter().filter(|m| m.per_repetition()).count();
-    if per_rep > 0 && per_rep < args.metric.len() {
-        return Err(table_err(
-            data,
-            "metrics per repetition (relay-*, tcp-*, torchestra-moves, circuit-build, wire-overhead, lost-packets, loss-rate, queue-drop-rate) and per transfer go in separate tables",
-        ));
-    }
-    if per_rep > 0 {
-        if !args.workload.is_empty() {
-            return Err(table_err(
-                data,
-                "--workload narrows metrics per transfer; metrics per repetition cover the whole repetition",
-            ));
-        }
-        if args.relay.is_empty() {
-            return Ok((vec![None], PartKind::Relays));
-        }
-        let relays: Vec<&String> = data
-            .repetitions
-            .iter()
-            .flat_map(|r| r.relay_cpu_s.iter().map(|(n, _)| n))
-            .collect();
-        for p in &args.relay {
-            if !relays.iter().any(|name| matches_pattern(p, name)) {
-                return Err(table_err(data, format!("no relay matches --relay {p:?}")));
-            }
-        }
-        return Ok((
-            args.relay.iter().cloned().map(Some).collect(),
-            PartKind::Relays,
-        ));
-    }
-    if !args.relay.is_empty() {
-        return Err(table_err(
-            data,
-            "--relay chooses the relays of the relay metrics only",
-        ));
-    }
-    if args.pool && !args.workload.is_empty() {
-        return Err(table_err(
-            data,
-            "--pool counts every workload as one: with --workload, name a pattern instead (`--workload 'light-*'`)",
-        ));
-    }
-    let all = sel.workloads();
-    if args.workload.is_empty() {
-        return Ok((all.into_iter().map(Some).collect(), PartKind::Workloads));
-    }
-    for w in &args.workload {
-        if !all.iter().any(|name| matches_pattern(w, name)) {
-            return Err(table_err(
-                data,
-                format!("no workload {w:?} (the run has {})", all.join(", ")),
-            ));
-        }
-    }
-    Ok((
-        args.workload.iter().cloned().map(Some).collect(),
-        PartKind::Workloads,
-    ))
 }
 
 /// The table `args` asks for, as Markdown: the table, then a caption that

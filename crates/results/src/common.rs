@@ -1,0 +1,260 @@
+//! What every kind of table shares: which variants and records count,
+//! each metric's values as a table uses them, what its rows are split by,
+//! the caption's shared sentences, and number formatting.
+
+use std::collections::BTreeSet;
+
+use onionlab_lab::rundata::RunData;
+
+use crate::args::TableArgs;
+use crate::select::{matches_pattern, params_of, MetricKind, Sample, Selection};
+use crate::{Error, Result};
+
+pub(crate) fn table_err(data: &RunData, message: impl Into<String>) -> Error {
+    Error::Table {
+        run: data.source.display().to_string(),
+        message: message.into(),
+    }
+}
+
+/// The variants the filters keep, in the scenario's order.
+pub(crate) fn selected_variants(data: &RunData, args: &TableArgs) -> Result<Vec<String>> {
+    let mut wanted = Vec::new();
+    for f in &args.filter {
+        let (k, v) = f
+            .split_once('=')
+            .ok_or_else(|| table_err(data, format!("--where {f:?}: expected PARAM=VALUE")))?;
+        wanted.push((k.to_string(), v.to_string()));
+    }
+    let variants: Vec<String> = data
+        .variants()
+        .into_iter()
+        .filter(|v| {
+            let p = params_of(v);
+            wanted.iter().all(|w| p.contains(w))
+        })
+        .collect();
+    if variants.is_empty() {
+        return Err(table_err(data, "no variant of the run matches --where"));
+    }
+    Ok(variants)
+}
+
+/// The matrix parameters whose value varies among `variants` (in
+/// first-seen order), of those `keep` keeps.
+pub(crate) fn varying_parameters(variants: &[String], keep: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut columns: Vec<String> = Vec::new();
+    for v in variants {
+        for (k, val) in params_of(v) {
+            let varies = variants
+                .iter()
+                .any(|o| params_of(o).iter().any(|(ok, ov)| *ok == k && *ov != val));
+            if varies && keep(&k) && !columns.contains(&k) {
+                columns.push(k);
+            }
+        }
+    }
+    columns
+}
+
+/// What a table's centres are of, for its caption.
+pub(crate) fn values_text(args: &TableArgs) -> String {
+    let per_workload = match args.per_workload {
+        Some(a) if !args.metric.iter().any(|m| m.per_repetition()) => {
+            format!("each workload's {} in a repetition", a.name())
+        }
+        _ => String::new(),
+    };
+    match (args.per_repetition, per_workload.is_empty()) {
+        (Some(a), true) => format!(
+            "each repetition's {} (repetitions with a failed transfer left out)",
+            a.name()
+        ),
+        (Some(a), false) => format!(
+            "each repetition's {} of {per_workload} (repetitions with a failed transfer left out)",
+            a.name()
+        ),
+        (None, false) => per_workload,
+        (None, true) if args.metric.iter().any(|m| m.per_repetition()) => {
+            "the repetitions' values".into()
+        }
+        (None, true) => "the transfers' values".into(),
+    }
+}
+
+/// The caption's sentence on a `--sharing` filter (empty without one).
+pub(crate) fn sharing_note(args: &TableArgs) -> String {
+    use crate::sharing::Sharing;
+    match args.sharing {
+        None => String::new(),
+        Some(class) => format!(
+            " Only web clients whose circuit shares {} with a bulk client's in their repetition.",
+            match class {
+                Sharing::Connection => "a link connection (two adjacent relays)",
+                Sharing::Relay => "a relay but no link connection",
+                Sharing::Apart => "no relay",
+            }
+        ),
+    }
+}
+
+/// Which records of `data` count, as `args` says.
+///
+/// # Errors
+///
+/// Arguments that do not go together.
+pub(crate) fn selection<'a>(data: &'a RunData, args: &TableArgs) -> Result<Selection<'a>> {
+    if args.per_workload.is_some() && args.pool {
+        return Err(table_err(
+            data,
+            "--per-workload needs the workloads apart: instead of --pool, name a pattern with --workload",
+        ));
+    }
+    let sel = Selection::new(data, args.alone, args.pool);
+    let sel = if args.while_loaded {
+        sel.while_loaded()
+    } else {
+        sel
+    };
+    Ok(match args.sharing {
+        Some(class) => sel.sharing(class),
+        None => sel,
+    })
+}
+
+/// The values of `metric` for `variant` and `part` that a table uses:
+/// reduced to one a repetition where `args` says so.
+pub(crate) fn sample_of(
+    sel: &Selection,
+    args: &TableArgs,
+    metric: MetricKind,
+    variant: &str,
+    part: Option<&str>,
+) -> Sample {
+    let s = match args.per_workload {
+        Some(agg) if !metric.per_repetition() => {
+            let mut out = Sample::default();
+            for w in sel
+                .workloads()
+                .iter()
+                .filter(|w| part.is_none_or(|p| matches_pattern(p, w)))
+            {
+                let each = sel.sample(metric, variant, Some(w));
+                let one = each.per_repetition(agg, &sel.failed_repetitions(variant, Some(w)));
+                out.values.extend(one.values);
+                out.repetitions.extend(one.repetitions);
+            }
+            out
+        }
+        _ => sel.sample(metric, variant, part),
+    };
+    // A failed transfer biases a minimum or a sum of transfers; the
+    // metrics per repetition have none to fail.
+    let failed = if metric.per_repetition() {
+        BTreeSet::new()
+    } else {
+        sel.failed_repetitions(variant, part)
+    };
+    match args.per_repetition {
+        Some(agg) => s.per_repetition(agg, &failed),
+        None => s,
+    }
+}
+
+/// A number with three significant figures at most (no exponent).
+pub(crate) fn num(x: f64) -> String {
+    match x.abs() {
+        a if a >= 100.0 => format!("{x:.0}"),
+        a if a >= 10.0 => format!("{x:.1}"),
+        a if a >= 1.0 => format!("{x:.2}"),
+        _ => format!("{x:.3}"),
+    }
+}
+
+/// What the rows of a table are split by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PartKind {
+    /// Workloads (metrics per transfer).
+    Workloads,
+    /// Relays (the relay metrics) or nothing (other metrics per
+    /// repetition).
+    Relays,
+}
+
+impl PartKind {
+    pub(crate) fn column(self) -> &'static str {
+        match self {
+            PartKind::Workloads => "workload",
+            PartKind::Relays => "relays",
+        }
+    }
+}
+
+/// The parts the rows cover: workloads for metrics per transfer, relay
+/// patterns for the relay metrics (`None`: all).
+pub(crate) fn parts_of(
+    sel: &Selection,
+    data: &RunData,
+    args: &TableArgs,
+) -> Result<(Vec<Option<String>>, PartKind)> {
+    let per_rep = args.metric.iter().filter(|m| m.per_repetition()).count();
+    if per_rep > 0 && per_rep < args.metric.len() {
+        return Err(table_err(
+            data,
+            "metrics per repetition (relay-*, tcp-*, torchestra-moves, circuit-build, wire-overhead, lost-packets, loss-rate, queue-drop-rate) and per transfer go in separate tables",
+        ));
+    }
+    if per_rep > 0 {
+        if !args.workload.is_empty() {
+            return Err(table_err(
+                data,
+                "--workload narrows metrics per transfer; metrics per repetition cover the whole repetition",
+            ));
+        }
+        if args.relay.is_empty() {
+            return Ok((vec![None], PartKind::Relays));
+        }
+        let relays: Vec<&String> = data
+            .repetitions
+            .iter()
+            .flat_map(|r| r.relay_cpu_s.iter().map(|(n, _)| n))
+            .collect();
+        for p in &args.relay {
+            if !relays.iter().any(|name| matches_pattern(p, name)) {
+                return Err(table_err(data, format!("no relay matches --relay {p:?}")));
+            }
+        }
+        return Ok((
+            args.relay.iter().cloned().map(Some).collect(),
+            PartKind::Relays,
+        ));
+    }
+    if !args.relay.is_empty() {
+        return Err(table_err(
+            data,
+            "--relay chooses the relays of the relay metrics only",
+        ));
+    }
+    if args.pool && !args.workload.is_empty() {
+        return Err(table_err(
+            data,
+            "--pool counts every workload as one: with --workload, name a pattern instead (`--workload 'light-*'`)",
+        ));
+    }
+    let all = sel.workloads();
+    if args.workload.is_empty() {
+        return Ok((all.into_iter().map(Some).collect(), PartKind::Workloads));
+    }
+    for w in &args.workload {
+        if !all.iter().any(|name| matches_pattern(w, name)) {
+            return Err(table_err(
+                data,
+                format!("no workload {w:?} (the run has {})", all.join(", ")),
+            ));
+        }
+    }
+    Ok((
+        args.workload.iter().cloned().map(Some).collect(),
+        PartKind::Workloads,
+    ))
+}
