@@ -258,3 +258,100 @@ pub(crate) fn parts_of(
         PartKind::Workloads,
     ))
 }
+
+/// Where a table of variants (one row per variant and part: `--summary`,
+/// `--slope-over`, `--by-jobs`) starts: what counts, the rows' variants
+/// and parts, and the parameter columns that tell them apart.
+pub(crate) struct VariantRows<'a> {
+    /// Which records count.
+    pub sel: Selection<'a>,
+    /// The parts each variant's rows cover.
+    pub parts: Vec<Option<String>>,
+    /// What the parts are.
+    pub kind: PartKind,
+    /// The variants, in the scenario's order.
+    pub variants: Vec<String>,
+    /// The matrix parameters whose value varies among them.
+    pub columns: Vec<String>,
+}
+
+impl<'a> VariantRows<'a> {
+    /// As `args` asks of `data`.
+    pub(crate) fn new(data: &'a RunData, args: &TableArgs) -> Result<VariantRows<'a>> {
+        let sel = selection(data, args)?;
+        let (parts, kind) = parts_of(&sel, data, args)?;
+        let variants = selected_variants(data, args)?;
+        let columns = varying_parameters(&variants, |_| true);
+        Ok(VariantRows {
+            sel,
+            parts,
+            kind,
+            variants,
+            columns,
+        })
+    }
+
+    /// The head's first cells: the parameter columns, then the part's.
+    pub(crate) fn head(&self) -> Vec<String> {
+        let mut head = self.columns.clone();
+        if self.parts.iter().any(Option::is_some) {
+            head.push(self.kind.column().into());
+        }
+        head
+    }
+
+    /// A row's first cells: `variant`'s values of the columns, then the
+    /// part.
+    pub(crate) fn labels(&self, variant: &str, part: Option<&String>) -> Vec<String> {
+        let params = params_of(variant);
+        let mut line: Vec<String> = self
+            .columns
+            .iter()
+            .map(|c| {
+                params
+                    .iter()
+                    .find(|(k, _)| k == c)
+                    .map_or_else(|| "-".to_string(), |(_, x)| x.clone())
+            })
+            .collect();
+        if let Some(p) = part {
+            line.push(p.clone());
+        }
+        line
+    }
+}
+
+/// The caption's " Left out: ..." sentence (empty when nothing was):
+/// `failed` transfers, transfers after the load (`--while-loaded`), and
+/// the repetitions of `variants` that did not count.
+pub(crate) fn left_out_note(
+    sel: &Selection,
+    args: &TableArgs,
+    variants: &[&str],
+    failed: usize,
+) -> String {
+    let mut left = Vec::new();
+    if failed > 0 {
+        left.push(format!("{failed} failed transfers"));
+    }
+    if args.while_loaded {
+        let after: usize = variants.iter().map(|v| sel.after_load_count(v, None)).sum();
+        left.push(format!(
+            "{after} transfers that ended after their repetition's first stream (the load) did"
+        ));
+    }
+    let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
+    if saturated > 0 {
+        let why = if args.alone {
+            "on a saturated CPU or beside other runs"
+        } else {
+            "on a saturated CPU"
+        };
+        left.push(format!("{saturated} repetitions {why}"));
+    }
+    if left.is_empty() {
+        String::new()
+    } else {
+        format!(" Left out: {}.", left.join(", "))
+    }
+}

@@ -11,9 +11,7 @@ use onionlab_lab::rundata::RunData;
 use onionlab_stats::{ratio_clustered_unpaired, BOOTSTRAP_RESAMPLES};
 
 use crate::args::TableArgs;
-use crate::common::{
-    num, parts_of, sample_of, selected_variants, selection, table_err, varying_parameters,
-};
+use crate::common::{num, sample_of, table_err, VariantRows};
 use crate::select::Sample;
 use crate::{Error, Result};
 
@@ -91,21 +89,9 @@ pub fn by_jobs_of(data: &RunData, args: &TableArgs) -> Result<String> {
             "--by-jobs: no repetition was made beside other runs (lab run --jobs 1 throughout)",
         ));
     }
-    let sel = selection(data, args)?;
-    let (parts, kind) = parts_of(&sel, data, args)?;
-    let variants = selected_variants(data, args)?;
-    let columns = varying_parameters(&variants, |_| true);
-    let value = |v: &str, key: &str| {
-        crate::select::params_of(v)
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map_or_else(|| "-".to_string(), |(_, x)| x)
-    };
+    let rows = VariantRows::new(data, args)?;
     let center = args.center.stats();
-    let mut head = columns.clone();
-    if parts.iter().any(Option::is_some) {
-        head.push(kind.column().into());
-    }
+    let mut head = rows.head();
     head.push("reps alone / beside".into());
     for m in &args.metric {
         head.push(format!("{} {} alone", m.title(), m.unit()));
@@ -114,21 +100,18 @@ pub fn by_jobs_of(data: &RunData, args: &TableArgs) -> Result<String> {
     let mut out = String::new();
     let _ = writeln!(out, "| {} |", head.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
-    let mut rows = 0;
-    for v in &variants {
+    let mut made = 0;
+    for v in &rows.variants {
         let (alone, beside) = groups(data, v);
         if alone.is_empty() || beside.is_empty() {
             continue;
         }
-        for part in &parts {
-            let mut line: Vec<String> = columns.iter().map(|c| value(v, c)).collect();
-            if let Some(p) = part {
-                line.push(p.clone());
-            }
+        for part in &rows.parts {
+            let mut line = rows.labels(v, part.as_ref());
             let mut counts = (0, 0);
             let mut cells = Vec::new();
             for &m in &args.metric {
-                let s = sample_of(&sel, args, m, v, part.as_deref());
+                let s = sample_of(&rows.sel, args, m, v, part.as_deref());
                 let (a, b): (Sample, Sample) = (s.restricted_to(&beside), s.restricted_to(&alone));
                 if a.values.is_empty() || b.values.is_empty() {
                     cells.extend(["-".to_string(), "-".to_string()]);
@@ -163,10 +146,10 @@ pub fn by_jobs_of(data: &RunData, args: &TableArgs) -> Result<String> {
             line.push(format!("{} / {}", counts.0, counts.1));
             line.extend(cells);
             let _ = writeln!(out, "| {} |", line.join(" | "));
-            rows += 1;
+            made += 1;
         }
     }
-    if rows == 0 {
+    if made == 0 {
         return Err(table_err(
             data,
             "--by-jobs: no variant has repetitions both alone and beside other runs",

@@ -12,9 +12,7 @@ use onionlab_lab::rundata::RunData;
 use onionlab_stats::{slope_bootstrap, BOOTSTRAP_RESAMPLES};
 
 use crate::args::TableArgs;
-use crate::common::{
-    num, parts_of, sample_of, selected_variants, selection, table_err, varying_parameters,
-};
+use crate::common::{left_out_note, num, sample_of, table_err, VariantRows};
 use crate::select::{Aggregate, MetricKind, Selection};
 use crate::{Error, Result};
 
@@ -103,23 +101,11 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
     let [metric] = args.metric[..] else {
         return Err(table_err(data, "--slope-over fits one --metric"));
     };
-    let sel = selection(data, args)?;
-    let (parts, kind) = parts_of(&sel, data, args)?;
-    let variants = selected_variants(data, args)?;
-    let columns = varying_parameters(&variants, |_| true);
-    let value = |v: &str, key: &str| {
-        crate::select::params_of(v)
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map_or_else(|| "-".to_string(), |(_, x)| x)
-    };
+    let rows = VariantRows::new(data, args)?;
     let y_of = args
         .per_repetition
         .map_or_else(|| "mean".to_string(), |a| a.name().to_string());
-    let mut head = columns.clone();
-    if parts.iter().any(Option::is_some) {
-        head.push(kind.column().into());
-    }
+    let mut head = rows.head();
     head.extend([
         "reps".to_string(),
         format!(
@@ -142,8 +128,8 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
     let mut out = String::new();
     let _ = writeln!(out, "| {} |", head.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
-    for v in &variants {
-        for part in &parts {
+    for v in &rows.variants {
+        for part in &rows.parts {
             let context = format!("{} over {} of {v}", metric.name(), x_metric.name());
             let seed = onionlab_stats::seed_of_names(&[
                 "slope",
@@ -152,11 +138,8 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
                 part.as_deref().unwrap_or("-"),
                 v,
             ]);
-            let pts = points(&sel, args, (metric, x_metric), v, part.as_deref());
-            let mut line: Vec<String> = columns.iter().map(|c| value(v, c)).collect();
-            if let Some(p) = part {
-                line.push(p.clone());
-            }
+            let pts = points(&rows.sel, args, (metric, x_metric), v, part.as_deref());
+            let mut line = rows.labels(v, part.as_ref());
             match fit(&pts, seed, &context)? {
                 None => line.extend(["0".into(), "-".into(), "-".into(), "-".into()]),
                 Some(f) => line.extend([
@@ -169,7 +152,6 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
             let _ = writeln!(out, "| {} |", line.join(" | "));
         }
     }
-    let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
     let _ = write!(
         out,
         "\n{} \
@@ -182,12 +164,8 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
         metric.name(),
         x_metric.name(),
     );
-    if saturated > 0 {
-        let _ = write!(
-            out,
-            " Left out: {saturated} repetitions on a saturated CPU."
-        );
-    }
+    let variants: Vec<&str> = rows.variants.iter().map(String::as_str).collect();
+    out.push_str(&left_out_note(&rows.sel, args, &variants, 0));
     out.push('\n');
     Ok(out)
 }

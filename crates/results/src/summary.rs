@@ -12,10 +12,7 @@ use onionlab_lab::rundata::RunData;
 use onionlab_stats::{center_clustered, BOOTSTRAP_RESAMPLES};
 
 use crate::args::TableArgs;
-use crate::common::{
-    parts_of, sample_of, selected_variants, selection, sharing_note, values_text,
-    varying_parameters,
-};
+use crate::common::{left_out_note, sample_of, sharing_note, values_text, VariantRows};
 use crate::select::{MetricKind, Selection};
 use crate::table::FIRST_LOOK_BELOW;
 use crate::{Error, Result};
@@ -85,21 +82,8 @@ fn interval_text(c: &Cell) -> String {
 ///
 /// The arguments do not fit the run, or a statistic fails.
 pub fn summary_of(data: &RunData, args: &TableArgs) -> Result<String> {
-    let sel = selection(data, args)?;
-    let (parts, kind) = parts_of(&sel, data, args)?;
-    let variants = selected_variants(data, args)?;
-    let columns = varying_parameters(&variants, |_| true);
-    let value = |v: &str, key: &str| {
-        crate::select::params_of(v)
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map_or_else(|| "-".to_string(), |(_, x)| x)
-    };
-
-    let mut head = columns.clone();
-    if parts.iter().any(Option::is_some) {
-        head.push(kind.column().into());
-    }
+    let rows = VariantRows::new(data, args)?;
+    let mut head = rows.head();
     head.push("reps".into());
     let center = args.center.name();
     let of = args.per_repetition.map_or_else(String::new, |a| {
@@ -112,16 +96,13 @@ pub fn summary_of(data: &RunData, args: &TableArgs) -> Result<String> {
     let _ = writeln!(out, "| {} |", head.join(" | "));
     let _ = writeln!(out, "|{}", "---|".repeat(head.len()));
     let mut fewest = usize::MAX;
-    for v in &variants {
-        for part in &parts {
-            let mut line: Vec<String> = columns.iter().map(|c| value(v, c)).collect();
-            if let Some(p) = part {
-                line.push(p.clone());
-            }
+    for v in &rows.variants {
+        for part in &rows.parts {
+            let mut line = rows.labels(v, part.as_ref());
             let mut reps = 0;
             let mut cells = Vec::new();
             for &m in &args.metric {
-                match cell(&sel, args, m, v, part.as_deref())? {
+                match cell(&rows.sel, args, m, v, part.as_deref())? {
                     None => cells.push("-".to_string()),
                     Some(c) => {
                         reps = reps.max(c.repetitions);
@@ -136,17 +117,11 @@ pub fn summary_of(data: &RunData, args: &TableArgs) -> Result<String> {
         }
     }
     out.push('\n');
-    out.push_str(&caption(data, args, &sel, &variants, fewest));
+    out.push_str(&caption(data, args, &rows, fewest));
     Ok(out)
 }
 
-fn caption(
-    data: &RunData,
-    args: &TableArgs,
-    sel: &Selection,
-    variants: &[String],
-    fewest: usize,
-) -> String {
+fn caption(data: &RunData, args: &TableArgs, rows: &VariantRows, fewest: usize) -> String {
     let center = args.center.name();
     let values = values_text(args);
     let mut out = format!(
@@ -160,28 +135,13 @@ fn caption(
             " **First look**: some cells rest on fewer than {FIRST_LOOK_BELOW} repetitions."
         ));
     }
+    let variants: Vec<&str> = rows.variants.iter().map(String::as_str).collect();
     let failed: usize = if args.metric.iter().any(|m| m.per_repetition()) {
         0
     } else {
-        variants.iter().map(|v| sel.failed(v, None)).sum()
+        variants.iter().map(|v| rows.sel.failed(v, None)).sum()
     };
-    let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
-    let mut left = Vec::new();
-    if failed > 0 {
-        left.push(format!("{failed} failed transfers"));
-    }
-    if args.while_loaded {
-        let after: usize = variants.iter().map(|v| sel.after_load_count(v, None)).sum();
-        left.push(format!(
-            "{after} transfers that ended after their repetition's first stream (the load) did"
-        ));
-    }
-    if saturated > 0 {
-        left.push(format!("{saturated} repetitions on a saturated CPU"));
-    }
-    if !left.is_empty() {
-        out.push_str(&format!(" Left out: {}.", left.join(", ")));
-    }
+    out.push_str(&left_out_note(&rows.sel, args, &variants, failed));
     out.push('\n');
     out
 }

@@ -34,8 +34,8 @@ use onionlab_stats::{
 
 pub use crate::args::{CenterArg, Correction, TableArgs};
 use crate::common::{
-    num, parts_of, sample_of, selected_variants, selection, sharing_note, table_err, values_text,
-    varying_parameters, PartKind,
+    left_out_note, num, parts_of, sample_of, selected_variants, selection, sharing_note, table_err,
+    values_text, varying_parameters, PartKind,
 };
 use crate::select::{params_of, MetricKind, Sample, Selection};
 use crate::{Error, Result};
@@ -451,7 +451,6 @@ fn caption(
         .into_iter()
         .map(|(v, w)| sel.failed(&v, w.as_deref()))
         .sum();
-    let saturated: usize = variants.iter().map(|v| sel.left_out(v)).sum();
     let correction = match args.correction {
         Correction::Holm => "Holm-adjusted",
         Correction::Bh => "Benjamini-Hochberg-adjusted (false discovery rate 5%)",
@@ -485,27 +484,7 @@ fn caption(
             ));
         }
     }
-    let mut left = Vec::new();
-    if failed > 0 {
-        left.push(format!("{failed} failed transfers"));
-    }
-    if args.while_loaded {
-        let after: usize = variants.iter().map(|v| sel.after_load_count(v, None)).sum();
-        left.push(format!(
-            "{after} transfers that ended after their repetition's first stream (the load) did"
-        ));
-    }
-    if saturated > 0 {
-        let why = if args.alone {
-            "on a saturated CPU or beside other runs"
-        } else {
-            "on a saturated CPU"
-        };
-        left.push(format!("{saturated} repetitions {why}"));
-    }
-    if !left.is_empty() {
-        out.push_str(&format!(" Left out: {}.", left.join(", ")));
-    }
+    out.push_str(&left_out_note(sel, args, &variants, failed));
     out.push('\n');
     out
 }

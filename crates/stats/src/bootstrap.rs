@@ -136,10 +136,7 @@ impl Summary {
     pub fn of_clustered(values: &[f64], clusters: &[u32], seed: u64) -> Result<Summary> {
         let independent = Summary::of(values, seed)?;
         check_clusters(values, clusters)?;
-        let groups: Vec<Vec<f64>> = by_cluster(values, clusters, &[], &[])
-            .into_values()
-            .map(|(v, _)| v)
-            .collect();
+        let groups = groups_of(values, clusters);
         let (mean_ci95, median_ci95) = if groups.len() < 2 {
             let unbounded = (f64::NEG_INFINITY, f64::INFINITY);
             (unbounded, unbounded)
@@ -348,6 +345,14 @@ fn by_cluster(
     groups
 }
 
+/// One sample's values by cluster, in ascending cluster id order.
+fn groups_of(values: &[f64], clusters: &[u32]) -> Vec<Vec<f64>> {
+    by_cluster(values, clusters, &[], &[])
+        .into_values()
+        .map(|(v, _)| v)
+        .collect()
+}
+
 /// The ratio `median(a) / median(b)` with a 95% paired cluster-bootstrap
 /// interval, for values that come in clusters (in the lab: the
 /// transfers of one repetition, which share its network and are not
@@ -440,13 +445,7 @@ pub fn ratio_clustered_unpaired(
     let ratio = point_ratio(a, b, center)?;
     check_clusters(a, a_clusters)?;
     check_clusters(b, b_clusters)?;
-    let side = |values: &[f64], clusters: &[u32]| -> Vec<Vec<f64>> {
-        by_cluster(values, clusters, &[], &[])
-            .into_values()
-            .map(|(v, _)| v)
-            .collect()
-    };
-    let (ga, gb) = (side(a, a_clusters), side(b, b_clusters));
+    let (ga, gb) = (groups_of(a, a_clusters), groups_of(b, b_clusters));
     if ga.len() < 2 || gb.len() < 2 {
         return Ok(RatioCi {
             ratio,
@@ -483,10 +482,7 @@ pub fn center_clustered(
 ) -> Result<(f64, (f64, f64))> {
     let point = center.of_values(values)?;
     check_clusters(values, clusters)?;
-    let groups: Vec<Vec<f64>> = by_cluster(values, clusters, &[], &[])
-        .into_values()
-        .map(|(v, _)| v)
-        .collect();
+    let groups = groups_of(values, clusters);
     if groups.len() < 2 {
         return Ok((point, (f64::NEG_INFINITY, f64::INFINITY)));
     }
@@ -516,9 +512,9 @@ pub fn cluster_medians(values: &[f64], clusters: &[u32]) -> Result<Vec<f64>> {
     }
     check_finite(values)?;
     check_clusters(values, clusters)?;
-    Ok(by_cluster(values, clusters, &[], &[])
-        .into_values()
-        .map(|(mut v, _)| median_in_place(&mut v))
+    Ok(groups_of(values, clusters)
+        .into_iter()
+        .map(|mut v| median_in_place(&mut v))
         .collect())
 }
 
