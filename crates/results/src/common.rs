@@ -10,6 +10,7 @@ use crate::args::TableArgs;
 use crate::select::{matches_pattern, params_of, MetricKind, Sample, Selection};
 use crate::{Error, Result};
 
+/// A table that does not fit its run, naming the run.
 pub(crate) fn table_err(data: &RunData, message: impl Into<String>) -> Error {
     Error::Table {
         run: data.source.display().to_string(),
@@ -41,14 +42,18 @@ pub(crate) fn selected_variants(data: &RunData, args: &TableArgs) -> Result<Vec<
 }
 
 /// The matrix parameters whose value varies among `variants` (in
-/// first-seen order), of those `keep` keeps.
+/// first-seen order), of those `keep` keeps; a parameter some variants
+/// lack (runs read together) varies too.
 pub(crate) fn varying_parameters(variants: &[String], keep: impl Fn(&str) -> bool) -> Vec<String> {
     let mut columns: Vec<String> = Vec::new();
     for v in variants {
         for (k, val) in params_of(v) {
-            let varies = variants
-                .iter()
-                .any(|o| params_of(o).iter().any(|(ok, ov)| *ok == k && *ov != val));
+            let varies = variants.iter().any(|o| {
+                params_of(o)
+                    .iter()
+                    .find(|(ok, _)| *ok == k)
+                    .is_none_or(|(_, ov)| *ov != val)
+            });
             if varies && keep(&k) && !columns.contains(&k) {
                 columns.push(k);
             }

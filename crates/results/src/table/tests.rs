@@ -975,6 +975,23 @@ fn runs_read_together_pair_their_repetitions_and_are_named_in_the_caption() {
     .unwrap();
     // Paired by repetition: exactly half, the repetition effect cancels.
     assert!(t.contains("| **0.50** [0.50, 0.50] |"), "{t}");
+    // A summary tells the two runs' tls apart by the parameter only one
+    // has.
+    let s = table_of(
+        &a,
+        &args(&[
+            "--summary",
+            "--metric",
+            "ttlb",
+            "--workload",
+            "light",
+            "--where",
+            "transport=tls",
+        ]),
+    )
+    .unwrap();
+    assert!(s.contains("| 0% | - | light |"), "{s}");
+    assert!(s.contains("| 0% | 16KiB | light |"), "{s}");
     assert!(
         t.contains("Runs `run-1` (scenario `synthetic`, 6 of 8 planned repetitions) at 0123456789ab and `run-2` (scenario `synthetic-lowat`, 6 of 8 planned repetitions) at 0123456789ab, read together"),
         "{t}"
