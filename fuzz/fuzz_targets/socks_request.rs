@@ -25,7 +25,7 @@ use std::pin::{pin, Pin};
 use std::task::{Context, Poll, Waker};
 
 use libfuzzer_sys::fuzz_target;
-use onionlab_client::socks::handshake_for_fuzzing;
+use onionlab_client::socks::{handshake_for_fuzzing, HandshakeError};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tor_socksproto::{SocksCmd, SocksStatus};
 
@@ -128,10 +128,10 @@ fn run(input: &[u8], chunk: usize) -> Outcome {
             (Ok(format!("{request:?}")), consumed)
         }
         Err(e) => {
-            if e.contains("closed during the SOCKS handshake") {
+            if matches!(e, HandshakeError::Closed) {
                 assert_eq!(read, input.len(), "EOF reported with input left");
             }
-            (Err(e), 0)
+            (Err(e.to_string()), 0)
         }
     };
     // Method selection, authentication status, one reply (at most an

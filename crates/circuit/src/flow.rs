@@ -3,7 +3,8 @@
 //! SENDME v1 at the circuit level (tor proposal 289).
 //!
 //! Only DATA messages count against windows. The decision of how many DATA
-//! cells a circuit may have in flight is behind [`CongestionControl`]; which
+//! cells a circuit may have in flight is behind [`CongestionControl`] (module
+//! [`cc`](crate::cc)); which
 //! one a circuit runs is its [`CircuitCc`]: tor-spec's fixed windows, or
 //! proposal 324's Vegas with XON/XOFF stream flow control in place of the
 //! stream windows.
@@ -14,13 +15,11 @@ use subtle::ConstantTimeEq;
 
 use onionlab_crypto::SendmeTag;
 
+use crate::cc::{CcSnapshot, CongestionControl, FixedWindow};
+pub use crate::cc::{CIRCWINDOW_INCREMENT, CIRCWINDOW_START};
 use crate::vegas::{Vegas, VegasParams};
 use crate::xonxoff::XonXoffParams;
 
-/// Initial circuit package/deliver window, in DATA cells.
-pub const CIRCWINDOW_START: u32 = 1000;
-/// Cells acknowledged by one circuit-level SENDME.
-pub const CIRCWINDOW_INCREMENT: u32 = 100;
 /// Initial stream package/deliver window, in DATA cells.
 pub const STREAMWINDOW_START: u32 = 500;
 /// Cells acknowledged by one stream-level SENDME.
@@ -167,78 +166,6 @@ impl CircuitCc {
             CircuitCc::Fixed => 2500,
             CircuitCc::Vegas { .. } => 50_000,
         }
-    }
-}
-
-/// Decides how many DATA cells a circuit may send toward one hop before it
-/// must wait for acknowledgements.
-pub trait CongestionControl: std::fmt::Debug + Send {
-    /// May one more DATA cell be sent now?
-    fn can_send(&self) -> bool;
-    /// A DATA cell was sent.
-    fn on_data_sent(&mut self, now: Instant);
-    /// A valid circuit-level SENDME acknowledged [`sendme_inc`](Self::sendme_inc) cells.
-    fn on_sendme(&mut self, now: Instant);
-    /// DATA cells that may still be sent before waiting (for inspection).
-    fn available(&self) -> u32;
-    /// DATA cells one SENDME acknowledges (tor-spec's 100 unless the
-    /// algorithm negotiated another `cc_sendme_inc`).
-    fn sendme_inc(&self) -> u32 {
-        CIRCWINDOW_INCREMENT
-    }
-    /// The algorithm's state, for logs and tests (None: nothing to show).
-    fn snapshot(&self) -> Option<CcSnapshot> {
-        None
-    }
-    /// Whether the channel the circuit sends on is blocked now (its cells
-    /// wait for the transport): a congestion signal to algorithms that use
-    /// one (TOR_VEGAS); ignored by default.
-    fn set_channel_blocked(&mut self, blocked: bool) {
-        let _ = blocked;
-    }
-}
-
-/// The state of an RTT-based congestion control at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CcSnapshot {
-    /// Congestion window, in cells.
-    pub cwnd: u32,
-    /// Cells in flight.
-    pub inflight: u32,
-    /// Still in slow start?
-    pub in_slow_start: bool,
-    /// Smoothed and minimum RTT, and how many samples were taken.
-    pub rtt: crate::vegas::RttStats,
-    /// Whether the channel it sends on was last reported blocked.
-    pub channel_blocked: bool,
-}
-
-/// tor-spec's fixed circuit window: at most 1000 unacknowledged DATA cells.
-#[derive(Debug, Clone)]
-pub struct FixedWindow {
-    package_window: u32,
-}
-
-impl Default for FixedWindow {
-    fn default() -> Self {
-        FixedWindow {
-            package_window: CIRCWINDOW_START,
-        }
-    }
-}
-
-impl CongestionControl for FixedWindow {
-    fn can_send(&self) -> bool {
-        self.package_window > 0
-    }
-    fn on_data_sent(&mut self, _now: Instant) {
-        self.package_window = self.package_window.saturating_sub(1);
-    }
-    fn on_sendme(&mut self, _now: Instant) {
-        self.package_window += CIRCWINDOW_INCREMENT;
-    }
-    fn available(&self) -> u32 {
-        self.package_window
     }
 }
 

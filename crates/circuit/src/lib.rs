@@ -15,11 +15,13 @@
 //!   scheduler per channel, EXTEND2 handling across channels;
 //! * [`flow`]: windows and authenticated SENDMEs, and the choice of circuit
 //!   congestion control ([`flow::CircuitCc`]);
+//! * [`cc`]: the congestion-control trait and tor-spec's fixed window;
 //! * [`vegas`]: TOR_VEGAS circuit congestion control of proposal 324;
 //! * [`scheduler`]: round-robin and EWMA circuit schedulers;
 //! * [`xonxoff`]: XON/XOFF stream flow control of proposal 324;
 //! * [`torchestra`]: Torchestra's light/heavy circuit classifier (seed 003).
 
+pub mod cc;
 pub mod client;
 pub mod client_node;
 pub mod conflux;

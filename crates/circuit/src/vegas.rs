@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::flow::CongestionControl;
+use crate::cc::{CcSnapshot, CongestionControl, RttStats};
 
 /// Vegas and common congestion-control parameters, named as the consensus
 /// parameters of proposal 324 (`cc_*`). [`Default`] is C tor's for exit
@@ -226,21 +226,6 @@ impl ParamSlot<'_> {
 /// Ratio beyond which an RTT sample is taken for a clock jump or stall
 /// (proposal 324 section 2.1.1).
 const CLOCK_JUMP_RATIO: u64 = 5000;
-
-/// The circuit's RTT: smoothed, minimum and maximum (microseconds).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RttStats {
-    /// N-EWMA of the samples (0 before the first).
-    pub ewma_us: u64,
-    /// Least smoothed value seen (0 before the first sample).
-    pub min_us: u64,
-    /// Largest sample.
-    pub max_us: u64,
-    /// Samples taken.
-    pub samples: u64,
-    /// Samples ignored as a clock stall or jump.
-    pub ignored: u64,
-}
 
 /// TOR_VEGAS state of one circuit's sending side.
 #[derive(Debug, Clone)]
@@ -530,8 +515,8 @@ impl CongestionControl for Vegas {
         self.set_orconn_blocked(blocked);
     }
 
-    fn snapshot(&self) -> Option<crate::flow::CcSnapshot> {
-        Some(crate::flow::CcSnapshot {
+    fn snapshot(&self) -> Option<CcSnapshot> {
+        Some(CcSnapshot {
             cwnd: self.cwnd,
             inflight: self.inflight,
             in_slow_start: self.in_slow_start,

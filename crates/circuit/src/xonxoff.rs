@@ -522,11 +522,6 @@ impl XonXoffSender {
         b.reaches(CELL_PAYLOAD_BYTES.max(b.rate / 100))
     }
 
-    /// Stream bytes sent so far.
-    pub fn bytes_sent(&self) -> u64 {
-        self.sent
-    }
-
     /// `bytes` of stream data were packaged (a DATA message's length).
     pub fn on_data_sent(&mut self, bytes: usize) {
         self.sent = self.sent.saturating_add(to_u64(bytes));

@@ -212,10 +212,13 @@ pub(crate) fn request_error_reply(raw: &[u8]) -> u8 {
 
 /// Why the SOCKS handshake did not give a request.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum HandshakeError {
-    /// The socket failed or closed.
+pub enum HandshakeError {
+    /// The socket failed.
     #[error("socket: {0}")]
     Io(#[from] io::Error),
+    /// The client closed its connection before its request was whole.
+    #[error("closed during the SOCKS handshake")]
+    Closed,
     /// The client broke the protocol or asked for something unsupported;
     /// it got an error reply where the protocol has one.
     #[error("{0}")]
@@ -252,11 +255,10 @@ pub(crate) async fn handshake(
 #[doc(hidden)]
 pub async fn handshake_for_fuzzing<S: AsyncRead + AsyncWrite + Unpin>(
     sock: &mut S,
-) -> Result<(SocksRequest, Vec<u8>), String> {
+) -> Result<(SocksRequest, Vec<u8>), HandshakeError> {
     handshake_inner(sock)
         .await
         .map(|a| (a.request, a.early_data))
-        .map_err(|e| e.to_string())
 }
 
 async fn handshake_inner<S: AsyncRead + AsyncWrite + Unpin>(
@@ -278,11 +280,7 @@ async fn handshake_inner<S: AsyncRead + AsyncWrite + Unpin>(
             Ok(NextStep::Recv(mut recv)) => {
                 let n = sock.read(recv.buf()).await?;
                 if n == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "closed during the SOCKS handshake",
-                    )
-                    .into());
+                    return Err(HandshakeError::Closed);
                 }
                 if phase == Phase::Start {
                     phase = Phase::Greeting(recv.buf()[0]);

@@ -268,16 +268,6 @@ impl<T> LinkModel<T> {
         }
     }
 
-    /// Changes the limit of packets held at once.
-    pub fn set_max_pending(&mut self, max: usize) {
-        self.max_pending = max;
-    }
-
-    /// Number of hosts.
-    pub fn host_count(&self) -> usize {
-        self.n
-    }
-
     /// Number of packets currently held.
     pub fn pending(&self) -> usize {
         self.slab.len() - self.free.len()
@@ -286,15 +276,6 @@ impl<T> LinkModel<T> {
     fn path_mut(&mut self, src: HostId, dst: HostId) -> Option<&mut PathState> {
         if src < self.n && dst < self.n {
             self.paths.get_mut(src * self.n + dst)
-        } else {
-            None
-        }
-    }
-
-    /// Current properties of the path `src -> dst`.
-    pub fn path_spec(&self, src: HostId, dst: HostId) -> Option<&PathSpec> {
-        if src < self.n && dst < self.n {
-            self.paths.get(src * self.n + dst).map(|p| &p.spec)
         } else {
             None
         }

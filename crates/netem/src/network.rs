@@ -147,11 +147,6 @@ impl Network {
         &self.state_dir
     }
 
-    /// Whether the network runs in an unprivileged user namespace.
-    pub fn is_rootless(&self) -> bool {
-        self.rootless
-    }
-
     /// Address of a host.
     pub fn address(&self, host: &str) -> Result<Ipv4Addr> {
         Ok(self.topology.hosts[self.topology.host_id(host)?].address)
@@ -209,19 +204,6 @@ impl Network {
                 .send(forwarder::Command::UpdatePath(b, a, update))?;
         }
         Ok(())
-    }
-
-    /// Cuts (`up = false`) or restores the link between `a` and `b`, both directions.
-    pub fn set_link_up(&self, a: &str, b: &str, up: bool) -> Result<()> {
-        self.update_path(
-            a,
-            b,
-            PathUpdate {
-                up: Some(up),
-                ..PathUpdate::default()
-            },
-            true,
-        )
     }
 
     /// Changes a host's access links.

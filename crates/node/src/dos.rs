@@ -144,11 +144,6 @@ impl DosGuard {
         self.relay_addresses = ips.into_iter().collect();
     }
 
-    /// Is `ip` a relay's address (exempt from per-address limits)?
-    pub fn is_relay_address(&self, ip: IpAddr) -> bool {
-        self.relay_addresses.contains(&ip)
-    }
-
     /// Refusal counters.
     pub fn counters(&self) -> DosCounters {
         self.counters

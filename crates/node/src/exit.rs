@@ -64,15 +64,6 @@ impl ExitSettings {
             max_pending_connects: DEFAULT_MAX_PENDING_CONNECTS,
         }
     }
-
-    /// An exit with `policy` and the default limits (private targets
-    /// refused).
-    pub fn with_policy(policy: ExitPolicy) -> Self {
-        ExitSettings {
-            policy: Some(policy),
-            ..Self::none()
-        }
-    }
 }
 
 /// The exit's state in a running relay.

@@ -57,11 +57,6 @@ impl NodeProcess {
         onionlab_lab::run::cpu_seconds(self.pid()?)
     }
 
-    /// Peak resident memory (VmHWM) in bytes.
-    pub fn peak_rss_bytes(&self) -> Option<u64> {
-        onionlab_lab::run::peak_rss(self.pid()?)
-    }
-
     /// Whether the process has exited (and with what status).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.as_mut()?.try_wait().ok().flatten()

@@ -407,11 +407,6 @@ impl AnyListener {
         self
     }
 
-    /// The dtls-utcp endpoint's address.
-    pub fn utcp_addr(&self) -> Option<SocketAddr> {
-        self.utcp.as_ref().and_then(|u| u.local_addr())
-    }
-
     /// The TCP listener's address.
     pub fn tls_addr(&self) -> SocketAddr {
         self.tls.local_addr()

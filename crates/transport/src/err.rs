@@ -61,6 +61,16 @@ pub enum Error {
         /// What it did.
         detail: String,
     },
+    /// The peer's framing bytes (a preamble, an answer, a lane header)
+    /// are malformed.
+    #[error("link protocol violation by {peer}: {source}")]
+    Framing {
+        /// The peer.
+        peer: SocketAddr,
+        /// What is wrong.
+        #[source]
+        source: WireError,
+    },
     /// A cell could not be decoded or encoded.
     #[error("cell framing with {peer}: {source}")]
     Cell {
@@ -106,4 +116,74 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What is wrong with a transport's own framing bytes: the preambles and
+/// answers that open pctcp, torchestra and QUIC links and lanes, a lane's
+/// header, and torchestra's switch cells (the parsers in `pctcp::wire`,
+/// `quic::wire` and `torchestra::switch`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The bytes do not start with the message's magic.
+    #[error("bad {what}")]
+    BadMagic {
+        /// The message expected.
+        what: &'static str,
+    },
+    /// The message is shorter or longer than its kind says.
+    #[error("{what} of {got} bytes, not {want}")]
+    Length {
+        /// The message.
+        what: &'static str,
+        /// Its length.
+        got: usize,
+        /// The length its kind has.
+        want: usize,
+    },
+    /// Too few bytes to tell the message's kind.
+    #[error("{what} too short")]
+    Short {
+        /// The message.
+        what: &'static str,
+    },
+    /// A link mode no registered transport uses.
+    #[error("unknown {what} link mode {mode}")]
+    UnknownMode {
+        /// The transport family (`"TCP"`, `"QUIC"`).
+        what: &'static str,
+        /// The mode byte.
+        mode: u8,
+    },
+    /// An address family other than none, IPv4 or IPv6.
+    #[error("unknown address family {0}")]
+    UnknownFamily(u8),
+    /// Flags this version does not know.
+    #[error("unknown answer flags {0:#x}")]
+    UnknownFlags(u8),
+    /// A lane for circuit ID 0, which no circuit has.
+    #[error("a lane for circuit ID 0")]
+    ZeroCircuit,
+    /// A lane numbered out of order.
+    #[error("lane number {seq} after lane {prev}")]
+    LaneOrder {
+        /// The lane's number.
+        seq: u64,
+        /// The lane it says comes before it.
+        prev: u64,
+    },
+    /// A lane address nobody can connect to (unspecified, port 0).
+    #[error("lane address {0} cannot be reached")]
+    Unreachable(SocketAddr),
+    /// A switch command that the cell codec decoded as a known cell.
+    #[error("command {0} decoded as a known cell")]
+    KnownCommand(u8),
+    /// A switch cell whose body cannot be read back.
+    #[error("unreadable switch cell")]
+    UnreadableSwitch,
+    /// A switch cell that names neither connection.
+    #[error("switch cell {0} names no connection")]
+    NoConnection(u8),
+    /// SWITCH flags this version does not know.
+    #[error("unknown SWITCH flags {0:#x}")]
+    UnknownSwitchFlags(u8),
 }

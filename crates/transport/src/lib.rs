@@ -65,7 +65,7 @@ pub mod tls;
 pub mod torchestra;
 pub mod utcp;
 
-pub use err::Error;
+pub use err::{Error, WireError};
 pub use registry::{Choice, TransportKind};
 
 /// How a transport orders cells (see the crate docs, point 3).

@@ -591,18 +591,6 @@ impl Mux {
         Ok(n)
     }
 
-    /// Room in lane `id`'s send buffer (0 for a lane that cannot send).
-    pub fn send_room(&self, id: LaneId) -> usize {
-        self.lanes.get(&id).map_or(0, |l| {
-            let s = l.socket();
-            if s.may_send() {
-                s.send_capacity() - s.send_queue()
-            } else {
-                0
-            }
-        })
-    }
-
     /// Bytes queued on lane `id` and not yet acknowledged.
     pub fn send_queued(&self, id: LaneId) -> usize {
         self.lanes.get(&id).map_or(0, |l| l.socket().send_queue())
@@ -680,11 +668,6 @@ impl Mux {
     /// Counters.
     pub fn stats(&self) -> MuxStats {
         self.stats
-    }
-
-    /// Bytes held in lane buffers (allocated, not used: what a lane costs).
-    pub fn buffer_bytes(&self) -> usize {
-        self.lanes.len() * (self.settings.rx_buffer + self.settings.tx_buffer)
     }
 }
 

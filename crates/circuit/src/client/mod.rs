@@ -204,7 +204,7 @@ impl ClientCircuit {
 
     /// The congestion control of the hop streams attach to (None before a
     /// stream was opened, or under fixed windows).
-    pub fn cc_snapshot(&self) -> Option<crate::flow::CcSnapshot> {
+    pub fn cc_snapshot(&self) -> Option<crate::cc::CcSnapshot> {
         self.hops.get(self.stream_hop?)?.sender.snapshot()
     }
 

@@ -399,11 +399,6 @@ impl ClientNode {
         self.channels.contains_key(&chan)
     }
 
-    /// The guard identity of channel `chan`.
-    pub fn channel_guard(&self, chan: ChannelId) -> Option<Ed25519Identity> {
-        self.channels.get(&chan).map(|c| c.guard)
-    }
-
     /// Whether channel `chan` is closing (after [`ClientNode::shutdown`])
     /// and none of its circuits has a cell left: its connection may close.
     pub fn channel_done(&self, chan: ChannelId) -> bool {

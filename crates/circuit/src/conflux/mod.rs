@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use onionlab_cell::msg::{AnyRelayMsg, ConfluxSwitch, RelayCmd, RelayMsg, StreamId};
 
-use crate::flow::CcSnapshot;
+use crate::cc::CcSnapshot;
 
 /// Default bound of a set's out-of-order queue, in messages (at most one
 /// cell each, so about 4.3 MB). Flow control keeps an honest peer well

@@ -76,11 +76,6 @@ impl<L: Ord + Copy> SeqSender<L> {
         self.legs.insert(leg, last_seq_sent.min(self.last_sent));
     }
 
-    /// Remove `leg`; returns the last sequence number sent on it.
-    pub fn remove_leg(&mut self, leg: L) -> Option<u64> {
-        self.legs.remove(&leg)
-    }
-
     /// Send the next multiplexed message on `leg`.
     pub fn send_on(&mut self, leg: L) -> Result<SendSeq, SeqError> {
         let last = self.legs.get_mut(&leg).ok_or(SeqError::UnknownLeg)?;
@@ -101,11 +96,6 @@ impl<L: Ord + Copy> SeqSender<L> {
     /// Last absolute sequence number sent on any leg.
     pub fn last_sent(&self) -> u64 {
         self.last_sent
-    }
-
-    /// Last absolute sequence number sent on `leg`.
-    pub fn last_sent_on(&self, leg: L) -> Option<u64> {
-        self.legs.get(&leg).copied()
     }
 }
 
@@ -142,11 +132,6 @@ impl<L: Ord + Copy, M> SeqReceiver<L, M> {
     /// any data).
     pub fn add_leg(&mut self, leg: L, last_seq_recv: u64) {
         self.legs.insert(leg, last_seq_recv);
-    }
-
-    /// Remove `leg`; returns the last sequence number received on it.
-    pub fn remove_leg(&mut self, leg: L) -> Option<u64> {
-        self.legs.remove(&leg)
     }
 
     /// A CONFLUX_SWITCH with relative sequence number `gap` arrived on
@@ -199,11 +184,6 @@ impl<L: Ord + Copy, M> SeqReceiver<L, M> {
     /// Last absolute sequence number released in order.
     pub fn delivered(&self) -> u64 {
         self.delivered
-    }
-
-    /// Last absolute sequence number received on `leg`.
-    pub fn last_recv_on(&self, leg: L) -> Option<u64> {
-        self.legs.get(&leg).copied()
     }
 
     /// Lowest sequence number still missing, if messages wait behind it.

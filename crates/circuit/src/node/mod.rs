@@ -745,16 +745,6 @@ impl RelayNode {
         ids.into_iter()
     }
 
-    /// The next link-level cell queued on `chan` (a DESTROY for a circuit
-    /// that is gone), for transports with a lane per circuit: they write
-    /// these whatever the lane's room, since a DESTROY held back behind a
-    /// full lane would keep the channel busy for ever.
-    pub fn poll_link_control(&mut self, chan: ChannelId) -> Option<AnyChanCell> {
-        let cell = self.channels.get_mut(&chan)?.control.pop_front()?;
-        self.control_cells -= 1;
-        Some(cell)
-    }
-
     /// The next cell of circuit `circ_id` on `chan`, bypassing the
     /// channel's circuit scheduler: for transports that carry each circuit
     /// on its own lane (a QUIC stream or a TCP connection per circuit),
@@ -1129,7 +1119,7 @@ impl RelayNode {
 
     /// Exit: the congestion control of circuit `circ`'s sending side (see
     /// [`RelayCircuit::exit_cc_snapshot`](crate::relay::RelayCircuit::exit_cc_snapshot)).
-    pub fn exit_cc_snapshot(&self, circ: CircKey) -> Option<crate::flow::CcSnapshot> {
+    pub fn exit_cc_snapshot(&self, circ: CircKey) -> Option<crate::cc::CcSnapshot> {
         self.circuits.get(&circ)?.circ.exit_cc_snapshot()
     }
 

@@ -279,7 +279,7 @@ impl RelayCircuit {
 
     /// The congestion control of the exit's sending side (None at a
     /// middle relay, before the first stream, or under fixed windows).
-    pub fn exit_cc_snapshot(&self) -> Option<crate::flow::CcSnapshot> {
+    pub fn exit_cc_snapshot(&self) -> Option<crate::cc::CcSnapshot> {
         self.exit.as_ref()?.sender.snapshot()
     }
 

@@ -349,8 +349,8 @@ async fn connect(
         .map_err(tls_err)?;
     let mut answer = [0u8; wire::LINK_ANSWER_LEN];
     tls.read_exact(&mut answer).await.map_err(tls_err)?;
-    let peer_token = wire::parse_link_answer(&answer)
-        .map_err(|detail| Error::Protocol { peer: addr, detail })?;
+    let peer_token =
+        wire::parse_link_answer(&answer).map_err(|source| Error::Framing { peer: addr, source })?;
     let negotiated = link::handshake(&mut tls, transport.initiator_role(), addr).await?;
     keepalive_off(&tls);
     Ok(start(
@@ -402,13 +402,14 @@ pub(crate) async fn accept(
 ) -> Result<Accepted, Error> {
     let tls_err = |source| Error::Tls { peer: addr, source };
     let protocol = |detail| Error::Protocol { peer: addr, detail };
+    let framing = |source| Error::Framing { peer: addr, source };
     match wire::classify(&first) {
         Start::Plain => Err(protocol("not a pctcp connection".into())),
         Start::Lane => {
             let mut bytes = [0u8; wire::LANE_PREAMBLE_LEN];
             bytes[..4].copy_from_slice(&first);
             tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
-            let p = wire::parse_lane_preamble(&bytes).map_err(protocol)?;
+            let p = wire::parse_lane_preamble(&bytes).map_err(framing)?;
             // The opener may open a lane the moment its handshake ends,
             // before ours has.
             transport.pctcp_lanes().settled(&p.token).await;
@@ -429,7 +430,7 @@ pub(crate) async fn accept(
             let mut bytes = [0u8; wire::HEAVY_PREAMBLE_LEN];
             bytes[..4].copy_from_slice(&first);
             tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
-            let token = wire::parse_heavy_preamble(&bytes).map_err(protocol)?;
+            let token = wire::parse_heavy_preamble(&bytes).map_err(framing)?;
             transport.pctcp_lanes().settled(&token).await;
             let link = transport
                 .pctcp_lanes()
@@ -453,7 +454,7 @@ pub(crate) async fn accept(
             tls.read_exact(&mut bytes[wire::FAMILY_OFFSET + 1..])
                 .await
                 .map_err(tls_err)?;
-            let p = wire::parse_link_preamble(&bytes).map_err(protocol)?;
+            let p = wire::parse_link_preamble(&bytes).map_err(framing)?;
             if p.mode == wire::MODE_TORCHESTRA {
                 let link = crate::torchestra::accept(transport, tls, p, identity, addr).await?;
                 return Ok(Accepted::Link(link));

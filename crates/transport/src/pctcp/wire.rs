@@ -5,6 +5,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use crate::WireError;
+
 /// Magic of a link preamble and of its answer.
 pub const LINK_MAGIC: &[u8; 4] = b"OLT1";
 /// Magic of a lane preamble.
@@ -115,24 +117,26 @@ pub fn encode_link_preamble(p: &LinkPreamble) -> Vec<u8> {
 ///
 /// What is wrong: magic, mode, family, length, or a lane address that
 /// cannot be connected to (unspecified address, port 0).
-pub fn parse_link_preamble(bytes: &[u8]) -> Result<LinkPreamble, String> {
+pub fn parse_link_preamble(bytes: &[u8]) -> Result<LinkPreamble, WireError> {
     if bytes.get(..4) != Some(&LINK_MAGIC[..]) {
-        return Err("bad TCP link preamble".into());
+        return Err(WireError::BadMagic {
+            what: "TCP link preamble",
+        });
     }
-    let family = *bytes
-        .get(FAMILY_OFFSET)
-        .ok_or("TCP link preamble too short")?;
-    let len =
-        link_preamble_len(family).ok_or_else(|| format!("unknown address family {family}"))?;
+    let family = *bytes.get(FAMILY_OFFSET).ok_or(WireError::Short {
+        what: "TCP link preamble",
+    })?;
+    let len = link_preamble_len(family).ok_or(WireError::UnknownFamily(family))?;
     if bytes.len() != len {
-        return Err(format!(
-            "TCP link preamble of {} bytes, not {len}",
-            bytes.len()
-        ));
+        return Err(WireError::Length {
+            what: "TCP link preamble",
+            got: bytes.len(),
+            want: len,
+        });
     }
     let mode = bytes[4];
     if mode != MODE_PCTCP && mode != MODE_TORCHESTRA {
-        return Err(format!("unknown TCP link mode {mode}"));
+        return Err(WireError::UnknownMode { what: "TCP", mode });
     }
     let mut token = [0; TOKEN_LEN];
     token.copy_from_slice(&bytes[5..5 + TOKEN_LEN]);
@@ -144,13 +148,16 @@ pub fn parse_link_preamble(bytes: &[u8]) -> Result<LinkPreamble, String> {
             let ip = match <[u8; 4]>::try_from(ip) {
                 Ok(v4) => IpAddr::V4(Ipv4Addr::from(v4)),
                 Err(_) => {
-                    let v6: [u8; 16] = ip.try_into().map_err(|_| "bad address length")?;
+                    // The family fixed the length: 16 bytes.
+                    let v6: [u8; 16] = ip
+                        .try_into()
+                        .map_err(|_| WireError::UnknownFamily(family))?;
                     IpAddr::V6(Ipv6Addr::from(v6))
                 }
             };
             let port = u16::from_be_bytes([port[0], port[1]]);
             if ip.is_unspecified() || port == 0 {
-                return Err(format!("lane address {ip}:{port} cannot be reached"));
+                return Err(WireError::Unreachable(SocketAddr::new(ip, port)));
             }
             Some(SocketAddr::new(ip, port))
         }
@@ -174,9 +181,11 @@ pub fn encode_link_answer(token: &[u8; TOKEN_LEN]) -> Vec<u8> {
 /// # Errors
 ///
 /// A wrong length or magic.
-pub fn parse_link_answer(answer: &[u8]) -> Result<[u8; TOKEN_LEN], String> {
+pub fn parse_link_answer(answer: &[u8]) -> Result<[u8; TOKEN_LEN], WireError> {
     if answer.len() != LINK_ANSWER_LEN || &answer[..4] != LINK_MAGIC {
-        return Err("bad TCP link answer".into());
+        return Err(WireError::BadMagic {
+            what: "TCP link answer",
+        });
     }
     let mut token = [0; TOKEN_LEN];
     token.copy_from_slice(&answer[4..]);
@@ -196,13 +205,18 @@ pub fn encode_flagged_answer(token: &[u8; TOKEN_LEN], flags: u8) -> Vec<u8> {
 /// # Errors
 ///
 /// A wrong length or magic, or unknown flags.
-pub fn parse_flagged_answer(answer: &[u8]) -> Result<([u8; TOKEN_LEN], u8), String> {
-    let (&flags, rest) = answer.split_last().ok_or("empty answer")?;
+pub fn parse_flagged_answer(answer: &[u8]) -> Result<([u8; TOKEN_LEN], u8), WireError> {
+    let what = "torchestra link answer";
+    let (&flags, rest) = answer.split_last().ok_or(WireError::Short { what })?;
     if answer.len() != FLAGGED_ANSWER_LEN {
-        return Err("bad torchestra link answer".into());
+        return Err(WireError::Length {
+            what,
+            got: answer.len(),
+            want: FLAGGED_ANSWER_LEN,
+        });
     }
     if flags & !FLAG_SWITCHES != 0 {
-        return Err(format!("unknown answer flags {flags:#x}"));
+        return Err(WireError::UnknownFlags(flags));
     }
     Ok((parse_link_answer(rest)?, flags))
 }
@@ -219,9 +233,11 @@ pub fn encode_heavy_preamble(token: &[u8; TOKEN_LEN]) -> Vec<u8> {
 /// # Errors
 ///
 /// A wrong length or magic.
-pub fn parse_heavy_preamble(bytes: &[u8]) -> Result<[u8; TOKEN_LEN], String> {
+pub fn parse_heavy_preamble(bytes: &[u8]) -> Result<[u8; TOKEN_LEN], WireError> {
     if bytes.len() != HEAVY_PREAMBLE_LEN || &bytes[..4] != HEAVY_MAGIC {
-        return Err("bad heavy connection preamble".into());
+        return Err(WireError::BadMagic {
+            what: "heavy connection preamble",
+        });
     }
     let mut token = [0; TOKEN_LEN];
     token.copy_from_slice(&bytes[4..]);
@@ -260,21 +276,27 @@ pub fn encode_lane_preamble(p: &LanePreamble) -> Vec<u8> {
 ///
 /// A wrong magic or length, circuit ID 0, sequence number 0, or a
 /// previous lane that is not earlier.
-pub fn parse_lane_preamble(bytes: &[u8]) -> Result<LanePreamble, String> {
+pub fn parse_lane_preamble(bytes: &[u8]) -> Result<LanePreamble, WireError> {
     if bytes.len() != LANE_PREAMBLE_LEN || &bytes[..4] != LANE_MAGIC {
-        return Err("bad TCP lane preamble".into());
+        return Err(WireError::BadMagic {
+            what: "TCP lane preamble",
+        });
     }
     let mut token = [0; TOKEN_LEN];
     token.copy_from_slice(&bytes[4..4 + TOKEN_LEN]);
     let rest = &bytes[4 + TOKEN_LEN..];
-    let circ_id = u32::from_be_bytes(rest[..4].try_into().map_err(|_| "short")?);
-    let seq = u64::from_be_bytes(rest[4..12].try_into().map_err(|_| "short")?);
-    let prev = u64::from_be_bytes(rest[12..20].try_into().map_err(|_| "short")?);
+    // The length was checked above: these slices have their sizes.
+    let short = |_| WireError::Short {
+        what: "TCP lane preamble",
+    };
+    let circ_id = u32::from_be_bytes(rest[..4].try_into().map_err(short)?);
+    let seq = u64::from_be_bytes(rest[4..12].try_into().map_err(short)?);
+    let prev = u64::from_be_bytes(rest[12..20].try_into().map_err(short)?);
     if circ_id == 0 {
-        return Err("a lane for circuit ID 0".into());
+        return Err(WireError::ZeroCircuit);
     }
     if seq == 0 || prev >= seq {
-        return Err(format!("lane number {seq} after lane {prev}"));
+        return Err(WireError::LaneOrder { seq, prev });
     }
     Ok(LanePreamble {
         token,

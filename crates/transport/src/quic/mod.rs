@@ -809,7 +809,7 @@ impl QuicTransport {
                 detail: format!("reading the QUIC link preamble: {e}"),
             })?;
         let peer_token = wire::parse_link_answer(&answer)
-            .map_err(|detail| Error::Protocol { peer: addr, detail })?;
+            .map_err(|source| Error::Framing { peer: addr, source })?;
         let mut control = tokio::io::join(recv, send);
         let role = Role::Initiator {
             my_addrs: self.inner.my_addrs.clone(),
@@ -972,9 +972,9 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
             }))
         }
         Ok(Preamble::Lane { token, circ_id }) => (token, circ_id),
-        Err(detail) => {
+        Err(source) => {
             conn.close(VarInt::from_u32(1), b"bad preamble");
-            return Err(Error::Protocol { peer: addr, detail });
+            return Err(Error::Framing { peer: addr, source });
         }
     };
     let link = lock(tokens).get(&token).and_then(Weak::upgrade);
@@ -1173,7 +1173,7 @@ pub(crate) async fn read_lane_header(
             peer,
             detail: format!("reading a lane header: {e}"),
         })?;
-    wire::lane_circ_id(id).map_err(|detail| Error::Protocol { peer, detail })
+    wire::lane_circ_id(id).map_err(|source| Error::Framing { peer, source })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanMsg};
 use onionlab_cell::codec::CellCodec;
 
 use super::{Mode, LANE_MAGIC, LINK_MAGIC, TOKEN_LEN};
-use crate::Error;
+use crate::{Error, WireError};
 
 /// Length of the accepting side's answer to a link preamble: `OLQ1` and
 /// its link token.
@@ -53,19 +53,30 @@ pub fn preamble_len(magic: &[u8; 4]) -> Option<usize> {
 ///
 /// What is wrong: an unknown magic or mode, a wrong length, or a lane for
 /// circuit ID 0.
-pub fn parse_preamble(bytes: &[u8]) -> Result<Preamble, String> {
-    let magic: &[u8; 4] = bytes
-        .get(..4)
-        .and_then(|m| m.try_into().ok())
-        .ok_or("QUIC preamble too short")?;
-    let len = preamble_len(magic).ok_or("bad QUIC preamble")?;
+pub fn parse_preamble(bytes: &[u8]) -> Result<Preamble, WireError> {
+    let magic: &[u8; 4] =
+        bytes
+            .get(..4)
+            .and_then(|m| m.try_into().ok())
+            .ok_or(WireError::Short {
+                what: "QUIC preamble",
+            })?;
+    let len = preamble_len(magic).ok_or(WireError::BadMagic {
+        what: "QUIC preamble",
+    })?;
     if bytes.len() != len {
-        return Err(format!("QUIC preamble of {} bytes, not {len}", bytes.len()));
+        return Err(WireError::Length {
+            what: "QUIC preamble",
+            got: bytes.len(),
+            want: len,
+        });
     }
     let mut token = [0u8; TOKEN_LEN];
     if magic == LINK_MAGIC {
-        let mode = Mode::from_byte(bytes[4])
-            .ok_or_else(|| format!("unknown QUIC link mode {}", bytes[4]))?;
+        let mode = Mode::from_byte(bytes[4]).ok_or(WireError::UnknownMode {
+            what: "QUIC",
+            mode: bytes[4],
+        })?;
         token.copy_from_slice(&bytes[5..]);
         return Ok(Preamble::Link {
             mode,
@@ -85,9 +96,11 @@ pub fn parse_preamble(bytes: &[u8]) -> Result<Preamble, String> {
 /// # Errors
 ///
 /// A wrong length or magic.
-pub fn parse_link_answer(answer: &[u8]) -> Result<[u8; TOKEN_LEN], String> {
+pub fn parse_link_answer(answer: &[u8]) -> Result<[u8; TOKEN_LEN], WireError> {
     if answer.len() != LINK_ANSWER_LEN || &answer[..4] != LINK_MAGIC {
-        return Err("bad QUIC link preamble".into());
+        return Err(WireError::BadMagic {
+            what: "QUIC link answer",
+        });
     }
     let mut token = [0u8; TOKEN_LEN];
     token.copy_from_slice(&answer[4..]);
@@ -99,9 +112,9 @@ pub fn parse_link_answer(answer: &[u8]) -> Result<[u8; TOKEN_LEN], String> {
 /// # Errors
 ///
 /// Circuit ID 0, which has no lane.
-pub fn lane_circ_id(header: [u8; 4]) -> Result<u32, String> {
+pub fn lane_circ_id(header: [u8; 4]) -> Result<u32, WireError> {
     match u32::from_be_bytes(header) {
-        0 => Err("a lane for circuit ID 0".into()),
+        0 => Err(WireError::ZeroCircuit),
         id => Ok(id),
     }
 }
@@ -216,7 +229,7 @@ mod tests {
     fn lane_connection_for_circuit_zero_is_refused() {
         assert_eq!(
             parse_preamble(&lane_preamble(0)),
-            Err("a lane for circuit ID 0".into())
+            Err(WireError::ZeroCircuit)
         );
         assert!(lane_circ_id([0; 4]).is_err());
         assert_eq!(lane_circ_id([0, 0, 0, 1]), Ok(1));

@@ -104,7 +104,7 @@ async fn connect(
     let mut answer = [0u8; wire::FLAGGED_ANSWER_LEN];
     tls.read_exact(&mut answer).await.map_err(tls_err)?;
     let (peer_token, flags) = wire::parse_flagged_answer(&answer)
-        .map_err(|detail| Error::Protocol { peer: addr, detail })?;
+        .map_err(|source| Error::Framing { peer: addr, source })?;
     let negotiated = handshake::handshake(&mut tls, transport.initiator_role(), addr).await?;
     // Only between relays that both switch: a client's link is never
     // split (the thesis), and a peer that does not switch makes it tls.

@@ -23,6 +23,8 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, ChanCmd, ChanMsg, CircId};
 use tor_cell::chancell::msg::Unrecognized;
 
+use crate::WireError;
+
 /// Command of SWITCH (fixed-length, link-level; not assigned by
 /// tor-spec, which leaves 13-127 free: the top of that range, to stay clear
 /// of tor's future commands).
@@ -112,28 +114,28 @@ impl Control {
 
     /// The switch message in `msg`: `None` if it is another cell,
     /// `Some(Err)` if it is a switch command with a bad body.
-    pub fn parse(msg: &AnyChanMsg) -> Option<Result<Control, String>> {
+    pub fn parse(msg: &AnyChanMsg) -> Option<Result<Control, WireError>> {
         let cmd = u8::from(msg.cmd());
         if !(CMD_SWITCH..=CMD_SWITCHED).contains(&cmd) {
             return None;
         }
         let AnyChanMsg::Unrecognized(u) = msg.clone() else {
-            return Some(Err(format!("command {cmd} decoded as a known cell")));
+            return Some(Err(WireError::KnownCommand(cmd)));
         };
         let mut body = Vec::new();
         // An unrecognized body re-encodes to the bytes received.
         if tor_cell::chancell::msg::Body::encode_onto(u, &mut body).is_err() {
-            return Some(Err("unreadable switch cell".into()));
+            return Some(Err(WireError::UnreadableSwitch));
         }
         let to = body.first().copied().and_then(Conn::from_byte);
         let Some(to) = to else {
-            return Some(Err(format!("switch cell {cmd} names no connection")));
+            return Some(Err(WireError::NoConnection(cmd)));
         };
         let flags = body.get(1).copied().unwrap_or(0);
         Some(Ok(match cmd {
             CMD_SWITCH => {
                 if flags & !FLAG_PROPAGATE != 0 {
-                    return Some(Err(format!("unknown SWITCH flags {flags:#x}")));
+                    return Some(Err(WireError::UnknownSwitchFlags(flags)));
                 }
                 Control::Switch {
                     to,
@@ -338,7 +340,7 @@ impl Switches {
         }
         let result = match Control::parse(cell.msg()) {
             None => self.data(conn, circ, cell, &mut out),
-            Some(Err(detail)) => Err(detail),
+            Some(Err(e)) => Err(e.to_string()),
             Some(Ok(control)) => self.control(conn, circ, control, &mut out),
         };
         if let Err(detail) = result {

@@ -339,21 +339,27 @@ async fn accept_lanes(link: Arc<LinkShared>, mut incoming: IncomingLanes, token:
     while let Some(mut lane) = incoming.next().await {
         let mut bytes = [0u8; wire::LANE_PREAMBLE_LEN];
         let read = tokio::time::timeout(PREAMBLE_TIMEOUT, lane.read_exact(&mut bytes)).await;
+        let peer = link.peer.addr;
         let preamble = match read {
-            Ok(Ok(_)) => wire::parse_lane_preamble(&bytes),
-            Ok(Err(e)) => Err(format!("reading a lane preamble: {e}")),
-            Err(_) => Err("no lane preamble in time".into()),
+            Ok(Ok(_)) => {
+                wire::parse_lane_preamble(&bytes).map_err(|source| Error::Framing { peer, source })
+            }
+            Ok(Err(e)) => Err(Error::Protocol {
+                peer,
+                detail: format!("reading a lane preamble: {e}"),
+            }),
+            Err(_) => Err(Error::Protocol {
+                peer,
+                detail: "no lane preamble in time".into(),
+            }),
         };
         match preamble {
             Ok(p) if p.token == token => lanes::accept_lane(&link, p, Box::new(lane)),
             Ok(_) => link.fail_with(Error::Protocol {
-                peer: link.peer.addr,
+                peer,
                 detail: "a lane naming another link".into(),
             }),
-            Err(detail) => link.fail_with(Error::Protocol {
-                peer: link.peer.addr,
-                detail,
-            }),
+            Err(e) => link.fail_with(e),
         }
     }
 }
