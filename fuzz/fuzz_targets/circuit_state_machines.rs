@@ -70,10 +70,23 @@ fuzz_target!(|input: &[u8]| {
     // An honest one-hop circuit, so fuzzed relay messages get recognized.
     let id = CircId::new(0x8000_0001).expect("nonzero");
     let (hs, skin) = NtorClient::start(&mut rng, &public.ntor_node_id(), &public.onion_key);
-    node.handle_cell(now, 1, ChanCell::new(Some(id), Create2::new(HandshakeType::NTOR, skin.to_vec()).into()));
-    let Some(created) = node.poll_transmit(now, 1) else { return };
-    let AnyChanMsg::Created2(c) = created.into_circid_and_msg().1 else { return };
-    let Ok(lk) = hs.finish(&c.into_body()) else { return };
+    node.handle_cell(
+        now,
+        1,
+        ChanCell::new(
+            Some(id),
+            Create2::new(HandshakeType::NTOR, skin.to_vec()).into(),
+        ),
+    );
+    let Some(created) = node.poll_transmit(now, 1) else {
+        return;
+    };
+    let AnyChanMsg::Created2(c) = created.into_circid_and_msg().1 else {
+        return;
+    };
+    let Ok(lk) = hs.finish(&c.into_body()) else {
+        return;
+    };
     let mut crypto = ClientCircuitCrypto::new();
     crypto.add_layer(&lk);
 
@@ -87,7 +100,10 @@ fuzz_target!(|input: &[u8]| {
     if let Some(AnyChanMsg::Create2(c)) = client.poll_transmit(now) {
         let exit_keys = RelaySecretKeys::generate(&mut StdRng::seed_from_u64(0));
         if let Ok((reply, lk)) = exit_keys.ntor_server_handshake(&mut rng, c.body()) {
-            client.handle_cell(now, onionlab_cell::chan::Created2::new(reply.to_vec()).into());
+            client.handle_cell(
+                now,
+                onionlab_cell::chan::Created2::new(reply.to_vec()).into(),
+            );
             fake_exit = Some(RelayLayer::new(&lk));
         }
     }
@@ -114,7 +130,11 @@ fuzz_target!(|input: &[u8]| {
                 if crypto.encrypt_outbound(&mut body, 0).is_ok() {
                     let early = op & 0x80 != 0;
                     let relay = Relay::from(Box::new(body));
-                    let msg = if early { relay.into_early() } else { relay.into() };
+                    let msg = if early {
+                        relay.into_early()
+                    } else {
+                        relay.into()
+                    };
                     node.handle_cell(now, 1, ChanCell::new(Some(id), msg));
                 }
             }
@@ -177,6 +197,9 @@ fuzz_target!(|input: &[u8]| {
         }
         let held: usize = node.queued_bytes().map(|(_, b)| b).sum();
         assert!(held < MEMORY_BOUND, "relay holds {held} bytes");
-        assert!(client.queued_bytes() < MEMORY_BOUND, "client holds too much");
+        assert!(
+            client.queued_bytes() < MEMORY_BOUND,
+            "client holds too much"
+        );
     }
 });

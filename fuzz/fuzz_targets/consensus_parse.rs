@@ -9,7 +9,9 @@ use onionlab_anonymity::consensus::{parse, MAX_RELAYS};
 use onionlab_anonymity::{simulate, Error, Experiment};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     match parse(text) {
         Ok(relays) => {
             assert!(!relays.is_empty() && relays.len() <= MAX_RELAYS);

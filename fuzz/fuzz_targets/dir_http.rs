@@ -261,9 +261,8 @@ fuzz_target!(|data: &[u8]| {
             // Requests hyper refuses (400, 431... or no answer, depending
             // on where its parser stopped) count as one outcome; the
             // answers of `respond` must not depend on read boundaries.
-            let ours = |s: Option<String>| {
-                s.filter(|l| ["200", "404", "405", "413"].contains(&&l[9..12]))
-            };
+            let ours =
+                |s: Option<String>| s.filter(|l| ["200", "404", "405", "413"].contains(&&l[9..12]));
             let whole = ours(serve(input, usize::MAX));
             let chunked = ours(serve(input, chunk));
             assert_eq!(whole, chunked, "reads of {chunk} bytes change the answer");

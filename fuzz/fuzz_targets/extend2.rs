@@ -28,6 +28,7 @@ use onionlab_cell::relay::{self, CELL_DATA_LEN};
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_node::fuzzing::extend_target;
+use onionlab_transport::endpoint::EndpointKind;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -178,12 +179,13 @@ fuzz_target!(|data: &[u8]| {
     match (result, expected) {
         (Ok((id, peer)), Some((want_id, tls, quic))) => {
             assert_eq!(id, want_id);
-            assert_eq!((peer.tls, peer.quic), (tls, quic));
+            let (peer_tls, peer_quic) = (peer.get(EndpointKind::TCP), peer.get(EndpointKind::QUIC));
+            assert_eq!((peer_tls, peer_quic), (tls, quic));
             assert!(
-                peer.tls.is_some() || peer.quic.is_some(),
+                peer_tls.is_some() || peer_quic.is_some(),
                 "no address to go to"
             );
-            if let Some(a) = peer.tls.or(peer.quic) {
+            if let Some(a) = peer_tls.or(peer_quic) {
                 assert!(!matches!(a.ip(), IpAddr::V4(v4) if v4.is_unspecified()));
             }
         }

@@ -28,7 +28,8 @@ fuzz_target!(|data: &[u8]| {
             return;
         };
         let (rest, _) = io.into_inner();
-        let mut reader = StreamCellReader::new(rest, negotiated.link_version, negotiated.leftover, peer);
+        let mut reader =
+            StreamCellReader::new(rest, negotiated.link_version, negotiated.leftover, peer);
         let mut cells = Vec::new();
         // Each successful call consumes input, so this ends.
         while reader.read_cells(&mut cells).await.is_ok() {

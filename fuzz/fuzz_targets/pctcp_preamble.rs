@@ -19,10 +19,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use onionlab_transport::pctcp::fuzzing::{
-    classify, encode_heavy_preamble, encode_lane_preamble, encode_link_preamble,
-    link_preamble_len, parse_heavy_preamble, parse_lane_preamble, parse_link_answer,
-    parse_link_preamble, Start, FAMILY_OFFSET, HEAVY_PREAMBLE_LEN, LANE_PREAMBLE_LEN,
-    LINK_ANSWER_LEN, MODE_PCTCP,
+    classify, encode_heavy_preamble, encode_lane_preamble, encode_link_preamble, link_preamble_len,
+    parse_heavy_preamble, parse_lane_preamble, parse_link_answer, parse_link_preamble, Start,
+    FAMILY_OFFSET, HEAVY_PREAMBLE_LEN, LANE_PREAMBLE_LEN, LINK_ANSWER_LEN, MODE_PCTCP,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -49,13 +48,19 @@ fuzz_target!(|data: &[u8]| {
                 return;
             };
             if let Ok(token) = parse_heavy_preamble(bytes) {
-                assert_eq!(encode_heavy_preamble(&token), bytes, "heavy preamble round trip");
+                assert_eq!(
+                    encode_heavy_preamble(&token),
+                    bytes,
+                    "heavy preamble round trip"
+                );
             }
         }
         Start::Link => {
             assert_eq!(&first, b"OLT1");
             // The acceptor reads up to the family byte, then the rest.
-            let Some(&family) = rest.get(FAMILY_OFFSET) else { return };
+            let Some(&family) = rest.get(FAMILY_OFFSET) else {
+                return;
+            };
             let Some(len) = link_preamble_len(family) else {
                 assert!(parse_link_preamble(&rest[..FAMILY_OFFSET + 1]).is_err());
                 return;

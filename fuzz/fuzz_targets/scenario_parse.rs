@@ -14,7 +14,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = onionlab_lab::traffic::read_trace(text, "fuzz.csv");
     // Scenarios name files relative to the scenarios directory; keep the
     // fuzzer away from absolute paths and `..` (devices, /proc).
-    if text.contains("/dev") || text.contains("/proc") || text.contains("/sys") || text.contains("..") {
+    if text.contains("/dev")
+        || text.contains("/proc")
+        || text.contains("/sys")
+        || text.contains("..")
+    {
         return;
     }
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");

@@ -37,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
         let Some((&setup, bytes)) = record.split_first() else {
             return;
         };
-        let conn = if setup & 1 == 0 { Conn::Light } else { Conn::Heavy };
+        let conn = if setup & 1 == 0 {
+            Conn::Light
+        } else {
+            Conn::Heavy
+        };
         let mut buf = BytesMut::from(bytes);
         let Ok(Some(cell)) = codec.decode(&mut buf) else {
             continue;
@@ -45,9 +49,15 @@ fuzz_target!(|data: &[u8]| {
         let circ = cell.circid();
         if setup & 2 != 0 {
             if let Some(c) = circ {
-                let to = if setup & 4 == 0 { Conn::Light } else { Conn::Heavy };
+                let to = if setup & 4 == 0 {
+                    Conn::Light
+                } else {
+                    Conn::Heavy
+                };
                 for (_, out) in sw.start(c, to, setup & 8 != 0) {
-                    let parsed = Control::parse(out.msg()).expect("a control cell").expect("valid");
+                    let parsed = Control::parse(out.msg())
+                        .expect("a control cell")
+                        .expect("valid");
                     let again = parsed.cell(c);
                     assert_eq!(Control::parse(again.msg()), Some(Ok(parsed)));
                 }

@@ -103,7 +103,9 @@ fuzz_target!(|data: &[u8]| {
                     }
                 }
                 if lane.is_none() {
-                    lane = client.with_lanes(relay_addr, now, |m| m.open(now).ok()).flatten();
+                    lane = client
+                        .with_lanes(relay_addr, now, |m| m.open(now).ok())
+                        .flatten();
                 }
                 if let Some(id) = lane {
                     let _ = client.with_lanes(relay_addr, now, |m| m.send(id, bytes, now));

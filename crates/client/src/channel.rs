@@ -17,7 +17,7 @@
 
 use std::rc::Rc;
 
-use onionlab_transport::any::PeerAddrs;
+use onionlab_transport::endpoint::PeerAddrs;
 use onionlab_transport::{CellReader, CellWriter, Error as TransportError};
 use tokio::sync::Notify;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -33,7 +33,7 @@ pub(crate) async fn connect(
     identity: Ed25519Identity,
 ) {
     let connector = shared.borrow().connector();
-    let result = connector.connect(addrs, identity).await;
+    let result = connector.connect(&addrs, identity).await;
     match result {
         Ok(link) => {
             let Some(wake) = shared.borrow().channel_wake(chan) else {

@@ -23,7 +23,8 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
-use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
+use onionlab_transport::any::Connector;
+use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
 use onionlab_transport::quic::QuicTransport;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
@@ -370,7 +371,7 @@ pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
 /// transport may use them. Fails only if the dtls-utcp UDP socket cannot
 /// be bound.
 fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error> {
-    let quic = settings.transport.may_use_quic().then(|| {
+    let quic = settings.transport.uses(EndpointKind::QUIC).then(|| {
         let mut quic = settings.quic;
         quic.handshake_timeout = settings.link_handshake_timeout;
         QuicTransport::client(quic)
@@ -381,7 +382,7 @@ fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error
         .with_unsent_limit(settings.unsent_limit)
         .with_tcp_pacing(settings.tcp_pacing)
         .with_pctcp(settings.pctcp);
-    let utcp = settings.transport.may_use_utcp().then(|| {
+    let utcp = settings.transport.uses(EndpointKind::UTCP).then(|| {
         let utcp = UtcpSettings {
             handshake_timeout: settings.link_handshake_timeout,
             max_lanes: settings.pctcp.max_lanes,
@@ -395,11 +396,16 @@ fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error
     let utcp = utcp
         .transpose()
         .map_err(|e| crate::Error::Setting(format!("the dtls-utcp endpoint: {e}")))?;
+    let mut endpoints = Endpoints::new().with(EndpointKind::TCP, tcp);
+    if let Some(quic) = quic {
+        endpoints = endpoints.with(EndpointKind::QUIC, quic);
+    }
+    if let Some(utcp) = utcp {
+        endpoints = endpoints.with(EndpointKind::UTCP, utcp);
+    }
     // A client has every endpoint its choice may use, so this cannot fail.
-    Ok(
-        Connector::new(Endpoints { tcp, quic, utcp }, settings.transport)
-            .expect("a client has the endpoints of its transport"),
-    )
+    Ok(Connector::new(endpoints, settings.transport)
+        .expect("a client has the endpoints of its transport"))
 }
 
 /// The path of relays `path` (indexes into `doc`) as the node takes it.
@@ -676,7 +682,7 @@ impl State {
         );
         let identity = Ed25519Identity::new(relay.ed_identity);
         let addrs = PeerAddrs::from_document(|name| relay.address(name));
-        match addrs.tls.or(addrs.quic) {
+        match addrs.any() {
             Some(addr) => {
                 tracing::debug!(guard = %relay.nickname, %addr, "opening channel");
                 tokio::task::spawn_local(crate::channel::connect(

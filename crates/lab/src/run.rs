@@ -22,6 +22,7 @@ use onionlab_netdoc::config::{DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU};
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
+use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::Choice as TransportChoice;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -615,7 +616,7 @@ fn environment_parts(
 ) -> EnvironmentParts {
     let utcp = variants
         .iter()
-        .find(|v| v.transport.may_use_utcp())
+        .find(|v| v.transport.uses(EndpointKind::UTCP))
         .zip(scenario.relays.first())
         .map(|(v, r)| UtcpParity::for_variant(v, &r.host));
     EnvironmentParts {
@@ -737,13 +738,13 @@ pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<Tran
         transport: TRANSPORT_TLS.into(),
         addr,
     }];
-    if transport.may_use_quic() {
+    if transport.uses(EndpointKind::QUIC) {
         v.push(TransportAddress {
             transport: TRANSPORT_QUIC.into(),
             addr,
         });
     }
-    if transport.may_use_utcp() {
+    if transport.uses(EndpointKind::UTCP) {
         // Each relay is a host of its own and a variant runs one UDP
         // transport: dtls-utcp can have the TLS port over UDP too.
         v.push(TransportAddress {
@@ -798,14 +799,14 @@ pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
     if variant.tcp_pacing {
         lines.push_str("tcp_pacing = true\n");
     }
-    if variant.transport.may_use_quic() {
+    if variant.transport.uses(EndpointKind::QUIC) {
         lines.push_str(&format!(
             "quic_congestion = \"{}\"\nquic_initial_mtu = {}\n",
             variant.congestion,
             quic_initial_mtu(variant.topology.mtu)
         ));
     }
-    if variant.transport.may_use_utcp() {
+    if variant.transport.uses(EndpointKind::UTCP) {
         lines.push_str(&utcp_line(variant, host));
     }
     lines
@@ -866,10 +867,10 @@ pub fn relay_config_text(
         "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\nexit_packaging = \"{}\"\n",
         variant.scheduler, variant.exit_packaging
     );
-    if variant.transport.may_use_quic() {
+    if variant.transport.uses(EndpointKind::QUIC) {
         config.push_str(&format!("quic_listen = \"{addr}\"\n"));
     }
-    if variant.transport.may_use_utcp() {
+    if variant.transport.uses(EndpointKind::UTCP) {
         config.push_str(&format!("utcp_listen = \"{addr}\"\n"));
     }
     config.push_str(&transport_config_lines(variant, nickname));

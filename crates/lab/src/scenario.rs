@@ -135,6 +135,7 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, HostUpdate, LossModel, PathUpdate, QueueLimit, Rate, Topology};
+use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::registry::UnknownTransport;
 use onionlab_transport::{Choice as TransportChoice, TransportKind};
 use serde::Deserialize;
@@ -1404,7 +1405,7 @@ impl Scenario {
             .chain(self.clients.iter().map(|c| c.host.as_str()))
             .collect();
         for v in self.variants() {
-            if !v.transport.may_use_utcp() {
+            if !v.transport.uses(EndpointKind::UTCP) {
                 continue;
             }
             for host in &hosts {

@@ -62,7 +62,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use onionlab_crypto::identity::RelayPublicKeys;
-use onionlab_transport::registry::Endpoint;
+use onionlab_transport::endpoint::EndpointKind;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
@@ -97,16 +97,16 @@ const SIGNATURE_KEYWORD: &str = "signature";
 const TEXT_ORIGIN: &str = "network document";
 
 /// Address name of a relay's TCP endpoint: TLS and the transports built
-/// on it ([`onionlab_transport::registry::Endpoint::Tcp`]).
-pub const TRANSPORT_TLS: &str = Endpoint::Tcp.doc_name();
+/// on it ([`EndpointKind::TCP`]).
+pub const TRANSPORT_TLS: &str = EndpointKind::TCP.doc_name();
 
 /// Address name of a relay's QUIC endpoint (UDP); a relay advertising it
 /// runs a QUIC endpoint at that address, for every QUIC transport.
-pub const TRANSPORT_QUIC: &str = Endpoint::Quic.doc_name();
+pub const TRANSPORT_QUIC: &str = EndpointKind::QUIC.doc_name();
 
 /// Address name of a relay's dtls-utcp endpoint (UDP, a port of its own:
 /// not QUIC's).
-pub const TRANSPORT_UTCP: &str = Endpoint::Utcp.doc_name();
+pub const TRANSPORT_UTCP: &str = EndpointKind::UTCP.doc_name();
 
 /// A network document: the relays of one network.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use onionlab_netdoc::config::{ClientConfig, Congestion, RelayConfig, TransportChoice};
 use onionlab_netdoc::Error;
+use onionlab_transport::endpoint::EndpointKind;
 
 /// A valid network public key in hex.
 fn key_hex() -> String {
@@ -68,8 +69,8 @@ fn every_transport_and_congestion_parses() {
         let c = client(&format!("transport = \"{name}\"\n")).unwrap();
         assert_eq!(c.transport, t);
     }
-    assert!(!tls().may_use_quic());
-    assert!(TransportChoice::Auto.may_use_quic());
+    assert!(!tls().uses(EndpointKind::QUIC));
+    assert!(TransportChoice::Auto.uses(EndpointKind::QUIC));
     for (name, cc) in [
         ("cubic", Congestion::Cubic),
         ("newreno", Congestion::NewReno),

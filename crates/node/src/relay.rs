@@ -19,9 +19,8 @@ use onionlab_circuit::{CloseKind, CloseReason};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_ops::{AcceptBackoff, LogLimiter};
-use onionlab_transport::any::{
-    AnyIncoming, AnyLink, AnyListener, AnyReader, AnyWriter, Connector, Endpoints, PeerAddrs,
-};
+use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter, Connector};
+use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners, PeerAddrs, PendingLink};
 use onionlab_transport::pctcp::PctcpSettings;
 use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
@@ -182,7 +181,7 @@ pub struct RelayStats {
 pub struct Relay {
     settings: RelaySettings,
     connector: Connector,
-    listener: AnyListener,
+    listener: Listeners,
     quic: Option<QuicTransport>,
 }
 
@@ -303,33 +302,37 @@ impl Relay {
                 Some(Arc::new(t))
             }
         };
-        let endpoints = Endpoints {
-            tcp: tls,
-            quic: quic.clone(),
-            utcp: utcp.clone(),
-        };
+        let mut endpoints = Endpoints::new().with(EndpointKind::TCP, tls);
+        let mut listener = Listeners::new().with(tls_listener);
+        if let (Some(quic), Some(quic_listener)) = (&quic, quic_listener) {
+            endpoints = endpoints.with(EndpointKind::QUIC, quic.clone());
+            listener = listener.with(quic_listener);
+        }
+        if let Some(utcp) = utcp {
+            endpoints = endpoints.with(EndpointKind::UTCP, utcp.clone());
+            listener = listener.with(utcp);
+        }
         // A transport forced on a relay without its endpoint (QUIC
         // without quic_listen) fails here, with the transport's name.
         let connector = Connector::new(endpoints, settings.transport).map_err(Error::Transport)?;
         Ok(Relay {
             quic,
             connector,
-            listener: match utcp {
-                Some(u) => AnyListener::new(tls_listener, quic_listener).with_utcp(u),
-                None => AnyListener::new(tls_listener, quic_listener),
-            },
+            listener,
             settings,
         })
     }
 
     /// The address the relay's TLS transport listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.tls_addr()
+        self.listener
+            .local_addr(EndpointKind::TCP)
+            .expect("a relay always listens on TCP")
     }
 
     /// The address the relay's QUIC transport listens on, if any.
     pub fn quic_addr(&self) -> Option<SocketAddr> {
-        self.listener.quic_addr()
+        self.listener.local_addr(EndpointKind::QUIC)
     }
 
     /// Run until `shutdown` completes. Must run on a current-thread
@@ -382,8 +385,8 @@ impl Relay {
         let our_identity = settings.keys.public().ed_identity;
         info!(
             nickname = %settings.nickname,
-            addr = %listener.tls_addr(),
-            quic = ?listener.quic_addr(),
+            addr = ?listener.local_addr(EndpointKind::TCP),
+            quic = ?listener.local_addr(EndpointKind::QUIC),
             exit = config.circuit.exit,
             circuit_cc = config.circuit.cc.name(),
             conflux = config.circuit.conflux,
@@ -553,7 +556,7 @@ fn log_dos(st: &mut State, now: Instant, what: &str) {
 /// Complete an accepted link's handshake and register it; a failed
 /// handshake is counted and logged at INFO at most once per interval
 /// (a scan or a flood must not flood the log).
-async fn accept_link(shared: Shared, incoming: AnyIncoming) {
+async fn accept_link(shared: Shared, incoming: PendingLink) {
     let addr = incoming.peer_addr();
     let result = incoming.handshake().await;
     let mut st = shared.borrow_mut();
@@ -1071,7 +1074,7 @@ fn connect_relay(shared: &Shared, st: &mut State, circ: CircKey, linkspecs: &[En
     let connector = st.connector.clone();
     let shared = shared.clone();
     spawn_local(async move {
-        let result = connector.connect(addrs, id).await;
+        let result = connector.connect(&addrs, id).await;
         let mut st = shared.borrow_mut();
         let now = Instant::now();
         let waiting = st.connecting.remove(&id).unwrap_or_default();

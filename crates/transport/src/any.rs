@@ -1,7 +1,7 @@
-//! Links of any registered transport behind one type, a node's endpoints,
-//! and the per-link choice of transport with fallback ([`Connector`]):
-//! seed 000's deployability requirement, use QUIC only when both ends
-//! support it and it connects.
+//! Links of any registered transport behind one type ([`AnyLink`]), and
+//! the per-link choice of transport with fallback ([`Connector`]): seed
+//! 000's deployability requirement, use QUIC only when both ends support
+//! it and it connects.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,15 +13,9 @@ use std::time::{Duration, Instant};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
-use crate::pctcp::Accepted;
-use crate::quic::{QuicIncomingLink, QuicListener, QuicTransport};
-use crate::registry::{Choice, Endpoint, TransportKind};
-use crate::tls::{TlsIncoming, TlsListener, TlsTransport};
-use crate::utcp::{UtcpIncoming, UtcpTransport};
-use crate::{
-    AnyChanCell, CellReader, CellWriter, CircId, Error, Incoming, Link, LinkEvent, Listener,
-    Ordering,
-};
+use crate::endpoint::{EndpointKind, Endpoints, PeerAddrs};
+use crate::registry::{Choice, TransportKind};
+use crate::{AnyChanCell, CellReader, CellWriter, CircId, Error, Link, LinkEvent, Ordering};
 
 /// How long an `auto` connection waits for QUIC before trying TLS.
 pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
@@ -29,38 +23,6 @@ pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
 pub const QUIC_RETRY_AFTER: Duration = Duration::from_secs(600);
 
 type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A peer's addresses per endpoint (from the network document).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PeerAddrs {
-    /// TCP (TLS endpoint) address.
-    pub tls: Option<SocketAddr>,
-    /// QUIC (UDP) address.
-    pub quic: Option<SocketAddr>,
-    /// dtls-utcp (UDP) address.
-    pub utcp: Option<SocketAddr>,
-}
-
-impl PeerAddrs {
-    /// The addresses `lookup` gives for each endpoint's name in the
-    /// network document ([`Endpoint::doc_name`]).
-    pub fn from_document(lookup: impl Fn(&str) -> Option<SocketAddr>) -> Self {
-        PeerAddrs {
-            tls: lookup(Endpoint::Tcp.doc_name()),
-            quic: lookup(Endpoint::Quic.doc_name()),
-            utcp: lookup(Endpoint::Utcp.doc_name()),
-        }
-    }
-
-    /// The address of `endpoint`, if the peer has one.
-    pub fn get(&self, endpoint: Endpoint) -> Option<SocketAddr> {
-        match endpoint {
-            Endpoint::Tcp => self.tls,
-            Endpoint::Quic => self.quic,
-            Endpoint::Utcp => self.utcp,
-        }
-    }
-}
 
 /// [`CellReader`] as an object (its future boxed).
 trait DynReader: Send {
@@ -226,47 +188,6 @@ impl CellWriter for AnyWriter {
     }
 }
 
-/// A node's endpoints: its TCP (TLS) transport always, its QUIC transport
-/// if it has one. Every registered transport opens its links with these.
-#[derive(Clone)]
-pub struct Endpoints {
-    /// The TCP endpoint (TLS and the transports built on TLS).
-    pub tcp: TlsTransport,
-    /// The QUIC endpoint (one UDP socket), if any.
-    pub quic: Option<QuicTransport>,
-    /// The dtls-utcp endpoint, if any.
-    pub utcp: Option<Arc<UtcpTransport>>,
-}
-
-impl Endpoints {
-    /// The dtls-utcp endpoint, or an error naming what needs it.
-    pub fn utcp(&self, what: TransportKind) -> Result<&UtcpTransport, Error> {
-        self.utcp.as_deref().ok_or_else(|| {
-            Error::Config(format!(
-                "transport {what} needs a dtls-utcp endpoint, and this node has none"
-            ))
-        })
-    }
-
-    /// The QUIC endpoint, or an error naming what needs it.
-    pub fn quic(&self, what: TransportKind) -> Result<&QuicTransport, Error> {
-        self.quic.as_ref().ok_or_else(|| {
-            Error::Config(format!(
-                "transport {what} needs a QUIC endpoint, and this node has none"
-            ))
-        })
-    }
-
-    /// Whether the node has `endpoint`.
-    pub fn has(&self, endpoint: Endpoint) -> bool {
-        match endpoint {
-            Endpoint::Tcp => true,
-            Endpoint::Quic => self.quic.is_some(),
-            Endpoint::Utcp => self.utcp.is_some(),
-        }
-    }
-}
-
 /// Opens links with the transport [`Choice`] picks.
 #[derive(Clone)]
 pub struct Connector {
@@ -288,7 +209,7 @@ impl Connector {
             if !endpoints.has(kind.endpoint()) {
                 return Err(Error::Config(format!(
                     "transport {kind} needs a {} endpoint, and this node has none",
-                    kind.endpoint().doc_name()
+                    kind.endpoint()
                 )));
             }
         }
@@ -307,7 +228,7 @@ impl Connector {
     /// Open a link to the peer with `expected` identity at `addrs`.
     pub async fn connect(
         &self,
-        addrs: PeerAddrs,
+        addrs: &PeerAddrs,
         expected: Ed25519Identity,
     ) -> Result<AnyLink, Error> {
         let kind = match self.choice {
@@ -317,7 +238,7 @@ impl Connector {
         let addr = addrs.get(kind.endpoint()).ok_or_else(|| {
             Error::Config(format!(
                 "transport {kind} is forced but the peer advertises no {} address",
-                kind.endpoint().doc_name()
+                kind.endpoint()
             ))
         })?;
         (kind.info().open)(&self.endpoints, addr, expected).await
@@ -325,11 +246,12 @@ impl Connector {
 
     async fn connect_auto(
         &self,
-        addrs: PeerAddrs,
+        addrs: &PeerAddrs,
         expected: Ed25519Identity,
     ) -> Result<AnyLink, Error> {
-        let tls_addr = addrs.tls;
-        if let (Some(_), Some(addr)) = (&self.endpoints.quic, addrs.quic) {
+        let tls_addr = addrs.get(EndpointKind::TCP);
+        let quic_addr = addrs.get(EndpointKind::QUIC);
+        if let (true, Some(addr)) = (self.endpoints.has(EndpointKind::QUIC), quic_addr) {
             if !self.recently_failed(addr) {
                 let open = (TransportKind::QUIC.info().open)(&self.endpoints, addr, expected);
                 match tokio::time::timeout(QUIC_FALLBACK_AFTER, open).await {
@@ -370,101 +292,5 @@ impl Connector {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(addr, Instant::now());
-    }
-}
-
-/// A relay's listeners: TCP (TLS) always, QUIC and dtls-utcp if
-/// configured.
-pub struct AnyListener {
-    tls: TlsListener,
-    quic: Option<QuicListener>,
-    utcp: Option<Arc<UtcpTransport>>,
-}
-
-/// An accepted connection of any transport, before its handshake.
-pub enum AnyIncoming {
-    /// A TCP connection.
-    Tcp(TlsIncoming),
-    /// A QUIC connection.
-    Quic(QuicIncomingLink),
-    /// A dtls-utcp session.
-    Utcp(UtcpIncoming),
-}
-
-impl AnyListener {
-    /// Listen with `tls`, and with `quic` if given.
-    pub fn new(tls: TlsListener, quic: Option<QuicListener>) -> Self {
-        AnyListener {
-            tls,
-            quic,
-            utcp: None,
-        }
-    }
-
-    /// Accept dtls-utcp sessions with `utcp` too.
-    pub fn with_utcp(mut self, utcp: Arc<UtcpTransport>) -> Self {
-        self.utcp = Some(utcp);
-        self
-    }
-
-    /// The TCP listener's address.
-    pub fn tls_addr(&self) -> SocketAddr {
-        self.tls.local_addr()
-    }
-
-    /// The QUIC endpoint's address.
-    pub fn quic_addr(&self) -> Option<SocketAddr> {
-        self.quic.as_ref().map(|q| q.local_addr())
-    }
-
-    /// The next connection on either listener.
-    pub async fn accept(&mut self) -> Result<AnyIncoming, Error> {
-        let quic = async {
-            match &mut self.quic {
-                Some(q) => q.accept().await,
-                None => std::future::pending().await,
-            }
-        };
-        let utcp = async {
-            match &self.utcp {
-                Some(u) => u.accept_session().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            t = self.tls.accept() => Ok(AnyIncoming::Tcp(t?)),
-            q = quic => Ok(AnyIncoming::Quic(q?)),
-            u = utcp => Ok(AnyIncoming::Utcp(u?)),
-        }
-    }
-}
-
-impl AnyIncoming {
-    /// The peer's address.
-    pub fn peer_addr(&self) -> SocketAddr {
-        match self {
-            AnyIncoming::Tcp(i) => i.peer_addr(),
-            AnyIncoming::Quic(i) => i.peer_addr(),
-            AnyIncoming::Utcp(i) => i.peer_addr(),
-        }
-    }
-
-    /// Run the handshake: the link, or `None` for a connection that
-    /// joined a link it belongs to (a pctcp lane).
-    pub async fn handshake(self) -> Result<Option<AnyLink>, Error> {
-        match self {
-            AnyIncoming::Tcp(i) => match i.accept_any().await? {
-                Accepted::Link(link) => Ok(Some(link)),
-                Accepted::Lane => Ok(None),
-            },
-            AnyIncoming::Quic(i) => {
-                let kind = i.kind();
-                Ok(Some(AnyLink::erase(kind, i.handshake().await?)))
-            }
-            AnyIncoming::Utcp(i) => Ok(Some(AnyLink::erase(
-                TransportKind::DTLS_UTCP,
-                i.handshake().await?,
-            ))),
-        }
     }
 }

@@ -53,6 +53,7 @@ pub use onionlab_cell::chan::{AnyChanCell, CircId};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 pub mod any;
+pub mod endpoint;
 mod err;
 pub mod link;
 pub mod liveness;

@@ -3,9 +3,9 @@
 //! Each transport is described once, by a [`TransportInfo`] in its own
 //! module: its name (as used in configuration files, network documents,
 //! scenario matrices and on the command line), how it orders cells, which
-//! of a node's listening endpoints it uses (and so which address a relay
-//! must advertise in the network document for it), its settings, and how
-//! a link of it is opened. Everything that names a transport (config
+//! kind of a node's endpoints it uses ([`EndpointKind`]: and so which
+//! address a relay must advertise in the network document for it), its
+//! settings, and how a link of it is opened. Everything that names a transport (config
 //! parsing, relay and client start-up, path selection, the lab's matrix
 //! validation, `--help` texts) reads [`TransportKind::all`] and
 //! [`TransportKind::from_name`].
@@ -21,7 +21,8 @@ use std::str::FromStr;
 
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::any::{AnyLink, Endpoints};
+use crate::any::AnyLink;
+use crate::endpoint::{EndpointKind, Endpoints};
 use crate::{Error, Ordering};
 
 /// Every transport, in the order documentation and `--help` list them.
@@ -40,32 +41,6 @@ pub const AUTO: &str = "auto";
 
 /// A future returned by [`TransportInfo::open`].
 pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<AnyLink, Error>> + 'a>>;
-
-/// Which of a node's listening endpoints carries a transport, and so which
-/// address a relay advertises for it in the network document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Endpoint {
-    /// The node's TCP listener (its TLS endpoint); the document's `tls`
-    /// address.
-    Tcp,
-    /// The node's QUIC endpoint (one UDP socket); the document's `quic`
-    /// address.
-    Quic,
-    /// The node's dtls-utcp endpoint (UDP; a relay also opens sessions
-    /// from a second, ephemeral socket); the document's `utcp` address.
-    Utcp,
-}
-
-impl Endpoint {
-    /// The address's name in the network document (`"tls"`, `"quic"`).
-    pub const fn doc_name(self) -> &'static str {
-        match self {
-            Endpoint::Tcp => "tls",
-            Endpoint::Quic => "quic",
-            Endpoint::Utcp => "utcp",
-        }
-    }
-}
 
 /// One setting of a transport, for documentation and `--help`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +62,7 @@ pub struct TransportInfo {
     /// How it orders cells.
     pub ordering: Ordering,
     /// The endpoint it uses.
-    pub endpoint: Endpoint,
+    pub endpoint: EndpointKind,
     /// The settings that apply to it (beyond the link handshake timeout
     /// every transport has).
     pub settings: &'static [SettingInfo],
@@ -152,7 +127,7 @@ impl TransportKind {
     }
 
     /// The endpoint it uses.
-    pub fn endpoint(self) -> Endpoint {
+    pub fn endpoint(self) -> EndpointKind {
         self.0.endpoint
     }
 }
@@ -266,21 +241,17 @@ impl Choice {
     }
 
     /// The endpoints links opened under this choice may use.
-    pub fn endpoints(self) -> Vec<Endpoint> {
+    pub fn endpoints(self) -> Vec<EndpointKind> {
         match self {
-            Choice::Auto => vec![Endpoint::Quic, Endpoint::Tcp],
+            Choice::Auto => vec![EndpointKind::QUIC, EndpointKind::TCP],
             Choice::Only(kind) => vec![kind.endpoint()],
         }
     }
 
-    /// Whether links may use the QUIC endpoint.
-    pub fn may_use_quic(self) -> bool {
-        self.endpoints().contains(&Endpoint::Quic)
-    }
-
-    /// Whether links may use the dtls-utcp endpoint.
-    pub fn may_use_utcp(self) -> bool {
-        self.endpoints().contains(&Endpoint::Utcp)
+    /// Whether links opened under this choice may use endpoint `kind`
+    /// (so a node needs one).
+    pub fn uses(self, kind: EndpointKind) -> bool {
+        self.endpoints().contains(&kind)
     }
 }
 

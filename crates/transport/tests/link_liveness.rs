@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
-use onionlab_transport::any::{AnyLink, Connector, Endpoints, PeerAddrs};
+use onionlab_transport::any::{AnyLink, Connector};
+use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
 use onionlab_transport::liveness::LivenessTiming;
 use onionlab_transport::{CellReader, CellWriter, Choice, Error, TransportKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -113,20 +114,12 @@ async fn linked(kind: TransportKind) -> (AnyLink, AnyLink, Forwarder) {
     let mut b = tcp_relay(2, |t| t.with_liveness(TIMING)).await;
     let forwarder = Forwarder::start(b.addr).await;
     let connector = Connector::new(
-        Endpoints {
-            tcp: a.tcp.clone(),
-            quic: None,
-            utcp: None,
-        },
+        Endpoints::new().with(EndpointKind::TCP, a.tcp.clone()),
         Choice::Only(kind),
     )
     .expect("connector");
-    let addrs = PeerAddrs {
-        tls: Some(forwarder.front),
-        quic: None,
-        utcp: None,
-    };
-    let (ours, theirs) = tokio::join!(connector.connect(addrs, b.id), b.accepted.recv());
+    let addrs = PeerAddrs::default().with(EndpointKind::TCP, forwarder.front);
+    let (ours, theirs) = tokio::join!(connector.connect(&addrs, b.id), b.accepted.recv());
     let ours = ours.expect("link opens");
     let theirs = theirs.expect("link accepted");
     // The transports must outlive the test's links.

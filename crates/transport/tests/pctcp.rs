@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{AnyLink, AnyListener, Connector, Endpoints, PeerAddrs};
+use onionlab_transport::any::{AnyLink, Connector};
+use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners, PeerAddrs};
 use onionlab_transport::pctcp::PctcpSettings;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{
@@ -49,7 +50,7 @@ async fn node(seed: u64, max_lanes: usize, lanes_at: Option<SocketAddr>) -> Node
     // listener's pctcp state).
     tcp = tcp.with_lane_address(lanes_at.unwrap_or(addr));
     let (tx, accepted) = mpsc::unbounded_channel();
-    let mut any = AnyListener::new(listener, None);
+    let mut any = Listeners::new().with(listener);
     tokio::spawn(async move {
         while let Ok(incoming) = any.accept().await {
             let tx = tx.clone();
@@ -75,19 +76,11 @@ async fn node(seed: u64, max_lanes: usize, lanes_at: Option<SocketAddr>) -> Node
 }
 
 async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
-    let endpoints = Endpoints {
-        tcp: from.tcp.clone(),
-        quic: None,
-        utcp: None,
-    };
+    let endpoints = Endpoints::new().with(EndpointKind::TCP, from.tcp.clone());
     let connector =
         Connector::new(endpoints, Choice::Only(TransportKind::PCTCP)).expect("connector");
-    let addrs = PeerAddrs {
-        tls: Some(to.addr),
-        quic: None,
-        utcp: None,
-    };
-    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
+    let addrs = PeerAddrs::default().with(EndpointKind::TCP, to.addr);
+    let (ours, theirs) = tokio::join!(connector.connect(&addrs, to.id), to.accepted.recv());
     let ours = ours.expect("link opens");
     let theirs = theirs.expect("accepted").expect("link accepted");
     assert_eq!(ours.writer.kind(), TransportKind::PCTCP);

@@ -9,7 +9,8 @@ use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
 };
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
+use onionlab_transport::any::Connector;
+use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
 use onionlab_transport::quic::{Mode, QuicLink, QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::Choice;
@@ -198,11 +199,9 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
     let tls_addr = listener.local_addr();
     // A UDP socket that never answers: QUIC times out.
     let silent = std::net::UdpSocket::bind(loopback()).expect("udp");
-    let addrs = PeerAddrs {
-        tls: Some(tls_addr),
-        quic: Some(silent.local_addr().expect("addr")),
-        utcp: None,
-    };
+    let addrs = PeerAddrs::default()
+        .with(EndpointKind::TCP, tls_addr)
+        .with(EndpointKind::QUIC, silent.local_addr().expect("addr"));
     tokio::spawn(async move {
         loop {
             if let Ok(i) = listener.accept().await {
@@ -211,33 +210,38 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
         }
     });
     let connector = Connector::new(
-        Endpoints {
-            tcp: TlsTransport::client(),
-            quic: Some(QuicTransport::client(QuicSettings::default())),
-            utcp: None,
-        },
+        Endpoints::new()
+            .with(EndpointKind::TCP, TlsTransport::client())
+            .with(
+                EndpointKind::QUIC,
+                QuicTransport::client(QuicSettings::default()),
+            ),
         Choice::Auto,
     )
     .expect("connector");
     let link = connector
-        .connect(addrs, r.public().ed_identity)
+        .connect(&addrs, r.public().ed_identity)
         .await
         .expect("fallback");
     assert_eq!(link.writer.kind(), TransportKind::TLS);
 
     let forced = Connector::new(
-        Endpoints {
-            tcp: TlsTransport::client(),
-            quic: Some(QuicTransport::client(QuicSettings {
-                handshake_timeout: Duration::from_millis(500),
-                ..QuicSettings::default()
-            })),
-            utcp: None,
-        },
+        Endpoints::new()
+            .with(EndpointKind::TCP, TlsTransport::client())
+            .with(
+                EndpointKind::QUIC,
+                QuicTransport::client(QuicSettings {
+                    handshake_timeout: Duration::from_millis(500),
+                    ..QuicSettings::default()
+                }),
+            ),
         Choice::Only(TransportKind::QUIC),
     )
     .expect("connector");
-    assert!(forced.connect(addrs, r.public().ed_identity).await.is_err());
+    assert!(forced
+        .connect(&addrs, r.public().ed_identity)
+        .await
+        .is_err());
 }
 
 /// A cell of circuit `circ` whose body encodes its index `i` (and is

@@ -101,9 +101,10 @@ use lanes::{Dialer, LinkShared, LinkSpec};
 pub use lanes::{PctcpReader, PctcpWriter};
 use wire::{LinkPreamble, Start, TOKEN_LEN};
 
-use crate::any::{AnyLink, Endpoints};
+use crate::any::AnyLink;
+use crate::endpoint::{EndpointKind, Endpoints};
 use crate::link;
-use crate::registry::{Endpoint, SettingInfo, TransportInfo};
+use crate::registry::{SettingInfo, TransportInfo};
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -121,7 +122,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "pctcp",
     about: "one TLS over TCP connection per circuit (PCTCP, AlSabah and Goldberg 2013; seed 001's control)",
     ordering: Ordering::PerCircuit,
-    endpoint: Endpoint::Tcp,
+    endpoint: EndpointKind::TCP,
     settings: &[
         SettingInfo {
             key: "pctcp_max_lanes",
@@ -323,7 +324,7 @@ async fn open_link(
     addr: SocketAddr,
     expected: Ed25519Identity,
 ) -> Result<AnyLink, Error> {
-    let tcp = &endpoints.tcp;
+    let tcp: &TlsTransport = endpoints.get(EndpointKind::TCP, TransportKind::PCTCP)?;
     let link = tokio::time::timeout(tcp.handshake_timeout(), connect(tcp, addr, expected))
         .await
         .map_err(|_| Error::HandshakeTimeout { peer: addr })??;

@@ -146,8 +146,9 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::{debug, info};
 
 use crate::any::AnyLink;
+use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, PendingLink};
 use crate::link::{self, Role};
-use crate::registry::{self, SettingInfo, TransportInfo};
+use crate::registry::{SettingInfo, TransportInfo};
 use crate::tls::identity;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -186,12 +187,19 @@ const QUIC_SETTINGS: &[SettingInfo] = &[
     },
 ];
 
+/// The QUIC endpoint: one UDP socket for both QUIC transports, which tell
+/// their connections apart by their first stream's preamble.
+pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
+    doc_name: "quic",
+    about: "UDP: QUIC connections of both modes",
+};
+
 /// The registry's description of QUIC with a stream per circuit.
 pub(crate) static STREAM_PER_CIRCUIT: TransportInfo = TransportInfo {
     name: "quic",
     about: "one QUIC connection per relay pair, one stream per circuit (seeds 000, 001)",
     ordering: Ordering::PerCircuit,
-    endpoint: registry::Endpoint::Quic,
+    endpoint: EndpointKind::QUIC,
     settings: QUIC_SETTINGS,
     open: |endpoints, addr, expected| {
         Box::pin(open_link(endpoints, addr, expected, Mode::StreamPerCircuit))
@@ -204,7 +212,7 @@ pub(crate) static CONN_PER_CIRCUIT: TransportInfo = TransportInfo {
     about:
         "one QUIC connection per circuit over one UDP socket (own congestion window per circuit)",
     ordering: Ordering::PerCircuit,
-    endpoint: registry::Endpoint::Quic,
+    endpoint: EndpointKind::QUIC,
     settings: QUIC_SETTINGS,
     open: |endpoints, addr, expected| {
         Box::pin(open_link(endpoints, addr, expected, Mode::ConnPerCircuit))
@@ -212,12 +220,12 @@ pub(crate) static CONN_PER_CIRCUIT: TransportInfo = TransportInfo {
 };
 
 async fn open_link(
-    endpoints: &crate::any::Endpoints,
+    endpoints: &crate::endpoint::Endpoints,
     addr: SocketAddr,
     expected: Ed25519Identity,
     mode: Mode,
 ) -> Result<AnyLink, Error> {
-    let quic = endpoints.quic(mode.kind())?;
+    let quic: &QuicTransport = endpoints.get(EndpointKind::QUIC, mode.kind())?;
     let link = quic.connect_mode(addr, expected, mode).await?;
     Ok(AnyLink::erase(mode.kind(), link))
 }
@@ -1059,6 +1067,28 @@ impl crate::Listener for QuicListener {
         Ok(QuicIncomingLink {
             incoming,
             transport: self.transport.clone(),
+        })
+    }
+}
+
+impl Acceptor for QuicListener {
+    fn kind(&self) -> EndpointKind {
+        EndpointKind::QUIC
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        Some(self.local_addr)
+    }
+
+    fn accept(&mut self) -> BoxFuture<'_, Result<PendingLink, Error>> {
+        Box::pin(async move {
+            let incoming = crate::Listener::accept(self).await?;
+            let peer = crate::Incoming::peer_addr(&incoming);
+            Ok(PendingLink::new(peer, async move {
+                let kind = incoming.kind();
+                let link = crate::Incoming::handshake(incoming).await?;
+                Ok(Some(AnyLink::erase(kind, link)))
+            }))
         })
     }
 }

@@ -38,19 +38,28 @@ use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::any::{AnyLink, AnyReader, AnyWriter};
+use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, PendingLink};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
 use crate::liveness::LivenessTiming;
 use crate::pctcp::{self, Accepted, NodeLanes, PctcpSettings};
-use crate::registry::{Endpoint, SettingInfo, TransportInfo};
+use crate::registry::{SettingInfo, TransportInfo};
 use crate::tcp::TcpCongestion;
 use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
+
+/// The TCP endpoint: one listener for TLS and the transports built on it
+/// (pctcp, torchestra), which tell their connections apart by what the
+/// peer sends first.
+pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
+    doc_name: "tls",
+    about: "TCP: TLS links, pctcp and torchestra connections",
+};
 
 /// The registry's description of this transport.
 pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "tls",
     about: "one TLS 1.3 over TCP connection per relay pair, every circuit in it (vanilla Tor)",
     ordering: Ordering::PerConnection,
-    endpoint: Endpoint::Tcp,
+    endpoint: EndpointKind::TCP,
     settings: &[
         SettingInfo {
             key: "tcp_congestion",
@@ -63,7 +72,12 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
             about: "Linux paces every channel TCP socket, as quinn paces QUIC",
         },
     ],
-    open: |endpoints, addr, expected| Box::pin(endpoints.tcp.connect(addr, expected)),
+    open: |endpoints, addr, expected| {
+        Box::pin(async move {
+            let tcp: &TlsTransport = endpoints.get(EndpointKind::TCP, TransportKind::TLS)?;
+            tcp.connect(addr, expected).await
+        })
+    },
 };
 
 /// Incoming cells of a TLS link.
@@ -589,6 +603,29 @@ impl crate::Listener for TlsListener {
     }
 }
 
+impl Acceptor for TlsListener {
+    fn kind(&self) -> EndpointKind {
+        EndpointKind::TCP
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        Some(self.local_addr)
+    }
+
+    fn accept(&mut self) -> BoxFuture<'_, Result<PendingLink, Error>> {
+        Box::pin(async move {
+            let incoming = crate::Listener::accept(self).await?;
+            let peer = incoming.addr;
+            Ok(PendingLink::new(peer, async move {
+                match incoming.accept_any().await? {
+                    Accepted::Link(link) => Ok(Some(link)),
+                    Accepted::Lane => Ok(None),
+                }
+            }))
+        })
+    }
+}
+
 /// An accepted TCP connection whose TLS and link handshakes are pending.
 pub struct TlsIncoming {
     tcp: TcpStream,
@@ -651,7 +688,7 @@ impl crate::Incoming for TlsIncoming {
     }
 
     /// A `tls` or `pctcp` link; a pctcp lane is an error here (it belongs
-    /// to a link: use [`AnyIncoming`](crate::any::AnyIncoming)).
+    /// to a link: use [`Acceptor`]).
     async fn handshake(self) -> Result<AnyLink, Error> {
         let addr = self.addr;
         match self.accept_any().await? {

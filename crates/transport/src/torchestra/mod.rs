@@ -23,10 +23,11 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use link::LinkSpec;
 pub use link::{TorchestraReader, TorchestraWriter};
 
-use crate::any::{AnyLink, Endpoints};
+use crate::any::AnyLink;
+use crate::endpoint::{EndpointKind, Endpoints};
 use crate::link as handshake;
 use crate::pctcp::wire::{self, LinkPreamble, TOKEN_LEN};
-use crate::registry::{Endpoint, SettingInfo, TransportInfo};
+use crate::registry::{SettingInfo, TransportInfo};
 use crate::sendbuf::Tls;
 use crate::tls::TlsTransport;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
@@ -36,7 +37,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "torchestra",
     about: "two TLS connections per relay pair, light and heavy; the exit moves heavy circuits (Torchestra, Gopal 2012; seed 003)",
     ordering: Ordering::PerCircuit,
-    endpoint: Endpoint::Tcp,
+    endpoint: EndpointKind::TCP,
     settings: &[
         SettingInfo {
             key: "torchestra_window_ms",
@@ -77,7 +78,7 @@ async fn open_link(
     addr: SocketAddr,
     expected: Ed25519Identity,
 ) -> Result<AnyLink, Error> {
-    let tcp = &endpoints.tcp;
+    let tcp: &TlsTransport = endpoints.get(EndpointKind::TCP, TransportKind::TORCHESTRA)?;
     let link = tokio::time::timeout(tcp.handshake_timeout(), connect(tcp, addr, expected))
         .await
         .map_err(|_| Error::HandshakeTimeout { peer: addr })??;

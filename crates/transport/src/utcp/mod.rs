@@ -20,16 +20,26 @@ use std::net::SocketAddr;
 
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::any::{AnyLink, Endpoints};
-use crate::registry::{Endpoint, OpenFuture, SettingInfo, TransportInfo};
-use crate::{Ordering, TransportKind};
+use std::sync::Arc;
+
+use crate::any::AnyLink;
+use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, Endpoints, PendingLink};
+use crate::registry::{OpenFuture, SettingInfo, TransportInfo};
+use crate::{Error, Ordering, TransportKind};
+
+/// The dtls-utcp endpoint: one UDP socket that accepts sessions (a relay
+/// also opens sessions from a second, ephemeral socket).
+pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
+    doc_name: "utcp",
+    about: "UDP: dtls-utcp sessions",
+};
 
 /// The registry's description of this transport.
 pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "dtls-utcp",
     about: "a user-space TCP connection per circuit inside one DTLS session per relay pair, over UDP (Reardon and Goldberg 2009; seed 002)",
     ordering: Ordering::PerCircuit,
-    endpoint: Endpoint::Utcp,
+    endpoint: EndpointKind::UTCP,
     settings: &[SettingInfo {
         key: "utcp_listen",
         default: "none (no dtls-utcp endpoint)",
@@ -40,9 +50,30 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 
 fn open_link(endpoints: &Endpoints, addr: SocketAddr, expected: Ed25519Identity) -> OpenFuture<'_> {
     Box::pin(async move {
-        let utcp = endpoints.utcp(TransportKind::DTLS_UTCP)?;
+        let utcp: &Arc<UtcpTransport> =
+            endpoints.get(EndpointKind::UTCP, TransportKind::DTLS_UTCP)?;
         let link = utcp.connect(addr, expected).await?;
         Ok(AnyLink::erase(TransportKind::DTLS_UTCP, link))
     })
 }
 pub use socket::{HeldBytes, IncomingLanes, LaneStream, UtcpSession, UtcpSocket};
+
+impl Acceptor for Arc<UtcpTransport> {
+    fn kind(&self) -> EndpointKind {
+        EndpointKind::UTCP
+    }
+
+    fn local_addr(&self) -> Option<SocketAddr> {
+        UtcpTransport::local_addr(self)
+    }
+
+    fn accept(&mut self) -> BoxFuture<'_, Result<PendingLink, Error>> {
+        Box::pin(async move {
+            let incoming = self.accept_session().await?;
+            Ok(PendingLink::new(incoming.peer_addr(), async move {
+                let link = incoming.handshake().await?;
+                Ok(Some(AnyLink::erase(TransportKind::DTLS_UTCP, link)))
+            }))
+        })
+    }
+}

@@ -11,7 +11,8 @@ use onionlab_cell::chan::{
 use std::net::SocketAddr;
 
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{AnyLink, AnyListener};
+use onionlab_transport::any::AnyLink;
+use onionlab_transport::endpoint::Listeners;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Listener, Transport};
 use rand::rngs::StdRng;
@@ -41,7 +42,7 @@ pub async fn tcp_relay(
     let addr = Listener::local_addr(&listener);
     let tcp = tcp.with_lane_address(addr);
     let (tx, accepted) = tokio::sync::mpsc::unbounded_channel();
-    let mut any = AnyListener::new(listener, None);
+    let mut any = Listeners::new().with(listener);
     tokio::spawn(async move {
         while let Ok(incoming) = any.accept().await {
             let tx = tx.clone();
@@ -67,19 +68,13 @@ pub async fn tcp_link(
     to: &mut TcpRelay,
     kind: onionlab_transport::TransportKind,
 ) -> (AnyLink, AnyLink) {
-    use onionlab_transport::any::{Connector, Endpoints, PeerAddrs};
-    let endpoints = Endpoints {
-        tcp: from.tcp.clone(),
-        quic: None,
-        utcp: None,
-    };
+    use onionlab_transport::any::Connector;
+    use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
+    let endpoints = Endpoints::new().with(EndpointKind::TCP, from.tcp.clone());
     let connector =
         Connector::new(endpoints, onionlab_transport::Choice::Only(kind)).expect("connector");
-    let addrs = PeerAddrs {
-        tls: Some(to.addr),
-        ..PeerAddrs::default()
-    };
-    let (ours, theirs) = tokio::join!(connector.connect(addrs, to.id), to.accepted.recv());
+    let addrs = PeerAddrs::default().with(EndpointKind::TCP, to.addr);
+    let (ours, theirs) = tokio::join!(connector.connect(&addrs, to.id), to.accepted.recv());
     (ours.expect("link opens"), theirs.expect("link accepted"))
 }
 
