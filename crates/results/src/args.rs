@@ -27,6 +27,9 @@ pub enum CenterArg {
     P75,
     /// 95th percentiles (the slowest 5%'s edge).
     P95,
+    /// 99th percentiles (the tail; for metrics with many values per
+    /// repetition, such as probes).
+    P99,
 }
 
 impl CenterArg {
@@ -36,6 +39,7 @@ impl CenterArg {
             CenterArg::Mean => Center::Mean,
             CenterArg::P75 => Center::P75,
             CenterArg::P95 => Center::P95,
+            CenterArg::P99 => Center::P99,
         }
     }
 
@@ -45,6 +49,7 @@ impl CenterArg {
             CenterArg::Mean => "mean",
             CenterArg::P75 => "75th percentile",
             CenterArg::P95 => "95th percentile",
+            CenterArg::P99 => "99th percentile",
         }
     }
 }

@@ -236,6 +236,9 @@ pub enum Center {
     P75,
     /// The 95th percentile (type 7): the slowest 5%'s edge.
     P95,
+    /// The 99th percentile (type 7): the tail an interactive user meets
+    /// (needs many values per repetition: probes, cells, messages).
+    P99,
 }
 
 impl Center {
@@ -244,7 +247,7 @@ impl Center {
         match self {
             Center::Median => median_in_place(buf),
             Center::Mean => sum(buf.iter().copied()) / buf.len() as f64,
-            Center::P75 | Center::P95 => {
+            Center::P75 | Center::P95 | Center::P99 => {
                 buf.sort_by(f64::total_cmp);
                 quantile_unchecked(buf, self.quantile().unwrap_or(0.5))
             }
@@ -256,6 +259,7 @@ impl Center {
         match self {
             Center::P75 => Some(0.75),
             Center::P95 => Some(0.95),
+            Center::P99 => Some(0.99),
             Center::Median | Center::Mean => None,
         }
     }

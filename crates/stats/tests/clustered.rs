@@ -240,6 +240,12 @@ fn a_centre_by_cluster_matches_the_summary_and_percentiles_order() {
     let (p75, _) = center_clustered(&values, &clusters, 5, Center::P75).unwrap();
     let (p95, (lo, hi)) = center_clustered(&values, &clusters, 5, Center::P95).unwrap();
     assert!(median < p75 && p75 < p95 && lo <= p95 && p95 <= hi);
+    let (p99, _) = center_clustered(&values, &clusters, 5, Center::P99).unwrap();
+    assert!(p95 < p99, "{p95} {p99}");
+    // Type 7 on 1..=100: 99 + 0.01 (the 99th of 100 values and a step).
+    let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+    let p = Center::P99.of_values(&hundred).unwrap();
+    assert!((p - 99.01).abs() < 1e-9, "{p}");
     let (_, one) = center_clustered(&[1.0, 2.0], &[0, 0], 5, Center::P95).unwrap();
     assert_eq!(one, (f64::NEG_INFINITY, f64::INFINITY));
 }
