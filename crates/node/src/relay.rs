@@ -842,7 +842,10 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
             propagate = m.propagate,
             "torchestra: moving a circuit"
         );
-        writer.move_circuit(m.circ_id, m.heavy, m.propagate);
+        // A link with one connection has nowhere to move it.
+        if let Some(mover) = writer.circuit_mover() {
+            mover.move_circuit(m.circ_id, m.heavy, m.propagate);
+        }
     }
     match writer.ordering() {
         Ordering::PerConnection => {

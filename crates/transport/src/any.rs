@@ -15,7 +15,9 @@ use tracing::info;
 
 use crate::endpoint::{EndpointKind, Endpoints, PeerAddrs};
 use crate::registry::{Choice, TransportKind};
-use crate::{AnyChanCell, CellReader, CellWriter, CircId, Error, Link, LinkEvent, Ordering};
+use crate::{
+    AnyChanCell, CellReader, CellWriter, CircId, CircuitMover, Error, Link, LinkEvent, Ordering,
+};
 
 /// How long an `auto` connection waits for QUIC before trying TLS.
 pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
@@ -61,7 +63,7 @@ trait DynWriter: Send {
     fn writable(&mut self) -> LocalFuture<'_, ()>;
     fn buffered_bytes(&self) -> usize;
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32);
-    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool);
+    fn circuit_mover(&mut self) -> Option<&mut dyn CircuitMover>;
 }
 
 impl<W: CellWriter> DynWriter for W {
@@ -95,8 +97,8 @@ impl<W: CellWriter> DynWriter for W {
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
         CellWriter::set_lane_priority(self, circ_id, priority)
     }
-    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
-        CellWriter::move_circuit(self, circ_id, heavy, propagate)
+    fn circuit_mover(&mut self) -> Option<&mut dyn CircuitMover> {
+        CellWriter::circuit_mover(self)
     }
 }
 
@@ -183,8 +185,8 @@ impl CellWriter for AnyWriter {
     fn set_lane_priority(&mut self, circ_id: CircId, priority: i32) {
         self.inner.set_lane_priority(circ_id, priority)
     }
-    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
-        self.inner.move_circuit(circ_id, heavy, propagate)
+    fn circuit_mover(&mut self) -> Option<&mut dyn CircuitMover> {
+        self.inner.circuit_mover()
     }
 }
 

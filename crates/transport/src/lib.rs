@@ -207,13 +207,21 @@ pub trait CellWriter: Send {
         let _ = (circ_id, priority);
     }
 
-    /// Move circuit `circ_id` to the link's heavy connection (`heavy`) or
-    /// back to the light one, telling the peer to do the same on its
-    /// inward link if `propagate` (Torchestra's switch; the node's
-    /// classifier decides). Transports with one connection ignore it.
-    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
-        let _ = (circ_id, heavy, propagate);
+    /// The writer's circuit mover, if its link has a light and a heavy
+    /// connection (Torchestra); `None` for every other transport.
+    fn circuit_mover(&mut self) -> Option<&mut dyn CircuitMover> {
+        None
     }
+}
+
+/// An extension of a link with a light and a heavy connection
+/// (Torchestra, `docs/torchestra.md`), which the node asks its writer for
+/// ([`CellWriter::circuit_mover`]): moving circuits between them.
+pub trait CircuitMover {
+    /// Move circuit `circ_id` to the heavy connection (`heavy`) or back
+    /// to the light one, telling the peer to do the same on its inward
+    /// link if `propagate` (the node's classifier decides).
+    fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool);
 }
 
 /// A transport endpoint: opens links to peers and accepts them.

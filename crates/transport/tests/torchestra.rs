@@ -46,7 +46,9 @@ async fn send(w: &mut impl CellWriter, circs: &[u32], n: u32, moves: &[(u32, u32
     for i in 0..n {
         for &(circ, at, heavy) in moves {
             if at == i {
-                w.move_circuit(CircId::new(circ).unwrap(), heavy, true);
+                w.circuit_mover()
+                    .expect("a torchestra writer moves circuits")
+                    .move_circuit(CircId::new(circ).unwrap(), heavy, true);
             }
         }
         for &c in circs {

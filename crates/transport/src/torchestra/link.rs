@@ -27,7 +27,9 @@ use crate::liveness::{self, Heard, Liveness};
 use crate::pctcp::wire::{self, TOKEN_LEN};
 use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
 use crate::tls::{keepalive_off, TlsTransport};
-use crate::{CellReader, CellWriter, CircId, Error, Link, LinkEvent, Ordering, PeerInfo};
+use crate::{
+    CellReader, CellWriter, CircId, CircuitMover, Error, Link, LinkEvent, Ordering, PeerInfo,
+};
 
 /// Bytes of encoded cells a connection's buffer holds before it reports
 /// no room.
@@ -501,6 +503,12 @@ impl CellWriter for TorchestraWriter {
         self.link().room.notified().await
     }
 
+    fn circuit_mover(&mut self) -> Option<&mut dyn CircuitMover> {
+        Some(self)
+    }
+}
+
+impl CircuitMover for TorchestraWriter {
     fn move_circuit(&mut self, circ_id: CircId, heavy: bool, propagate: bool) {
         let link = self.link();
         if !link.switching || !self.heavy_up() {
