@@ -1,27 +1,31 @@
-//! What a pctcp peer sends after TLS, before the link handshake or a
-//! lane's cells, parsed by the transport's own functions
-//! (`onionlab_transport::pctcp::fuzzing`, the ones `pctcp::accept` and
-//! `pctcp::connect` call). Byte 0 chooses what the rest is:
-//! * even: an accepted connection's first bytes: `classify` on 4 bytes,
-//!   then a link preamble (its length from the family byte,
-//!   `link_preamble_len`) or a lane preamble (`LANE_PREAMBLE_LEN`);
+//! What a peer sends after TLS on the shared TCP endpoint, before a link
+//! handshake or a joining connection's cells, parsed by the transports'
+//! own functions (`onionlab_transport::tcp_share::fuzzing`, the ones the
+//! shared acceptor, pctcp and torchestra call). Byte 0 chooses what the
+//! rest is:
+//! * even: an accepted connection's first bytes: `claims` on 4 bytes,
+//!   then a link preamble (`OLT1`; its length from the family byte,
+//!   `link_preamble_len`), a pctcp lane preamble (`OLTL`,
+//!   `LANE_PREAMBLE_LEN`) or a torchestra heavy preamble (`OLTH`);
 //! * odd: the answer to our link preamble (`parse_link_answer`).
 //!
 //! Checked besides "no panic":
-//! * `classify` says Link exactly for `OLT1`, Lane exactly for `OLTL`;
-//! * a parsed link preamble re-encodes to the same bytes, its mode is
-//!   pctcp's and its lane address is connectable (not unspecified, port
-//!   not 0); one of any other length is refused;
+//! * `claims` says yes exactly for `OLT1`, `OLTL` and `OLTH` (the magics
+//!   pctcp and torchestra register), no for anything else (a `tls` link);
+//! * a parsed link preamble re-encodes to the same bytes and its lane
+//!   address is connectable (not unspecified, port not 0); one of any
+//!   other length is refused;
 //! * a parsed lane preamble re-encodes to the same bytes, its circuit ID
 //!   is not 0, its number not 0 and its predecessor earlier;
+//! * a parsed heavy preamble re-encodes to the same bytes;
 //! * an answer is accepted exactly when it is `OLT1` and a 16-byte token.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use onionlab_transport::pctcp::fuzzing::{
-    classify, encode_heavy_preamble, encode_lane_preamble, encode_link_preamble, link_preamble_len,
-    parse_heavy_preamble, parse_lane_preamble, parse_link_answer, parse_link_preamble, Start,
-    FAMILY_OFFSET, HEAVY_PREAMBLE_LEN, LANE_PREAMBLE_LEN, LINK_ANSWER_LEN, MODE_PCTCP,
+use onionlab_transport::tcp_share::fuzzing::{
+    claims, encode_heavy_preamble, encode_lane_preamble, encode_link_preamble, link_preamble_len,
+    parse_heavy_preamble, parse_lane_preamble, parse_link_answer, parse_link_preamble,
+    FAMILY_OFFSET, HEAVY_PREAMBLE_LEN, LANE_PREAMBLE_LEN, LINK_ANSWER_LEN,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -39,10 +43,10 @@ fuzz_target!(|data: &[u8]| {
     }
     let Some(first) = rest.get(..4) else { return };
     let first: [u8; 4] = first.try_into().expect("4 bytes");
-    match classify(&first) {
-        Start::Plain => assert!(&first != b"OLT1" && &first != b"OLTL" && &first != b"OLTH"),
-        Start::Heavy => {
-            assert_eq!(&first, b"OLTH");
+    let magic = matches!(&first, b"OLT1" | b"OLTL" | b"OLTH");
+    assert_eq!(claims(&first), magic, "claimed {first:?}");
+    match &first {
+        b"OLTH" => {
             let Some(bytes) = rest.get(..HEAVY_PREAMBLE_LEN) else {
                 assert!(parse_heavy_preamble(rest).is_err());
                 return;
@@ -55,8 +59,7 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
         }
-        Start::Link => {
-            assert_eq!(&first, b"OLT1");
+        b"OLT1" => {
             // The acceptor reads up to the family byte, then the rest.
             let Some(&family) = rest.get(FAMILY_OFFSET) else {
                 return;
@@ -67,7 +70,6 @@ fuzz_target!(|data: &[u8]| {
             };
             let Some(bytes) = rest.get(..len) else { return };
             if let Ok(p) = parse_link_preamble(bytes) {
-                assert_eq!(p.mode, MODE_PCTCP);
                 assert_eq!(encode_link_preamble(&p), bytes, "link preamble round trip");
                 if let Some(a) = p.lanes_at {
                     assert!(!a.ip().is_unspecified() && a.port() != 0, "{a}");
@@ -77,8 +79,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(parse_link_preamble(&rest[..len + 1]).is_err());
             }
         }
-        Start::Lane => {
-            assert_eq!(&first, b"OLTL");
+        b"OLTL" => {
             let Some(bytes) = rest.get(..LANE_PREAMBLE_LEN) else {
                 assert!(parse_lane_preamble(rest).is_err());
                 return;
@@ -89,5 +90,6 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(encode_lane_preamble(&p), bytes, "lane preamble round trip");
             }
         }
+        _ => {}
     }
 });

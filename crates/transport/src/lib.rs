@@ -62,6 +62,7 @@ pub mod quic;
 pub mod registry;
 mod sendbuf;
 pub mod tcp;
+pub mod tcp_share;
 pub mod tls;
 pub mod torchestra;
 pub mod utcp;

@@ -23,6 +23,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::any::AnyLink;
 use crate::endpoint::{EndpointKind, Endpoints};
+use crate::tcp_share::TcpMode;
 use crate::{Error, Ordering};
 
 /// Every transport, in the order documentation and `--help` list them.
@@ -70,6 +71,9 @@ pub struct TransportInfo {
     /// [`endpoint`](Self::endpoint)) that must prove `expected`, with the
     /// node's endpoints.
     pub open: for<'a> fn(&'a Endpoints, SocketAddr, Ed25519Identity) -> OpenFuture<'a>,
+    /// How it shares the TCP endpoint with `tls` and the others, if it
+    /// does ([`crate::tcp_share`]).
+    pub tcp_mode: Option<&'static TcpMode>,
 }
 
 /// A registered transport: a cheap handle on its [`TransportInfo`].

@@ -21,13 +21,14 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info};
 
-use super::wire::{self, LanePreamble, TOKEN_LEN};
+use super::wire::{self, LanePreamble};
 use super::{NodeLanes, MAX_LANES_PER_LINK};
 use crate::link::StreamCellReader;
 use crate::liveness::LivenessTiming;
 use crate::liveness::{self, Heard, Liveness};
 use crate::quic::wire::{lane_end, next_lane_cell};
 use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, SendBuffer};
+use crate::tcp_share::wire::TOKEN_LEN;
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -161,7 +162,6 @@ pub(crate) struct LinkShared {
     dialer: Dialer,
     liveness_timing: LivenessTiming,
     node: Arc<NodeLanes>,
-    our_token: [u8; TOKEN_LEN],
     peer_token: [u8; TOKEN_LEN],
     main: Arc<SendBuffer>,
     /// Send lanes by circuit ID.
@@ -405,7 +405,6 @@ pub(crate) fn start(
         dialer: spec.dialer,
         liveness_timing: spec.liveness,
         node,
-        our_token: spec.our_token,
         peer_token: spec.peer_token,
         main: SendBuffer::new(0),
         lanes: Mutex::default(),
@@ -461,8 +460,9 @@ struct LinkEnd {
 
 impl Drop for LinkEnd {
     fn drop(&mut self) {
+        // Its token's entry dies with the link: the token table finds no
+        // link in it and drops it at the next registration.
         self.shared.tasks.abort_all();
-        lock(&self.shared.node.links).remove(&self.shared.our_token);
     }
 }
 

@@ -76,35 +76,28 @@
 pub(crate) mod lanes;
 pub mod wire;
 
-/// The pure parsing of the pctcp transport's reads, for the fuzz targets
-/// (`fuzz/`); not a stable API.
-#[doc(hidden)]
-pub mod fuzzing {
-    pub use super::wire::*;
-}
-
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use bytes::BytesMut;
 use onionlab_ops::LogLimiter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsStream;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
 use lanes::{Dialer, LinkShared, LinkSpec};
 pub use lanes::{PctcpReader, PctcpWriter};
-use wire::{LinkPreamble, Start, TOKEN_LEN};
 
 use crate::any::AnyLink;
 use crate::endpoint::{EndpointKind, Endpoints};
 use crate::link;
 use crate::registry::{SettingInfo, TransportInfo};
+use crate::tcp_share::wire::{
+    encode_link_answer, encode_link_preamble, parse_link_answer, LinkPreamble, LINK_ANSWER_LEN,
+    TOKEN_LEN,
+};
+use crate::tcp_share::{Accept, TcpMode};
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -141,6 +134,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
         },
     ],
     open: |endpoints, addr, expected| Box::pin(open_link(endpoints, addr, expected)),
+    tcp_mode: Some(&TCP_MODE),
 };
 
 /// The pctcp transport's settings.
@@ -158,47 +152,11 @@ impl Default for PctcpSettings {
     }
 }
 
-/// A token reserved by a link in its handshake (see
-/// [`NodeLanes::reserve`]).
-pub(crate) struct Reservation {
-    node: Arc<NodeLanes>,
-    token: [u8; TOKEN_LEN],
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.node.unreserve(&self.token);
-    }
-}
-
-/// A link that accepts more connections, by its token.
-enum LinkRef {
-    Pctcp(Weak<LinkShared>),
-    Torchestra(Weak<crate::torchestra::link::LinkShared>),
-}
-
-impl LinkRef {
-    fn alive(&self) -> bool {
-        match self {
-            LinkRef::Pctcp(l) => l.strong_count() > 0,
-            LinkRef::Torchestra(l) => l.strong_count() > 0,
-        }
-    }
-}
-
-/// A node's state for its links with several TCP connections (pctcp,
-/// torchestra), shared by its links: their tokens, and the pctcp lane
-/// count against the cap.
+/// A node's pctcp lanes, shared by its links (and dtls-utcp's, which use
+/// the same lanes): the lane connections open against the cap.
 pub(crate) struct NodeLanes {
-    links: Mutex<HashMap<[u8; TOKEN_LEN], LinkRef>>,
-    /// Tokens handed out by links still in their handshake: a connection
-    /// for one of them waits for the link (the peer may open it the
-    /// moment its own handshake ends, before ours does).
-    reserved: Mutex<HashMap<[u8; TOKEN_LEN], Arc<tokio::sync::Notify>>>,
     /// Lane connections open (opened or accepted).
     pub(crate) open: AtomicUsize,
-    /// Torchestra heavy connections attached so far.
-    pub(crate) heavy_attached: AtomicU64,
     pub(crate) max: usize,
     fallbacks: AtomicU64,
     log: Mutex<LogLimiter>,
@@ -207,10 +165,7 @@ pub(crate) struct NodeLanes {
 impl NodeLanes {
     pub(crate) fn new(settings: PctcpSettings) -> Arc<Self> {
         Arc::new(NodeLanes {
-            links: Mutex::default(),
-            reserved: Mutex::default(),
             open: AtomicUsize::new(0),
-            heavy_attached: AtomicU64::new(0),
             max: settings.max_lanes,
             fallbacks: AtomicU64::new(0),
             log: Mutex::default(),
@@ -241,82 +196,6 @@ impl NodeLanes {
     pub(crate) fn fallbacks(&self) -> u64 {
         self.fallbacks.load(AtomicOrdering::Relaxed)
     }
-
-    fn register(&self, token: [u8; TOKEN_LEN], link: LinkRef) {
-        let mut links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        links.retain(|_, l| l.alive());
-        links.insert(token, link);
-        drop(links);
-        self.unreserve(&token);
-    }
-
-    /// `token` will name a link once its handshake completes; the
-    /// reservation ends when the guard is dropped (the link registered,
-    /// or its handshake failed or was abandoned).
-    pub(crate) fn reserve(self: &Arc<Self>, token: [u8; TOKEN_LEN]) -> Reservation {
-        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
-        reserved.insert(token, Arc::new(tokio::sync::Notify::new()));
-        Reservation {
-            node: self.clone(),
-            token,
-        }
-    }
-
-    /// The link of `token` registered, or its handshake failed.
-    pub(crate) fn unreserve(&self, token: &[u8; TOKEN_LEN]) {
-        let mut reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = reserved.remove(token) {
-            n.notify_waiters();
-        }
-    }
-
-    /// Wait (within the caller's handshake timeout) while `token` is
-    /// reserved by a link still in its handshake.
-    async fn settled(&self, token: &[u8; TOKEN_LEN]) {
-        let waiting = {
-            let reserved = self.reserved.lock().unwrap_or_else(|p| p.into_inner());
-            reserved.get(token).cloned()
-        };
-        if let Some(n) = waiting {
-            let notified = n.notified();
-            let still = self
-                .reserved
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains_key(token);
-            if still {
-                notified.await;
-            }
-        }
-    }
-
-    fn find(&self, token: &[u8; TOKEN_LEN]) -> Option<Arc<LinkShared>> {
-        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        match links.get(token) {
-            Some(LinkRef::Pctcp(l)) => l.upgrade(),
-            _ => None,
-        }
-    }
-
-    /// Register a torchestra link under our token.
-    pub(crate) fn register_torchestra(
-        &self,
-        token: [u8; TOKEN_LEN],
-        link: &Arc<crate::torchestra::link::LinkShared>,
-    ) {
-        self.register(token, LinkRef::Torchestra(Arc::downgrade(link)));
-    }
-
-    fn find_torchestra(
-        &self,
-        token: &[u8; TOKEN_LEN],
-    ) -> Option<Arc<crate::torchestra::link::LinkShared>> {
-        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        match links.get(token) {
-            Some(LinkRef::Torchestra(l)) => l.upgrade(),
-            _ => None,
-        }
-    }
 }
 
 async fn open_link(
@@ -345,13 +224,13 @@ async fn connect(
         token: our_token,
         lanes_at: transport.lane_address(),
     };
-    tls.write_all(&wire::encode_link_preamble(&preamble))
+    tls.write_all(&encode_link_preamble(&preamble))
         .await
         .map_err(tls_err)?;
-    let mut answer = [0u8; wire::LINK_ANSWER_LEN];
+    let mut answer = [0u8; LINK_ANSWER_LEN];
     tls.read_exact(&mut answer).await.map_err(tls_err)?;
     let peer_token =
-        wire::parse_link_answer(&answer).map_err(|source| Error::Framing { peer: addr, source })?;
+        parse_link_answer(&answer).map_err(|source| Error::Framing { peer: addr, source })?;
     let negotiated = link::handshake(&mut tls, transport.initiator_role(), addr).await?;
     keepalive_off(&tls);
     Ok(start(
@@ -376,127 +255,75 @@ async fn connect(
 }
 
 fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWriter> {
-    let node = transport.pctcp_lanes().clone();
     let token = spec.our_token;
-    let (link, shared) = lanes::start(spec, node.clone());
-    node.register(token, LinkRef::Pctcp(Arc::downgrade(&shared)));
+    let (link, shared) = lanes::start(spec, transport.pctcp_lanes().clone());
+    transport.tokens().register(token, &shared);
     link
 }
 
-/// What an accepted TCP connection turned out to be.
-pub(crate) enum Accepted {
-    /// A link, complete.
-    Link(AnyLink),
-    /// A connection joining a link (a pctcp lane, a torchestra heavy
-    /// connection), handed to it.
-    Lane,
-}
+/// How pctcp shares the TCP endpoint: its links' mode byte, and its
+/// lanes' magic.
+pub(crate) static TCP_MODE: TcpMode = TcpMode {
+    link_mode: wire::MODE_PCTCP,
+    accept_link: |a, p| Box::pin(accept_link(a, p)),
+    join_magics: &[*wire::LANE_MAGIC],
+    accept_join: |a| Box::pin(accept_lane(a)),
+};
 
-/// Complete an accepted connection whose first 4 bytes after TLS were
-/// `first`: a pctcp link or lane. `identity` is what the peer proved.
-pub(crate) async fn accept(
-    transport: &TlsTransport,
-    mut tls: TlsStream<TcpStream>,
-    first: [u8; 4],
-    identity: Option<Ed25519Identity>,
-    addr: SocketAddr,
-) -> Result<Accepted, Error> {
-    let tls_err = |source| Error::Tls { peer: addr, source };
-    let protocol = |detail| Error::Protocol { peer: addr, detail };
-    let framing = |source| Error::Framing { peer: addr, source };
-    match wire::classify(&first) {
-        Start::Plain => Err(protocol("not a pctcp connection".into())),
-        Start::Lane => {
-            let mut bytes = [0u8; wire::LANE_PREAMBLE_LEN];
-            bytes[..4].copy_from_slice(&first);
-            tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
-            let p = wire::parse_lane_preamble(&bytes).map_err(framing)?;
-            // The opener may open a lane the moment its handshake ends,
-            // before ours has.
-            transport.pctcp_lanes().settled(&p.token).await;
-            let link = transport
-                .pctcp_lanes()
-                .find(&p.token)
-                .ok_or_else(|| protocol("lane for an unknown link".into()))?;
-            if link.peer.identity != identity {
-                return Err(protocol(
-                    "lane connection from another identity than its link's".into(),
-                ));
-            }
-            keepalive_off(&tls);
-            lanes::accept_lane(&link, p, Box::new(tls));
-            Ok(Accepted::Lane)
-        }
-        Start::Heavy => {
-            let mut bytes = [0u8; wire::HEAVY_PREAMBLE_LEN];
-            bytes[..4].copy_from_slice(&first);
-            tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
-            let token = wire::parse_heavy_preamble(&bytes).map_err(framing)?;
-            transport.pctcp_lanes().settled(&token).await;
-            let link = transport
-                .pctcp_lanes()
-                .find_torchestra(&token)
-                .ok_or_else(|| protocol("heavy connection for an unknown link".into()))?;
-            if link.peer.identity != identity || identity.is_none() {
-                return Err(protocol(
-                    "heavy connection from another identity than its link's".into(),
-                ));
-            }
-            link.accept_heavy(tls)?;
-            Ok(Accepted::Lane)
-        }
-        Start::Link => {
-            let mut bytes = vec![0u8; wire::FAMILY_OFFSET + 1];
-            bytes[..4].copy_from_slice(&first);
-            tls.read_exact(&mut bytes[4..]).await.map_err(tls_err)?;
-            let len = wire::link_preamble_len(bytes[wire::FAMILY_OFFSET])
-                .ok_or_else(|| protocol("bad pctcp link preamble".into()))?;
-            bytes.resize(len, 0);
-            tls.read_exact(&mut bytes[wire::FAMILY_OFFSET + 1..])
-                .await
-                .map_err(tls_err)?;
-            let p = wire::parse_link_preamble(&bytes).map_err(framing)?;
-            if p.mode == wire::MODE_TORCHESTRA {
-                let link = crate::torchestra::accept(transport, tls, p, identity, addr).await?;
-                return Ok(Accepted::Link(link));
-            }
-            // Lanes go only to relays: an anonymous peer's address is
-            // ignored.
-            let lane_target = p.lanes_at.filter(|_| identity.is_some());
-            let our_token: [u8; TOKEN_LEN] = rand::random();
-            // Held until the link is registered, whatever happens meanwhile.
-            let _reservation = transport.pctcp_lanes().reserve(our_token);
-            tls.write_all(&wire::encode_link_answer(&our_token))
-                .await
-                .map_err(tls_err)?;
-            let negotiated = link::handshake(&mut tls, transport.responder_role(), addr).await?;
-            let link = start(
-                transport,
-                LinkSpec {
-                    conn: {
-                        keepalive_off(&tls);
-                        Box::new(tls)
-                    },
-                    leftover: negotiated.leftover,
-                    link_version: negotiated.link_version,
-                    peer: PeerInfo { identity, addr },
-                    our_token,
-                    peer_token: p.token,
-                    dialer: Dialer::Tcp {
-                        transport: transport.clone(),
-                        target: lane_target,
-                    },
-                    liveness: transport.liveness_timing(),
-                },
-            );
-            Ok(Accepted::Link(AnyLink::erase(TransportKind::PCTCP, link)))
-        }
+/// Hand a lane connection (its first 4 bytes read) to its link. The lane
+/// must prove what its link's peer proved.
+async fn accept_lane(mut a: Accept) -> Result<(), Error> {
+    let bytes = a.read_preamble(wire::LANE_PREAMBLE_LEN).await?;
+    let p = wire::parse_lane_preamble(&bytes).map_err(|source| Error::Framing {
+        peer: a.addr,
+        source,
+    })?;
+    let link: Arc<LinkShared> = a.joined_link(&p.token, "lane").await?;
+    if let Some(e) = a.foreign(link.peer.identity, "lane connection") {
+        return Err(e);
     }
+    keepalive_off(&a.tls);
+    lanes::accept_lane(&link, p, Box::new(a.tls));
+    Ok(())
 }
 
-/// Bytes `first` as the start of a link handshake's input.
-pub(crate) fn prefix(first: [u8; 4]) -> BytesMut {
-    BytesMut::from(&first[..])
+/// Accept a pctcp link whose preamble `p` was read.
+async fn accept_link(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
+    let Accept {
+        transport,
+        mut tls,
+        identity,
+        addr,
+        ..
+    } = a;
+    let tls_err = |source| Error::Tls { peer: addr, source };
+    // Lanes go only to relays: an anonymous peer's address is ignored.
+    let lane_target = p.lanes_at.filter(|_| identity.is_some());
+    let our_token: [u8; TOKEN_LEN] = rand::random();
+    // Held until the link is registered, whatever happens meanwhile.
+    let _reservation = transport.tokens().reserve(our_token);
+    tls.write_all(&encode_link_answer(&our_token))
+        .await
+        .map_err(tls_err)?;
+    let negotiated = link::handshake(&mut tls, transport.responder_role(), addr).await?;
+    keepalive_off(&tls);
+    let link = start(
+        &transport,
+        LinkSpec {
+            conn: Box::new(tls),
+            leftover: negotiated.leftover,
+            link_version: negotiated.link_version,
+            peer: PeerInfo { identity, addr },
+            our_token,
+            peer_token: p.token,
+            dialer: Dialer::Tcp {
+                transport: transport.clone(),
+                target: lane_target,
+            },
+            liveness: transport.liveness_timing(),
+        },
+    );
+    Ok(AnyLink::erase(TransportKind::PCTCP, link))
 }
 
 #[cfg(test)]
@@ -524,21 +351,11 @@ mod tests {
         let addr = listener.local_addr();
         let accept = async {
             let incoming = listener.accept().await.expect("accept");
-            match incoming.accept_any().await.expect("link") {
-                Accepted::Link(link) => link,
-                Accepted::Lane => panic!("a lane"),
-            }
+            incoming.accept_any().await.expect("link").expect("a link")
         };
         let (ours, _theirs) = tokio::join!(connect(&a, addr, b_id), accept);
         let _ours = ours.expect("link");
-        let token = *b
-            .pctcp_lanes()
-            .links
-            .lock()
-            .unwrap()
-            .keys()
-            .next()
-            .expect("b's token");
+        let token = b.tokens().live()[0];
         let lane = async {
             let mut tls = d.connect_tls(addr, b_id).await.expect("tls");
             let p = wire::LanePreamble {

@@ -204,6 +204,7 @@ pub(crate) static STREAM_PER_CIRCUIT: TransportInfo = TransportInfo {
     open: |endpoints, addr, expected| {
         Box::pin(open_link(endpoints, addr, expected, Mode::StreamPerCircuit))
     },
+    tcp_mode: None,
 };
 
 /// The registry's description of QUIC with a connection per circuit.
@@ -217,6 +218,7 @@ pub(crate) static CONN_PER_CIRCUIT: TransportInfo = TransportInfo {
     open: |endpoints, addr, expected| {
         Box::pin(open_link(endpoints, addr, expected, Mode::ConnPerCircuit))
     },
+    tcp_mode: None,
 };
 
 async fn open_link(

@@ -22,9 +22,11 @@ pub mod identity;
 const MAX_RECORD: usize = 8 * 514 + 5;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use onionlab_crypto::identity::RelaySecretKeys;
 use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
@@ -41,9 +43,10 @@ use crate::any::{AnyLink, AnyReader, AnyWriter};
 use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, PendingLink};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
 use crate::liveness::LivenessTiming;
-use crate::pctcp::{self, Accepted, NodeLanes, PctcpSettings};
+use crate::pctcp::{NodeLanes, PctcpSettings};
 use crate::registry::{SettingInfo, TransportInfo};
 use crate::tcp::TcpCongestion;
+use crate::tcp_share::{self, Tokens};
 use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
 
 /// The TCP endpoint: one listener for TLS and the transports built on it
@@ -78,6 +81,8 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
             tcp.connect(addr, expected).await
         })
     },
+    // The shared acceptor's default: what no mode claims.
+    tcp_mode: None,
 };
 
 /// Incoming cells of a TLS link.
@@ -166,10 +171,15 @@ struct Inner {
     bind: Option<IpAddr>,
     /// Where this node accepts pctcp lanes (a relay's listener).
     lane_address: Option<SocketAddr>,
-    /// The pctcp links' shared state (tokens, lane cap).
+    /// The links that accept more connections, by token (pctcp,
+    /// torchestra; [`tcp_share`]).
+    tokens: Arc<Tokens>,
+    /// The pctcp lanes' count against their cap.
     pctcp: Arc<NodeLanes>,
     /// Whether this node switches circuits on torchestra links.
     torchestra_switches: bool,
+    /// Torchestra heavy connections attached so far.
+    torchestra_heavy: Arc<AtomicU64>,
     /// Heartbeat and silence limit of pctcp and torchestra links.
     liveness: LivenessTiming,
     /// Most unsent bytes each TCP socket holds (`TCP_NOTSENT_LOWAT`);
@@ -211,8 +221,10 @@ impl TlsTransport {
                 tcp_congestion: TcpCongestion::System,
                 bind: None,
                 lane_address: None,
+                tokens: Arc::default(),
                 pctcp: NodeLanes::new(PctcpSettings::default()),
                 torchestra_switches: true,
+                torchestra_heavy: Arc::default(),
                 liveness: LivenessTiming::default(),
                 unsent_limit: None,
                 pacing: false,
@@ -233,8 +245,10 @@ impl TlsTransport {
                 tcp_congestion: TcpCongestion::System,
                 bind: None,
                 lane_address: None,
+                tokens: Arc::default(),
                 pctcp: NodeLanes::new(PctcpSettings::default()),
                 torchestra_switches: true,
+                torchestra_heavy: Arc::default(),
                 liveness: LivenessTiming::default(),
                 unsent_limit: None,
                 pacing: false,
@@ -323,9 +337,16 @@ impl TlsTransport {
     /// accepted).
     pub fn torchestra_heavy_connections(&self) -> u64 {
         self.inner
-            .pctcp
-            .heavy_attached
+            .torchestra_heavy
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn torchestra_heavy_attached(&self) -> &AtomicU64 {
+        &self.inner.torchestra_heavy
+    }
+
+    pub(crate) fn tokens(&self) -> &Arc<Tokens> {
+        &self.inner.tokens
     }
 
     /// Whether this is a relay's transport (it proves an identity).
@@ -616,12 +637,7 @@ impl Acceptor for TlsListener {
         Box::pin(async move {
             let incoming = crate::Listener::accept(self).await?;
             let peer = incoming.addr;
-            Ok(PendingLink::new(peer, async move {
-                match incoming.accept_any().await? {
-                    Accepted::Link(link) => Ok(Some(link)),
-                    Accepted::Lane => Ok(None),
-                }
-            }))
+            Ok(PendingLink::new(peer, incoming.accept_any()))
         })
     }
 }
@@ -636,9 +652,11 @@ pub struct TlsIncoming {
 
 impl TlsIncoming {
     /// Run the TLS handshake, then, by what the peer sends first, the
-    /// link handshake of a `tls` or `pctcp` link, or hand a pctcp lane to
-    /// its link; bounded by the handshake timeout.
-    pub(crate) async fn accept_any(self) -> Result<Accepted, Error> {
+    /// link handshake of a `tls` link, or hand the connection to the
+    /// transport whose mode claims it on the shared endpoint
+    /// ([`tcp_share`]): its link, or `None` for a connection that joined
+    /// one; bounded by the handshake timeout.
+    pub(crate) async fn accept_any(self) -> Result<Option<AnyLink>, Error> {
         let addr = self.addr;
         let timeout = self.transport.inner.handshake_timeout;
         tokio::time::timeout(timeout, self.accept_inner())
@@ -646,7 +664,7 @@ impl TlsIncoming {
             .map_err(|_| Error::HandshakeTimeout { peer: addr })?
     }
 
-    async fn accept_inner(self) -> Result<Accepted, Error> {
+    async fn accept_inner(self) -> Result<Option<AnyLink>, Error> {
         let addr = self.addr;
         let tls = self
             .acceptor
@@ -664,18 +682,25 @@ impl TlsIncoming {
         tls.read_exact(&mut first)
             .await
             .map_err(|source| Error::Tls { peer: addr, source })?;
-        if pctcp::wire::classify(&first) != pctcp::wire::Start::Plain {
-            return pctcp::accept(&self.transport, tls, first, identity, addr).await;
+        if tcp_share::claims(&first) {
+            return tcp_share::accept(tcp_share::Accept {
+                transport: self.transport,
+                tls,
+                first,
+                identity,
+                addr,
+            })
+            .await;
         }
         let negotiated = link::handshake_after(
             &mut tls,
             self.transport.responder_role(),
             addr,
-            pctcp::prefix(first),
+            BytesMut::from(&first[..]),
         )
         .await?;
         let link = split(tls, negotiated, PeerInfo { identity, addr });
-        Ok(Accepted::Link(AnyLink::erase(TransportKind::TLS, link)))
+        Ok(Some(AnyLink::erase(TransportKind::TLS, link)))
     }
 }
 
@@ -691,13 +716,10 @@ impl crate::Incoming for TlsIncoming {
     /// to a link: use [`Acceptor`]).
     async fn handshake(self) -> Result<AnyLink, Error> {
         let addr = self.addr;
-        match self.accept_any().await? {
-            Accepted::Link(link) => Ok(link),
-            Accepted::Lane => Err(Error::Protocol {
-                peer: addr,
-                detail: "a pctcp lane where a link was expected".into(),
-            }),
-        }
+        self.accept_any().await?.ok_or(Error::Protocol {
+            peer: addr,
+            detail: "a connection joining a link where a link was expected".into(),
+        })
     }
 }
 

@@ -22,10 +22,11 @@ use tokio::sync::Notify;
 use tracing::debug;
 
 use super::switch::{Conn, Control, Switches};
+use super::wire;
 use crate::link::StreamCellReader;
 use crate::liveness::{self, Heard, Liveness};
-use crate::pctcp::wire::{self, TOKEN_LEN};
 use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
+use crate::tcp_share::wire::TOKEN_LEN;
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{
     CellReader, CellWriter, CircId, CircuitMover, Error, Link, LinkEvent, Ordering, PeerInfo,
@@ -191,8 +192,7 @@ impl LinkShared {
         let reader = StreamCellReader::new(r, self.link_version, BytesMut::new(), self.peer.addr);
         self.spawn(read_conn(self.clone(), Conn::Heavy, reader));
         self.transport
-            .pctcp_lanes()
-            .heavy_attached
+            .torchestra_heavy_attached()
             .fetch_add(1, AtomicOrdering::Relaxed);
         debug!(peer = %self.peer.addr, "torchestra heavy connection up");
         Ok(())

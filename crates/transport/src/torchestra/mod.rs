@@ -6,16 +6,19 @@
 //! (in the circuit layer) decides which circuits are heavy; the middle
 //! passes the switch on to the entrance; a client's link is never split.
 //!
-//! The protocol is specified in `docs/torchestra.md`: the link (a
-//! [`pctcp`](crate::pctcp)-style preamble with mode 2, then a heavy
-//! connection opened by the link's opener between relays), the messages
-//! and the exchange ([`switch`], sans-IO), and every error case. Here: the
-//! link's connections (`link.rs`): [`TorchestraReader`], [`TorchestraWriter`].
+//! The protocol is specified in `docs/torchestra.md`: the link (the
+//! shared TCP endpoint's link preamble with mode 2, [`crate::tcp_share`],
+//! then a heavy connection opened by the link's opener between relays;
+//! [`wire`]), the messages and the exchange ([`switch`], sans-IO), and
+//! every error case. Here: the link's connections (`link.rs`):
+//! [`TorchestraReader`], [`TorchestraWriter`].
 
 pub(crate) mod link;
 pub mod switch;
+pub mod wire;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -26,9 +29,9 @@ pub use link::{TorchestraReader, TorchestraWriter};
 use crate::any::AnyLink;
 use crate::endpoint::{EndpointKind, Endpoints};
 use crate::link as handshake;
-use crate::pctcp::wire::{self, LinkPreamble, TOKEN_LEN};
 use crate::registry::{SettingInfo, TransportInfo};
-use crate::sendbuf::Tls;
+use crate::tcp_share::wire::{encode_link_preamble, LinkPreamble, TOKEN_LEN};
+use crate::tcp_share::{Accept, TcpMode};
 use crate::tls::TlsTransport;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -71,6 +74,16 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
         },
     ],
     open: |endpoints, addr, expected| Box::pin(open_link(endpoints, addr, expected)),
+    tcp_mode: Some(&TCP_MODE),
+};
+
+/// How torchestra shares the TCP endpoint: its links' mode byte, and its
+/// heavy connections' magic.
+static TCP_MODE: TcpMode = TcpMode {
+    link_mode: wire::MODE_TORCHESTRA,
+    accept_link: |a, p| Box::pin(accept(a, p)),
+    join_magics: &[*wire::HEAVY_MAGIC],
+    accept_join: |a| Box::pin(accept_heavy(a)),
 };
 
 async fn open_link(
@@ -99,7 +112,7 @@ async fn connect(
         token: our_token,
         lanes_at: transport.lane_address(),
     };
-    tls.write_all(&wire::encode_link_preamble(&preamble))
+    tls.write_all(&encode_link_preamble(&preamble))
         .await
         .map_err(tls_err)?;
     let mut answer = [0u8; wire::FLAGGED_ANSWER_LEN];
@@ -129,19 +142,43 @@ async fn connect(
     ))
 }
 
+/// Hand a heavy connection (its first 4 bytes read) to its link: only
+/// between relays, and from the link's peer.
+async fn accept_heavy(mut a: Accept) -> Result<(), Error> {
+    let bytes = a.read_preamble(wire::HEAVY_PREAMBLE_LEN).await?;
+    let token = wire::parse_heavy_preamble(&bytes).map_err(|source| Error::Framing {
+        peer: a.addr,
+        source,
+    })?;
+    let link: Arc<link::LinkShared> = a.joined_link(&token, "heavy connection").await?;
+    let what = "heavy connection";
+    if let Some(e) = a.foreign(link.peer.identity, what) {
+        return Err(e);
+    }
+    if a.identity.is_none() {
+        return Err(Error::Protocol {
+            peer: a.addr,
+            detail: "a heavy connection from a client".into(),
+        });
+    }
+    link.accept_heavy(a.tls)
+}
+
 /// Accept a torchestra link whose preamble `p` was read.
-pub(crate) async fn accept(
-    transport: &TlsTransport,
-    mut tls: Tls,
-    p: LinkPreamble,
-    identity: Option<Ed25519Identity>,
-    addr: SocketAddr,
-) -> Result<AnyLink, Error> {
+async fn accept(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
+    let Accept {
+        transport,
+        mut tls,
+        identity,
+        addr,
+        ..
+    } = a;
+    let transport = &transport;
     let switching = identity.is_some() && transport.is_relay() && transport.torchestra_switches();
     let our_token: [u8; TOKEN_LEN] = rand::random();
     let flags = if switching { wire::FLAG_SWITCHES } else { 0 };
     // Held until the link is registered, whatever happens meanwhile.
-    let _reservation = transport.pctcp_lanes().reserve(our_token);
+    let _reservation = transport.tokens().reserve(our_token);
     tls.write_all(&wire::encode_flagged_answer(&our_token, flags))
         .await
         .map_err(|source| Error::Tls { peer: addr, source })?;
@@ -165,6 +202,6 @@ pub(crate) async fn accept(
 fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<TorchestraReader, TorchestraWriter> {
     let token = spec.our_token;
     let (link, shared) = link::start(spec, transport.clone());
-    transport.pctcp_lanes().register_torchestra(token, &shared);
+    transport.tokens().register(token, &shared);
     link
 }

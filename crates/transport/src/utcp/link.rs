@@ -29,8 +29,9 @@ use super::socket::{IncomingLanes, UtcpSession, UtcpSocket};
 use crate::link::{self, Role};
 use crate::liveness::LivenessTiming;
 use crate::pctcp::lanes::{self, Dialer, LinkShared, LinkSpec};
-use crate::pctcp::wire::{self, TOKEN_LEN};
+use crate::pctcp::wire;
 use crate::pctcp::{NodeLanes, PctcpReader, PctcpSettings, PctcpWriter};
+use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{Error, Link, PeerInfo};
 
 /// First bytes of the control lane, each way.

@@ -46,6 +46,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
         about: "relays: UDP address of the dtls-utcp endpoint",
     }],
     open: open_link,
+    tcp_mode: None,
 };
 
 fn open_link(endpoints: &Endpoints, addr: SocketAddr, expected: Ed25519Identity) -> OpenFuture<'_> {
