@@ -10,6 +10,10 @@ use crate::args::TableArgs;
 use crate::select::{matches_pattern, params_of, MetricKind, Sample, Selection};
 use crate::{Error, Result};
 
+/// Tables from fewer repetitions than this are a "first look": nothing in
+/// them is bold.
+pub const FIRST_LOOK_BELOW: usize = 5;
+
 /// A table that does not fit its run, naming the run.
 pub(crate) fn table_err(data: &RunData, message: impl Into<String>) -> Error {
     Error::Table {

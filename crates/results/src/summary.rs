@@ -12,9 +12,9 @@ use onionlab_lab::rundata::RunData;
 use onionlab_stats::{center_clustered, BOOTSTRAP_RESAMPLES};
 
 use crate::args::TableArgs;
+use crate::common::FIRST_LOOK_BELOW;
 use crate::common::{left_out_note, sample_of, sharing_note, values_text, VariantRows};
 use crate::select::{MetricKind, Selection};
-use crate::table::FIRST_LOOK_BELOW;
 use crate::{Error, Result};
 
 /// One cell: the centre, its interval and the repetitions it rests on.

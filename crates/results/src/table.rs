@@ -40,9 +40,7 @@ use crate::common::{
 use crate::select::{params_of, MetricKind, Sample, Selection};
 use crate::{Error, Result};
 
-/// Tables from fewer repetitions than this are a "first look": nothing in
-/// them is bold.
-pub const FIRST_LOOK_BELOW: usize = 5;
+pub use crate::common::FIRST_LOOK_BELOW;
 /// Significance level of the adjusted p-values.
 pub const ALPHA: f64 = 0.05;
 
