@@ -154,6 +154,12 @@ pub struct TableArgs {
     /// clients; C tor's variants have none and drop out.
     #[arg(long, value_enum)]
     pub sharing: Option<crate::sharing::Sharing>,
+    /// Only each workload's transfer number N in its repetition, from 0
+    /// (a client's first download against its later ones: seed 003's
+    /// light clients download twice, the second after the exit moved the
+    /// heavy circuits).
+    #[arg(long, value_name = "N")]
+    pub index: Option<u32>,
     /// What the ratio compares (and a summary shows): medians, means, or
     /// the 75th or 95th percentiles of the pooled values.
     #[arg(long, value_enum, default_value = "median")]

@@ -91,8 +91,25 @@ pub(crate) fn values_text(args: &TableArgs) -> String {
     }
 }
 
-/// The caption's sentence on a `--sharing` filter (empty without one).
+/// The caption's sentences on the `--index` and `--sharing` filters
+/// (empty without them).
 pub(crate) fn sharing_note(args: &TableArgs) -> String {
+    const ORDINALS: [&str; 5] = ["first", "second", "third", "fourth", "fifth"];
+    let index = match args.index.map(|i| i as usize) {
+        Some(i) if i < ORDINALS.len() => format!(
+            " Only each workload's {} transfer in its repetition.",
+            ORDINALS[i]
+        ),
+        Some(i) => format!(
+            " Only each workload's transfer {} (from 0) in its repetition.",
+            i
+        ),
+        None => String::new(),
+    };
+    index + &sharing_class_note(args)
+}
+
+fn sharing_class_note(args: &TableArgs) -> String {
     use crate::sharing::Sharing;
     match args.sharing {
         None => String::new(),
@@ -124,6 +141,10 @@ pub(crate) fn selection<'a>(data: &'a RunData, args: &TableArgs) -> Result<Selec
         sel.while_loaded()
     } else {
         sel
+    };
+    let sel = match args.index {
+        Some(i) => sel.index(i),
+        None => sel,
     };
     Ok(match args.sharing {
         Some(class) => sel.sharing(class),

@@ -166,6 +166,7 @@ pub fn by_jobs_of(data: &RunData, args: &TableArgs) -> Result<String> {
         crate::common::values_text(args),
         load_note(data),
     );
+    out.push_str(&crate::common::sharing_note(args));
     out.push('\n');
     Ok(out)
 }

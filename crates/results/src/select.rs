@@ -335,6 +335,8 @@ pub struct Selection<'a> {
     /// With `sharing`: the class wanted and each web client's class (by
     /// variant, repetition and workload); other transfers are left out.
     sharing: Option<(crate::sharing::Sharing, crate::sharing::Classes)>,
+    /// With `index`: only each workload's transfer of this number.
+    index: Option<u32>,
 }
 
 /// Values of one metric with the repetition of each.
@@ -403,7 +405,15 @@ impl<'a> Selection<'a> {
             pool,
             load_end: None,
             sharing: None,
+            index: None,
         }
+    }
+
+    /// Only each workload's transfer number `index` (from 0) in its
+    /// repetition; streams and probes, one transfer each, are number 0.
+    pub fn index(mut self, index: u32) -> Selection<'a> {
+        self.index = Some(index);
+        self
     }
 
     /// Only the web clients whose circuit shares `class` with a bulk
@@ -531,6 +541,7 @@ impl<'a> Selection<'a> {
                     && self.workload_matches(r, part)
                     && !self.after_load(r)
                     && self.of_sharing_class(r)
+                    && self.index.is_none_or(|i| r.index == i)
             }) {
                 if self.counts(variant, r.repetition) {
                     push(r.repetition, metric.of_transfer(r));

@@ -165,6 +165,7 @@ pub fn slope_of(data: &RunData, args: &TableArgs, x_metric: MetricKind) -> Resul
         x_metric.name(),
     );
     let variants: Vec<&str> = rows.variants.iter().map(String::as_str).collect();
+    out.push_str(&crate::common::sharing_note(args));
     out.push_str(&left_out_note(&rows.sel, args, &variants, 0));
     out.push('\n');
     Ok(out)

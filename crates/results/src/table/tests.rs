@@ -834,6 +834,14 @@ fn percentiles_per_workload_reductions_and_the_loaded_window() {
             ..TransferRecord::default()
         });
     }
+    // Each workload's transfer by its number: light's second is 200 (x
+    // its repetition's effect, at most 5%), its first 100.
+    let (second, t) = one(&data, &["--index", "1"]);
+    assert!((200.0..=210.0).contains(&second), "{second}\n{t}");
+    assert!(t.contains("Only each workload's second transfer"), "{t}");
+    let (first, _) = one(&data, &["--index", "0", "--center", "mean"]);
+    assert!((100.0..=105.0).contains(&first), "{first}");
+
     let (loaded, t) = one(&data, &["--while-loaded", "--center", "p95"]);
     assert!(loaded < median, "{loaded}\n{t}");
     assert!(
