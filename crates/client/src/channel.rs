@@ -17,7 +17,7 @@
 
 use std::rc::Rc;
 
-use onionlab_transport::endpoint::PeerAddrs;
+use onionlab_transport::connector::PeerAddrs;
 use onionlab_transport::{CellReader, CellWriter, Error as TransportError};
 use tokio::sync::Notify;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;

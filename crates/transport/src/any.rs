@@ -1,28 +1,23 @@
-//! Links of any registered transport behind one type ([`AnyLink`]), and
-//! the per-link choice of transport with fallback ([`Connector`]): seed
-//! 000's deployability requirement, use QUIC only when both ends support
-//! it and it connects.
+//! What any transport is, behind one type each: a link of any transport
+//! ([`AnyLink`]); the description of a transport ([`TransportInfo`]) and
+//! its handle ([`TransportKind`]); the kinds of endpoint transports share
+//! ([`EndpointKind`]) and a node's running endpoints ([`Endpoints`]).
+//! Each transport's module holds its own descriptions; the list of them
+//! all, and the names of each, are the registry's ([`crate::registry`]).
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
-use tracing::info;
 
-use crate::endpoint::{EndpointKind, Endpoints, PeerAddrs};
-use crate::registry::{Choice, TransportKind};
 use crate::{
     AnyChanCell, CellReader, CellWriter, CircId, CircuitMover, Error, Link, LinkEvent, Ordering,
 };
-
-/// How long an `auto` connection waits for QUIC before trying TLS.
-pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
-/// How long a peer whose QUIC failed is reached over TLS only.
-pub const QUIC_RETRY_AFTER: Duration = Duration::from_secs(600);
 
 type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -190,109 +185,194 @@ impl CellWriter for AnyWriter {
     }
 }
 
-/// Opens links with the transport [`Choice`] picks.
-#[derive(Clone)]
-pub struct Connector {
-    endpoints: Endpoints,
-    choice: Choice,
-    /// Peers whose QUIC failed under `auto`, and when.
-    quic_failed: Arc<Mutex<HashMap<SocketAddr, Instant>>>,
+/// A future returned by [`TransportInfo::open`].
+pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<AnyLink, Error>> + 'a>>;
+
+/// One setting of a transport, for documentation and `--help`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingInfo {
+    /// The key in `relay.toml` and `client.toml`.
+    pub key: &'static str,
+    /// Its default, as written in the file.
+    pub default: &'static str,
+    /// What it does.
+    pub about: &'static str,
 }
 
-impl Connector {
-    /// A connector opening links under `choice` with `endpoints`.
+/// The description of one transport (see the module docs).
+pub struct TransportInfo {
+    /// The name used everywhere (`"tls"`).
+    pub name: &'static str,
+    /// One line for `--help` and documentation.
+    pub about: &'static str,
+    /// How it orders cells.
+    pub ordering: Ordering,
+    /// The endpoint it uses.
+    pub endpoint: EndpointKind,
+    /// The settings that apply to it (beyond the link handshake timeout
+    /// every transport has).
+    pub settings: &'static [SettingInfo],
+    /// Open a link to `addr` (the peer's address for
+    /// [`endpoint`](Self::endpoint)) that must prove `expected`, with the
+    /// node's endpoints.
+    pub open: for<'a> fn(&'a Endpoints, SocketAddr, Ed25519Identity) -> OpenFuture<'a>,
+}
+
+/// A registered transport: a cheap handle on its [`TransportInfo`].
+#[derive(Clone, Copy)]
+pub struct TransportKind(&'static TransportInfo);
+
+impl TransportKind {
+    /// The kind of the transport `info` describes (its module's own
+    /// handle; the registry lists them all).
+    pub const fn of(info: &'static TransportInfo) -> Self {
+        TransportKind(info)
+    }
+
+    /// Its description.
+    pub fn info(self) -> &'static TransportInfo {
+        self.0
+    }
+
+    /// Its name (`"tls"`).
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// How it orders cells.
+    pub fn ordering(self) -> Ordering {
+        self.0.ordering
+    }
+
+    /// The endpoint it uses.
+    pub fn endpoint(self) -> EndpointKind {
+        self.0.endpoint
+    }
+}
+
+impl PartialEq for TransportKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for TransportKind {}
+
+impl std::hash::Hash for TransportKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+    }
+}
+
+impl fmt::Debug for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The description of one endpoint kind.
+#[derive(Debug)]
+pub struct EndpointInfo {
+    /// The address's name in the network document (`"tls"`, `"quic"`):
+    /// a relay advertises one address per endpoint it runs.
+    pub doc_name: &'static str,
+    /// One line for documentation.
+    pub about: &'static str,
+}
+
+/// A kind of endpoint: a cheap handle on its [`EndpointInfo`], equal by
+/// name.
+#[derive(Clone, Copy)]
+pub struct EndpointKind(&'static EndpointInfo);
+
+impl EndpointKind {
+    /// A kind of `info` (for a transport's registry entry).
+    pub const fn new(info: &'static EndpointInfo) -> Self {
+        EndpointKind(info)
+    }
+
+    /// The address's name in the network document.
+    pub const fn doc_name(self) -> &'static str {
+        self.0.doc_name
+    }
+
+    /// Its description.
+    pub fn info(self) -> &'static EndpointInfo {
+        self.0
+    }
+}
+
+impl PartialEq for EndpointKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.doc_name() == other.doc_name()
+    }
+}
+
+impl Eq for EndpointKind {}
+
+impl std::hash::Hash for EndpointKind {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.doc_name().hash(state);
+    }
+}
+
+impl fmt::Debug for EndpointKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.doc_name())
+    }
+}
+
+impl fmt::Display for EndpointKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.doc_name())
+    }
+}
+
+/// A node's running endpoints, by kind, that links are opened with. Each
+/// transport's `open` fetches its own endpoint's type
+/// ([`Endpoints::get`]); nothing here names one.
+#[derive(Clone, Default)]
+pub struct Endpoints(HashMap<EndpointKind, Arc<dyn Any + Send + Sync>>);
+
+impl Endpoints {
+    /// No endpoints.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// These endpoints and `endpoint` as the node's `kind` (replacing any).
+    #[must_use]
+    pub fn with<T: Any + Send + Sync>(mut self, kind: EndpointKind, endpoint: T) -> Self {
+        self.0.insert(kind, Arc::new(endpoint));
+        self
+    }
+
+    /// Whether the node runs an endpoint of `kind`.
+    pub fn has(&self, kind: EndpointKind) -> bool {
+        self.0.contains_key(&kind)
+    }
+
+    /// The node's endpoint of `kind`, of type `T`, for transport `what`
+    /// (its name).
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if `choice` forces a transport whose endpoint the
-    /// node lacks.
-    pub fn new(endpoints: Endpoints, choice: Choice) -> Result<Self, Error> {
-        if let Choice::Only(kind) = choice {
-            if !endpoints.has(kind.endpoint()) {
-                return Err(Error::Config(format!(
-                    "transport {kind} needs a {} endpoint, and this node has none",
-                    kind.endpoint()
-                )));
-            }
-        }
-        Ok(Connector {
-            endpoints,
-            choice,
-            quic_failed: Arc::default(),
-        })
-    }
-
-    /// The rule in use.
-    pub fn choice(&self) -> Choice {
-        self.choice
-    }
-
-    /// Open a link to the peer with `expected` identity at `addrs`.
-    pub async fn connect(
-        &self,
-        addrs: &PeerAddrs,
-        expected: Ed25519Identity,
-    ) -> Result<AnyLink, Error> {
-        let kind = match self.choice {
-            Choice::Only(kind) => kind,
-            Choice::Auto => return self.connect_auto(addrs, expected).await,
-        };
-        let addr = addrs.get(kind.endpoint()).ok_or_else(|| {
-            Error::Config(format!(
-                "transport {kind} is forced but the peer advertises no {} address",
-                kind.endpoint()
-            ))
-        })?;
-        (kind.info().open)(&self.endpoints, addr, expected).await
-    }
-
-    async fn connect_auto(
-        &self,
-        addrs: &PeerAddrs,
-        expected: Ed25519Identity,
-    ) -> Result<AnyLink, Error> {
-        let tls_addr = addrs.get(EndpointKind::TCP);
-        let quic_addr = addrs.get(EndpointKind::QUIC);
-        if let (true, Some(addr)) = (self.endpoints.has(EndpointKind::QUIC), quic_addr) {
-            if !self.recently_failed(addr) {
-                let open = (TransportKind::QUIC.info().open)(&self.endpoints, addr, expected);
-                match tokio::time::timeout(QUIC_FALLBACK_AFTER, open).await {
-                    Ok(Ok(link)) => return Ok(link),
-                    // The peer proved the wrong key: TLS would not help.
-                    Ok(Err(e @ Error::WrongIdentity { .. })) => return Err(e),
-                    Ok(Err(e)) if tls_addr.is_none() => return Err(e),
-                    Err(_) if tls_addr.is_none() => {
-                        return Err(Error::HandshakeTimeout { peer: addr })
-                    }
-                    Ok(Err(e)) => {
-                        info!(peer = %addr, "QUIC failed ({e}): falling back to TLS");
-                        self.mark_failed(addr);
-                    }
-                    Err(_) => {
-                        info!(
-                            peer = %addr,
-                            "QUIC did not connect in {QUIC_FALLBACK_AFTER:?}: falling back to TLS"
-                        );
-                        self.mark_failed(addr);
-                    }
-                }
-            }
-        }
-        let addr =
-            tls_addr.ok_or_else(|| Error::Config("the peer advertises no tls address".into()))?;
-        (TransportKind::TLS.info().open)(&self.endpoints, addr, expected).await
-    }
-
-    fn recently_failed(&self, addr: SocketAddr) -> bool {
-        let mut failed = self.quic_failed.lock().unwrap_or_else(|p| p.into_inner());
-        failed.retain(|_, at| at.elapsed() < QUIC_RETRY_AFTER);
-        failed.contains_key(&addr)
-    }
-
-    fn mark_failed(&self, addr: SocketAddr) {
-        self.quic_failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(addr, Instant::now());
+    /// [`Error::Config`] naming `what` if the node has no such endpoint
+    /// (or one of another type, a registry mistake).
+    pub fn get<T: Any>(&self, kind: EndpointKind, what: &str) -> Result<&T, Error> {
+        self.0
+            .get(&kind)
+            .and_then(|e| e.downcast_ref::<T>())
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "transport {what} needs a {kind} endpoint, and this node has none"
+                ))
+            })
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Each endpoint kind is described once, by an [`EndpointInfo`] in the
 //! module of the transport that owns it; a transport's
-//! [`TransportInfo`](crate::registry::TransportInfo) names the kind it
+//! [`TransportInfo`](crate::any::TransportInfo) names the kind it
 //! uses, and the kinds a node knows are those of the registered transports
 //! ([`EndpointKind::all`]). What a node runs is held without naming any
 //! transport's types: [`Endpoints`] (what links are opened with, each
@@ -13,174 +13,14 @@
 //! relay accepts on, each endpoint's [`Acceptor`] implemented in its
 //! transport's module).
 
-use std::any::Any;
-use std::collections::HashMap;
-use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::Poll;
 
 use crate::any::AnyLink;
-use crate::{Error, TransportKind};
-
-/// The description of one endpoint kind.
-#[derive(Debug)]
-pub struct EndpointInfo {
-    /// The address's name in the network document (`"tls"`, `"quic"`):
-    /// a relay advertises one address per endpoint it runs.
-    pub doc_name: &'static str,
-    /// One line for documentation.
-    pub about: &'static str,
-}
-
-/// A kind of endpoint: a cheap handle on its [`EndpointInfo`], equal by
-/// name.
-#[derive(Clone, Copy)]
-pub struct EndpointKind(&'static EndpointInfo);
-
-impl EndpointKind {
-    /// The TCP listener: TLS and the transports built on TLS (pctcp,
-    /// torchestra); the document's `tls` address.
-    pub const TCP: EndpointKind = EndpointKind(&crate::tls::ENDPOINT);
-    /// The QUIC endpoint (one UDP socket, both QUIC modes); the
-    /// document's `quic` address.
-    pub const QUIC: EndpointKind = EndpointKind(&crate::quic::ENDPOINT);
-    /// The dtls-utcp endpoint (UDP, a port of its own); the document's
-    /// `utcp` address.
-    pub const UTCP: EndpointKind = EndpointKind(&crate::utcp::ENDPOINT);
-
-    /// A kind of `info` (for a transport's registry entry).
-    pub const fn new(info: &'static EndpointInfo) -> Self {
-        EndpointKind(info)
-    }
-
-    /// Every kind the registered transports use, in registry order.
-    pub fn all() -> Vec<EndpointKind> {
-        let mut kinds: Vec<EndpointKind> = Vec::new();
-        for t in TransportKind::all() {
-            if !kinds.contains(&t.endpoint()) {
-                kinds.push(t.endpoint());
-            }
-        }
-        kinds
-    }
-
-    /// The address's name in the network document.
-    pub const fn doc_name(self) -> &'static str {
-        self.0.doc_name
-    }
-
-    /// Its description.
-    pub fn info(self) -> &'static EndpointInfo {
-        self.0
-    }
-}
-
-impl PartialEq for EndpointKind {
-    fn eq(&self, other: &Self) -> bool {
-        self.doc_name() == other.doc_name()
-    }
-}
-
-impl Eq for EndpointKind {}
-
-impl std::hash::Hash for EndpointKind {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.doc_name().hash(state);
-    }
-}
-
-impl fmt::Debug for EndpointKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.doc_name())
-    }
-}
-
-impl fmt::Display for EndpointKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.doc_name())
-    }
-}
-
-/// A peer's address per endpoint kind (from the network document).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PeerAddrs(Vec<(EndpointKind, SocketAddr)>);
-
-impl PeerAddrs {
-    /// The addresses `lookup` gives for each kind's name in the network
-    /// document ([`EndpointKind::doc_name`]).
-    pub fn from_document(lookup: impl Fn(&str) -> Option<SocketAddr>) -> Self {
-        PeerAddrs(
-            EndpointKind::all()
-                .into_iter()
-                .filter_map(|kind| Some((kind, lookup(kind.doc_name())?)))
-                .collect(),
-        )
-    }
-
-    /// These addresses and `addr` for `kind` (replacing any).
-    #[must_use]
-    pub fn with(mut self, kind: EndpointKind, addr: SocketAddr) -> Self {
-        self.0.retain(|(k, _)| *k != kind);
-        self.0.push((kind, addr));
-        self
-    }
-
-    /// The address of `kind`, if the peer has one.
-    pub fn get(&self, kind: EndpointKind) -> Option<SocketAddr> {
-        self.0.iter().find(|(k, _)| *k == kind).map(|(_, a)| *a)
-    }
-
-    /// Any address of the peer (the first kind in registry order), for
-    /// logs and the decision whether it can be reached at all.
-    pub fn any(&self) -> Option<SocketAddr> {
-        EndpointKind::all().into_iter().find_map(|k| self.get(k))
-    }
-}
-
-/// A node's running endpoints, by kind, that links are opened with. Each
-/// transport's `open` fetches its own endpoint's type
-/// ([`Endpoints::get`]); nothing here names one.
-#[derive(Clone, Default)]
-pub struct Endpoints(HashMap<EndpointKind, Arc<dyn Any + Send + Sync>>);
-
-impl Endpoints {
-    /// No endpoints.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// These endpoints and `endpoint` as the node's `kind` (replacing any).
-    #[must_use]
-    pub fn with<T: Any + Send + Sync>(mut self, kind: EndpointKind, endpoint: T) -> Self {
-        self.0.insert(kind, Arc::new(endpoint));
-        self
-    }
-
-    /// Whether the node runs an endpoint of `kind`.
-    pub fn has(&self, kind: EndpointKind) -> bool {
-        self.0.contains_key(&kind)
-    }
-
-    /// The node's endpoint of `kind`, of type `T`, for transport `what`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] naming `what` if the node has no such endpoint
-    /// (or one of another type, a registry mistake).
-    pub fn get<T: Any>(&self, kind: EndpointKind, what: TransportKind) -> Result<&T, Error> {
-        self.0
-            .get(&kind)
-            .and_then(|e| e.downcast_ref::<T>())
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "transport {what} needs a {kind} endpoint, and this node has none"
-                ))
-            })
-    }
-}
+pub use crate::any::{EndpointInfo, EndpointKind, Endpoints};
+use crate::Error;
 
 /// A future an [`Acceptor`] or a [`PendingLink`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -53,6 +53,7 @@ pub use onionlab_cell::chan::{AnyChanCell, CircId};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 pub mod any;
+pub mod connector;
 pub mod endpoint;
 mod err;
 pub mod link;
@@ -67,8 +68,9 @@ pub mod tls;
 pub mod torchestra;
 pub mod utcp;
 
+pub use any::TransportKind;
 pub use err::{Error, WireError};
-pub use registry::{Choice, TransportKind};
+pub use registry::Choice;
 
 /// How a transport orders cells (see the crate docs, point 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,17 +14,10 @@
 //! `REGISTRY` (this file).
 
 use std::fmt;
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::str::FromStr;
 
-use tor_llcrypto::pk::ed25519::Ed25519Identity;
-
-use crate::any::AnyLink;
-use crate::endpoint::{EndpointKind, Endpoints};
-use crate::tcp_share::TcpMode;
-use crate::{Error, Ordering};
+use crate::any::EndpointKind;
+pub use crate::any::{OpenFuture, SettingInfo, TransportInfo, TransportKind};
 
 /// Every transport, in the order documentation and `--help` list them.
 /// The first is the baseline the others are compared with.
@@ -40,63 +33,24 @@ static REGISTRY: &[&TransportInfo] = &[
 /// The name of [`Choice::Auto`] in configuration files.
 pub const AUTO: &str = "auto";
 
-/// A future returned by [`TransportInfo::open`].
-pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<AnyLink, Error>> + 'a>>;
-
-/// One setting of a transport, for documentation and `--help`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SettingInfo {
-    /// The key in `relay.toml` and `client.toml`.
-    pub key: &'static str,
-    /// Its default, as written in the file.
-    pub default: &'static str,
-    /// What it does.
-    pub about: &'static str,
-}
-
-/// The description of one transport (see the module docs).
-pub struct TransportInfo {
-    /// The name used everywhere (`"tls"`).
-    pub name: &'static str,
-    /// One line for `--help` and documentation.
-    pub about: &'static str,
-    /// How it orders cells.
-    pub ordering: Ordering,
-    /// The endpoint it uses.
-    pub endpoint: EndpointKind,
-    /// The settings that apply to it (beyond the link handshake timeout
-    /// every transport has).
-    pub settings: &'static [SettingInfo],
-    /// Open a link to `addr` (the peer's address for
-    /// [`endpoint`](Self::endpoint)) that must prove `expected`, with the
-    /// node's endpoints.
-    pub open: for<'a> fn(&'a Endpoints, SocketAddr, Ed25519Identity) -> OpenFuture<'a>,
-    /// How it shares the TCP endpoint with `tls` and the others, if it
-    /// does ([`crate::tcp_share`]).
-    pub tcp_mode: Option<&'static TcpMode>,
-}
-
-/// A registered transport: a cheap handle on its [`TransportInfo`].
-#[derive(Clone, Copy)]
-pub struct TransportKind(&'static TransportInfo);
-
 impl TransportKind {
     /// TLS over TCP, one connection per relay pair (vanilla Tor).
-    pub const TLS: TransportKind = TransportKind(&crate::tls::INFO);
+    pub const TLS: TransportKind = TransportKind::of(&crate::tls::INFO);
     /// QUIC, one connection per relay pair, one stream per circuit.
-    pub const QUIC: TransportKind = TransportKind(&crate::quic::STREAM_PER_CIRCUIT);
+    pub const QUIC: TransportKind = TransportKind::of(&crate::quic::STREAM_PER_CIRCUIT);
     /// QUIC, one connection per circuit.
-    pub const QUIC_CONN_PER_CIRCUIT: TransportKind = TransportKind(&crate::quic::CONN_PER_CIRCUIT);
+    pub const QUIC_CONN_PER_CIRCUIT: TransportKind =
+        TransportKind::of(&crate::quic::CONN_PER_CIRCUIT);
     /// One TLS over TCP connection per circuit.
-    pub const PCTCP: TransportKind = TransportKind(&crate::pctcp::INFO);
+    pub const PCTCP: TransportKind = TransportKind::of(&crate::pctcp::INFO);
     /// Two TLS connections per relay pair, light and heavy.
-    pub const TORCHESTRA: TransportKind = TransportKind(&crate::torchestra::INFO);
+    pub const TORCHESTRA: TransportKind = TransportKind::of(&crate::torchestra::INFO);
     /// A user-space TCP connection per circuit inside one DTLS session.
-    pub const DTLS_UTCP: TransportKind = TransportKind(&crate::utcp::INFO);
+    pub const DTLS_UTCP: TransportKind = TransportKind::of(&crate::utcp::INFO);
 
     /// Every registered transport.
     pub fn all() -> impl Iterator<Item = TransportKind> {
-        REGISTRY.iter().map(|info| TransportKind(info))
+        REGISTRY.iter().map(|info| TransportKind::of(info))
     }
 
     /// Every registered transport's name.
@@ -114,52 +68,6 @@ impl TransportKind {
             .find(|k| k.name() == name)
             .ok_or_else(|| UnknownTransport::new(name, Self::names()))
     }
-
-    /// Its description.
-    pub fn info(self) -> &'static TransportInfo {
-        self.0
-    }
-
-    /// Its name (`"tls"`).
-    pub fn name(self) -> &'static str {
-        self.0.name
-    }
-
-    /// How it orders cells.
-    pub fn ordering(self) -> Ordering {
-        self.0.ordering
-    }
-
-    /// The endpoint it uses.
-    pub fn endpoint(self) -> EndpointKind {
-        self.0.endpoint
-    }
-}
-
-impl PartialEq for TransportKind {
-    fn eq(&self, other: &Self) -> bool {
-        self.name() == other.name()
-    }
-}
-
-impl Eq for TransportKind {}
-
-impl std::hash::Hash for TransportKind {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name().hash(state);
-    }
-}
-
-impl fmt::Debug for TransportKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl fmt::Display for TransportKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 impl FromStr for TransportKind {
@@ -167,6 +75,29 @@ impl FromStr for TransportKind {
 
     fn from_str(s: &str) -> Result<Self, UnknownTransport> {
         Self::from_name(s)
+    }
+}
+
+impl EndpointKind {
+    /// The TCP listener: TLS and the transports built on TLS (pctcp,
+    /// torchestra); the document's `tls` address.
+    pub const TCP: EndpointKind = EndpointKind::new(&crate::tls::ENDPOINT);
+    /// The QUIC endpoint (one UDP socket, both QUIC modes); the
+    /// document's `quic` address.
+    pub const QUIC: EndpointKind = EndpointKind::new(&crate::quic::ENDPOINT);
+    /// The dtls-utcp endpoint (UDP, a port of its own); the document's
+    /// `utcp` address.
+    pub const UTCP: EndpointKind = EndpointKind::new(&crate::utcp::ENDPOINT);
+
+    /// Every kind the registered transports use, in registry order.
+    pub fn all() -> Vec<EndpointKind> {
+        let mut kinds: Vec<EndpointKind> = Vec::new();
+        for t in TransportKind::all() {
+            if !kinds.contains(&t.endpoint()) {
+                kinds.push(t.endpoint());
+            }
+        }
+        kinds
     }
 }
 
@@ -203,7 +134,7 @@ fn quoted(names: &[&str]) -> String {
 pub enum Choice {
     /// `"auto"`: QUIC (stream per circuit) when the peer advertises a
     /// `quic` address and it connects within
-    /// [`QUIC_FALLBACK_AFTER`](crate::any::QUIC_FALLBACK_AFTER); TLS
+    /// [`QUIC_FALLBACK_AFTER`](crate::connector::QUIC_FALLBACK_AFTER); TLS
     /// otherwise (seed 000's deployability rule).
     #[default]
     Auto,

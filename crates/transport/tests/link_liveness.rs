@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
-use onionlab_transport::any::{AnyLink, Connector};
-use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
+use onionlab_transport::any::AnyLink;
+use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::endpoint::{EndpointKind, Endpoints};
 use onionlab_transport::liveness::LivenessTiming;
 use onionlab_transport::{CellReader, CellWriter, Choice, Error, TransportKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::{AnyLink, Connector};
-use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners, PeerAddrs};
+use onionlab_transport::any::AnyLink;
+use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners};
 use onionlab_transport::pctcp::PctcpSettings;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{

@@ -9,8 +9,8 @@ use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
 };
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::any::Connector;
-use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
+use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::endpoint::{EndpointKind, Endpoints};
 use onionlab_transport::quic::{Mode, QuicLink, QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::Choice;

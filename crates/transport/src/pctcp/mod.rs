@@ -90,14 +90,14 @@ use lanes::{Dialer, LinkShared, LinkSpec};
 pub use lanes::{PctcpReader, PctcpWriter};
 
 use crate::any::AnyLink;
-use crate::endpoint::{EndpointKind, Endpoints};
+use crate::any::{SettingInfo, TransportInfo};
+use crate::endpoint::Endpoints;
 use crate::link;
-use crate::registry::{SettingInfo, TransportInfo};
+use crate::tcp_share::mode::{Accept, TcpMode};
 use crate::tcp_share::wire::{
     encode_link_answer, encode_link_preamble, parse_link_answer, LinkPreamble, LINK_ANSWER_LEN,
     TOKEN_LEN,
 };
-use crate::tcp_share::{Accept, TcpMode};
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -115,7 +115,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "pctcp",
     about: "one TLS over TCP connection per circuit (PCTCP, AlSabah and Goldberg 2013; seed 001's control)",
     ordering: Ordering::PerCircuit,
-    endpoint: EndpointKind::TCP,
+    endpoint: crate::tls::TCP,
     settings: &[
         SettingInfo {
             key: "pctcp_max_lanes",
@@ -134,8 +134,10 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
         },
     ],
     open: |endpoints, addr, expected| Box::pin(open_link(endpoints, addr, expected)),
-    tcp_mode: Some(&TCP_MODE),
 };
+
+/// This transport's kind.
+const KIND: TransportKind = TransportKind::of(&INFO);
 
 /// The pctcp transport's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,11 +205,11 @@ async fn open_link(
     addr: SocketAddr,
     expected: Ed25519Identity,
 ) -> Result<AnyLink, Error> {
-    let tcp: &TlsTransport = endpoints.get(EndpointKind::TCP, TransportKind::PCTCP)?;
+    let tcp: &TlsTransport = endpoints.get(crate::tls::TCP, INFO.name)?;
     let link = tokio::time::timeout(tcp.handshake_timeout(), connect(tcp, addr, expected))
         .await
         .map_err(|_| Error::HandshakeTimeout { peer: addr })??;
-    Ok(AnyLink::erase(TransportKind::PCTCP, link))
+    Ok(AnyLink::erase(KIND, link))
 }
 
 /// Open a pctcp link to `addr`, whose peer must prove `expected`.
@@ -323,7 +325,7 @@ async fn accept_link(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
             liveness: transport.liveness_timing(),
         },
     );
-    Ok(AnyLink::erase(TransportKind::PCTCP, link))
+    Ok(AnyLink::erase(KIND, link))
 }
 
 #[cfg(test)]
@@ -351,7 +353,10 @@ mod tests {
         let addr = listener.local_addr();
         let accept = async {
             let incoming = listener.accept().await.expect("accept");
-            incoming.accept_any().await.expect("link").expect("a link")
+            crate::tcp_share::accept_any(incoming)
+                .await
+                .expect("link")
+                .expect("a link")
         };
         let (ours, _theirs) = tokio::join!(connect(&a, addr, b_id), accept);
         let _ours = ours.expect("link");
@@ -371,7 +376,7 @@ mod tests {
         };
         let accept = async {
             let incoming = listener.accept().await.expect("accept");
-            incoming.accept_any().await
+            crate::tcp_share::accept_any(incoming).await
         };
         let (_tls, accepted) = tokio::join!(lane, accept);
         match accepted {

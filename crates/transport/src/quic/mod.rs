@@ -146,9 +146,9 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::{debug, info};
 
 use crate::any::AnyLink;
+use crate::any::{SettingInfo, TransportInfo};
 use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, PendingLink};
 use crate::link::{self, Role};
-use crate::registry::{SettingInfo, TransportInfo};
 use crate::tls::identity;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -194,17 +194,19 @@ pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     about: "UDP: QUIC connections of both modes",
 };
 
+/// The QUIC endpoint's kind.
+const QUIC: EndpointKind = EndpointKind::new(&ENDPOINT);
+
 /// The registry's description of QUIC with a stream per circuit.
 pub(crate) static STREAM_PER_CIRCUIT: TransportInfo = TransportInfo {
     name: "quic",
     about: "one QUIC connection per relay pair, one stream per circuit (seeds 000, 001)",
     ordering: Ordering::PerCircuit,
-    endpoint: EndpointKind::QUIC,
+    endpoint: QUIC,
     settings: QUIC_SETTINGS,
     open: |endpoints, addr, expected| {
         Box::pin(open_link(endpoints, addr, expected, Mode::StreamPerCircuit))
     },
-    tcp_mode: None,
 };
 
 /// The registry's description of QUIC with a connection per circuit.
@@ -213,12 +215,11 @@ pub(crate) static CONN_PER_CIRCUIT: TransportInfo = TransportInfo {
     about:
         "one QUIC connection per circuit over one UDP socket (own congestion window per circuit)",
     ordering: Ordering::PerCircuit,
-    endpoint: EndpointKind::QUIC,
+    endpoint: QUIC,
     settings: QUIC_SETTINGS,
     open: |endpoints, addr, expected| {
         Box::pin(open_link(endpoints, addr, expected, Mode::ConnPerCircuit))
     },
-    tcp_mode: None,
 };
 
 async fn open_link(
@@ -227,7 +228,7 @@ async fn open_link(
     expected: Ed25519Identity,
     mode: Mode,
 ) -> Result<AnyLink, Error> {
-    let quic: &QuicTransport = endpoints.get(EndpointKind::QUIC, mode.kind())?;
+    let quic: &QuicTransport = endpoints.get(QUIC, mode.kind().name())?;
     let link = quic.connect_mode(addr, expected, mode).await?;
     Ok(AnyLink::erase(mode.kind(), link))
 }
@@ -287,8 +288,8 @@ impl Mode {
     /// The registered transport of this mode.
     pub fn kind(self) -> TransportKind {
         match self {
-            Mode::StreamPerCircuit => TransportKind::QUIC,
-            Mode::ConnPerCircuit => TransportKind::QUIC_CONN_PER_CIRCUIT,
+            Mode::StreamPerCircuit => TransportKind::of(&STREAM_PER_CIRCUIT),
+            Mode::ConnPerCircuit => TransportKind::of(&CONN_PER_CIRCUIT),
         }
     }
 
@@ -1075,7 +1076,7 @@ impl crate::Listener for QuicListener {
 
 impl Acceptor for QuicListener {
     fn kind(&self) -> EndpointKind {
-        EndpointKind::QUIC
+        QUIC
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {

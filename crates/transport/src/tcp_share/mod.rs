@@ -1,6 +1,5 @@
 //! The TCP endpoint's shared acceptor: one listener serves `tls` and every
-//! transport that registers a [`TcpMode`] in its
-//! [`TransportInfo`](crate::registry::TransportInfo) (pctcp, torchestra).
+//! transport that registers a mode on it (`MODES`: pctcp, torchestra).
 //!
 //! After the TLS handshake the acceptor reads 4 bytes. A link preamble
 //! (`OLT1`, [`wire`]) names its transport by a mode byte: the mode that
@@ -8,7 +7,8 @@
 //! connections that join one of its links (pctcp's lanes, torchestra's
 //! heavy connections) goes to that mode. Anything else is a plain `tls`
 //! link's VERSIONS cell. Links that accept more connections are found by
-//! the token they handed the peer ([`Tokens`]), whatever their transport.
+//! the token they handed the peer (`tokens::Tokens`), whatever their
+//! transport.
 
 pub mod wire;
 
@@ -24,104 +24,26 @@ pub mod fuzzing {
     pub use crate::torchestra::wire::*;
 }
 
-use std::any::Any;
-use std::collections::HashMap;
+pub(crate) mod mode;
+pub(crate) mod tokens;
+
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsStream;
-use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::any::AnyLink;
-use crate::endpoint::BoxFuture;
-use crate::tls::TlsTransport;
-use crate::{Error, TransportKind, WireError};
-use wire::{LinkPreamble, FAMILY_OFFSET, LINK_MAGIC, TOKEN_LEN};
+use crate::any::{AnyLink, AnyReader, AnyWriter};
+use crate::endpoint::{Acceptor, BoxFuture, EndpointKind, PendingLink};
+use crate::tls::{TlsIncoming, TlsListener};
+use crate::{Error, WireError};
+use mode::{Accept, TcpMode};
+use wire::{FAMILY_OFFSET, LINK_MAGIC};
 
-/// A link token: what a link hands its peer so that the peer's further
-/// connections find it.
-pub type Token = [u8; TOKEN_LEN];
-
-/// A TLS connection on the shared TCP endpoint.
-pub type Tls = TlsStream<TcpStream>;
-
-/// An accepted TLS connection, its first 4 bytes read.
-pub(crate) struct Accept {
-    /// The node's TCP endpoint.
-    pub(crate) transport: TlsTransport,
-    /// The connection.
-    pub(crate) tls: Tls,
-    /// Its first 4 bytes after TLS.
-    pub(crate) first: [u8; 4],
-    /// What the peer proved (`None`: an anonymous client).
-    pub(crate) identity: Option<Ed25519Identity>,
-    /// The peer's address.
-    pub(crate) addr: SocketAddr,
-}
-
-impl Accept {
-    /// The whole preamble of a joining connection, `len` bytes with the
-    /// 4 already read.
-    pub(crate) async fn read_preamble(&mut self, len: usize) -> Result<Vec<u8>, Error> {
-        let mut bytes = vec![0u8; len];
-        bytes[..4].copy_from_slice(&self.first);
-        self.tls
-            .read_exact(&mut bytes[4..])
-            .await
-            .map_err(|source| Error::Tls {
-                peer: self.addr,
-                source,
-            })?;
-        Ok(bytes)
-    }
-
-    /// The link of type `T` that `token` names, once a link still in its
-    /// handshake under it settled (the opener may open a joining
-    /// connection the moment its own handshake ends, before ours has).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Protocol`] naming `what` if no such link is alive.
-    pub(crate) async fn joined_link<T: Any + Send + Sync>(
-        &self,
-        token: &Token,
-        what: &str,
-    ) -> Result<Arc<T>, Error> {
-        let tokens = self.transport.tokens();
-        tokens.settled(token).await;
-        tokens.find(token).ok_or_else(|| Error::Protocol {
-            peer: self.addr,
-            detail: format!("{what} for an unknown link"),
-        })
-    }
-
-    /// A connection from another identity than `link_peer`, its link's.
-    pub(crate) fn foreign(&self, link_peer: Option<Ed25519Identity>, what: &str) -> Option<Error> {
-        (self.identity != link_peer).then(|| Error::Protocol {
-            peer: self.addr,
-            detail: format!("{what} from another identity than its link's"),
-        })
-    }
-}
-
-/// How a transport shares the TCP endpoint (see the module docs).
-pub struct TcpMode {
-    /// The mode byte of its links' preamble.
-    pub(crate) link_mode: u8,
-    /// Accept a link whose preamble was read.
-    pub(crate) accept_link: fn(Accept, LinkPreamble) -> BoxFuture<'static, Result<AnyLink, Error>>,
-    /// The magics of connections that join one of its links.
-    pub(crate) join_magics: &'static [[u8; 4]],
-    /// Hand a connection that began with one of `join_magics` to its link.
-    pub(crate) accept_join: fn(Accept) -> BoxFuture<'static, Result<(), Error>>,
-}
+/// The transports that share the TCP endpoint with `tls`: one line each.
+static MODES: &[&TcpMode] = &[&crate::pctcp::TCP_MODE, &crate::torchestra::TCP_MODE];
 
 fn modes() -> impl Iterator<Item = &'static TcpMode> {
-    TransportKind::all().filter_map(|k| k.info().tcp_mode)
+    MODES.iter().copied()
 }
-
 /// Whether a connection starting with `first` belongs to a registered
 /// mode (else it is a plain `tls` link).
 pub fn claims(first: &[u8; 4]) -> bool {
@@ -163,90 +85,59 @@ pub(crate) async fn accept(mut a: Accept) -> Result<Option<AnyLink>, Error> {
     (mode.accept_link)(a, p).await.map(Some)
 }
 
-/// The links of a node that accept more connections, by the token each
-/// handed its peer, whatever their transport; and the tokens of links
-/// still in their handshake.
-#[derive(Default)]
-pub struct Tokens {
-    links: Mutex<HashMap<Token, Weak<dyn Any + Send + Sync>>>,
-    /// Tokens handed out by links still in their handshake: a connection
-    /// for one of them waits for the link (the peer may open it the
-    /// moment its own handshake ends, before ours does).
-    reserved: Mutex<HashMap<Token, Arc<tokio::sync::Notify>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A token reserved by a link in its handshake ([`Tokens::reserve`]).
-pub(crate) struct Reservation {
-    tokens: Arc<Tokens>,
-    token: Token,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.tokens.unreserve(&self.token);
-    }
-}
-
-impl Tokens {
-    /// Register `link` under `token` (ending the token's reservation).
-    /// Entries of links gone since are dropped here: the table holds at
-    /// most the live links and those that ended since the last call.
-    pub(crate) fn register<T: Any + Send + Sync>(&self, token: Token, link: &Arc<T>) {
-        let weak: Weak<dyn Any + Send + Sync> = Arc::downgrade(link) as Weak<_>;
-        let mut links = lock(&self.links);
-        links.retain(|_, l| l.strong_count() > 0);
-        links.insert(token, weak);
-        drop(links);
-        self.unreserve(&token);
-    }
-
-    /// `token` will name a link once its handshake completes; the
-    /// reservation ends when the guard is dropped (the link registered,
-    /// or its handshake failed or was abandoned).
-    pub(crate) fn reserve(self: &Arc<Self>, token: Token) -> Reservation {
-        lock(&self.reserved).insert(token, Arc::new(tokio::sync::Notify::new()));
-        Reservation {
-            tokens: self.clone(),
-            token,
+/// Run the TLS handshake of a connection the TCP listener accepted, then,
+/// by what the peer sends first, the link handshake of a `tls` link, or
+/// hand it to the mode that claims it: its link, or `None` for a
+/// connection that joined one; bounded by the handshake timeout.
+pub(crate) async fn accept_any(incoming: TlsIncoming) -> Result<Option<AnyLink>, Error> {
+    let addr = incoming.addr();
+    let timeout = incoming.handshake_timeout();
+    let accept = async {
+        let opened = incoming.open().await?;
+        if claims(&opened.first) {
+            accept(opened).await
+        } else {
+            crate::tls::plain_link(opened).await.map(Some)
         }
+    };
+    tokio::time::timeout(timeout, accept)
+        .await
+        .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+}
+
+impl Acceptor for TlsListener {
+    fn kind(&self) -> EndpointKind {
+        crate::tls::TCP
     }
 
-    fn unreserve(&self, token: &Token) {
-        if let Some(n) = lock(&self.reserved).remove(token) {
-            n.notify_waiters();
-        }
+    fn local_addr(&self) -> Option<SocketAddr> {
+        Some(crate::Listener::local_addr(self))
     }
 
-    /// Wait (within the caller's handshake timeout) while `token` is
-    /// reserved by a link still in its handshake.
-    pub(crate) async fn settled(&self, token: &Token) {
-        let waiting = lock(&self.reserved).get(token).cloned();
-        if let Some(n) = waiting {
-            let notified = n.notified();
-            if lock(&self.reserved).contains_key(token) {
-                notified.await;
-            }
-        }
+    fn accept(&mut self) -> BoxFuture<'_, Result<PendingLink, Error>> {
+        Box::pin(async move {
+            let incoming = crate::Listener::accept(self).await?;
+            Ok(PendingLink::new(incoming.addr(), accept_any(incoming)))
+        })
+    }
+}
+
+impl crate::Incoming for TlsIncoming {
+    type Reader = AnyReader;
+    type Writer = AnyWriter;
+
+    fn peer_addr(&self) -> SocketAddr {
+        self.addr()
     }
 
-    /// The live link of type `T` registered under `token`.
-    pub(crate) fn find<T: Any + Send + Sync>(&self, token: &Token) -> Option<Arc<T>> {
-        let link = lock(&self.links).get(token)?.upgrade()?;
-        link.downcast::<T>().ok()
-    }
-
-    /// Tokens of live links (tests).
-    #[cfg(test)]
-    pub(crate) fn live(&self) -> Vec<Token> {
-        lock(&self.links)
-            .iter()
-            .filter(|(_, l)| l.strong_count() > 0)
-            .map(|(t, _)| *t)
-            .collect()
+    /// A link of `tls` or of a mode on the shared endpoint; a connection
+    /// joining a link is an error here (use [`Acceptor`]).
+    async fn handshake(self) -> Result<AnyLink, Error> {
+        let addr = self.addr();
+        accept_any(self).await?.ok_or(Error::Protocol {
+            peer: addr,
+            detail: "a connection joining a link where a link was expected".into(),
+        })
     }
 }
 
@@ -264,21 +155,5 @@ mod tests {
         assert!(!claims(b"OLTX"));
         let modes: Vec<u8> = modes().map(|m| m.link_mode).collect();
         assert_eq!(modes, [1, 2], "pctcp and torchestra, one mode byte each");
-    }
-
-    #[test]
-    fn a_token_finds_its_live_link_of_the_right_type_only() {
-        let tokens = Arc::new(Tokens::default());
-        let link = Arc::new(7u32);
-        let reservation = tokens.reserve([1; TOKEN_LEN]);
-        tokens.register([1; TOKEN_LEN], &link);
-        drop(reservation);
-        assert_eq!(tokens.find::<u32>(&[1; TOKEN_LEN]).as_deref(), Some(&7));
-        assert!(tokens.find::<u64>(&[1; TOKEN_LEN]).is_none());
-        assert!(tokens.find::<u32>(&[2; TOKEN_LEN]).is_none());
-        drop(link);
-        assert!(tokens.find::<u32>(&[1; TOKEN_LEN]).is_none());
-        tokens.register([2; TOKEN_LEN], &Arc::new(1u32));
-        assert!(tokens.live().is_empty(), "dead links are dropped");
     }
 }

@@ -40,13 +40,13 @@ use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::any::{AnyLink, AnyReader, AnyWriter};
-use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, PendingLink};
+use crate::any::{SettingInfo, TransportInfo};
+use crate::endpoint::{EndpointInfo, EndpointKind};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
 use crate::liveness::LivenessTiming;
 use crate::pctcp::{NodeLanes, PctcpSettings};
-use crate::registry::{SettingInfo, TransportInfo};
 use crate::tcp::TcpCongestion;
-use crate::tcp_share::{self, Tokens};
+use crate::tcp_share::tokens::Tokens;
 use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
 
 /// The TCP endpoint: one listener for TLS and the transports built on it
@@ -57,12 +57,18 @@ pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     about: "TCP: TLS links, pctcp and torchestra connections",
 };
 
+/// The TCP endpoint's kind.
+pub(crate) const TCP: EndpointKind = EndpointKind::new(&ENDPOINT);
+
+/// This transport's kind.
+const KIND: TransportKind = TransportKind::of(&INFO);
+
 /// The registry's description of this transport.
 pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "tls",
     about: "one TLS 1.3 over TCP connection per relay pair, every circuit in it (vanilla Tor)",
     ordering: Ordering::PerConnection,
-    endpoint: EndpointKind::TCP,
+    endpoint: TCP,
     settings: &[
         SettingInfo {
             key: "tcp_congestion",
@@ -77,12 +83,10 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     ],
     open: |endpoints, addr, expected| {
         Box::pin(async move {
-            let tcp: &TlsTransport = endpoints.get(EndpointKind::TCP, TransportKind::TLS)?;
+            let tcp: &TlsTransport = endpoints.get(TCP, INFO.name)?;
             tcp.connect(addr, expected).await
         })
     },
-    // The shared acceptor's default: what no mode claims.
-    tcp_mode: None,
 };
 
 /// Incoming cells of a TLS link.
@@ -540,7 +544,7 @@ impl crate::Transport for TlsTransport {
     type Listener = TlsListener;
 
     fn kind(&self) -> TransportKind {
-        TransportKind::TLS
+        KIND
     }
 
     async fn connect(&self, addr: SocketAddr, expected: Ed25519Identity) -> Result<AnyLink, Error> {
@@ -550,7 +554,7 @@ impl crate::Transport for TlsTransport {
         )
         .await
         .map_err(|_| Error::HandshakeTimeout { peer: addr })??;
-        Ok(AnyLink::erase(TransportKind::TLS, link))
+        Ok(AnyLink::erase(KIND, link))
     }
 
     async fn bind(&self, addr: SocketAddr) -> Result<TlsListener, Error> {
@@ -624,24 +628,6 @@ impl crate::Listener for TlsListener {
     }
 }
 
-impl Acceptor for TlsListener {
-    fn kind(&self) -> EndpointKind {
-        EndpointKind::TCP
-    }
-
-    fn local_addr(&self) -> Option<SocketAddr> {
-        Some(self.local_addr)
-    }
-
-    fn accept(&mut self) -> BoxFuture<'_, Result<PendingLink, Error>> {
-        Box::pin(async move {
-            let incoming = crate::Listener::accept(self).await?;
-            let peer = incoming.addr;
-            Ok(PendingLink::new(peer, incoming.accept_any()))
-        })
-    }
-}
-
 /// An accepted TCP connection whose TLS and link handshakes are pending.
 pub struct TlsIncoming {
     tcp: TcpStream,
@@ -650,21 +636,34 @@ pub struct TlsIncoming {
     transport: TlsTransport,
 }
 
+/// An accepted TCP connection after TLS, its first 4 bytes read: what
+/// the shared acceptor ([`crate::tcp_share`]) dispatches on.
+pub(crate) struct Opened {
+    /// The node's TCP endpoint.
+    pub(crate) transport: TlsTransport,
+    /// The connection.
+    pub(crate) tls: TlsStream<TcpStream>,
+    /// Its first 4 bytes after TLS.
+    pub(crate) first: [u8; 4],
+    /// What the peer proved (`None`: an anonymous client).
+    pub(crate) identity: Option<Ed25519Identity>,
+    /// The peer's address.
+    pub(crate) addr: SocketAddr,
+}
+
 impl TlsIncoming {
-    /// Run the TLS handshake, then, by what the peer sends first, the
-    /// link handshake of a `tls` link, or hand the connection to the
-    /// transport whose mode claims it on the shared endpoint
-    /// ([`tcp_share`]): its link, or `None` for a connection that joined
-    /// one; bounded by the handshake timeout.
-    pub(crate) async fn accept_any(self) -> Result<Option<AnyLink>, Error> {
-        let addr = self.addr;
-        let timeout = self.transport.inner.handshake_timeout;
-        tokio::time::timeout(timeout, self.accept_inner())
-            .await
-            .map_err(|_| Error::HandshakeTimeout { peer: addr })?
+    /// The peer's address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
-    async fn accept_inner(self) -> Result<Option<AnyLink>, Error> {
+    /// The bound on the whole handshake.
+    pub(crate) fn handshake_timeout(&self) -> Duration {
+        self.transport.inner.handshake_timeout
+    }
+
+    /// Run the TLS handshake and read the first 4 bytes after it.
+    pub(crate) async fn open(self) -> Result<Opened, Error> {
         let addr = self.addr;
         let tls = self
             .acceptor
@@ -682,45 +681,35 @@ impl TlsIncoming {
         tls.read_exact(&mut first)
             .await
             .map_err(|source| Error::Tls { peer: addr, source })?;
-        if tcp_share::claims(&first) {
-            return tcp_share::accept(tcp_share::Accept {
-                transport: self.transport,
-                tls,
-                first,
-                identity,
-                addr,
-            })
-            .await;
-        }
-        let negotiated = link::handshake_after(
-            &mut tls,
-            self.transport.responder_role(),
+        Ok(Opened {
+            transport: self.transport,
+            tls,
+            first,
+            identity,
             addr,
-            BytesMut::from(&first[..]),
-        )
-        .await?;
-        let link = split(tls, negotiated, PeerInfo { identity, addr });
-        Ok(Some(AnyLink::erase(TransportKind::TLS, link)))
+        })
     }
 }
 
-impl crate::Incoming for TlsIncoming {
-    type Reader = AnyReader;
-    type Writer = AnyWriter;
-
-    fn peer_addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// A `tls` or `pctcp` link; a pctcp lane is an error here (it belongs
-    /// to a link: use [`Acceptor`]).
-    async fn handshake(self) -> Result<AnyLink, Error> {
-        let addr = self.addr;
-        self.accept_any().await?.ok_or(Error::Protocol {
-            peer: addr,
-            detail: "a connection joining a link where a link was expected".into(),
-        })
-    }
+/// Complete a plain `tls` link on an opened connection: its first bytes
+/// are the peer's VERSIONS cell.
+pub(crate) async fn plain_link(o: Opened) -> Result<AnyLink, Error> {
+    let Opened {
+        transport,
+        mut tls,
+        first,
+        identity,
+        addr,
+    } = o;
+    let negotiated = link::handshake_after(
+        &mut tls,
+        transport.responder_role(),
+        addr,
+        BytesMut::from(&first[..]),
+    )
+    .await?;
+    let link = split(tls, negotiated, PeerInfo { identity, addr });
+    Ok(AnyLink::erase(KIND, link))
 }
 
 #[cfg(test)]

@@ -27,11 +27,11 @@ use link::LinkSpec;
 pub use link::{TorchestraReader, TorchestraWriter};
 
 use crate::any::AnyLink;
-use crate::endpoint::{EndpointKind, Endpoints};
+use crate::any::{SettingInfo, TransportInfo};
+use crate::endpoint::Endpoints;
 use crate::link as handshake;
-use crate::registry::{SettingInfo, TransportInfo};
+use crate::tcp_share::mode::{Accept, TcpMode};
 use crate::tcp_share::wire::{encode_link_preamble, LinkPreamble, TOKEN_LEN};
-use crate::tcp_share::{Accept, TcpMode};
 use crate::tls::TlsTransport;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -40,7 +40,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "torchestra",
     about: "two TLS connections per relay pair, light and heavy; the exit moves heavy circuits (Torchestra, Gopal 2012; seed 003)",
     ordering: Ordering::PerCircuit,
-    endpoint: EndpointKind::TCP,
+    endpoint: crate::tls::TCP,
     settings: &[
         SettingInfo {
             key: "torchestra_window_ms",
@@ -74,12 +74,14 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
         },
     ],
     open: |endpoints, addr, expected| Box::pin(open_link(endpoints, addr, expected)),
-    tcp_mode: Some(&TCP_MODE),
 };
+
+/// This transport's kind.
+const KIND: TransportKind = TransportKind::of(&INFO);
 
 /// How torchestra shares the TCP endpoint: its links' mode byte, and its
 /// heavy connections' magic.
-static TCP_MODE: TcpMode = TcpMode {
+pub(crate) static TCP_MODE: TcpMode = TcpMode {
     link_mode: wire::MODE_TORCHESTRA,
     accept_link: |a, p| Box::pin(accept(a, p)),
     join_magics: &[*wire::HEAVY_MAGIC],
@@ -91,11 +93,11 @@ async fn open_link(
     addr: SocketAddr,
     expected: Ed25519Identity,
 ) -> Result<AnyLink, Error> {
-    let tcp: &TlsTransport = endpoints.get(EndpointKind::TCP, TransportKind::TORCHESTRA)?;
+    let tcp: &TlsTransport = endpoints.get(crate::tls::TCP, INFO.name)?;
     let link = tokio::time::timeout(tcp.handshake_timeout(), connect(tcp, addr, expected))
         .await
         .map_err(|_| Error::HandshakeTimeout { peer: addr })??;
-    Ok(AnyLink::erase(TransportKind::TORCHESTRA, link))
+    Ok(AnyLink::erase(KIND, link))
 }
 
 /// Open a torchestra link to `addr`, whose peer must prove `expected`.
@@ -196,7 +198,7 @@ async fn accept(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
             opener: false,
         },
     );
-    Ok(AnyLink::erase(TransportKind::TORCHESTRA, link))
+    Ok(AnyLink::erase(KIND, link))
 }
 
 fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<TorchestraReader, TorchestraWriter> {

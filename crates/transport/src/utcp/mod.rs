@@ -23,8 +23,8 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use std::sync::Arc;
 
 use crate::any::AnyLink;
+use crate::any::{OpenFuture, SettingInfo, TransportInfo};
 use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, Endpoints, PendingLink};
-use crate::registry::{OpenFuture, SettingInfo, TransportInfo};
 use crate::{Error, Ordering, TransportKind};
 
 /// The dtls-utcp endpoint: one UDP socket that accepts sessions (a relay
@@ -34,34 +34,38 @@ pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     about: "UDP: dtls-utcp sessions",
 };
 
+/// The dtls-utcp endpoint's kind.
+const UTCP: EndpointKind = EndpointKind::new(&ENDPOINT);
+
+/// This transport's kind.
+const KIND: TransportKind = TransportKind::of(&INFO);
+
 /// The registry's description of this transport.
 pub(crate) static INFO: TransportInfo = TransportInfo {
     name: "dtls-utcp",
     about: "a user-space TCP connection per circuit inside one DTLS session per relay pair, over UDP (Reardon and Goldberg 2009; seed 002)",
     ordering: Ordering::PerCircuit,
-    endpoint: EndpointKind::UTCP,
+    endpoint: UTCP,
     settings: &[SettingInfo {
         key: "utcp_listen",
         default: "none (no dtls-utcp endpoint)",
         about: "relays: UDP address of the dtls-utcp endpoint",
     }],
     open: open_link,
-    tcp_mode: None,
 };
 
 fn open_link(endpoints: &Endpoints, addr: SocketAddr, expected: Ed25519Identity) -> OpenFuture<'_> {
     Box::pin(async move {
-        let utcp: &Arc<UtcpTransport> =
-            endpoints.get(EndpointKind::UTCP, TransportKind::DTLS_UTCP)?;
+        let utcp: &Arc<UtcpTransport> = endpoints.get(UTCP, INFO.name)?;
         let link = utcp.connect(addr, expected).await?;
-        Ok(AnyLink::erase(TransportKind::DTLS_UTCP, link))
+        Ok(AnyLink::erase(KIND, link))
     })
 }
 pub use socket::{HeldBytes, IncomingLanes, LaneStream, UtcpSession, UtcpSocket};
 
 impl Acceptor for Arc<UtcpTransport> {
     fn kind(&self) -> EndpointKind {
-        EndpointKind::UTCP
+        UTCP
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {
@@ -73,7 +77,7 @@ impl Acceptor for Arc<UtcpTransport> {
             let incoming = self.accept_session().await?;
             Ok(PendingLink::new(incoming.peer_addr(), async move {
                 let link = incoming.handshake().await?;
-                Ok(Some(AnyLink::erase(TransportKind::DTLS_UTCP, link)))
+                Ok(Some(AnyLink::erase(KIND, link)))
             }))
         })
     }

@@ -68,8 +68,8 @@ pub async fn tcp_link(
     to: &mut TcpRelay,
     kind: onionlab_transport::TransportKind,
 ) -> (AnyLink, AnyLink) {
-    use onionlab_transport::any::Connector;
-    use onionlab_transport::endpoint::{EndpointKind, Endpoints, PeerAddrs};
+    use onionlab_transport::connector::{Connector, PeerAddrs};
+    use onionlab_transport::endpoint::{EndpointKind, Endpoints};
     let endpoints = Endpoints::new().with(EndpointKind::TCP, from.tcp.clone());
     let connector =
         Connector::new(endpoints, onionlab_transport::Choice::Only(kind)).expect("connector");
