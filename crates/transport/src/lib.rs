@@ -56,6 +56,7 @@ pub mod any;
 pub mod connector;
 pub mod endpoint;
 mod err;
+mod lanes;
 pub mod link;
 pub mod liveness;
 pub mod pctcp;

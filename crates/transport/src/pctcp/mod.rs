@@ -73,26 +73,24 @@
 //! connection's failure fails the whole link: the node then destroys the
 //! link's circuits, and the applications see their streams fail.
 
-pub(crate) mod lanes;
 pub mod wire;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
-use onionlab_ops::LogLimiter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
-use tracing::info;
 
-use lanes::{Dialer, LinkShared, LinkSpec};
-pub use lanes::{PctcpReader, PctcpWriter};
+use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
+pub use crate::lanes::{
+    PctcpReader, PctcpSettings, PctcpWriter, DEFAULT_MAX_LANES, MAX_LANES_PER_LINK,
+};
 
 use crate::any::AnyLink;
 use crate::any::{SettingInfo, TransportInfo};
-use crate::endpoint::Endpoints;
+use crate::endpoint::{BoxFuture, Endpoints};
 use crate::link;
+use crate::sendbuf::BoxConn;
 use crate::tcp_share::mode::{Accept, TcpMode};
 use crate::tcp_share::wire::{
     encode_link_answer, encode_link_preamble, parse_link_answer, LinkPreamble, LINK_ANSWER_LEN,
@@ -100,15 +98,6 @@ use crate::tcp_share::wire::{
 };
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
-
-/// Default [`PctcpSettings::max_lanes`]: well under the usual 1024
-/// descriptors of a process's soft limit, leaving room for the exit's
-/// connections and the links themselves.
-pub const DEFAULT_MAX_LANES: usize = 512;
-/// Most lanes one link may have open, in either direction (a protocol
-/// constant: an opener falls back to the main connection above it, an
-/// acceptor closes a link whose peer opens more).
-pub const MAX_LANES_PER_LINK: usize = 4096;
 
 /// The registry's description of this transport.
 pub(crate) static INFO: TransportInfo = TransportInfo {
@@ -138,67 +127,6 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 
 /// This transport's kind.
 const KIND: TransportKind = TransportKind::of(&INFO);
-
-/// The pctcp transport's settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PctcpSettings {
-    /// Lane connections this node keeps open at most (`pctcp_max_lanes`).
-    pub max_lanes: usize,
-}
-
-impl Default for PctcpSettings {
-    fn default() -> Self {
-        PctcpSettings {
-            max_lanes: DEFAULT_MAX_LANES,
-        }
-    }
-}
-
-/// A node's pctcp lanes, shared by its links (and dtls-utcp's, which use
-/// the same lanes): the lane connections open against the cap.
-pub(crate) struct NodeLanes {
-    /// Lane connections open (opened or accepted).
-    pub(crate) open: AtomicUsize,
-    pub(crate) max: usize,
-    fallbacks: AtomicU64,
-    log: Mutex<LogLimiter>,
-}
-
-impl NodeLanes {
-    pub(crate) fn new(settings: PctcpSettings) -> Arc<Self> {
-        Arc::new(NodeLanes {
-            open: AtomicUsize::new(0),
-            max: settings.max_lanes,
-            fallbacks: AtomicU64::new(0),
-            log: Mutex::default(),
-        })
-    }
-
-    /// A new circuit to `peer` uses the main connection for lack of room.
-    pub(crate) fn fell_back(&self, peer: SocketAddr) {
-        let total = self.fallbacks.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-        let held_back = self
-            .log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .check(Instant::now());
-        if let Some(held_back) = held_back {
-            info!(
-                %peer,
-                total,
-                held_back,
-                open = self.open.load(AtomicOrdering::Relaxed),
-                max = self.max,
-                "pctcp lane cap reached: new circuits share the main connection"
-            );
-        }
-    }
-
-    /// Circuits that used the main connection for lack of room so far.
-    pub(crate) fn fallbacks(&self) -> u64 {
-        self.fallbacks.load(AtomicOrdering::Relaxed)
-    }
-}
 
 async fn open_link(
     endpoints: &Endpoints,
@@ -247,10 +175,10 @@ async fn connect(
             },
             our_token,
             peer_token,
-            dialer: Dialer::Tcp {
+            dialer: Box::new(TcpDialer {
                 transport: transport.clone(),
                 target: Some(addr),
-            },
+            }),
             liveness: transport.liveness_timing(),
         },
     ))
@@ -261,6 +189,35 @@ fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWri
     let (link, shared) = lanes::start(spec, transport.pctcp_lanes().clone());
     transport.tokens().register(token, &shared);
     link
+}
+
+/// pctcp's lanes: TLS over TCP to the peer's lane address.
+struct TcpDialer {
+    transport: TlsTransport,
+    /// Where the peer accepts lanes (`None`: nowhere, a client).
+    target: Option<SocketAddr>,
+}
+
+impl LaneDialer for TcpDialer {
+    fn can_open(&self) -> bool {
+        self.target.is_some()
+    }
+
+    fn open(
+        &self,
+        peer: SocketAddr,
+        identity: Ed25519Identity,
+    ) -> BoxFuture<'_, Result<BoxConn, Error>> {
+        Box::pin(async move {
+            let target = self.target.ok_or_else(|| Error::Protocol {
+                peer,
+                detail: "a lane to a peer that accepts none".into(),
+            })?;
+            let tls = self.transport.connect_tls(target, identity).await?;
+            keepalive_off(&tls);
+            Ok(Box::new(tls) as BoxConn)
+        })
+    }
 }
 
 /// How pctcp shares the TCP endpoint: its links' mode byte, and its
@@ -318,10 +275,10 @@ async fn accept_link(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
             peer: PeerInfo { identity, addr },
             our_token,
             peer_token: p.token,
-            dialer: Dialer::Tcp {
+            dialer: Box::new(TcpDialer {
                 transport: transport.clone(),
                 target: lane_target,
-            },
+            }),
             liveness: transport.liveness_timing(),
         },
     );

@@ -26,11 +26,13 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::debug;
 
 use super::socket::{IncomingLanes, UtcpSession, UtcpSocket};
+use crate::endpoint::BoxFuture;
+use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
+use crate::lanes::{NodeLanes, PctcpReader, PctcpSettings, PctcpWriter};
 use crate::link::{self, Role};
 use crate::liveness::LivenessTiming;
-use crate::pctcp::lanes::{self, Dialer, LinkShared, LinkSpec};
 use crate::pctcp::wire;
-use crate::pctcp::{NodeLanes, PctcpReader, PctcpSettings, PctcpWriter};
+use crate::sendbuf::BoxConn;
 use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{Error, Link, PeerInfo};
 
@@ -78,7 +80,7 @@ impl Default for UtcpSettings {
             datagram: 1280,
             handshake_timeout: crate::tls::DEFAULT_HANDSHAKE_TIMEOUT,
             liveness: DEFAULT_LIVENESS,
-            max_lanes: crate::pctcp::DEFAULT_MAX_LANES,
+            max_lanes: crate::lanes::DEFAULT_MAX_LANES,
         }
     }
 }
@@ -298,7 +300,7 @@ impl UtcpTransport {
                 peer_token,
                 // Lanes go to relays only, as pctcp's: a relay never opens
                 // one to a client.
-                dialer: Dialer::Utcp(session),
+                dialer: Box::new(SessionDialer(session)),
                 liveness: self.settings.liveness,
             },
             self.node.clone(),
@@ -331,6 +333,44 @@ impl UtcpIncoming {
         tokio::time::timeout(t.settings.handshake_timeout, t.start(self.session, false))
             .await
             .map_err(|_| Error::HandshakeTimeout { peer })?
+    }
+}
+
+/// dtls-utcp's lanes: user-space TCP connections of the link's session.
+struct SessionDialer(Arc<UtcpSession>);
+
+impl LaneDialer for SessionDialer {
+    fn held(&self) -> (usize, usize) {
+        (self.0.held().recv(), self.0.held().send())
+    }
+
+    /// The session's lane limit and the node's lane budget, which also
+    /// count its control lane and closing lanes.
+    fn has_room(&self) -> bool {
+        self.0.can_open_lane()
+    }
+
+    fn can_open(&self) -> bool {
+        true
+    }
+
+    fn take_now(&self) -> Option<Result<BoxConn, Error>> {
+        Some(self.0.open_lane().map(|l| Box::new(l) as BoxConn))
+    }
+
+    fn open(
+        &self,
+        _peer: SocketAddr,
+        _identity: Ed25519Identity,
+    ) -> BoxFuture<'_, Result<BoxConn, Error>> {
+        Box::pin(async move { Ok(Box::new(self.0.open_lane()?) as BoxConn) })
+    }
+
+    fn named(&self, e: Error) -> Error {
+        match e {
+            Error::Tls { peer, source } => Error::Utcp { peer, source },
+            e => e,
+        }
     }
 }
 

@@ -1,6 +1,8 @@
-//! A pctcp link's connections and its reader and writer halves: the
-//! main TLS connection (link-level cells, and circuits that have no lane)
-//! and one TLS connection (lane) per circuit. See [`super`] for the layout.
+//! The lane framework of pctcp and dtls-utcp: a link's main connection
+//! (link-level cells, and circuits that have no lane) and one connection
+//! (lane) per circuit, with its reader and writer halves; how lanes are
+//! opened is the transport's ([`LaneDialer`]). See [`crate::pctcp`] for
+//! the layout.
 //!
 //! Sending: [`PctcpWriter::queue`] encodes a cell into its route's buffer
 //! (its circuit's lane, or the main connection); one task per connection
@@ -9,29 +11,99 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, Destroy, DestroyReason};
 use onionlab_cell::codec::CellCodec;
+use onionlab_ops::LogLimiter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tracing::{debug, info};
 
-use super::wire::{self, LanePreamble};
-use super::{NodeLanes, MAX_LANES_PER_LINK};
+use crate::endpoint::BoxFuture;
 use crate::link::StreamCellReader;
 use crate::liveness::LivenessTiming;
 use crate::liveness::{self, Heard, Liveness};
+use crate::pctcp::wire::{self, LanePreamble};
 use crate::quic::wire::{lane_end, next_lane_cell};
 use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, SendBuffer};
 use crate::tcp_share::wire::TOKEN_LEN;
-use crate::tls::{keepalive_off, TlsTransport};
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
+
+/// Default [`PctcpSettings::max_lanes`]: well under the usual 1024
+/// descriptors of a process's soft limit, leaving room for the exit's
+/// connections and the links themselves.
+pub const DEFAULT_MAX_LANES: usize = 512;
+/// Most lanes one link may have open, in either direction (a protocol
+/// constant: an opener falls back to the main connection above it, an
+/// acceptor closes a link whose peer opens more).
+pub const MAX_LANES_PER_LINK: usize = 4096;
+
+/// The lane transports' settings (pctcp's; dtls-utcp takes its cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PctcpSettings {
+    /// Lane connections this node keeps open at most (`pctcp_max_lanes`).
+    pub max_lanes: usize,
+}
+
+impl Default for PctcpSettings {
+    fn default() -> Self {
+        PctcpSettings {
+            max_lanes: DEFAULT_MAX_LANES,
+        }
+    }
+}
+
+/// A node's pctcp lanes, shared by its links (and dtls-utcp's, which use
+/// the same lanes): the lane connections open against the cap.
+pub(crate) struct NodeLanes {
+    /// Lane connections open (opened or accepted).
+    pub(crate) open: AtomicUsize,
+    pub(crate) max: usize,
+    fallbacks: AtomicU64,
+    log: Mutex<LogLimiter>,
+}
+
+impl NodeLanes {
+    pub(crate) fn new(settings: PctcpSettings) -> Arc<Self> {
+        Arc::new(NodeLanes {
+            open: AtomicUsize::new(0),
+            max: settings.max_lanes,
+            fallbacks: AtomicU64::new(0),
+            log: Mutex::default(),
+        })
+    }
+
+    /// A new circuit to `peer` uses the main connection for lack of room.
+    pub(crate) fn fell_back(&self, peer: SocketAddr) {
+        let total = self.fallbacks.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        let held_back = self
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .check(Instant::now());
+        if let Some(held_back) = held_back {
+            info!(
+                %peer,
+                total,
+                held_back,
+                open = self.open.load(AtomicOrdering::Relaxed),
+                max = self.max,
+                "pctcp lane cap reached: new circuits share the main connection"
+            );
+        }
+    }
+
+    /// Circuits that used the main connection for lack of room so far.
+    pub(crate) fn fallbacks(&self) -> u64 {
+        self.fallbacks.load(AtomicOrdering::Relaxed)
+    }
+}
 
 /// Bytes of encoded cells a connection's buffer holds before it reports
 /// no room.
@@ -70,67 +142,49 @@ pub(crate) struct LinkSpec {
     pub(crate) our_token: [u8; TOKEN_LEN],
     pub(crate) peer_token: [u8; TOKEN_LEN],
     /// How lanes to the peer are opened.
-    pub(crate) dialer: Dialer,
+    pub(crate) dialer: Box<dyn LaneDialer>,
     /// Heartbeat and silence limit.
     pub(crate) liveness: LivenessTiming,
 }
 
-/// How a link opens its lanes.
-pub(crate) enum Dialer {
-    /// TLS over TCP to the peer's lane address (`None`: the peer accepts
-    /// none).
-    Tcp {
-        transport: TlsTransport,
-        target: Option<SocketAddr>,
-    },
-    /// A lane of the link's dtls-utcp session.
-    Utcp(Arc<crate::utcp::UtcpSession>),
-}
-
-impl Dialer {
+/// How a link's transport opens its lanes.
+pub(crate) trait LaneDialer: Send + Sync {
     /// Bytes the lanes' transport holds in this process (received, to
     /// send): a dtls-utcp session's user-space TCP buffers; nothing for
     /// kernel TCP, whose buffers are the kernel's (as for tls links).
     fn held(&self) -> (usize, usize) {
-        match self {
-            Dialer::Tcp { .. } => (0, 0),
-            Dialer::Utcp(session) => (session.held().recv(), session.held().send()),
-        }
+        (0, 0)
     }
 
-    /// Whether a lane could be opened now: a dtls-utcp session's lane
-    /// limit and the node's lane budget, which also count its control lane
-    /// and closing lanes (kernel TCP: the node's cap, checked apart).
+    /// Whether a lane could be opened now (kernel TCP: the node's cap,
+    /// checked apart, is all).
     fn has_room(&self) -> bool {
-        match self {
-            Dialer::Tcp { .. } => true,
-            Dialer::Utcp(session) => session.can_open_lane(),
-        }
+        true
     }
 
     /// Whether lanes can be opened to the peer at all.
-    fn can_open(&self) -> bool {
-        match self {
-            Dialer::Tcp { target, .. } => target.is_some(),
-            Dialer::Utcp(_) => true,
-        }
+    fn can_open(&self) -> bool;
+
+    /// A lane taken at once when its circuit is assigned one, so that two
+    /// new circuits cannot both pass the room check and one then fail to
+    /// open (the check and the taking are one step); `None` for dialers
+    /// that open lanes later ([`LaneDialer::open`]).
+    fn take_now(&self) -> Option<Result<BoxConn, Error>> {
+        None
     }
 
     /// A new lane to `peer` (which must prove `identity`), its kernel
     /// keep-alive off.
-    async fn open(&self, peer: SocketAddr, identity: Ed25519Identity) -> Result<BoxConn, Error> {
-        match self {
-            Dialer::Tcp { transport, target } => {
-                let target = target.ok_or_else(|| Error::Protocol {
-                    peer,
-                    detail: "a lane to a peer that accepts none".into(),
-                })?;
-                let tls = transport.connect_tls(target, identity).await?;
-                keepalive_off(&tls);
-                Ok(Box::new(tls))
-            }
-            Dialer::Utcp(session) => Ok(Box::new(session.open_lane()?)),
-        }
+    fn open(
+        &self,
+        peer: SocketAddr,
+        identity: Ed25519Identity,
+    ) -> BoxFuture<'_, Result<BoxConn, Error>>;
+
+    /// An error of a lane's stream, named after the transport that failed
+    /// (the stream code is shared).
+    fn named(&self, e: Error) -> Error {
+        e
     }
 }
 
@@ -159,7 +213,7 @@ struct SendSeq {
 pub(crate) struct LinkShared {
     pub(crate) peer: PeerInfo,
     link_version: u16,
-    dialer: Dialer,
+    dialer: Box<dyn LaneDialer>,
     liveness_timing: LivenessTiming,
     node: Arc<NodeLanes>,
     peer_token: [u8; TOKEN_LEN],
@@ -246,10 +300,7 @@ impl LinkShared {
     /// The stream code below is shared with TLS lanes: name the
     /// transport that failed.
     fn named(&self, e: Error) -> Error {
-        match (e, &self.dialer) {
-            (Error::Tls { peer, source }, Dialer::Utcp(_)) => Error::Utcp { peer, source },
-            (e, _) => e,
-        }
+        self.dialer.named(e)
     }
 
     /// The link is broken: tell the reader, stop every connection.
@@ -845,16 +896,14 @@ impl PctcpWriter {
     /// then fail to open (the check and the taking are one step).
     fn new_lane(&self, circ_id: u32) -> Option<Arc<SendBuffer>> {
         let link = self.link();
-        let pre: Option<BoxConn> = match &link.dialer {
-            Dialer::Utcp(session) => match session.open_lane() {
-                Ok(stream) => Some(Box::new(stream)),
-                Err(e) => {
-                    debug!(peer = %link.addr(), circ_id, "no dtls-utcp lane: {e}");
-                    link.node.fell_back(link.addr());
-                    return None;
-                }
-            },
-            Dialer::Tcp { .. } => None,
+        let pre: Option<BoxConn> = match link.dialer.take_now() {
+            Some(Ok(stream)) => Some(stream),
+            Some(Err(e)) => {
+                debug!(peer = %link.addr(), circ_id, "no lane: {e}");
+                link.node.fell_back(link.addr());
+                return None;
+            }
+            None => None,
         };
         let lane = SendBuffer::new(circ_id);
         lock(&link.lanes).insert(circ_id, lane.clone());
