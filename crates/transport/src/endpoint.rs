@@ -4,14 +4,14 @@
 //!
 //! Each endpoint kind is described once, by an [`EndpointInfo`] in the
 //! module of the transport that owns it; a transport's
-//! [`TransportInfo`](crate::any::TransportInfo) names the kind it
-//! uses, and the kinds a node knows are those of the registered transports
+//! [`TransportInfo`](crate::any::TransportInfo) names the kind it uses,
+//! and the kinds a node knows are those of the registered transports
 //! ([`EndpointKind::all`]). What a node runs is held without naming any
 //! transport's types: [`Endpoints`] (what links are opened with, each
-//! transport fetching its own endpoint's type), [`PeerAddrs`] (a peer's
-//! address per kind, from the network document) and [`Listeners`] (what a
-//! relay accepts on, each endpoint's [`Acceptor`] implemented in its
-//! transport's module).
+//! transport fetching its own endpoint's type),
+//! [`PeerAddrs`](crate::connector::PeerAddrs) (a peer's address per kind,
+//! from the network document) and [`Listeners`] (what a relay accepts on,
+//! each endpoint's [`Acceptor`] implemented in its transport's module).
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -4,10 +4,10 @@
 //! opened is the transport's ([`LaneDialer`]). See [`crate::pctcp`] for
 //! the layout.
 //!
-//! Sending: [`PctcpWriter::queue`] encodes a cell into its route's buffer
+//! Sending: [`LaneWriter::queue`] encodes a cell into its route's buffer
 //! (its circuit's lane, or the main connection); one task per connection
 //! writes that buffer. Receiving: one task per connection decodes cells
-//! and hands batches to [`PctcpReader`] through a bounded channel.
+//! and hands batches to [`LaneReader`] through a bounded channel.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -35,7 +35,7 @@ use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-/// Default [`PctcpSettings::max_lanes`]: well under the usual 1024
+/// Default [`LaneSettings::max_lanes`]: well under the usual 1024
 /// descriptors of a process's soft limit, leaving room for the exit's
 /// connections and the links themselves.
 pub const DEFAULT_MAX_LANES: usize = 512;
@@ -46,14 +46,14 @@ pub const MAX_LANES_PER_LINK: usize = 4096;
 
 /// The lane transports' settings (pctcp's; dtls-utcp takes its cap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PctcpSettings {
+pub struct LaneSettings {
     /// Lane connections this node keeps open at most (`pctcp_max_lanes`).
     pub max_lanes: usize,
 }
 
-impl Default for PctcpSettings {
+impl Default for LaneSettings {
     fn default() -> Self {
-        PctcpSettings {
+        LaneSettings {
             max_lanes: DEFAULT_MAX_LANES,
         }
     }
@@ -70,7 +70,7 @@ pub(crate) struct NodeLanes {
 }
 
 impl NodeLanes {
-    pub(crate) fn new(settings: PctcpSettings) -> Arc<Self> {
+    pub(crate) fn new(settings: LaneSettings) -> Arc<Self> {
         Arc::new(NodeLanes {
             open: AtomicUsize::new(0),
             max: settings.max_lanes,
@@ -448,7 +448,7 @@ struct ReadSlot {
 pub(crate) fn start(
     spec: LinkSpec,
     node: Arc<NodeLanes>,
-) -> (Link<PctcpReader, PctcpWriter>, Arc<LinkShared>) {
+) -> (Link<LaneReader, LaneWriter>, Arc<LinkShared>) {
     let (tx, rx) = mpsc::channel(READER_QUEUE);
     let shared = Arc::new(LinkShared {
         peer: spec.peer.clone(),
@@ -492,11 +492,11 @@ pub(crate) fn start(
     let link = Link {
         peer: spec.peer,
         link_version: spec.link_version,
-        reader: PctcpReader {
+        reader: LaneReader {
             rx,
             end: end.clone(),
         },
-        writer: PctcpWriter {
+        writer: LaneWriter {
             end,
             codec: CellCodec::new(spec.link_version),
         },
@@ -796,12 +796,12 @@ async fn read_lane(
 }
 
 /// Incoming cells of a pctcp link, from every connection.
-pub struct PctcpReader {
+pub struct LaneReader {
     rx: mpsc::Receiver<Batch>,
     end: Arc<LinkEnd>,
 }
 
-impl CellReader for PctcpReader {
+impl CellReader for LaneReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
         let link = &self.end.shared;
         loop {
@@ -829,12 +829,12 @@ impl CellReader for PctcpReader {
 
 /// Outgoing cells of a pctcp link: one lane per circuit, the main
 /// connection for the rest.
-pub struct PctcpWriter {
+pub struct LaneWriter {
     end: Arc<LinkEnd>,
     codec: CellCodec,
 }
 
-impl PctcpWriter {
+impl LaneWriter {
     fn link(&self) -> &Arc<LinkShared> {
         &self.end.shared
     }
@@ -945,7 +945,7 @@ impl PctcpWriter {
     }
 }
 
-impl CellWriter for PctcpWriter {
+impl CellWriter for LaneWriter {
     fn queue(&mut self, cell: AnyChanCell) -> Result<(), Error> {
         let peer = self.link().addr();
         let circ_id = cell.circid().map_or(0, u32::from);

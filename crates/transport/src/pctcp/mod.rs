@@ -83,7 +83,8 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
 pub use crate::lanes::{
-    PctcpReader, PctcpSettings, PctcpWriter, DEFAULT_MAX_LANES, MAX_LANES_PER_LINK,
+    LaneReader as PctcpReader, LaneSettings as PctcpSettings, LaneWriter as PctcpWriter,
+    DEFAULT_MAX_LANES, MAX_LANES_PER_LINK,
 };
 
 use crate::any::AnyLink;

@@ -1,6 +1,7 @@
 //! The pure parsing behind pctcp's lanes: the preamble a lane connection
 //! starts with after TLS. The connection tasks in [`super`] read bytes and
-//! call these; the fuzz target reaches them through [`super::fuzzing`].
+//! call these; the fuzz target reaches them through
+//! [`crate::tcp_share::fuzzing`].
 //! The layout is in the docs of [`super`]; the link preamble is the shared
 //! TCP endpoint's ([`crate::tcp_share::wire`]).
 

@@ -22,8 +22,8 @@ pub const LINK_ANSWER_LEN: usize = 4 + TOKEN_LEN;
 /// A link preamble: the opener's mode, token and lane address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkPreamble {
-    /// Which transport (the mode byte a transport's
-    /// [`TcpMode`](super::TcpMode) registers).
+    /// Which transport (the mode byte a transport registers on the
+    /// shared acceptor).
     pub mode: u8,
     /// The opener's link token (lanes to the opener carry it).
     pub token: [u8; TOKEN_LEN],

@@ -42,7 +42,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use crate::any::{AnyLink, AnyReader, AnyWriter};
 use crate::any::{SettingInfo, TransportInfo};
 use crate::endpoint::{EndpointInfo, EndpointKind};
-use crate::lanes::{NodeLanes, PctcpSettings};
+use crate::lanes::{LaneSettings, NodeLanes};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
 use crate::liveness::LivenessTiming;
 use crate::tcp::TcpCongestion;
@@ -226,7 +226,7 @@ impl TlsTransport {
                 bind: None,
                 lane_address: None,
                 tokens: Arc::default(),
-                pctcp: NodeLanes::new(PctcpSettings::default()),
+                pctcp: NodeLanes::new(LaneSettings::default()),
                 torchestra_switches: true,
                 torchestra_heavy: Arc::default(),
                 liveness: LivenessTiming::default(),
@@ -250,7 +250,7 @@ impl TlsTransport {
                 bind: None,
                 lane_address: None,
                 tokens: Arc::default(),
-                pctcp: NodeLanes::new(PctcpSettings::default()),
+                pctcp: NodeLanes::new(LaneSettings::default()),
                 torchestra_switches: true,
                 torchestra_heavy: Arc::default(),
                 liveness: LivenessTiming::default(),
@@ -282,7 +282,7 @@ impl TlsTransport {
     }
 
     /// Use these pctcp settings (a fresh lane count: call before use).
-    pub fn with_pctcp(mut self, settings: PctcpSettings) -> Self {
+    pub fn with_pctcp(mut self, settings: LaneSettings) -> Self {
         Arc::make_mut(&mut self.inner).pctcp = NodeLanes::new(settings);
         self
     }

@@ -28,7 +28,7 @@ use tracing::debug;
 use super::socket::{IncomingLanes, UtcpSession, UtcpSocket};
 use crate::endpoint::BoxFuture;
 use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
-use crate::lanes::{NodeLanes, PctcpReader, PctcpSettings, PctcpWriter};
+use crate::lanes::{LaneReader, LaneSettings, LaneWriter, NodeLanes};
 use crate::link::{self, Role};
 use crate::liveness::LivenessTiming;
 use crate::pctcp::wire;
@@ -51,7 +51,7 @@ pub const DEFAULT_LIVENESS: LivenessTiming = LivenessTiming {
 };
 
 /// A dtls-utcp link's halves (pctcp's reader and writer).
-pub type UtcpLink = Link<PctcpReader, PctcpWriter>;
+pub type UtcpLink = Link<LaneReader, LaneWriter>;
 
 /// The settings of a node's dtls-utcp transport.
 #[derive(Clone, Debug)]
@@ -172,7 +172,7 @@ impl UtcpTransport {
         my_addrs: Vec<IpAddr>,
         relay: bool,
     ) -> Self {
-        let node = NodeLanes::new(PctcpSettings {
+        let node = NodeLanes::new(LaneSettings {
             max_lanes: settings.max_lanes,
         });
         UtcpTransport {
