@@ -602,7 +602,7 @@ async fn mixed_pctcp_quic_pctcp_circuit_moves_data_intact() {
     let (mut net, dir) = mixed_circuit_round_trip(
         "mixed-pctcp-quic-pctcp",
         &[(None, "pctcp"), (Some(0), "quic"), (Some(1), "pctcp")],
-        "info,onionlab_node::relay=debug,onionlab_transport::pctcp=debug",
+        "info,onionlab_node::relay=debug,onionlab_transport::lanes=debug",
     )
     .await;
     let relay_addr = |i: usize| net.relay_addr(i).to_string();

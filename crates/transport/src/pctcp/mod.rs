@@ -78,7 +78,7 @@ pub mod wire;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
@@ -92,10 +92,9 @@ use crate::any::{SettingInfo, TransportInfo};
 use crate::endpoint::{BoxFuture, Endpoints};
 use crate::link;
 use crate::sendbuf::BoxConn;
-use crate::tcp_share::mode::{Accept, TcpMode};
+use crate::tcp_share::mode::{self, Accept, TcpMode};
 use crate::tcp_share::wire::{
-    encode_link_answer, encode_link_preamble, parse_link_answer, LinkPreamble, LINK_ANSWER_LEN,
-    TOKEN_LEN,
+    encode_link_answer, parse_link_answer, LinkPreamble, LINK_ANSWER_LEN, TOKEN_LEN,
 };
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
@@ -147,19 +146,8 @@ async fn connect(
     addr: SocketAddr,
     expected: Ed25519Identity,
 ) -> Result<Link<PctcpReader, PctcpWriter>, Error> {
-    let mut tls = transport.connect_tls(addr, expected).await?;
-    let tls_err = |source| Error::Tls { peer: addr, source };
-    let our_token: [u8; TOKEN_LEN] = rand::random();
-    let preamble = LinkPreamble {
-        mode: wire::MODE_PCTCP,
-        token: our_token,
-        lanes_at: transport.lane_address(),
-    };
-    tls.write_all(&encode_link_preamble(&preamble))
-        .await
-        .map_err(tls_err)?;
-    let mut answer = [0u8; LINK_ANSWER_LEN];
-    tls.read_exact(&mut answer).await.map_err(tls_err)?;
+    let (mut tls, our_token, answer) =
+        mode::open_link(transport, addr, expected, wire::MODE_PCTCP, LINK_ANSWER_LEN).await?;
     let peer_token =
         parse_link_answer(&answer).map_err(|source| Error::Framing { peer: addr, source })?;
     let negotiated = link::handshake(&mut tls, transport.initiator_role(), addr).await?;

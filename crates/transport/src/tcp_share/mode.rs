@@ -2,15 +2,17 @@
 //! and what its accept functions get ([`Accept`]).
 
 use std::any::Any;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use super::tokens::Token;
-use super::wire::LinkPreamble;
+use super::wire::{encode_link_preamble, LinkPreamble};
 use crate::any::AnyLink;
 use crate::endpoint::BoxFuture;
+use crate::sendbuf::Tls;
 use crate::Error;
 
 /// An accepted TLS connection on the shared endpoint, its first 4 bytes
@@ -72,4 +74,31 @@ pub(crate) struct TcpMode {
     pub(crate) join_magics: &'static [[u8; 4]],
     /// Hand a connection that began with one of `join_magics` to its link.
     pub(crate) accept_join: fn(Accept) -> BoxFuture<'static, Result<(), Error>>,
+}
+
+/// Open a TLS connection to `addr`, whose peer must prove `expected`, and
+/// start a link of `mode` on it: the link preamble with a fresh token of
+/// ours, then the peer's answer of `answer_len` bytes. Gives the
+/// connection, our token and the answer, for the transport to parse.
+pub(crate) async fn open_link(
+    transport: &crate::tls::TlsTransport,
+    addr: SocketAddr,
+    expected: Ed25519Identity,
+    mode: u8,
+    answer_len: usize,
+) -> Result<(Tls, Token, Vec<u8>), Error> {
+    let mut tls = transport.connect_tls(addr, expected).await?;
+    let tls_err = |source| Error::Tls { peer: addr, source };
+    let our_token: Token = rand::random();
+    let preamble = LinkPreamble {
+        mode,
+        token: our_token,
+        lanes_at: transport.lane_address(),
+    };
+    tls.write_all(&encode_link_preamble(&preamble))
+        .await
+        .map_err(tls_err)?;
+    let mut answer = vec![0u8; answer_len];
+    tls.read_exact(&mut answer).await.map_err(tls_err)?;
+    Ok((tls, our_token, answer))
 }

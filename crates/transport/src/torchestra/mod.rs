@@ -20,7 +20,7 @@ pub mod wire;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 use link::LinkSpec;
@@ -30,8 +30,8 @@ use crate::any::AnyLink;
 use crate::any::{SettingInfo, TransportInfo};
 use crate::endpoint::Endpoints;
 use crate::link as handshake;
-use crate::tcp_share::mode::{Accept, TcpMode};
-use crate::tcp_share::wire::{encode_link_preamble, LinkPreamble, TOKEN_LEN};
+use crate::tcp_share::mode::{self, Accept, TcpMode};
+use crate::tcp_share::wire::{LinkPreamble, TOKEN_LEN};
 use crate::tls::TlsTransport;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
@@ -106,19 +106,14 @@ async fn connect(
     addr: SocketAddr,
     expected: Ed25519Identity,
 ) -> Result<Link<TorchestraReader, TorchestraWriter>, Error> {
-    let mut tls = transport.connect_tls(addr, expected).await?;
-    let tls_err = |source| Error::Tls { peer: addr, source };
-    let our_token: [u8; TOKEN_LEN] = rand::random();
-    let preamble = LinkPreamble {
-        mode: wire::MODE_TORCHESTRA,
-        token: our_token,
-        lanes_at: transport.lane_address(),
-    };
-    tls.write_all(&encode_link_preamble(&preamble))
-        .await
-        .map_err(tls_err)?;
-    let mut answer = [0u8; wire::FLAGGED_ANSWER_LEN];
-    tls.read_exact(&mut answer).await.map_err(tls_err)?;
+    let (mut tls, our_token, answer) = mode::open_link(
+        transport,
+        addr,
+        expected,
+        wire::MODE_TORCHESTRA,
+        wire::FLAGGED_ANSWER_LEN,
+    )
+    .await?;
     let (peer_token, flags) = wire::parse_flagged_answer(&answer)
         .map_err(|source| Error::Framing { peer: addr, source })?;
     let negotiated = handshake::handshake(&mut tls, transport.initiator_role(), addr).await?;
