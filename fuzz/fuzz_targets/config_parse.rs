@@ -7,13 +7,15 @@
 //!   `Invalid`, and names the origin;
 //! * a configuration that parses keeps the rules its fields document: the
 //!   network key parses, every "must be positive" setting is above 0, the
-//!   QUIC keep-alive is below the idle timeout, which is at most a day, and
-//!   the QUIC settings built from them validate as the transport checks
-//!   them (`QuicSettings::validate`); nicknames (the relay's, a pinned
+//!   `[link]` section passes its own check (QUIC keep-alive below the idle
+//!   timeout, at most a day, and the rest) and its QUIC settings validate
+//!   as the transport checks them (`QuicSettings::validate`); nicknames (the relay's, a pinned
 //!   path's) are valid; a URL source prints to a URL that parses back
 //!   equal; relative paths became absolute; parsing is deterministic;
 //! * a relay's `exit_allow_private` prints (`Display`, a TOML array) to
 //!   entries that parse back to an equal list;
+//! * a configuration that parses writes (`to_toml`) a file that reads
+//!   back equal;
 //! * a client configuration turns into `ClientSettings` (as
 //!   `onionlab client` does) whose QUIC settings validate and whose
 //!   timeouts can be added to `Instant::now()`.
@@ -24,12 +26,13 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use onionlab_client::ClientSettings;
-use onionlab_netdoc::config::{NetworkSource, MAX_QUIC_IDLE_TIMEOUT_MS};
+use onionlab_netdoc::config::NetworkSource;
 use onionlab_netdoc::directory::HttpUrl;
 use onionlab_netdoc::{
-    ClientConfig, Error, ExitPolicy, NetworkDocument, RelayConfig, RelayEntry, TransportAddress,
+    ClientConfig, ConfigFile, Error, ExitPolicy, NetworkDocument, RelayConfig, RelayEntry,
+    TransportAddress,
 };
-use onionlab_transport::quic::QuicSettings;
+use onionlab_transport::LinkSettings;
 
 const BASE: &str = "/lab/node";
 
@@ -71,14 +74,11 @@ fn check_source(s: &NetworkSource) {
     }
 }
 
-fn check_quic(keep_alive_ms: u64, idle_ms: u64, handshake_ms: u64) {
-    assert!(keep_alive_ms > 0 && keep_alive_ms < idle_ms && idle_ms <= MAX_QUIC_IDLE_TIMEOUT_MS);
-    let quic = QuicSettings {
-        keep_alive: Duration::from_millis(keep_alive_ms),
-        idle_timeout: Duration::from_millis(idle_ms),
-        handshake_timeout: Duration::from_millis(handshake_ms),
-        ..QuicSettings::default()
-    };
+fn check_link(link: &LinkSettings) {
+    link.check().expect("a parsed [link] section checks");
+    let quic = link.quic_settings();
+    assert!(quic.keep_alive > Duration::ZERO && quic.keep_alive < quic.idle_timeout);
+    assert!(quic.idle_timeout <= Duration::from_secs(24 * 3600));
     quic.validate()
         .expect("QUIC settings of a valid configuration validate");
 }
@@ -99,7 +99,6 @@ fn relay(text: &str) {
     for v in [
         cfg.ewma_half_life_ms,
         cfg.max_mem_in_queues,
-        cfg.link_handshake_timeout_ms,
         cfg.exit_connect_timeout_ms,
         cfg.exit_max_concurrent_lookups,
         cfg.exit_max_pending_connects,
@@ -114,11 +113,12 @@ fn relay(text: &str) {
     ] {
         assert!(v > 0, "a setting that must be positive is 0");
     }
-    check_quic(
-        cfg.quic_keep_alive_ms,
-        cfg.quic_idle_timeout_ms,
-        cfg.link_handshake_timeout_ms,
-    );
+    check_link(&cfg.link);
+    cfg.torchestra.validate().expect("a parsed classifier validates");
+    let written = cfg.to_toml().expect("a parsed configuration writes");
+    let back = RelayConfig::from_toml_str(&written, "written.toml", base)
+        .unwrap_or_else(|e| panic!("written configuration does not parse: {e}\n{written}"));
+    assert_eq!(back, cfg, "{written}");
     // exit_allow_private prints as a TOML array that parses back equal.
     let key = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[3; 32]).verifying_key();
     let key: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
@@ -176,27 +176,27 @@ fn client(text: &str) {
         cfg.stream_connect_timeout_ms,
         cfg.socks_handshake_timeout_ms,
         cfg.max_socks_connections,
-        cfg.link_handshake_timeout_ms,
     ] {
         assert!(v > 0, "a setting that must be positive is 0");
     }
-    check_quic(
-        cfg.quic_keep_alive_ms,
-        cfg.quic_idle_timeout_ms,
-        cfg.link_handshake_timeout_ms,
-    );
+    check_link(&cfg.link);
+    let written = cfg.to_toml().expect("a parsed configuration writes");
+    let back = ClientConfig::from_toml_str(&written, "written.toml", base)
+        .unwrap_or_else(|e| panic!("written configuration does not parse: {e}\n{written}"));
+    assert_eq!(back, cfg, "{written}");
     let settings = ClientSettings::from_config(&cfg, document())
         .expect("a configuration that parsed gives client settings");
-    let mut quic = settings.quic;
-    quic.handshake_timeout = settings.link_handshake_timeout;
-    quic.validate()
+    settings
+        .link
+        .quic_settings()
+        .validate()
         .expect("the client's QUIC settings validate");
     let now = Instant::now();
     for d in [
         settings.circuit_build_timeout,
         settings.stream_connect_timeout,
         settings.socks_handshake_timeout,
-        settings.link_handshake_timeout,
+        settings.link.handshake_timeout,
         settings.network_refresh.unwrap_or_default(),
     ] {
         assert!(

@@ -18,10 +18,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The classifier's parameters. Defaults: the thesis's last experiment
-/// (5.2.4) and its section 4.4.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// (5.2.4) and its section 4.4. It is also the `[torchestra]` section of a
+/// relay's configuration file (`window_ms`, `alpha`, ...; checked by
+/// [`validate`](Self::validate)).
+#[serde_with::serde_as]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct ClassifierParams {
     /// Length of a counting window (thesis: 2 s).
+    #[serde(rename = "window_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub window: Duration,
     /// EWMA multiplier for a circuit with cells in the window, and for the
     /// connection (thesis: 0.18, T = 10 windows).
@@ -62,7 +68,7 @@ impl ClassifierParams {
     /// The offending parameter and its range.
     pub fn validate(&self) -> Result<(), String> {
         if self.window.is_zero() {
-            return Err("torchestra window must be positive".into());
+            return Err("torchestra window_ms must be positive".into());
         }
         for (name, v) in [
             ("alpha", self.alpha),

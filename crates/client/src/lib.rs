@@ -133,7 +133,12 @@ impl Client {
     /// lacks), [`Error::Bind`].
     pub async fn bind(settings: ClientSettings) -> Result<Client> {
         settings
-            .tcp_congestion
+            .link
+            .check()
+            .map_err(|e| Error::Setting(e.to_string()))?;
+        settings
+            .link
+            .tcp_congestion()
             .check_available()
             .map_err(Error::Setting)?;
         let names = settings.path.clone().or_else(|| {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onionlab_circuit::scheduler::SchedulerKind;
-use onionlab_netdoc::{ClientConfig, NetworkDocument, NetworkSource};
+use onionlab_netdoc::{ClientConfig, ConfigFile, NetworkDocument, NetworkSource};
 use tor_llcrypto::pk::ed25519::PublicKey;
 
 use crate::error::{Error, Result};
@@ -98,26 +98,12 @@ pub struct ClientSettings {
     /// client sends next when several have cells. Default EWMA with tor's
     /// 30 s half-life, as tor clients do.
     pub scheduler: SchedulerKind,
-    /// Which transport guard channels use (default: TLS).
-    pub transport: onionlab_transport::Choice,
-    /// QUIC settings (the mode follows `transport`; keep-alive and idle
-    /// timeout). Its `handshake_timeout` is replaced by
-    /// `link_handshake_timeout`.
-    pub quic: onionlab_transport::quic::QuicSettings,
-    /// The pctcp transport's lane cap.
-    pub pctcp: onionlab_transport::pctcp::PctcpSettings,
-    /// Bound on a link handshake with a guard, TLS or QUIC.
-    pub link_handshake_timeout: Duration,
-    /// Congestion control of the TCP sockets to guards (default: the
-    /// kernel's; checked by [`crate::Client::bind`]).
-    pub tcp_congestion: onionlab_transport::tcp::TcpCongestion,
-    /// KIST-like limit on the unsent bytes of each TCP socket to a guard
-    /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
-    pub unsent_limit: Option<u32>,
-    /// Whether Linux paces each TCP socket to a guard (`tcp_pacing`).
-    pub tcp_pacing: bool,
-    /// The dtls-utcp transport's user-space TCP per lane.
-    pub utcp_tcp: onionlab_transport::utcp::LaneTcp,
+    /// How the client makes its links to guards: the transport (default
+    /// TLS only), the handshake bound, and each transport's settings (the
+    /// `[link]` section of its configuration file; the TCP congestion
+    /// control the kernel's unless set, checked by
+    /// [`crate::Client::bind`]).
+    pub link: onionlab_transport::LinkSettings,
 }
 
 impl ClientSettings {
@@ -150,14 +136,7 @@ impl ClientSettings {
             stream_retries: DEFAULT_STREAM_RETRIES,
             relay_failure_avoidance: DEFAULT_RELAY_FAILURE_AVOIDANCE,
             scheduler: SchedulerKind::default(),
-            transport: onionlab_transport::Choice::Only(onionlab_transport::TransportKind::TLS),
-            quic: onionlab_transport::quic::QuicSettings::default(),
-            pctcp: onionlab_transport::pctcp::PctcpSettings::default(),
-            link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
-            tcp_congestion: onionlab_transport::tcp::TcpCongestion::System,
-            unsent_limit: None,
-            tcp_pacing: false,
-            utcp_tcp: Default::default(),
+            link: onionlab_transport::LinkSettings::tls_only(),
         }
     }
 
@@ -168,7 +147,8 @@ impl ClientSettings {
     ///
     /// # Errors
     ///
-    /// [`Error::Setting`] for a malformed `tcp_congestion`.
+    /// None today (the file's values were checked when it was read); kept
+    /// fallible for settings checked against the machine.
     pub fn from_config(config: &ClientConfig, network: NetworkDocument) -> Result<Self> {
         let mut s = ClientSettings::new(config.socks_listen, network);
         s.network_refresh = refresh_interval(config.network_refresh_s);
@@ -186,19 +166,7 @@ impl ClientSettings {
             usize::try_from(config.max_socks_connections).unwrap_or(usize::MAX);
         s.stream_retries = config.stream_retries;
         s.relay_failure_avoidance = Duration::from_secs(config.relay_failure_avoidance_s);
-        s.transport = config.transport;
-        s.quic.congestion = config.quic_congestion.into();
-        s.quic.keep_alive = Duration::from_millis(config.quic_keep_alive_ms);
-        s.quic.initial_mtu = config.quic_initial_mtu;
-        s.pctcp.max_lanes = usize::try_from(config.pctcp_max_lanes).unwrap_or(usize::MAX);
-        s.quic.idle_timeout = Duration::from_millis(config.quic_idle_timeout_ms);
-        s.link_handshake_timeout = Duration::from_millis(config.link_handshake_timeout_ms);
-        s.tcp_congestion =
-            onionlab_transport::tcp::TcpCongestion::parse(config.tcp_congestion_name())
-                .map_err(|e| Error::Setting(format!("tcp_congestion: {e}")))?;
-        s.unsent_limit = config.channel_unsent_limit;
-        s.tcp_pacing = config.tcp_pacing;
-        s.utcp_tcp = config.utcp.lane_tcp().map_err(Error::Setting)?;
+        s.link = config.link.clone();
         Ok(s)
     }
 

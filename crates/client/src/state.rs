@@ -371,24 +371,24 @@ pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
 /// transport may use them. Fails only if the dtls-utcp UDP socket cannot
 /// be bound.
 fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error> {
-    let quic = settings.transport.uses(EndpointKind::QUIC).then(|| {
-        let mut quic = settings.quic;
-        quic.handshake_timeout = settings.link_handshake_timeout;
-        QuicTransport::client(quic)
-    });
+    let link = &settings.link;
+    let quic = link
+        .transport
+        .uses(EndpointKind::QUIC)
+        .then(|| QuicTransport::client(link.quic_settings()));
     let tcp = TlsTransport::client()
-        .with_handshake_timeout(settings.link_handshake_timeout)
-        .with_tcp_congestion(settings.tcp_congestion.clone())
-        .with_unsent_limit(settings.unsent_limit)
-        .with_tcp_pacing(settings.tcp_pacing)
-        .with_pctcp(settings.pctcp);
-    let utcp = settings.transport.uses(EndpointKind::UTCP).then(|| {
+        .with_handshake_timeout(link.handshake_timeout)
+        .with_tcp_congestion(link.tcp_congestion())
+        .with_unsent_limit(link.tcp.unsent_limit)
+        .with_tcp_pacing(link.tcp.pacing)
+        .with_pctcp(link.pctcp);
+    let utcp = link.transport.uses(EndpointKind::UTCP).then(|| {
         let utcp = UtcpSettings {
-            handshake_timeout: settings.link_handshake_timeout,
-            max_lanes: settings.pctcp.max_lanes,
+            handshake_timeout: link.handshake_timeout,
+            max_lanes: link.pctcp.max_lanes,
             ..UtcpSettings::default()
         }
-        .with_lane_tcp(settings.utcp_tcp.clone());
+        .with_lane_tcp(link.utcp.clone());
         // Any local address: the kernel picks the source per relay.
         let any = std::net::IpAddr::from([0, 0, 0, 0]);
         UtcpTransport::client(any, utcp).map(std::sync::Arc::new)
@@ -404,7 +404,7 @@ fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error
         endpoints = endpoints.with(EndpointKind::UTCP, utcp);
     }
     // A client has every endpoint its choice may use, so this cannot fail.
-    Ok(Connector::new(endpoints, settings.transport)
+    Ok(Connector::new(endpoints, link.transport)
         .expect("a client has the endpoints of its transport"))
 }
 

@@ -18,12 +18,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_netdoc::config::{DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU};
+use onionlab_netdoc::config::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
+use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
 use onionlab_transport::endpoint::EndpointKind;
-use onionlab_transport::Choice as TransportChoice;
+use onionlab_transport::tcp::TcpCongestion;
+use onionlab_transport::utcp::LaneCongestion;
+use onionlab_transport::{Choice as TransportChoice, LinkSettings};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -93,6 +96,10 @@ pub enum RunError {
     /// A node did not start.
     #[error("{0}")]
     Start(String),
+    /// A variant's node configuration could not be made (its values are
+    /// checked when the scenario is read, so this is a lab bug).
+    #[error("node configuration: {0}")]
+    Config(String),
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
@@ -285,18 +292,18 @@ pub struct UtcpParity {
 }
 
 impl UtcpParity {
-    /// The lanes of a variant's node on `host` ([`utcp_table`]; checked
-    /// when the scenario was read).
+    /// The lanes of a variant's node on `host` ([`link_settings`];
+    /// checked when the scenario was read).
     pub fn for_variant(variant: &Variant, host: &str) -> Self {
-        let utcp = crate::scenario::relay_settings_config(&utcp_line(variant, host))
-            .map(|c| c.utcp)
+        let utcp = link_settings(variant, host)
+            .map(|l| l.utcp)
             .unwrap_or_default();
         UtcpParity {
             congestion: format!("{:?}", utcp.congestion).to_lowercase(),
             max_segment: utcp.max_segment as u32,
             rx_buffer: utcp.rx_buffer as u32,
             tx_buffer: utcp.tx_buffer as u32,
-            ack_delay_ms: utcp.ack_delay_ms,
+            ack_delay_ms: utcp.ack_delay.map_or(0, |d| d.as_millis() as u64),
             initial_window_bytes: 2048,
             min_rto_ms: 1000,
             sack: "receiver sends one block; sender ignores SACK (no SACK recovery)".into(),
@@ -766,118 +773,146 @@ pub fn network_params(variant: &Variant) -> onionlab_netdoc::NetworkParams {
     params
 }
 
-/// `client.toml` lines for a client's paths under a variant of `legs`
-/// legs: its first `legs` pinned legs (`paths`) or its pinned path, and
-/// `legs` for random legs.
-pub fn client_path_lines(c: &crate::scenario::ClientSpec, legs: usize) -> String {
-    let list = |path: &[String]| {
-        let hops: Vec<String> = path.iter().map(|h| format!("\"{h}\"")).collect();
-        format!("[{}]", hops.join(", "))
-    };
+/// A client's paths under a variant of `legs` legs: its first `legs`
+/// pinned legs (`paths`) or its pinned path, and `legs` for random legs.
+pub fn set_client_paths(cfg: &mut ClientConfig, c: &crate::scenario::ClientSpec, legs: usize) {
     match (&c.paths, c.first_path()) {
         (Some(pinned), _) if legs > 1 => {
-            let legs: Vec<String> = pinned.iter().take(legs).map(|p| list(p)).collect();
-            format!("paths = [{}]\n", legs.join(", "))
+            cfg.paths = Some(pinned.iter().take(legs).cloned().collect());
         }
-        (_, Some(path)) => format!("path = {}\n", list(path)),
-        (_, None) if legs > 1 => format!("legs = {legs}\n"),
-        (_, None) => String::new(),
+        (_, Some(path)) => cfg.path = Some(path.to_vec()),
+        (_, None) if legs > 1 => cfg.legs = legs,
+        (_, None) => {}
     }
 }
 
-/// The `transport`, `quic_congestion`, `quic_initial_mtu`, `utcp`,
-/// `tcp_congestion` and `tcp_pacing` lines of the configuration of a node
-/// on `host` for a variant (no QUIC or dtls-utcp lines for transports that
-/// do not use them, no `tcp_pacing` line unless it is on). QUIC's first packets and dtls-utcp's segments fill the links'
-/// MTU as TCP's do ([`quic_initial_mtu`], [`utcp_table`]).
-pub fn transport_config_lines(variant: &Variant, host: &str) -> String {
-    let mut lines = format!(
-        "transport = \"{}\"\ntcp_congestion = \"{}\"\n",
-        variant.transport,
-        variant.tcp_congestion_of(host)
-    );
-    if variant.tcp_pacing {
-        lines.push_str("tcp_pacing = true\n");
-    }
+/// The `[link]` section of a variant's node on `host`: the variant's
+/// transport, TCP congestion control ([`Variant::tcp_congestion_of`]) and
+/// pacing; for QUIC transports its congestion control and first packets
+/// that fill the links' MTU ([`quic_initial_mtu`]); for dtls-utcp lanes
+/// with the node's TCP congestion control (so dtls-utcp and pctcp run
+/// the same algorithm; the scenario refuses one smoltcp lacks) and
+/// segments that fill the links' MTU (less the IPv4 and UDP headers and a
+/// DTLS record's overhead). The scenario's `[relay_settings.link]` is set
+/// over it last, so it may change what the matrix does not set.
+///
+/// # Errors
+///
+/// A message naming the bad value (checked when the scenario was read).
+pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, String> {
+    let mut link = LinkSettings {
+        transport: variant.transport,
+        ..LinkSettings::default()
+    };
+    let tcp = variant.tcp_congestion_of(host);
+    link.tcp.congestion = Some(TcpCongestion::parse(tcp)?);
+    link.tcp.pacing = variant.tcp_pacing;
     if variant.transport.uses(EndpointKind::QUIC) {
-        lines.push_str(&format!(
-            "quic_congestion = \"{}\"\nquic_initial_mtu = {}\n",
-            variant.congestion,
-            quic_initial_mtu(variant.topology.mtu)
-        ));
+        link.quic.congestion = variant.congestion.parse()?;
+        link.quic.initial_mtu = quic_initial_mtu(variant.topology.mtu);
     }
     if variant.transport.uses(EndpointKind::UTCP) {
-        lines.push_str(&utcp_line(variant, host));
+        link.utcp.congestion = match tcp {
+            "reno" => LaneCongestion::Reno,
+            _ => LaneCongestion::Cubic,
+        };
+        let segment = variant
+            .topology
+            .mtu
+            .saturating_sub(28 + onionlab_transport::utcp::RECORD_OVERHEAD as u32)
+            .clamp(100, 65_000);
+        link.utcp.max_segment = segment as usize;
     }
-    lines
-}
-
-/// [`utcp_table`] as one configuration line (an inline table, so the
-/// lines after it stay top-level keys).
-pub(crate) fn utcp_line(variant: &Variant, host: &str) -> String {
-    let fields: Vec<String> = utcp_table(variant, host)
-        .iter()
-        .map(|(k, v)| format!("{k} = {v}"))
-        .collect();
-    format!("utcp = {{ {} }}\n", fields.join(", "))
-}
-
-/// The `utcp` table of a variant's node on `host`: the scenario's (from
-/// `[relay_settings]`), with the kernel TCP's congestion control of that
-/// node (`tcp_congestion`, so that dtls-utcp and pctcp run the same
-/// algorithm; the scenario refuses one smoltcp lacks) and segments that
-/// fill the links' MTU (less the IPv4 and UDP headers and a DTLS record's
-/// overhead) unless the scenario sets them.
-pub fn utcp_table(variant: &Variant, host: &str) -> toml::Table {
-    let mut t = variant.utcp.clone();
-    let congestion = variant.tcp_congestion_of(host).to_string();
-    t.entry("congestion")
-        .or_insert_with(|| toml::Value::String(congestion));
-    let segment = variant
-        .topology
-        .mtu
-        .saturating_sub(28 + onionlab_transport::utcp::RECORD_OVERHEAD as u32)
-        .clamp(100, 65_000);
-    t.entry("max_segment")
-        .or_insert_with(|| toml::Value::Integer(i64::from(segment)));
-    t
+    let Some(extra) = variant
+        .relay_settings
+        .get("link")
+        .and_then(toml::Value::as_table)
+    else {
+        link.check().map_err(|e| e.to_string())?;
+        return Ok(link);
+    };
+    let mut table = toml::Table::try_from(&link).map_err(|e| e.to_string())?;
+    onionlab_netdoc::config::merge_tables(&mut table, extra);
+    let link: LinkSettings = table
+        .try_into()
+        .map_err(|e: toml::de::Error| e.to_string())?;
+    link.check().map_err(|e| e.to_string())?;
+    Ok(link)
 }
 
 /// The QUIC UDP payload that fills a link of `mtu` bytes (less the IPv4
-/// and UDP headers), within what QUIC and our configuration accept.
+/// and UDP headers), within what QUIC accepts.
 pub fn quic_initial_mtu(mtu: u32) -> u16 {
     let payload = mtu.saturating_sub(28);
-    u16::try_from(payload)
-        .unwrap_or(u16::MAX)
-        .clamp(DEFAULT_QUIC_INITIAL_MTU, MAX_QUIC_INITIAL_MTU)
+    u16::try_from(payload).unwrap_or(u16::MAX).clamp(
+        onionlab_transport::quic::DEFAULT_INITIAL_MTU,
+        onionlab_transport::quic::MAX_INITIAL_MTU,
+    )
 }
 
-/// A relay's `relay.toml` for a variant; with a QUIC transport its QUIC
-/// endpoint listens on the TLS address's port over UDP (`quic_listen`).
-/// Exits refuse private addresses except `servers`, the workload servers
-/// the lab starts (`exit_allow_private`).
-pub fn relay_config_text(
+/// A relay's configuration for a variant; with a QUIC transport its QUIC
+/// endpoint listens on the TLS address's port over UDP (`quic_listen`),
+/// with dtls-utcp its endpoint too (`utcp_listen`). Exits refuse private
+/// addresses except `servers`, the workload servers the lab starts
+/// (`exit_allow_private`). The scenario's `[relay_settings]` is set over
+/// it.
+///
+/// # Errors
+///
+/// [`RunError::Netdoc`] for values a relay would refuse (checked when the
+/// scenario was read).
+pub fn relay_config(
     nickname: &str,
     addr: SocketAddr,
     network_key_hex: &str,
     variant: &Variant,
     servers: &[SocketAddr],
-) -> String {
-    let mut config = format!(
-        "nickname = \"{nickname}\"\nkeys = \"keys.secret\"\nlisten = \"{addr}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\nscheduler = \"{}\"\nexit_packaging = \"{}\"\n",
-        variant.scheduler, variant.exit_packaging
-    );
+) -> Result<RelayConfig, RunError> {
+    let network = NetworkSource::File("../network.doc".into());
+    let mut cfg = RelayConfig::new(
+        nickname,
+        "keys.secret".into(),
+        addr,
+        network,
+        network_key_hex,
+    )?;
+    cfg.scheduler = variant.scheduler.parse().map_err(RunError::Config)?;
+    cfg.exit_packaging = variant.exit_packaging;
     if variant.transport.uses(EndpointKind::QUIC) {
-        config.push_str(&format!("quic_listen = \"{addr}\"\n"));
+        cfg.quic_listen = Some(addr);
     }
     if variant.transport.uses(EndpointKind::UTCP) {
-        config.push_str(&format!("utcp_listen = \"{addr}\"\n"));
+        cfg.utcp_listen = Some(addr);
     }
-    config.push_str(&transport_config_lines(variant, nickname));
-    config.push_str(&variant.relay_settings);
-    let allowed: Vec<String> = servers.iter().map(|a| format!("\"{a}\"")).collect();
-    config.push_str(&format!("exit_allow_private = [{}]\n", allowed.join(", ")));
-    config
+    let allowed: Vec<String> = servers.iter().map(ToString::to_string).collect();
+    cfg.exit_allow_private = PrivateTargets::parse(&allowed)?;
+    let cfg = cfg.with_overrides(&variant.relay_settings, "[relay_settings]")?;
+    let link = link_settings(variant, nickname).map_err(RunError::Config)?;
+    Ok(RelayConfig { link, ..cfg })
+}
+
+/// A client's configuration for a variant: SOCKS on the client host's
+/// loopback, its paths ([`set_client_paths`]), `path_seed` and
+/// circuit build timeout, and its `[link]` ([`link_settings`]).
+///
+/// # Errors
+///
+/// As [`relay_config`].
+pub fn client_config(
+    c: &crate::scenario::ClientSpec,
+    variant: &Variant,
+    network_key_hex: &str,
+    path_seed: u64,
+    build_timeout: Duration,
+) -> Result<ClientConfig, RunError> {
+    let socks = SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT));
+    let network = NetworkSource::File("../network.doc".into());
+    let mut cfg = ClientConfig::new(socks, network, network_key_hex)?;
+    cfg.circuit_build_timeout_ms = build_timeout.as_millis().min(60_000) as u64;
+    set_client_paths(&mut cfg, c, variant.legs);
+    cfg.path_seed = Some(path_seed);
+    cfg.link = link_settings(variant, &c.host).map_err(RunError::Config)?;
+    Ok(cfg)
 }
 
 /// Files and addresses of one repetition's network.
@@ -926,9 +961,9 @@ fn write_network(
         let rdir = dir.join(&r.host);
         fs::create_dir_all(&rdir).map_err(io_err("creating a relay directory"))?;
         onionlab_netdoc::keys::save_relay_keys(&rdir.join("keys.secret"), &keys)?;
-        let config = relay_config_text(&r.host, addr, &network_key_hex, variant, &servers);
+        let config = relay_config(&r.host, addr, &network_key_hex, variant, &servers)?;
         let path = rdir.join("relay.toml");
-        fs::write(&path, config).map_err(io_err("writing a relay config"))?;
+        fs::write(&path, config.to_toml()?).map_err(io_err("writing a relay config"))?;
         relay_configs.push((r.host.clone(), path, addr));
     }
     let now = onionlab_netdoc::unix_now();
@@ -950,15 +985,15 @@ fn write_network(
     for (i, c) in variant.active_clients(&scenario.clients).iter().enumerate() {
         let cdir = dir.join(&c.name);
         fs::create_dir_all(&cdir).map_err(io_err("creating a client directory"))?;
-        let mut config = format!(
-            "socks_listen = \"127.0.0.1:{SOCKS_PORT}\"\nnetwork = \"../network.doc\"\nnetwork_key = \"{network_key_hex}\"\ncircuit_build_timeout_ms = {}\n",
-            scenario.transfer_timeout.as_millis().min(60_000)
-        );
-        config.push_str(&transport_config_lines(variant, &c.host));
-        config.push_str(&client_path_lines(c, variant.legs));
-        config.push_str(&format!("path_seed = {}\n", client_path_seed(seed, i)));
+        let config = client_config(
+            c,
+            variant,
+            &network_key_hex,
+            client_path_seed(seed, i),
+            scenario.transfer_timeout,
+        )?;
         let path = cdir.join("client.toml");
-        fs::write(&path, config).map_err(io_err("writing a client config"))?;
+        fs::write(&path, config.to_toml()?).map_err(io_err("writing a client config"))?;
         client_configs.push((c.name.clone(), c.host.clone(), path));
     }
     Ok(Layout {

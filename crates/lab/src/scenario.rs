@@ -128,11 +128,13 @@
 //! Errors name the file, line and column.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
+use onionlab_netdoc::ConfigFile;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, HostUpdate, LossModel, PathUpdate, QueueLimit, Rate, Topology};
 use onionlab_transport::endpoint::EndpointKind;
@@ -229,7 +231,7 @@ struct RawScenario {
     // defines; errors point at the table's header line instead.
     report: Option<ReportSettings>,
     #[serde(default)]
-    relay_settings: Option<Spanned<toml::Table>>,
+    relay_settings: Option<toml::Table>,
     #[serde(default)]
     ctor: Option<Spanned<RawCtor>>,
 }
@@ -352,8 +354,8 @@ fn torrc_lines(lines: &[String], what: &str) -> std::result::Result<Vec<String>,
 /// draining): `transfer_timeout` must leave at least this much.
 const STREAM_MARGIN: Duration = Duration::from_secs(10);
 
-/// Settings the lab writes itself into every `relay.toml`: a scenario's
-/// `[relay_settings]` may not set them (the matrix does).
+/// Settings the lab writes itself into every `relay.toml`, as key paths:
+/// a scenario's `[relay_settings]` may not set them (the matrix does).
 const LAB_RELAY_SETTINGS: &[&str] = &[
     "nickname",
     "keys",
@@ -364,71 +366,74 @@ const LAB_RELAY_SETTINGS: &[&str] = &[
     "exit_packaging",
     "quic_listen",
     "utcp_listen",
-    "transport",
-    "quic_congestion",
-    "quic_initial_mtu",
-    "tcp_congestion",
-    "tcp_pacing",
     "exit_allow_private",
+    "link.transport",
+    "link.quic.congestion",
+    "link.quic.initial_mtu",
+    "link.tcp.congestion",
+    "link.tcp.pacing",
 ];
 
-/// A scenario's `[relay_settings]` as `relay.toml` lines, checked now:
-/// the lab's own keys are refused, and the lines must make a valid
-/// relay configuration (unknown keys, wrong types and ranges are errors
-/// here, not when the relays start). Its `utcp` table is returned apart:
-/// the lab writes it, completed, to relays and clients alike
-/// ([`crate::run::utcp_table`]).
-fn relay_settings(
-    ctx: &Ctx<'_>,
-    raw: Option<&Spanned<toml::Table>>,
-) -> Result<(String, toml::Table)> {
+/// A scenario's `[relay_settings]`, checked now: the lab's own keys are
+/// refused, and the table set over a relay configuration must make a
+/// valid one (unknown keys, wrong types and ranges are errors here, not
+/// when the relays start). Its `[link]` part goes to clients too
+/// ([`crate::run::link_settings`]).
+fn relay_settings(ctx: &Ctx<'_>, raw: Option<&toml::Table>, src: &str) -> Result<toml::Table> {
     let Some(table) = raw else {
-        return Ok((String::new(), toml::Table::new()));
+        return Ok(toml::Table::new());
     };
-    let span = table.span();
-    if let Some(key) = table
-        .get_ref()
-        .keys()
-        .find(|k| LAB_RELAY_SETTINGS.contains(&k.as_str()))
-    {
+    let span = table_header_span(src, "relay_settings");
+    let set = |path: &str| {
+        let mut at = Some(table);
+        let mut keys = path.split('.').peekable();
+        while let Some(key) = keys.next() {
+            let value = at.and_then(|t| t.get(key));
+            if keys.peek().is_none() {
+                return value.is_some();
+            }
+            at = value.and_then(toml::Value::as_table);
+        }
+        false
+    };
+    if let Some(key) = LAB_RELAY_SETTINGS.iter().find(|k| set(k)) {
         return Err(ctx.err(
             span,
             format!("[relay_settings] may not set {key:?}: the lab writes it (use the matrix)"),
         ));
     }
-    let whole = toml::to_string(table.get_ref())
-        .map_err(|e| ctx.err(span.clone(), format!("[relay_settings]: {e}")))?;
-    relay_settings_config(&whole)
-        .map_err(|e| ctx.err(span.clone(), format!("[relay_settings]: {e}")))?;
-    let mut rest = table.get_ref().clone();
-    let utcp = match rest.remove("utcp") {
-        Some(toml::Value::Table(t)) => t,
-        _ => toml::Table::new(),
-    };
-    let lines =
-        toml::to_string(&rest).map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
-    Ok((lines, utcp))
+    relay_settings_config(table).map_err(|e| ctx.err(span, format!("[relay_settings]: {e}")))?;
+    Ok(table.clone())
 }
 
-/// A relay configuration with `lines` (a scenario's `[relay_settings]`)
-/// and placeholders for what the lab writes: what those lines set.
+/// A relay configuration with placeholders for what the lab writes and
+/// `settings` (a scenario's `[relay_settings]`) set over it.
 pub(crate) fn relay_settings_config(
-    lines: &str,
+    settings: &toml::Table,
 ) -> std::result::Result<onionlab_netdoc::RelayConfig, onionlab_netdoc::Error> {
-    let probe = format!(
-        "nickname = \"probe\"\nkeys = \"k\"\nlisten = \"127.0.0.1:1\"\nnetwork = \"n\"\nnetwork_key = \"{}\"\n{lines}",
-        "0".repeat(64)
-    );
-    onionlab_netdoc::RelayConfig::from_toml_str(&probe, "[relay_settings]", Path::new("/"))
+    onionlab_netdoc::RelayConfig::new(
+        "probe",
+        "k".into(),
+        SocketAddr::from(([127, 0, 0, 1], 1)),
+        onionlab_netdoc::NetworkSource::File("n".into()),
+        &"0".repeat(64),
+    )?
+    .with_overrides(settings, "[relay_settings]")
 }
 
-/// The span of the scenario's first `[report` table header (`[report]` or
-/// `[report.labels]`), for errors in the report settings.
-fn report_header_span(src: &str) -> std::ops::Range<usize> {
+/// The span of the scenario's first header of table `name` or of one of
+/// its subtables (`[report]` or `[report.labels]`), for errors in its
+/// settings. (toml's `Spanned` cannot take a table defined only through
+/// its subtables' headers.)
+fn table_header_span(src: &str, name: &str) -> std::ops::Range<usize> {
     let mut offset = 0;
     for line in src.split_inclusive('\n') {
         let trimmed = line.trim();
-        if trimmed.starts_with("[report]") || trimmed.starts_with("[report.") {
+        let named = trimmed
+            .strip_prefix('[')
+            .and_then(|t| t.strip_prefix(name))
+            .is_some_and(|rest| rest.starts_with(']') || rest.starts_with('.'));
+        if named {
             return offset..offset + trimmed.len();
         }
         offset += line.len();
@@ -628,13 +633,10 @@ pub struct Scenario {
     pub clients: Vec<ClientSpec>,
     /// Servers.
     pub servers: Vec<ServerSpec>,
-    /// Settings written into every relay's `relay.toml` (the scenario's
-    /// `[relay_settings]`, as TOML lines), such as Torchestra's
-    /// thresholds.
-    pub relay_settings: String,
-    /// The `utcp` table of `[relay_settings]` (dtls-utcp's lanes), which
-    /// the lab completes and writes to relays and clients.
-    pub utcp: toml::Table,
+    /// Settings set over every relay's `relay.toml` (the scenario's
+    /// `[relay_settings]`), such as Torchestra's thresholds; its `[link]`
+    /// part over every client's too.
+    pub relay_settings: toml::Table,
     /// Workloads, as written (sizes may be replaced by a variant).
     pub workloads: Vec<Workload>,
     /// The matrix: parameter name and its values, in name order.
@@ -706,11 +708,9 @@ pub struct Variant {
     pub topology: Topology,
     /// The workloads with this variant's changes.
     pub workloads: Vec<Workload>,
-    /// The scenario's `[relay_settings]` lines, written into every
-    /// `relay.toml`.
-    pub relay_settings: String,
-    /// The scenario's `[relay_settings]` `utcp` table.
-    pub utcp: toml::Table,
+    /// The scenario's `[relay_settings]`, set over every `relay.toml`
+    /// (its `[link]` part over every `client.toml` too).
+    pub relay_settings: toml::Table,
 }
 
 impl Variant {
@@ -897,7 +897,7 @@ impl Scenario {
                 }
             }
         };
-        let (relay_settings, utcp) = relay_settings(&ctx, raw.relay_settings.as_ref())?;
+        let relay_settings = relay_settings(&ctx, raw.relay_settings.as_ref(), src)?;
         let (ctor_relay_torrc, ctor_client_torrc, ctor_consensus_params) = match &raw.ctor {
             None => (Vec::new(), Vec::new(), Vec::new()),
             Some(c) => {
@@ -1190,7 +1190,7 @@ impl Scenario {
         let report = raw.report.unwrap_or_default();
         report
             .check(&matrix)
-            .map_err(|m| ctx.err(report_header_span(src), m))?;
+            .map_err(|m| ctx.err(table_header_span(src, "report"), m))?;
 
         let congestion_span = ["congestion", "tcp_congestion"]
             .iter()
@@ -1215,7 +1215,6 @@ impl Scenario {
             exclude,
             report,
             relay_settings,
-            utcp,
             ctor_relay_torrc,
             ctor_client_torrc,
             ctor_consensus_params,
@@ -1394,9 +1393,9 @@ impl Scenario {
         Ok(())
     }
 
-    /// The `utcp` line the lab writes for every dtls-utcp variant and
-    /// node ([`crate::run::utcp_table`]) must make a valid configuration,
-    /// with a congestion control smoltcp has (Cubic or Reno).
+    /// The `[link.utcp]` section the lab writes for every dtls-utcp
+    /// variant and node ([`crate::run::link_settings`]) must be valid, with
+    /// a congestion control smoltcp has (Cubic or Reno).
     fn check_utcp(&self) -> std::result::Result<(), String> {
         let hosts: Vec<&str> = self
             .relays
@@ -1417,7 +1416,7 @@ impl Scenario {
                         v.label
                     ));
                 }
-                relay_settings_config(&crate::run::utcp_line(&v, host)).map_err(|e| {
+                crate::run::link_settings(&v, host).map_err(|e| {
                     format!(
                         "the lab's dtls-utcp settings for {host} in {:?}: {e}",
                         v.label
@@ -1479,7 +1478,6 @@ impl Scenario {
             workloads: self.workloads.clone(),
             params: Vec::new(),
             relay_settings: self.relay_settings.clone(),
-            utcp: self.utcp.clone(),
         };
         for (key, value) in &params {
             // Values were checked when the file was read.

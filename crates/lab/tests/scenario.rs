@@ -445,7 +445,7 @@ fn kernel_tcp_settings_are_matrix_parameters() {
 /// nothing when off; C tor variants refuse it.
 #[test]
 fn tcp_pacing_is_a_matrix_parameter_for_onionlab_nodes() {
-    use onionlab_lab::run::transport_config_lines;
+    use onionlab_lab::run::link_settings;
     let s = parse(&format!(
         "{BASE}\n[matrix]\ntcp_pacing = [\"off\", \"on\"]\n"
     ))
@@ -453,8 +453,8 @@ fn tcp_pacing_is_a_matrix_parameter_for_onionlab_nodes() {
     let v = s.variants();
     assert_eq!(v[1].label, "tcp_pacing=on");
     for host in ["guard", "client"] {
-        assert!(!transport_config_lines(&v[0], host).contains("tcp_pacing"));
-        assert!(transport_config_lines(&v[1], host).contains("tcp_pacing = true\n"));
+        assert!(!link_settings(&v[0], host).expect("valid").tcp.pacing);
+        assert!(link_settings(&v[1], host).expect("valid").tcp.pacing);
     }
     assert!(!parse(BASE).expect("valid").variants()[0].tcp_pacing);
     assert_error(
@@ -576,8 +576,9 @@ fn host_rates_and_queues_are_matrix_parameters() {
 
 #[test]
 fn configs_follow_the_transport() {
-    use onionlab_lab::run::{relay_addresses, relay_config_text, transport_config_lines};
-    use onionlab_netdoc::config::{Congestion, RelayConfig, TransportChoice};
+    use onionlab_lab::run::{relay_addresses, relay_config};
+    use onionlab_netdoc::config::{ConfigFile, Congestion, RelayConfig, TransportChoice};
+    use onionlab_transport::tcp::TcpCongestion;
 
     let key = {
         use rand::SeedableRng;
@@ -598,42 +599,40 @@ fn configs_follow_the_transport() {
             })
             .collect();
         let server: std::net::SocketAddr = "10.77.0.9:8000".parse().expect("addr");
-        let cfg = RelayConfig::from_toml_str(
-            &relay_config_text("guard", addr, &key, &v, &[server]),
-            "r",
-            Path::new("."),
-        )
-        .unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        let written = relay_config("guard", addr, &key, &v, &[server])
+            .unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        let text = written.to_toml().expect("written");
+        let cfg = RelayConfig::from_toml_str(&text, "r", Path::new(""))
+            .unwrap_or_else(|e| panic!("{}: {e}", v.label));
+        assert_eq!(cfg, written, "{text}");
         // Exits reach the lab's servers and no other private address.
         assert!(cfg.exit_reject_private);
         assert!(cfg.exit_allow_private.contains(server));
         assert!(!cfg
             .exit_allow_private
             .contains("10.77.0.9:8001".parse().expect("addr")));
-        assert_eq!(cfg.transport, v.transport);
+        assert_eq!(cfg.link.transport, v.transport);
         assert_eq!(cfg.listen, addr);
         if v.transport == "tls" {
             assert_eq!(names, ["tls"]);
             assert_eq!(cfg.quic_listen, None);
             assert_eq!(
-                cfg.transport,
+                cfg.link.transport,
                 "tls".parse::<TransportChoice>().expect("tls")
             );
+            // No QUIC settings for a transport without QUIC.
+            assert!(!text.contains("[link.quic]"), "{text}");
         } else {
             assert_eq!(names, ["tls", "quic"]);
             assert_eq!(cfg.quic_listen, Some(addr));
-            assert_eq!(cfg.quic_congestion, Congestion::NewReno);
+            assert_eq!(cfg.link.quic.congestion, Congestion::NewReno);
             // The topology's MTU (1500) less IPv4 and UDP headers.
-            assert_eq!(cfg.quic_initial_mtu, 1472);
+            assert_eq!(cfg.link.quic.initial_mtu, 1472);
         }
-        let lines = transport_config_lines(&v, "guard");
-        assert!(lines.contains(&format!("transport = \"{}\"", v.transport)));
         // Kernel TCP matches QUIC's NewReno, whatever the transport.
-        assert!(lines.contains("tcp_congestion = \"reno\""), "{lines}");
-        assert_eq!(cfg.tcp_congestion_name(), "reno");
         assert_eq!(
-            lines.contains("quic_congestion = \"newreno\""),
-            v.transport != "tls"
+            cfg.link.tcp.congestion,
+            Some(TcpCongestion::Named("reno".into()))
         );
     }
 }
@@ -783,28 +782,30 @@ fn report_settings_name_and_compare_the_variants() {
 /// are errors naming the file.
 #[test]
 fn relay_settings_are_checked_and_written() {
-    use onionlab_lab::run::relay_config_text;
-    use onionlab_netdoc::config::RelayConfig;
+    use onionlab_lab::run::relay_config;
+    use onionlab_netdoc::config::{ConfigFile, RelayConfig};
     let text = format!(
-        "{BASE}\n[relay_settings]\ntorchestra_thresh_light = 0.4\ntorchestra_window_ms = 500\n\n[matrix]\ntransport = [\"torchestra\"]\n"
+        "{BASE}\n[relay_settings]\ntorchestra = {{ thresh_light = 0.4, window_ms = 500 }}\nlink.quic.keep_alive_ms = 1000\n\n[matrix]\ntransport = [\"torchestra\"]\n"
     );
     let v = parse(&text).expect("valid").variants().remove(0);
     let key = "0".repeat(64);
     let addr: std::net::SocketAddr = "10.77.0.3:9001".parse().expect("addr");
-    let cfg = RelayConfig::from_toml_str(
-        &relay_config_text("guard", addr, &key, &v, &[]),
-        "r",
-        Path::new("."),
-    )
-    .expect("a valid relay.toml");
-    assert_eq!(cfg.torchestra_thresh_light.0, 0.4);
-    assert_eq!(cfg.torchestra_window_ms, 500);
-    assert_eq!(cfg.transport.name(), "torchestra");
+    let written = relay_config("guard", addr, &key, &v, &[]).expect("made");
+    let cfg = RelayConfig::from_toml_str(&written.to_toml().expect("text"), "r", Path::new(""))
+        .expect("a valid relay.toml");
+    assert_eq!(cfg, written);
+    assert_eq!(cfg.torchestra.thresh_light, 0.4);
+    assert_eq!(cfg.torchestra.window, std::time::Duration::from_millis(500));
+    assert_eq!(cfg.link.transport.name(), "torchestra");
+    assert_eq!(cfg.link.quic.keep_alive, std::time::Duration::from_secs(1));
     for (bad, needle) in [
-        ("torchestra_thresh_light = 1.5", "not in (0, 1]"),
+        ("torchestra.thresh_light = 1.5", "must be in (0, 1]"),
         ("no_such_setting = 1", "unknown field"),
-        ("transport = \"tls\"", "the lab writes it"),
+        ("link.quic.color = 1", "unknown field"),
+        ("link.transport = \"tls\"", "the lab writes it"),
+        ("link = { tcp = { pacing = true } }", "the lab writes it"),
         ("scheduler = \"ewma\"", "the lab writes it"),
+        ("torchestra_alpha = 0.5", "[torchestra] alpha"),
     ] {
         let text = format!("{BASE}\n[relay_settings]\n{bad}\n");
         match parse(&text) {
@@ -896,24 +897,31 @@ fn dtls_utcp_with_bbr_is_refused_unless_excluded() {
 #[test]
 fn the_lab_writes_dtls_utcp_lanes_at_parity() {
     let text = format!(
-        "{BASE}\n[matrix]\ntransport = [\"dtls-utcp\"]\ncongestion = [\"cubic\", \"newreno\"]\n\n[relay_settings]\nutcp = {{ rx_buffer = 131072 }}\n"
+        "{BASE}\n[matrix]\ntransport = [\"dtls-utcp\"]\ncongestion = [\"cubic\", \"newreno\"]\n\n[relay_settings.link.utcp]\nrx_buffer = 131072\n"
     );
     let s = parse(&text).expect("valid");
-    let lines: Vec<String> = s
+    let lanes: Vec<_> = s
         .variants()
         .iter()
-        .map(|v| onionlab_lab::run::transport_config_lines(v, "client"))
+        .map(|v| {
+            onionlab_lab::run::link_settings(v, "client")
+                .expect("valid")
+                .utcp
+        })
         .collect();
-    // 1500-byte links: 1500 - 28 (IPv4, UDP) - 23 (DTLS record) = 1449.
-    assert!(
-        lines[0]
-            .contains("utcp = { congestion = \"cubic\", max_segment = 1449, rx_buffer = 131072 }"),
-        "{}",
-        lines[0]
-    );
-    assert!(lines[1].contains("congestion = \"reno\""), "{}", lines[1]);
-    // The table is the lab's to write: not repeated among the relay lines.
-    assert!(!s.relay_settings.contains("utcp"), "{}", s.relay_settings);
+    // 1500-byte links: 1500 - 28 (IPv4, UDP) - 23 (DTLS record) = 1449;
+    // the scenario's buffer, to clients too.
+    use onionlab_transport::utcp::LaneCongestion;
+    assert_eq!(lanes[0].congestion, LaneCongestion::Cubic);
+    assert_eq!((lanes[0].max_segment, lanes[0].rx_buffer), (1449, 131_072));
+    assert_eq!(lanes[1].congestion, LaneCongestion::Reno);
+    // The scenario may set what the lab would.
+    let text = text.replace("rx_buffer = 131072", "max_segment = 1200");
+    let v = &parse(&text).expect("valid").variants()[0];
+    let lane = onionlab_lab::run::link_settings(v, "guard")
+        .expect("valid")
+        .utcp;
+    assert_eq!(lane.max_segment, 1200);
 }
 
 /// `transport = "ctor"` makes a C tor variant (TLS channels); a misspelt
@@ -1035,8 +1043,7 @@ fn ctor_scheduler_varies_c_tor_only() {
 #[test]
 fn exit_packaging_is_a_matrix_parameter() {
     use onionlab_circuit::relay::ExitPackaging;
-    use onionlab_lab::run::relay_config_text;
-    use onionlab_netdoc::config::RelayConfig;
+    use onionlab_lab::run::relay_config;
     let matrix =
         "\n[matrix]\ntransport = [\"tls\", \"ctor\"]\nexit_packaging = [\"lazy\", \"eager\"]\n";
     let all = format!("{BASE}{matrix}");
@@ -1062,12 +1069,7 @@ fn exit_packaging_is_a_matrix_parameter() {
         .iter()
         .filter(|v| v.implementation == Implementation::Onionlab)
     {
-        let cfg = RelayConfig::from_toml_str(
-            &relay_config_text("exit", addr, &key, v, &[]),
-            "r",
-            Path::new("."),
-        )
-        .expect("a valid relay.toml");
+        let cfg = relay_config("exit", addr, &key, v, &[]).expect("a valid relay.toml");
         assert_eq!(cfg.exit_packaging, v.exit_packaging);
     }
     // Without the parameter every variant is lazy, C tor's too (ignored).
@@ -1085,7 +1087,23 @@ fn exit_packaging_is_a_matrix_parameter() {
 
 #[test]
 fn legs_and_leg_schedulers_are_matrix_parameters() {
-    use onionlab_lab::run::{client_path_lines, network_params};
+    use onionlab_lab::run::{network_params, set_client_paths};
+    use onionlab_netdoc::config::{ClientConfig, NetworkSource};
+    let blank = || {
+        let network = NetworkSource::File("n".into());
+        ClientConfig::new(
+            "127.0.0.1:1".parse().expect("addr"),
+            network,
+            &"0".repeat(64),
+        )
+        .expect("valid")
+    };
+    let paths_of = |c: &onionlab_lab::scenario::ClientSpec, legs: usize| {
+        let mut cfg = blank();
+        set_client_paths(&mut cfg, c, legs);
+        (cfg.path, cfg.paths, cfg.legs)
+    };
+    let hops = |p: &[&str]| p.iter().map(ToString::to_string).collect::<Vec<_>>();
     let seven = BASE
         .replace(
             "[[relay]]\nhost = \"guard\"\nguard = true\n",
@@ -1112,13 +1130,14 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
         let params = network_params(v);
         assert_eq!(params.cfx_enabled, v.legs > 1, "{}", v.label);
         assert_eq!(params.cfx_scheduler.to_string(), v.params[0].1);
-        let lines = client_path_lines(&s.clients[0], v.legs);
+        let first = hops(&["guard", "middle", "exit"]);
         if v.legs == 1 {
-            assert_eq!(lines, "path = [\"guard\", \"middle\", \"exit\"]\n");
+            assert_eq!(paths_of(&s.clients[0], v.legs), (Some(first), None, 1));
         } else {
+            let second = hops(&["client", "server", "exit"]);
             assert_eq!(
-                lines,
-                "paths = [[\"guard\", \"middle\", \"exit\"], [\"client\", \"server\", \"exit\"]]\n"
+                paths_of(&s.clients[0], v.legs),
+                (None, Some(vec![first, second]), 1)
             );
         }
     }
@@ -1129,8 +1148,8 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
         path: None,
         paths: None,
     };
-    assert_eq!(client_path_lines(&random, 3), "legs = 3\n");
-    assert_eq!(client_path_lines(&random, 1), "");
+    assert_eq!(paths_of(&random, 3), (None, None, 3));
+    assert_eq!(paths_of(&random, 1), (None, None, 1));
 
     for (matrix, needle) in [
         ("legs = [9]", "1 to 8"),

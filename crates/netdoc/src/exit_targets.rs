@@ -143,6 +143,19 @@ impl fmt::Display for PrivateTargets {
     }
 }
 
+impl serde::Serialize for PrivateTargets {
+    /// The entries as strings, as [`PrivateTargets::parse`] takes them.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let rules = self.rules.rules();
+        let mut seq = s.serialize_seq(Some(rules.len()))?;
+        for r in rules {
+            seq.serialize_element(&format!("{}:{}", r.addr, r.ports))?;
+        }
+        seq.end()
+    }
+}
+
 impl<'de> Deserialize<'de> for PrivateTargets {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let entries = Vec::<String>::deserialize(d)?;

@@ -18,7 +18,9 @@
 //! the same UDP port, and dtls-utcp on UDP port `base_port+relays+i`, and
 //! advertises all three (`tls`, `quic`, `utcp`) in the document; its
 //! configuration sets `quic_listen` and `utcp_listen` and leaves
-//! `transport` at `"auto"`.
+//! `link.transport` at `"auto"`. Configurations are written by serialising
+//! [`RelayConfig`] and [`ClientConfig`] values, with only what differs
+//! from the defaults.
 //! The last `exits` relays get the Exit flag and the policy `accept *:*`;
 //! the others `reject *:*`. The non-exit relays get the Guard flag (all
 //! relays do if every relay is an exit).
@@ -33,6 +35,7 @@ use std::path::{Path, PathBuf};
 
 use onionlab_crypto::identity::RelaySecretKeys;
 
+use crate::config::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
 use crate::doc::{
     toml_string, valid_network_name, Flags, NetworkDocument, RelayEntry, TransportAddress,
     TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP,
@@ -297,7 +300,7 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         let config = dir.join("relay.toml");
         let allow = exit.then_some(&opts.exit_allow_private);
         let utcp = SocketAddr::new(addr.ip(), addr.port() + opts.relays as u16);
-        write_text(&config, &relay_toml(&nick, addr, utcp, &key_hex, allow))?;
+        write_text(&config, &relay_toml(&nick, addr, utcp, &key_hex, allow)?)?;
 
         let mut entry = RelayEntry::new(nick.clone(), &secret.public());
         entry.addresses.push(TransportAddress {
@@ -346,7 +349,7 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
 
     let socks = SocketAddr::new(opts.host, opts.socks_port);
     let client_config = out.join("client.toml");
-    write_text(&client_config, &client_toml(socks, &key_hex, &relays))?;
+    write_text(&client_config, &client_toml(socks, &key_hex, &relays)?)?;
     write_text(&out.join("README.txt"), &readme(opts, &relays))?;
 
     Ok(InitSummary {
@@ -376,106 +379,51 @@ fn relay_toml(
     utcp: SocketAddr,
     key_hex: &str,
     exit_allow_private: Option<&PrivateTargets>,
-) -> String {
-    let exit_lines = match exit_allow_private {
-        Some(allow) => {
-            let line = if allow.is_empty() {
-                "# exit_allow_private = []".to_string()
-            } else {
-                format!("exit_allow_private = {allow}")
-            };
-            format!(
-                "\
-# As an exit, refuse private, loopback and link-local addresses and this
+) -> Result<String> {
+    let network = NetworkSource::File(PathBuf::from("../../network.doc"));
+    let mut cfg = RelayConfig::new(nick, PathBuf::from("keys.secret"), listen, network, key_hex)?;
+    cfg.quic_listen = Some(listen);
+    cfg.utcp_listen = Some(utcp);
+    if let Some(allow) = exit_allow_private {
+        cfg.exit_allow_private = allow.clone();
+    }
+    let exit_note = if exit_allow_private.is_some() {
+        "\n\
+# As an exit it refuses private, loopback and link-local addresses and this
 # host's own addresses whatever the exit policy says (the relays' OR ports
-# are refused either way):
-# exit_reject_private = true
-# Private targets allowed anyway (servers run for this network), as
-# ADDR:PORT, for example [\"127.0.0.1:8000\"]:
-{line}
-# exit_max_concurrent_lookups = {lookups}
-# exit_max_pending_connects = {connects}
-",
-                lookups = crate::config::DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS,
-                connects = crate::config::DEFAULT_EXIT_MAX_PENDING_CONNECTS,
-            )
-        }
-        None => String::new(),
+# are refused either way), except those in exit_allow_private (ADDR:PORT,
+# for example [\"127.0.0.1:8000\"]; `network init --allow-private-target`).
+"
+    } else {
+        ""
     };
-    let transports = transport_names();
-    format!(
+    Ok(format!(
         "\
 # onionlab relay configuration, written by `onionlab network init`.
 # Relative paths are relative to this file's directory.
-
-nickname = {nick}
-# Secret identity (Ed25519) and ntor onion (x25519) keys; keep private.
-keys = \"keys.secret\"
-# Address of the TLS transport listener (TCP).
-listen = \"{listen}\"
-# Address of the QUIC endpoint (UDP); remove to run without QUIC.
-quic_listen = \"{listen}\"
-# Address of the dtls-utcp endpoint (UDP); remove to run without it.
-utcp_listen = \"{utcp}\"
-# Transport of the connections this relay opens: \"auto\" (QUIC when the
-# peer advertises it, else or on failure TLS) or one transport without
-# fallback: {transports}.
-transport = \"auto\"
-# QUIC congestion control: \"cubic\", \"newreno\" or \"bbr\".
-quic_congestion = \"cubic\"
-# The signed network document: a file, or a directory URL such as
-# \"http://127.0.0.1:7000/network.doc\".
-network = \"../../network.doc\"
-# Network public key: the document must be signed with it.
-network_key = \"{key_hex}\"
-# Circuit scheduler: \"ewma\" or \"round-robin\".
-scheduler = \"ewma\"
-ewma_half_life_ms = {half_life}
-# Most bytes of cells queued in this relay.
-max_mem_in_queues = {max_mem}
-
-# Timeouts, with their defaults (docs/settings.md explains each and names
-# its C tor counterpart):
-# link_handshake_timeout_ms = {link_hs}
-# quic_keep_alive_ms = {keep_alive}
-# quic_idle_timeout_ms = {idle}
-# exit_connect_timeout_ms = {exit_connect}
-# Denial-of-service limits (C tor's DoS* options; docs/settings.md):
-# dos_max_conns_per_address = {dos_max_conns_per_address}
-# dos_conn_rate = {dos_conn_rate}
-# dos_conn_burst = {dos_conn_burst}
-# dos_max_conns_total = {dos_max_conns_total}
-# dos_max_handshakes = {dos_max_handshakes}
-# dos_create_rate = {dos_create_rate}
-# dos_create_burst = {dos_create_burst}
-# dos_create_min_conns = {dos_create_min_conns}
-# dos_quic_retry_rate = {dos_quic_retry_rate}
-# channel_idle_timeout_ms = {channel_idle}
-{exit_lines}# Log filter (tracing EnvFilter syntax), for example:
-# log = \"info\"
-",
-        link_hs = crate::config::DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS,
-        keep_alive = crate::config::DEFAULT_QUIC_KEEP_ALIVE_MS,
-        idle = crate::config::DEFAULT_QUIC_IDLE_TIMEOUT_MS,
-        exit_connect = crate::config::DEFAULT_EXIT_CONNECT_TIMEOUT_MS,
-        dos_max_conns_per_address = crate::config::DEFAULT_DOS_MAX_CONNS_PER_ADDRESS,
-        dos_conn_rate = crate::config::DEFAULT_DOS_CONN_RATE,
-        dos_conn_burst = crate::config::DEFAULT_DOS_CONN_BURST,
-        dos_max_conns_total = crate::config::DEFAULT_DOS_MAX_CONNS_TOTAL,
-        dos_max_handshakes = crate::config::DEFAULT_DOS_MAX_HANDSHAKES,
-        dos_create_rate = crate::config::DEFAULT_DOS_CREATE_RATE,
-        dos_create_burst = crate::config::DEFAULT_DOS_CREATE_BURST,
-        dos_create_min_conns = crate::config::DEFAULT_DOS_CREATE_MIN_CONNS,
-        dos_quic_retry_rate = crate::config::DEFAULT_DOS_QUIC_RETRY_RATE,
-        channel_idle = crate::config::DEFAULT_CHANNEL_IDLE_TIMEOUT_MS,
-        nick = toml_string(nick),
-        half_life = crate::config::DEFAULT_EWMA_HALF_LIFE_MS,
-        max_mem = crate::config::DEFAULT_MAX_MEM_IN_QUEUES,
-    )
+#
+# keys: the secret identity (Ed25519) and ntor onion (x25519) keys; keep
+# them private. listen: the TLS transport's TCP address; quic_listen and
+# utcp_listen: the QUIC and dtls-utcp endpoints (UDP); remove one to run
+# without it. network: the signed network document, a file or a directory
+# URL such as \"http://127.0.0.1:7000/network.doc\"; it must be signed with
+# network_key.
+#
+# Every other setting is at its default and left out. docs/settings.md
+# lists each with its C tor counterpart: the circuit scheduler, queue
+# memory, timeouts, denial-of-service limits, exit rules, and the [link]
+# section, which says how links are made (`transport`: \"auto\", QUIC when
+# the peer advertises it, else or on failure TLS; or one transport without
+# fallback: {transports}).
+{exit_note}
+{body}",
+        transports = transport_names(),
+        body = cfg.to_toml()?,
+    ))
 }
 
 /// The `client.toml`.
-fn client_toml(socks: SocketAddr, key_hex: &str, relays: &[InitRelay]) -> String {
+fn client_toml(socks: SocketAddr, key_hex: &str, relays: &[InitRelay]) -> Result<String> {
     // An example pinned path for the comment: first guard, a middle, last
     // exit, when there are enough relays.
     let example: Vec<String> = match relays {
@@ -489,63 +437,34 @@ fn client_toml(socks: SocketAddr, key_hex: &str, relays: &[InitRelay]) -> String
         _ => relays.iter().map(|r| r.nickname.clone()).collect(),
     };
     let example: Vec<String> = example.iter().map(|n| toml_string(n)).collect();
-    let transports = transport_names();
-    format!(
+    let network = NetworkSource::File(PathBuf::from("network.doc"));
+    let cfg = ClientConfig::new(socks, network, key_hex)?;
+    Ok(format!(
         "\
 # onionlab client configuration, written by `onionlab network init`.
 # Relative paths are relative to this file's directory.
-
-# Address of the SOCKS5 listener for applications.
-socks_listen = \"{socks}\"
-# The signed network document: a file, or a directory URL such as
-# \"http://127.0.0.1:7000/network.doc\".
-network = \"network.doc\"
-# Network public key: the document must be signed with it.
-network_key = \"{key_hex}\"
-# Pin every circuit to these relays (guard first, exit last), e.g.:
+#
+# socks_listen: the SOCKS5 listener for applications. network: the signed
+# network document, a file or a directory URL such as
+# \"http://127.0.0.1:7000/network.doc\"; it must be signed with network_key.
+#
+# Every other setting is at its default and left out. docs/settings.md
+# lists each with its C tor counterpart, for example:
 # path = [{example}]
-# Multi-path (docs/conflux.md), when the network document has cfx_enabled
-# (`network init --conflux`): circuits per linked set, 1 to 8; also
-# `leg_scheduler`, this end's leg scheduler (default: the document's
-# cfx_scheduler; for example \"round-robin:32\"), and `paths`, pinned
-# legs ending at one exit, instead of `path`.
-# legs = 1
-circuit_build_timeout_ms = {timeout}
-max_circuit_dirtiness_s = {dirtiness}
-build_retries = {retries}
-# Transport of the connections to guards: \"auto\" or {transports};
-# QUIC congestion control: \"cubic\", \"newreno\", \"bbr\".
-transport = \"auto\"
-quic_congestion = \"cubic\"
+#   pins every circuit to these relays, guard first, exit last;
+# legs = 2
+#   multi-path (docs/conflux.md), when the network document has cfx_enabled
+#   (`network init --conflux`): circuits per linked set, 1 to 8; also
+#   leg_scheduler and paths (pinned legs ending at one exit);
+# circuit_build_timeout_ms, max_circuit_dirtiness_s, build_retries,
+# stream_connect_timeout_ms, stream_retries, network_refresh_s, log;
+# [link] transport = \"auto\" (or {transports}) and the transports' sections.
 
-# Timeouts and limits, with their defaults (docs/settings.md explains each
-# and names its C tor counterpart):
-# stream_connect_timeout_ms = {stream_timeout}
-# socks_handshake_timeout_ms = {socks_timeout}
-# max_socks_connections = {max_socks}
-# stream_retries = {stream_retries}
-# relay_failure_avoidance_s = {avoidance}
-# network_refresh_s = {refresh}
-# link_handshake_timeout_ms = {link_hs}
-# quic_keep_alive_ms = {keep_alive}
-# quic_idle_timeout_ms = {idle}
-# Log filter (tracing EnvFilter syntax; `--log` overrides it):
-# log = \"info\"
-",
+{body}",
         example = example.join(", "),
-        stream_timeout = crate::config::DEFAULT_STREAM_CONNECT_TIMEOUT_MS,
-        socks_timeout = crate::config::DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS,
-        max_socks = crate::config::DEFAULT_MAX_SOCKS_CONNECTIONS,
-        stream_retries = crate::config::DEFAULT_STREAM_RETRIES,
-        avoidance = crate::config::DEFAULT_RELAY_FAILURE_AVOIDANCE_S,
-        refresh = crate::config::DEFAULT_NETWORK_REFRESH_S,
-        link_hs = crate::config::DEFAULT_LINK_HANDSHAKE_TIMEOUT_MS,
-        keep_alive = crate::config::DEFAULT_QUIC_KEEP_ALIVE_MS,
-        idle = crate::config::DEFAULT_QUIC_IDLE_TIMEOUT_MS,
-        timeout = crate::config::DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
-        dirtiness = crate::config::DEFAULT_MAX_CIRCUIT_DIRTINESS_S,
-        retries = crate::config::DEFAULT_BUILD_RETRIES,
-    )
+        transports = transport_names(),
+        body = cfg.to_toml()?,
+    ))
 }
 
 /// The `README.txt`.

@@ -32,8 +32,8 @@ pub mod policy;
 pub mod refresh;
 
 pub use config::{
-    load_network, unix_now, ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler,
-    TransportChoice,
+    load_network, unix_now, ClientConfig, ConfigFile, Congestion, NetworkSource, RelayConfig,
+    Scheduler, TransportChoice,
 };
 pub use doc::{
     Flags, NetworkDocument, RelayEntry, TransportAddress, CLOCK_SKEW_ALLOWANCE, DEFAULT_LIFETIME,

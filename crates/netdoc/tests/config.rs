@@ -1,11 +1,17 @@
-//! Relay and client configuration: the transport fields (`quic_listen`,
-//! `transport`, `quic_congestion`), their defaults, and errors for bad values.
+//! Relay and client configuration: the `[link]` section both share
+//! (transport, TCP, QUIC, pctcp, dtls-utcp), the relay's `[torchestra]`,
+//! their defaults, errors for bad values and for keys that moved, and
+//! configurations written by serialising that read back equal.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use onionlab_netdoc::config::{ClientConfig, Congestion, RelayConfig, TransportChoice};
+use onionlab_netdoc::config::{
+    ClientConfig, ConfigFile, Congestion, NetworkSource, RelayConfig, TransportChoice,
+};
+use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::Error;
 use onionlab_transport::endpoint::EndpointKind;
+use onionlab_transport::tcp::TcpCongestion;
 
 /// A valid network public key in hex.
 fn key_hex() -> String {
@@ -48,11 +54,12 @@ fn tls() -> TransportChoice {
 fn defaults() {
     let r = relay("").unwrap();
     assert_eq!(r.quic_listen, None);
-    assert_eq!(r.transport, TransportChoice::Auto);
-    assert_eq!(r.quic_congestion, Congestion::Cubic);
+    assert_eq!(r.link, onionlab_transport::LinkSettings::default());
+    assert_eq!(r.link.transport, TransportChoice::Auto);
+    assert_eq!(r.link.quic.congestion, Congestion::Cubic);
+    assert_eq!(r.torchestra, Default::default());
     let c = client("").unwrap();
-    assert_eq!(c.transport, TransportChoice::Auto);
-    assert_eq!(c.quic_congestion, Congestion::Cubic);
+    assert_eq!(c.link, r.link);
 }
 
 #[test]
@@ -64,10 +71,10 @@ fn every_transport_and_congestion_parses() {
         let name = t.name();
         assert_eq!(t.to_string(), name);
         assert_eq!(name.parse::<TransportChoice>().unwrap(), t);
-        let r = relay(&format!("transport = \"{name}\"\n")).unwrap();
-        assert_eq!(r.transport, t);
-        let c = client(&format!("transport = \"{name}\"\n")).unwrap();
-        assert_eq!(c.transport, t);
+        let r = relay(&format!("[link]\ntransport = \"{name}\"\n")).unwrap();
+        assert_eq!(r.link.transport, t);
+        let c = client(&format!("[link]\ntransport = \"{name}\"\n")).unwrap();
+        assert_eq!(c.link.transport, t);
     }
     assert!(!tls().uses(EndpointKind::QUIC));
     assert!(TransportChoice::Auto.uses(EndpointKind::QUIC));
@@ -78,18 +85,18 @@ fn every_transport_and_congestion_parses() {
     ] {
         assert_eq!(cc.to_string(), name);
         assert_eq!(name.parse::<Congestion>().unwrap(), cc);
-        let r = relay(&format!("quic_congestion = \"{name}\"\n")).unwrap();
-        assert_eq!(r.quic_congestion, cc);
-        let c = client(&format!("quic_congestion = \"{name}\"\n")).unwrap();
-        assert_eq!(c.quic_congestion, cc);
+        let r = relay(&format!("[link.quic]\ncongestion = \"{name}\"\n")).unwrap();
+        assert_eq!(r.link.quic.congestion, cc);
+        let c = client(&format!("link.quic.congestion = \"{name}\"\n")).unwrap();
+        assert_eq!(c.link.quic.congestion, cc);
     }
 }
 
 #[test]
 fn quic_listen() {
-    let r = relay("quic_listen = \"127.0.0.1:9001\"\ntransport = \"quic\"\n").unwrap();
+    let r = relay("quic_listen = \"127.0.0.1:9001\"\n[link]\ntransport = \"quic\"\n").unwrap();
     assert_eq!(r.quic_listen, Some("127.0.0.1:9001".parse().unwrap()));
-    assert_eq!(r.transport.name(), "quic");
+    assert_eq!(r.link.transport.name(), "quic");
     let r = relay("quic_listen = \"[::1]:443\"\n").unwrap();
     assert_eq!(r.quic_listen, Some("[::1]:443".parse().unwrap()));
 }
@@ -97,14 +104,21 @@ fn quic_listen() {
 #[test]
 fn bad_values_are_clear_errors() {
     let cases = [
-        ("transport = \"udp\"\n", "unknown transport `udp`"),
-        ("transport = \"QUIC\"\n", "`quic-conn-per-circuit`"),
-        ("transport = 1\n", "string"),
+        ("link.transport = \"udp\"\n", "unknown transport `udp`"),
+        ("link.transport = \"QUIC\"\n", "`quic-conn-per-circuit`"),
+        ("link.transport = 1\n", "string"),
         (
-            "quic_congestion = \"new-reno\"\n",
+            "link.quic.congestion = \"new-reno\"\n",
             "unknown variant `new-reno`",
         ),
-        ("quic_congestion = \"Cubic\"\n", "newreno"),
+        ("link.quic.congestion = \"Cubic\"\n", "newreno"),
+        ("link.tcp.congestion = \"Cubic\"\n", "kernel algorithm name"),
+        ("link.tcp.unsent_limit = -1\n", ""),
+        ("link.tcp.unsent_limit = 4294967296\n", ""),
+        ("link.tcp.unsent_limit = \"16KiB\"\n", ""),
+        ("link.pctcp = 3\n", "struct"),
+        ("torchestra.alpha = \"high\"\n", "f64"),
+        ("torchestra.gamma = 1\n", "unknown field `gamma`"),
         ("quic_listen = \"localhost\"\n", "invalid socket address"),
         ("quic_listen = \"127.0.0.1\"\n", "invalid socket address"),
         ("quic = true\n", "unknown field `quic`"),
@@ -119,12 +133,32 @@ fn bad_values_are_clear_errors() {
         assert_eq!(line, 6, "{extra}: {err}");
         assert!(message.contains(what), "{extra}: {err}");
     }
-    // A client has no QUIC listener.
+    // Ranges and combinations, checked after parsing, name the setting.
+    for (extra, what) in [
+        ("link.handshake_timeout_ms = 0\n", "handshake_timeout_ms"),
+        ("link.tcp.unsent_limit = 0\n", "unsent_limit"),
+        ("[link.quic]\nkeep_alive_ms = 9000\n", "keep-alive"),
+        ("link.quic.idle_timeout_ms = 100000000\n", "above the limit"),
+        ("link.quic.initial_mtu = 1000\n", "initial MTU"),
+        ("link.pctcp.max_lanes = 0\n", "max_lanes"),
+        ("link.utcp.ack_delay_ms = 2000\n", "ack_delay_ms"),
+        ("torchestra.alpha = 1.5\n", "alpha"),
+        ("torchestra.window_ms = 0\n", "window_ms"),
+    ] {
+        let err = relay(extra).unwrap_err();
+        assert!(
+            matches!(err, Error::Invalid { .. }) && err.to_string().contains(what),
+            "{extra}: {err}"
+        );
+        assert!(err.to_string().contains("relay.toml"), "{err}");
+    }
+    // A client has no QUIC listener and no classifier.
     let err = client("quic_listen = \"127.0.0.1:9001\"\n").unwrap_err();
     let (line, message) = parse_error(&err);
     assert_eq!(line, 4, "{err}");
     assert!(message.contains("unknown field `quic_listen`"), "{err}");
-    let err = client("transport = \"tcp\"\n").unwrap_err();
+    assert!(client("[torchestra]\nalpha = 0.5\n").is_err());
+    let err = client("link.transport = \"tcp\"\n").unwrap_err();
     assert!(err.to_string().starts_with("client.toml:4:"), "{err}");
     assert!(err.to_string().contains("expected one of"), "{err}");
 
@@ -136,6 +170,26 @@ fn bad_values_are_clear_errors() {
     );
     let err = "reno".parse::<Congestion>().unwrap_err();
     assert!(err.contains("\"cubic\", \"newreno\", \"bbr\""), "{err}");
+}
+
+/// A file from before the `[link]` section gets an error that says where
+/// its key went.
+#[test]
+fn moved_keys_say_where_they_went() {
+    for (extra, hint) in [
+        ("transport = \"tls\"\n", "[link] transport"),
+        ("quic_congestion = \"bbr\"\n", "[link.quic] congestion"),
+        ("tcp_congestion = \"reno\"\n", "[link.tcp] congestion"),
+        ("channel_unsent_limit = 16384\n", "[link.tcp] unsent_limit"),
+        ("pctcp_max_lanes = 4\n", "[link.pctcp] max_lanes"),
+        ("utcp = { tx_buffer = 262144 }\n", "[link.utcp]"),
+        ("torchestra_alpha = 0.5\n", "[torchestra] alpha"),
+    ] {
+        let err = relay(extra).unwrap_err();
+        let (line, message) = parse_error(&err);
+        assert_eq!(line, 6, "{extra}: {err}");
+        assert!(message.contains(hint), "{extra}: {err}");
+    }
 }
 
 /// Found by the `config_parse` fuzz target: a NUL in a comment gave a
@@ -154,53 +208,102 @@ fn syntax_errors_say_something() {
 
 #[test]
 fn tcp_congestion_follows_quic_unless_set() {
+    let named = |n: &str| TcpCongestion::Named(n.into());
     for (quic, tcp) in [("cubic", "cubic"), ("newreno", "reno"), ("bbr", "bbr")] {
-        let r = relay(&format!("quic_congestion = \"{quic}\"\n")).unwrap();
-        assert_eq!(r.tcp_congestion_name(), tcp);
-        let c = client(&format!("quic_congestion = \"{quic}\"\n")).unwrap();
-        assert_eq!(c.tcp_congestion_name(), tcp);
+        let r = relay(&format!("link.quic.congestion = \"{quic}\"\n")).unwrap();
+        assert_eq!(r.link.tcp_congestion(), named(tcp));
+        let c = client(&format!("link.quic.congestion = \"{quic}\"\n")).unwrap();
+        assert_eq!(c.link.tcp_congestion(), named(tcp));
     }
-    let r = relay("quic_congestion = \"bbr\"\ntcp_congestion = \"system\"\n").unwrap();
-    assert_eq!(r.tcp_congestion_name(), "system");
-    let c = client("tcp_congestion = \"reno\"\n").unwrap();
-    assert_eq!(c.tcp_congestion_name(), "reno");
-    for bad in ["Cubic", "", "cu bic", "a_name_far_too_long"] {
-        let e = relay(&format!("tcp_congestion = \"{bad}\"\n")).unwrap_err();
-        assert!(
-            e.to_string().contains("kernel congestion control name"),
-            "{e}"
-        );
-    }
-    assert_eq!(relay("").unwrap().quic_initial_mtu, 1200);
-    assert!(relay("quic_initial_mtu = 1000\n").is_err());
+    let r =
+        relay("[link.quic]\ncongestion = \"bbr\"\n[link.tcp]\ncongestion = \"system\"\n").unwrap();
+    assert_eq!(r.link.tcp_congestion(), TcpCongestion::System);
+    let c = client("link.tcp.congestion = \"reno\"\n").unwrap();
+    assert_eq!(c.link.tcp_congestion(), named("reno"));
+    assert_eq!(relay("").unwrap().link.quic.initial_mtu, 1200);
     assert_eq!(
-        client("quic_initial_mtu = 1472\n")
+        client("link.quic.initial_mtu = 1472\n")
             .unwrap()
-            .quic_initial_mtu,
+            .link
+            .quic
+            .initial_mtu,
         1472
+    );
+    assert_eq!(relay("").unwrap().link.tcp.unsent_limit, None);
+    assert_eq!(
+        relay("link.tcp.unsent_limit = 16384\n")
+            .unwrap()
+            .link
+            .tcp
+            .unsent_limit,
+        Some(16384)
     );
 }
 
+/// A relay configuration with a value in every section, and paths and a
+/// log filter that need TOML's escaping (quotes, backslashes, non-ASCII,
+/// a newline).
+fn busy_relay() -> RelayConfig {
+    let mut cfg = RelayConfig::new(
+        "relay7",
+        PathBuf::from("/tmp/lab \"one\"\\two/ü\nkeys.secret"),
+        "10.0.0.7:9001".parse().unwrap(),
+        NetworkSource::parse("http://10.0.0.1:7000/network.doc").unwrap(),
+        &key_hex(),
+    )
+    .unwrap();
+    cfg.quic_listen = Some("10.0.0.7:9001".parse().unwrap());
+    cfg.utcp_listen = Some("[::1]:9004".parse().unwrap());
+    cfg.log = Some("info,onionlab_node=\"debug\"".into());
+    cfg.exit_allow_private = PrivateTargets::parse(&["127.0.0.1:8000", "[::1]:80-90"]).unwrap();
+    cfg.dos_create_rate = 7;
+    cfg.link.transport = "pctcp".parse().unwrap();
+    cfg.link.tcp.congestion = Some(TcpCongestion::System);
+    cfg.link.tcp.unsent_limit = Some(16384);
+    cfg.link.quic.congestion = Congestion::Bbr;
+    cfg.link.quic.initial_mtu = 1472;
+    cfg.link.pctcp.max_lanes = 9;
+    cfg.link.utcp.tx_buffer = 262_144;
+    cfg.link.utcp.ack_delay = None;
+    cfg.torchestra.alpha = 0.25;
+    cfg
+}
+
 #[test]
-fn channel_unsent_limit_is_optional_and_positive() {
-    assert_eq!(relay("").unwrap().channel_unsent_limit, None);
-    assert_eq!(client("").unwrap().channel_unsent_limit, None);
-    assert_eq!(
-        relay("channel_unsent_limit = 16384\n")
-            .unwrap()
-            .channel_unsent_limit,
-        Some(16384)
-    );
-    assert_eq!(
-        client("channel_unsent_limit = 4096\n")
-            .unwrap()
-            .channel_unsent_limit,
-        Some(4096)
-    );
-    for bad in ["0", "-1", "4294967296", "\"16KiB\""] {
-        let e = relay(&format!("channel_unsent_limit = {bad}\n")).unwrap_err();
-        let (line, message) = parse_error(&e);
-        assert_eq!(line, 6, "{bad}: {e}");
-        assert!(!message.is_empty());
-    }
+fn written_configurations_read_back_equal() {
+    let cfg = busy_relay();
+    let text = cfg.to_toml().unwrap();
+    let back = RelayConfig::from_toml_str(&text, "written", Path::new("/elsewhere")).unwrap();
+    assert_eq!(back, cfg, "{text}");
+    // Defaults are left out; set values are written.
+    assert!(!text.contains("dos_conn_rate"), "{text}");
+    assert!(text.contains("dos_create_rate = 7"), "{text}");
+    assert!(!text.contains("keep_alive_ms"), "{text}");
+    assert!(text.contains("[link.utcp]"), "{text}");
+    // A default configuration writes only its required keys.
+    let plain = RelayConfig::new(
+        "r",
+        PathBuf::from("k"),
+        "127.0.0.1:1".parse().unwrap(),
+        NetworkSource::parse("n").unwrap(),
+        &key_hex(),
+    )
+    .unwrap();
+    let text = plain.to_toml().unwrap();
+    assert_eq!(text.lines().count(), 5, "{text}");
+
+    let mut c = ClientConfig::new(
+        "127.0.0.1:9050".parse().unwrap(),
+        NetworkSource::File(PathBuf::from("/a \"b\"/c\\d.doc")),
+        &key_hex(),
+    )
+    .unwrap();
+    c.path = Some(vec!["relay1".into(), "relay2".into()]);
+    c.path_seed = Some(u64::from(u32::MAX) * 7);
+    c.leg_scheduler = onionlab_circuit::conflux::sched::LegSchedulerKind::parse("round-robin:4");
+    assert!(c.leg_scheduler.is_some());
+    c.link = cfg.link.clone();
+    let text = c.to_toml().unwrap();
+    let back = ClientConfig::from_toml_str(&text, "written", Path::new("/x")).unwrap();
+    assert_eq!(back, c, "{text}");
 }

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use onionlab_netdoc::config::{
-    ClientConfig, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
+    ClientConfig, ConfigFile, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
 };
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::keys;
@@ -76,8 +76,8 @@ fn init_writes_loadable_files() {
     let client = ClientConfig::load(&summary.client_config).unwrap();
     assert_eq!(client.socks_listen, "127.0.0.1:9050".parse().unwrap());
     assert_eq!(client.path, None);
-    assert_eq!(client.transport, TransportChoice::Auto);
-    assert_eq!(client.quic_congestion, Congestion::Cubic);
+    assert_eq!(client.link.transport, TransportChoice::Auto);
+    assert_eq!(client.link.quic.congestion, Congestion::Cubic);
     assert_eq!(client.network, NetworkSource::File(out.join("network.doc")));
     assert_eq!(client.network_public_key().unwrap(), public);
     let doc = rt()
@@ -133,8 +133,8 @@ fn init_writes_loadable_files() {
         assert_eq!(cfg.scheduler, Scheduler::Ewma);
         assert_eq!(cfg.quic_listen, Some(relay.listen));
         assert_eq!(cfg.utcp_listen, entry.address(TRANSPORT_UTCP));
-        assert_eq!(cfg.transport, TransportChoice::Auto);
-        assert_eq!(cfg.quic_congestion, Congestion::Cubic);
+        assert_eq!(cfg.link.transport, TransportChoice::Auto);
+        assert_eq!(cfg.link.quic.congestion, Congestion::Cubic);
         assert_eq!(cfg.network_public_key().unwrap(), public);
         let keys = keys::load_relay_keys(&cfg.keys).unwrap();
         assert_eq!(keys.public(), entry.public_keys());
@@ -284,51 +284,46 @@ fn non_empty_output_directory_is_refused() {
     assert!(matches!(err, Error::Io { .. }), "{err}");
 }
 
-/// `text` with every commented-out `key = value` line (except `path` and
-/// `log`, which have no default) uncommented, and how many there were.
-fn uncomment_defaults(text: &str) -> (String, usize) {
-    let mut n = 0;
-    let out = text
-        .lines()
-        .map(|l| match l.strip_prefix("# ") {
-            Some(rest)
-                if rest.split_once(" = ").is_some_and(|(k, _)| {
-                    k.chars().all(|c| c.is_ascii_lowercase() || c == '_')
-                        && k != "path"
-                        && k != "log"
-                }) =>
-            {
-                n += 1;
-                rest.to_string()
-            }
-            _ => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    (out, n)
-}
-
+/// What `network init` writes reads back as the types, and those write
+/// and read back equal (with the paths resolved against the file's
+/// directory). Its files hold only what differs from the defaults.
 #[test]
-fn the_commented_defaults_init_writes_are_the_real_defaults() {
+fn init_configurations_round_trip_through_the_types() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("net");
-    init_network(&opts(&out, 3, 1), &mut StdRng::seed_from_u64(4)).unwrap();
-    for file in ["client.toml", "relays/relay0/relay.toml"] {
-        let path = out.join(file);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let (uncommented, n) = uncomment_defaults(&text);
-        assert!(n >= 4, "{file} lists only {n} commented defaults");
-        let copy = path.with_extension("uncommented.toml");
-        std::fs::write(&copy, &uncommented).unwrap();
-        if file == "client.toml" {
-            let as_written = ClientConfig::load(&path).unwrap();
-            let explicit = ClientConfig::load(&copy).unwrap();
-            assert_eq!(as_written, explicit, "{file}:\n{uncommented}");
-        } else {
-            let as_written = RelayConfig::load(&path).unwrap();
-            let explicit = RelayConfig::load(&copy).unwrap();
-            // Relative paths resolve against the same directory.
-            assert_eq!(as_written, explicit, "{file}:\n{uncommented}");
+    let out = tmp.path().join("a \"quoted\" dir\\ü");
+    let mut o = opts(&out, 3, 1);
+    o.exit_allow_private =
+        onionlab_netdoc::exit_targets::PrivateTargets::parse(&["127.0.0.1:8000"]).unwrap();
+    init_network(&o, &mut StdRng::seed_from_u64(4)).unwrap();
+    let client = ClientConfig::load(&out.join("client.toml")).unwrap();
+    let text = client.to_toml().unwrap();
+    let back = ClientConfig::from_toml_str(&text, "written", Path::new("/nowhere")).unwrap();
+    assert_eq!(back, client, "{text}");
+    for relay in ["relay0", "relay2"] {
+        let path = out.join("relays").join(relay).join("relay.toml");
+        let cfg = RelayConfig::load(&path).unwrap();
+        assert!(cfg.keys.starts_with(&out), "{}", cfg.keys.display());
+        let text = cfg.to_toml().unwrap();
+        let back = RelayConfig::from_toml_str(&text, "written", Path::new("/nowhere")).unwrap();
+        assert_eq!(back, cfg, "{text}");
+        let written = std::fs::read_to_string(&path).unwrap();
+        let keys: Vec<&str> = written
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(" = "))
+            .filter_map(|l| l.split(" = ").next())
+            .collect();
+        let mut want = vec![
+            "nickname",
+            "keys",
+            "listen",
+            "quic_listen",
+            "utcp_listen",
+            "network",
+            "network_key",
+        ];
+        if relay == "relay2" {
+            want.push("exit_allow_private");
         }
+        assert_eq!(keys, want, "{written}");
     }
 }

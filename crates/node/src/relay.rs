@@ -22,13 +22,11 @@ use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter};
 use onionlab_transport::connector::{Connector, PeerAddrs};
 use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners, PendingLink};
-use onionlab_transport::pctcp::PctcpSettings;
 use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
-use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
-use onionlab_transport::{CellReader, CellWriter, Choice, LinkEvent, Ordering, Transport};
+use onionlab_transport::{CellReader, CellWriter, LinkEvent, LinkSettings, Ordering, Transport};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
@@ -53,14 +51,10 @@ pub struct RelaySettings {
     /// Where the dtls-utcp transport accepts sessions (UDP); `None`: no
     /// dtls-utcp.
     pub utcp_listen: Option<SocketAddr>,
-    /// Which transport the relay uses for the links it opens.
-    pub transport: Choice,
-    /// QUIC settings (mode follows `transport`; congestion control,
-    /// keep-alive and idle timeout). Its `handshake_timeout` is replaced by
-    /// `link_handshake_timeout`.
-    pub quic: QuicSettings,
-    /// Bound on a link handshake, TLS or QUIC, either direction.
-    pub link_handshake_timeout: Duration,
+    /// How the relay makes its links, either direction: the transport of
+    /// those it opens, the handshake bound, and each transport's settings
+    /// (the `[link]` section of its configuration file).
+    pub link: LinkSettings,
     /// The network: relays we may extend to, and our own entry.
     pub doc: NetworkDocument,
     /// Circuit-layer settings (scheduler, memory cap...). `circuit.exit`
@@ -74,18 +68,6 @@ pub struct RelaySettings {
     pub dos: DosLimits,
     /// A channel without circuits for this long is closed.
     pub channel_idle_timeout: Duration,
-    /// Congestion control of every TCP socket: TLS links either way and
-    /// an exit's connections to targets (default: the kernel's).
-    pub tcp_congestion: TcpCongestion,
-    /// KIST-like limit on each channel TCP socket's unsent bytes
-    /// (`TCP_NOTSENT_LOWAT`; `None`: the kernel's).
-    pub unsent_limit: Option<u32>,
-    /// Whether Linux paces each channel TCP socket (`tcp_pacing`).
-    pub tcp_pacing: bool,
-    /// The pctcp transport's lane cap.
-    pub pctcp: PctcpSettings,
-    /// The dtls-utcp transport's user-space TCP per lane.
-    pub utcp_tcp: onionlab_transport::utcp::LaneTcp,
 }
 
 /// Default [`RelaySettings::channel_idle_timeout`]: 3 minutes, as C tor
@@ -120,18 +102,11 @@ impl RelaySettings {
             listen,
             quic_listen: None,
             utcp_listen: None,
-            transport: Choice::Only(onionlab_transport::TransportKind::TLS),
-            quic: QuicSettings::default(),
-            link_handshake_timeout: onionlab_transport::tls::DEFAULT_HANDSHAKE_TIMEOUT,
+            link: LinkSettings::tls_only(),
             node,
             exit,
             dos: DosLimits::default(),
             channel_idle_timeout: DEFAULT_CHANNEL_IDLE_TIMEOUT,
-            tcp_congestion: TcpCongestion::System,
-            unsent_limit: None,
-            tcp_pacing: false,
-            pctcp: PctcpSettings::default(),
-            utcp_tcp: Default::default(),
             doc,
         })
     }
@@ -248,17 +223,17 @@ impl Relay {
     /// Bind the relay's listener.
     pub async fn bind(settings: RelaySettings) -> Result<Relay, Error> {
         let my_addrs: Vec<IpAddr> = vec![settings.listen.ip()];
-        settings
-            .tcp_congestion
-            .check_available()
-            .map_err(Error::Setting)?;
+        let link = &settings.link;
+        link.check().map_err(Error::Transport)?;
+        let tcp_congestion = link.tcp_congestion();
+        tcp_congestion.check_available().map_err(Error::Setting)?;
         let tls = TlsTransport::relay(&settings.keys, my_addrs.clone())
             .map_err(Error::Transport)?
-            .with_handshake_timeout(settings.link_handshake_timeout)
-            .with_tcp_congestion(settings.tcp_congestion.clone())
-            .with_unsent_limit(settings.unsent_limit)
-            .with_tcp_pacing(settings.tcp_pacing)
-            .with_pctcp(settings.pctcp)
+            .with_handshake_timeout(link.handshake_timeout)
+            .with_tcp_congestion(tcp_congestion)
+            .with_unsent_limit(link.tcp.unsent_limit)
+            .with_tcp_pacing(link.tcp.pacing)
+            .with_pctcp(link.pctcp)
             // Peers open pctcp lanes to the address they know us by.
             .with_lane_address(settings.listen);
         let tls_listener = tls
@@ -271,8 +246,7 @@ impl Relay {
         let (quic, quic_listener) = match settings.quic_listen {
             None => (None, None),
             Some(addr) => {
-                let mut quic_settings = settings.quic;
-                quic_settings.handshake_timeout = settings.link_handshake_timeout;
+                let mut quic_settings = link.quic_settings();
                 quic_settings.handshakes = quic_handshake_limits(&settings.dos, quic_settings);
                 let quic =
                     QuicTransport::relay(&settings.keys, my_addrs.clone(), addr, quic_settings)
@@ -292,11 +266,11 @@ impl Relay {
             None => None,
             Some(addr) => {
                 let utcp_settings = UtcpSettings {
-                    handshake_timeout: settings.link_handshake_timeout,
-                    max_lanes: settings.pctcp.max_lanes,
+                    handshake_timeout: link.handshake_timeout,
+                    max_lanes: link.pctcp.max_lanes,
                     ..UtcpSettings::default()
                 }
-                .with_lane_tcp(settings.utcp_tcp.clone());
+                .with_lane_tcp(link.utcp.clone());
                 let t = UtcpTransport::relay(&settings.keys, my_addrs.clone(), addr, utcp_settings)
                     .await
                     .map_err(|source| Error::Listen { addr, source })?;
@@ -315,7 +289,7 @@ impl Relay {
         }
         // A transport forced on a relay without its endpoint (QUIC
         // without quic_listen) fails here, with the transport's name.
-        let connector = Connector::new(endpoints, settings.transport).map_err(Error::Transport)?;
+        let connector = Connector::new(endpoints, link.transport).map_err(Error::Transport)?;
         Ok(Relay {
             quic,
             connector,
@@ -407,7 +381,7 @@ impl Relay {
             doc: Rc::new(settings.doc.clone()),
             exit: Exit::new(
                 &settings.exit,
-                &settings.tcp_congestion,
+                &settings.link.tcp_congestion(),
                 &settings.doc,
                 exit::own_addresses(
                     [

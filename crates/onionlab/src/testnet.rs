@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use onionlab_netdoc::config::{ClientConfig, ConfigFile, RelayConfig};
+
 /// What can go wrong setting up or running a local network.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -28,6 +30,20 @@ pub enum Error {
     /// A node did not come up.
     #[error("{0}")]
     NotReady(String),
+    /// A node's configuration could not be read or changed.
+    #[error("{0}")]
+    Config(#[from] onionlab_netdoc::Error),
+}
+
+/// Settings given as TOML text.
+fn settings_table(text: &str) -> Result<toml::Table, Error> {
+    text.parse::<toml::Table>()
+        .map_err(|e| Error::NotReady(format!("settings {text:?}: {e}")))
+}
+
+/// Write a configuration file.
+fn write_config(file: &Path, text: &str) -> Result<(), Error> {
+    fs::write(file, text).map_err(io_err(format!("writing {}", file.display())))
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
@@ -231,32 +247,34 @@ impl LocalNetwork {
     /// Make one node use transport `name` for the links it opens: relay
     /// `i` for `Some(i)`, the client for `None`. Call before starting it.
     pub fn set_node_transport(&mut self, node: Option<usize>, name: &str) -> Result<(), Error> {
-        let file = match node {
-            Some(i) => self.relay_config(i),
-            None => self.dir.join("client.toml"),
-        };
-        let text =
-            fs::read_to_string(&file).map_err(io_err(format!("reading {}", file.display())))?;
-        let mut out: String = text
-            .lines()
-            .filter(|l| {
-                l.split_once('=')
-                    .is_none_or(|(k, _)| k.trim() != "transport")
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        out.push_str(&format!("transport = \"{name}\"\n"));
-        fs::write(&file, out).map_err(io_err(format!("writing {}", file.display())))
+        let transport =
+            name.parse()
+                .map_err(|e: onionlab_transport::registry::UnknownTransport| {
+                    Error::NotReady(e.to_string())
+                })?;
+        match node {
+            Some(i) => {
+                let file = self.relay_config(i);
+                let mut cfg = RelayConfig::load(&file)?;
+                cfg.link.transport = transport;
+                write_config(&file, &cfg.to_toml()?)
+            }
+            None => {
+                let file = self.dir.join("client.toml");
+                let mut cfg = ClientConfig::load(&file)?;
+                cfg.link.transport = transport;
+                write_config(&file, &cfg.to_toml()?)
+            }
+        }
     }
 
-    /// Append `text` (TOML lines) to relay `i`'s configuration. Call
-    /// before starting it.
-    pub fn append_relay_config(&mut self, i: usize, text: &str) -> Result<(), Error> {
+    /// Set `settings` (TOML, for example `"link.tcp.pacing = true"` or
+    /// `"[torchestra]\nwindow_ms = 200"`) over relay `i`'s configuration,
+    /// checked as the relay would check it. Call before starting it.
+    pub fn set_relay_config(&mut self, i: usize, settings: &str) -> Result<(), Error> {
         let file = self.relay_config(i);
-        let mut config =
-            fs::read_to_string(&file).map_err(io_err(format!("reading {}", file.display())))?;
-        config.push_str(text);
-        fs::write(&file, config).map_err(io_err(format!("writing {}", file.display())))
+        let cfg = RelayConfig::load(&file)?.with_overrides(&settings_table(settings)?, settings)?;
+        write_config(&file, &cfg.to_toml()?)
     }
 
     /// Log filter passed to the nodes (default `info`).
@@ -391,29 +409,17 @@ impl LocalNetwork {
     }
 
     /// Start the client, optionally with a pinned path (nicknames) and
-    /// extra `key = value` config lines (replacing those keys), and wait
-    /// for its SOCKS port.
-    pub fn start_client(&mut self, path: Option<&[&str]>, extra: &str) -> Result<(), Error> {
-        let config = self.dir.join("client.toml");
-        let mut text = fs::read_to_string(&config).map_err(io_err("reading client.toml"))?;
+    /// `settings` set over its configuration (TOML, as for
+    /// [`set_relay_config`](Self::set_relay_config)), and wait for its
+    /// SOCKS port.
+    pub fn start_client(&mut self, path: Option<&[&str]>, settings: &str) -> Result<(), Error> {
+        let mut cfg = ClientConfig::load(&self.dir.join("client.toml"))?;
         if let Some(path) = path {
-            let list: Vec<String> = path.iter().map(|n| format!("\"{n}\"")).collect();
-            text.push_str(&format!("path = [{}]\n", list.join(", ")));
+            cfg.path = Some(path.iter().map(ToString::to_string).collect());
         }
-        for line in extra.lines() {
-            if let Some((key, _)) = line.split_once('=') {
-                let key = key.trim();
-                text = text
-                    .lines()
-                    .filter(|l| l.split_once('=').is_none_or(|(k, _)| k.trim() != key))
-                    .map(|l| format!("{l}\n"))
-                    .collect();
-            }
-            text.push_str(line);
-            text.push('\n');
-        }
+        let cfg = cfg.with_overrides(&settings_table(settings)?, settings)?;
         let run_config = self.dir.join("client-run.toml");
-        fs::write(&run_config, text).map_err(io_err("writing client-run.toml"))?;
+        write_config(&run_config, &cfg.to_toml()?)?;
         let run_config = run_config.to_string_lossy().into_owned();
         let mut p = self.spawn("client", &["client", "--config", &run_config], self.socks)?;
         wait_listening(&mut p)?;

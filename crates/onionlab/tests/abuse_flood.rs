@@ -53,8 +53,7 @@ fn network_with(name: &str, guard_config: &str) -> LocalNetwork {
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
     net.remove_when_done();
-    net.append_relay_config(0, guard_config)
-        .expect("guard config");
+    net.set_relay_config(0, guard_config).expect("guard config");
     net.start_relays().expect("relays start");
     net.start_client(Some(&PATH), "").expect("client starts");
     net

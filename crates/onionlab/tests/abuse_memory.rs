@@ -39,16 +39,8 @@ async fn streams_that_are_never_read_stay_within_the_exit_memory_cap() {
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
     net.remove_when_done();
-    let config = net.relay_config(EXIT);
-    let text: String = fs::read_to_string(&config)
-        .expect("exit config")
-        .lines()
-        .map(|l| match l.starts_with("max_mem_in_queues") {
-            true => format!("max_mem_in_queues = {CAP}\n"),
-            false => format!("{l}\n"),
-        })
-        .collect();
-    fs::write(&config, text).expect("exit config");
+    net.set_relay_config(EXIT, &format!("max_mem_in_queues = {CAP}"))
+        .expect("exit config");
     net.start_relays().expect("relays start");
     net.start_client(Some(&PATH), "").expect("client starts");
     let socks = net.socks_addr();

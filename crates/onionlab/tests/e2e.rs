@@ -451,11 +451,8 @@ async fn torchestra_moves_a_bulk_circuit_to_the_heavy_connections() {
     net.remove_when_done();
     net.set_transport("torchestra").expect("transport");
     for i in 0..3 {
-        net.append_relay_config(
-            i,
-            "torchestra_window_ms = 200\ntorchestra_thresh_verylight = 1.0\n",
-        )
-        .expect("window");
+        net.set_relay_config(i, "[torchestra]\nwindow_ms = 200\nthresh_verylight = 1.0\n")
+            .expect("window");
     }
     net.set_log_filter("info,onionlab_node::relay=debug,onionlab_transport::torchestra=debug");
     net.start_relays().expect("relays start");

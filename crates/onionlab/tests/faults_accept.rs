@@ -42,7 +42,7 @@ fn network(name: &str, limited: &str) -> LocalNetwork {
     // host: the denial-of-service limits would stop it first (that is
     // tests/abuse_flood.rs), so lift them here.
     for i in 0..3 {
-        net.append_relay_config(
+        net.set_relay_config(
             i,
             "dos_max_conns_per_address = 100000
 dos_conn_rate = 100000

@@ -109,10 +109,10 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     let mut net = LocalNetwork::init(&bin(), &dir, 3, 1).expect("network init");
     net.remove_when_done();
     for i in 0..3 {
-        net.append_relay_config(
+        net.set_relay_config(
             i,
             &format!(
-                "tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}\ntcp_pacing = true\n"
+                "[link.tcp]\ncongestion = \"{WANT}\"\nunsent_limit = {LIMIT}\npacing = true\n"
             ),
         )
         .expect("relay config");
@@ -121,7 +121,7 @@ async fn relay_sockets_use_the_configured_congestion_control() {
     net.start_relays().expect("relays start");
     net.start_client(
         Some(&PATH),
-        &format!("tcp_congestion = \"{WANT}\"\nchannel_unsent_limit = {LIMIT}\ntcp_pacing = true"),
+        &format!("[link.tcp]\ncongestion = \"{WANT}\"\nunsent_limit = {LIMIT}\npacing = true"),
     )
     .expect("client starts");
     let server = testnet::workload_server().await.expect("server");
@@ -180,7 +180,7 @@ async fn a_congestion_control_the_kernel_lacks_stops_the_relay_with_a_clear_erro
     let _ = fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 1, 1).expect("network init");
     net.remove_when_done();
-    net.append_relay_config(0, "tcp_congestion = \"no_such_cc\"\n")
+    net.set_relay_config(0, "link.tcp.congestion = \"no_such_cc\"\n")
         .expect("relay config");
     let err = net.start_relays().expect_err("the relay must not start");
     let log_path = net

@@ -44,10 +44,14 @@ pub const DEFAULT_MAX_LANES: usize = 512;
 /// acceptor closes a link whose peer opens more).
 pub const MAX_LANES_PER_LINK: usize = 4096;
 
-/// The lane transports' settings (pctcp's; dtls-utcp takes its cap).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The lane transports' settings (pctcp's; dtls-utcp takes its cap). It is
+/// also the `[link.pctcp]` section of relay and client configuration
+/// files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct LaneSettings {
-    /// Lane connections this node keeps open at most (`pctcp_max_lanes`).
+    /// Lane connections this node keeps open at most (at least 1); above
+    /// it new circuits share the main connection.
     pub max_lanes: usize,
 }
 

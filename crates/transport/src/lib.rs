@@ -63,6 +63,7 @@ pub mod pctcp;
 pub mod quic;
 pub mod registry;
 mod sendbuf;
+pub mod settings;
 pub mod tcp;
 pub mod tcp_share;
 pub mod tls;
@@ -72,6 +73,7 @@ pub mod utcp;
 pub use any::TransportKind;
 pub use err::{Error, WireError};
 pub use registry::Choice;
+pub use settings::LinkSettings;
 
 /// How a transport orders cells (see the crate docs, point 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -105,6 +105,42 @@ impl fmt::Display for TcpCongestion {
     }
 }
 
+impl std::str::FromStr for TcpCongestion {
+    type Err = String;
+
+    /// As [`TcpCongestion::parse`].
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::parse(s)
+    }
+}
+
+/// Options of every TCP socket of a node's links, and of an exit's
+/// connections to its targets: the `[link.tcp]` section of relay and
+/// client configuration files.
+#[serde_with::serde_as]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpOptions {
+    /// The kernel's congestion control (`"system"`: the kernel's default);
+    /// absent: the match of the QUIC congestion control
+    /// ([`LinkSettings::tcp_congestion`](crate::LinkSettings::tcp_congestion)).
+    #[serde_as(as = "Option<serde_with::DisplayFromStr>")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<TcpCongestion>,
+    /// KIST-like write limit: most bytes each TCP socket of a channel holds
+    /// written and not yet sent (`TCP_NOTSENT_LOWAT`, at least 1); absent:
+    /// the kernel's `net.ipv4.tcp_notsent_lowat` (unlimited by default).
+    /// 16384 is what `docs/results/seed003.md` found to behave like C
+    /// tor's KIST.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unsent_limit: Option<u32>,
+    /// Make Linux pace every TCP socket of a channel
+    /// ([`enable_pacing`]), as quinn paces every QUIC connection; default
+    /// false: Linux paces a Cubic or Reno socket only when asked, BBR
+    /// always.
+    pub pacing: bool,
+}
+
 /// The congestion control `socket` uses now (`getsockopt(TCP_CONGESTION)`).
 ///
 /// # Errors

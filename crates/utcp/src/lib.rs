@@ -75,14 +75,18 @@ pub enum Error {
     Auth(String),
 }
 
-/// The user-space TCP's congestion control (smoltcp's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The user-space TCP's congestion control (smoltcp's); in configuration
+/// files `"cubic"` or `"reno"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Congestion {
     /// CUBIC (RFC 9438), Linux's default.
     Cubic,
     /// Reno.
     Reno,
-    /// None: the window is the receiver's. For tests only.
+    /// None: the window is the receiver's. For tests only (no
+    /// configuration file can ask for it).
+    #[serde(skip)]
     None,
 }
 
@@ -96,8 +100,11 @@ impl From<Congestion> for smoltcp::socket::tcp::CongestionControl {
     }
 }
 
-/// What shapes a lane's TCP; every lab run records them.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What shapes a lane's TCP; every lab run records them. It is also the
+/// `[link.utcp]` section of relay and client configuration files (the
+/// fields not named there keep their defaults).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Settings {
     /// Largest TORTP segment (header, options and data): what fits in one
     /// DTLS record of one UDP datagram. The MSS is this less 16.
@@ -108,12 +115,35 @@ pub struct Settings {
     pub tx_buffer: usize,
     /// Congestion control.
     pub congestion: Congestion,
-    /// Delayed ACK (`None`: every segment is acknowledged at once).
+    /// Delayed ACK (`None`: every segment is acknowledged at once); in
+    /// files `ack_delay_ms`, 0 for none, at most [`MAX_ACK_DELAY`].
+    #[serde(rename = "ack_delay_ms", with = "ack_delay_ms")]
     pub ack_delay: Option<Duration>,
     /// Nagle's algorithm (tor sets TCP_NODELAY: off).
+    #[serde(skip)]
     pub nagle: bool,
     /// Most lanes at once per session.
+    #[serde(skip)]
     pub max_lanes: usize,
+}
+
+/// Longest delayed ACK [`Settings::check`] accepts.
+pub const MAX_ACK_DELAY: Duration = Duration::from_secs(1);
+
+/// [`Settings::ack_delay`] as whole milliseconds, 0 for none.
+mod ack_delay_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let ms = u64::deserialize(d)?;
+        Ok((ms > 0).then(|| Duration::from_millis(ms)))
+    }
 }
 
 impl Default for Settings {
@@ -134,7 +164,8 @@ impl Default for Settings {
 
 impl Settings {
     /// Check the ranges: a segment of 100 to 65000 bytes, buffers of at
-    /// least 4 segments and at most 64 MiB, at least one lane.
+    /// least 4 segments and at most 64 MiB, at least one lane, a delayed ACK
+    /// of at most [`MAX_ACK_DELAY`].
     pub fn check(&self) -> Result<(), Error> {
         if !(100..=65_000).contains(&self.max_segment) {
             return Err(Error::Settings(format!(
@@ -151,6 +182,13 @@ impl Settings {
         }
         if self.max_lanes == 0 {
             return Err(Error::Settings("max_lanes 0".into()));
+        }
+        if self.ack_delay.is_some_and(|d| d > MAX_ACK_DELAY) {
+            return Err(Error::Settings(format!(
+                "ack_delay_ms {} (at most {})",
+                self.ack_delay.unwrap_or_default().as_millis(),
+                MAX_ACK_DELAY.as_millis()
+            )));
         }
         Ok(())
     }

@@ -7,14 +7,12 @@ use std::time::Duration;
 use clap::Args;
 use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
-use onionlab_circuit::torchestra::ClassifierParams;
-use onionlab_netdoc::{load_network, RelayConfig, Scheduler};
+use onionlab_netdoc::{load_network, ConfigFile, RelayConfig, Scheduler};
 use onionlab_node::{DosLimits, Relay, RelaySettings};
-use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::{Choice, TransportKind};
 
 use crate::cmd::runtime;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// Arguments of `onionlab relay`.
 #[derive(Args, Debug)]
@@ -36,14 +34,7 @@ pub fn node_config(cfg: &RelayConfig) -> NodeConfig {
     // The exit's classifier runs when the relay opens torchestra links
     // (the lab gives every node the same transport).
     let torchestra =
-        (cfg.transport == Choice::Only(TransportKind::TORCHESTRA)).then(|| ClassifierParams {
-            window: Duration::from_millis(cfg.torchestra_window_ms),
-            alpha: cfg.torchestra_alpha.0,
-            beta: cfg.torchestra_beta.0,
-            thresh_light: cfg.torchestra_thresh_light.0,
-            thresh_heavy: cfg.torchestra_thresh_heavy.0,
-            thresh_verylight: cfg.torchestra_thresh_verylight.0,
-        });
+        (cfg.link.transport == Choice::Only(TransportKind::TORCHESTRA)).then_some(cfg.torchestra);
     NodeConfig {
         scheduler,
         circuit: onionlab_circuit::relay::RelayConfig {
@@ -82,13 +73,7 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         let mut settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
         settings.quic_listen = cfg.quic_listen;
         settings.utcp_listen = cfg.utcp_listen;
-        settings.transport = cfg.transport;
-        settings.quic.congestion = cfg.quic_congestion.into();
-        settings.quic.keep_alive = Duration::from_millis(cfg.quic_keep_alive_ms);
-        settings.quic.initial_mtu = cfg.quic_initial_mtu;
-        settings.pctcp.max_lanes = usize::try_from(cfg.pctcp_max_lanes).unwrap_or(usize::MAX);
-        settings.quic.idle_timeout = Duration::from_millis(cfg.quic_idle_timeout_ms);
-        settings.link_handshake_timeout = Duration::from_millis(cfg.link_handshake_timeout_ms);
+        settings.link = cfg.link.clone();
         settings.exit.connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);
         settings.exit.reject_private = cfg.exit_reject_private;
         settings.exit.allow_private = cfg.exit_allow_private.clone();
@@ -97,16 +82,8 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.exit.max_pending_connects =
             usize::try_from(cfg.exit_max_pending_connects).unwrap_or(usize::MAX);
         settings.dos = dos_limits(&cfg);
-        settings.quic.handshakes.retry_rate = cfg.dos_quic_retry_rate as f64;
+        settings.link.quic.handshakes.retry_rate = cfg.dos_quic_retry_rate as f64;
         settings.channel_idle_timeout = Duration::from_millis(cfg.channel_idle_timeout_ms);
-        settings.tcp_congestion = TcpCongestion::parse(cfg.tcp_congestion_name())
-            .map_err(|e| Error::Usage(format!("{}: tcp_congestion: {e}", args.config.display())))?;
-        settings.unsent_limit = cfg.channel_unsent_limit;
-        settings.tcp_pacing = cfg.tcp_pacing;
-        settings.utcp_tcp = cfg
-            .utcp
-            .lane_tcp()
-            .map_err(|e| Error::Usage(format!("{}: {e}", args.config.display())))?;
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
         Ok(ExitCode::SUCCESS)
@@ -118,7 +95,7 @@ mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    use onionlab_netdoc::config;
+    use onionlab_netdoc::config::{self, ConfigFile};
 
     /// The file's defaults and the node crate's are the same numbers.
     #[test]
@@ -151,12 +128,8 @@ mod tests {
         assert!(cfg.exit_reject_private);
         assert!(cfg.exit_allow_private.is_empty());
         assert_eq!(
-            cfg.quic_initial_mtu,
+            cfg.link.quic.initial_mtu,
             onionlab_transport::quic::DEFAULT_INITIAL_MTU
-        );
-        assert_eq!(
-            config::MAX_QUIC_INITIAL_MTU,
-            onionlab_transport::quic::MAX_INITIAL_MTU
         );
     }
 }

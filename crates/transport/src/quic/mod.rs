@@ -131,6 +131,7 @@ pub mod fuzzing {
 }
 
 use std::collections::HashMap;
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -309,8 +310,12 @@ impl Mode {
     }
 }
 
-/// QUIC congestion controllers (quinn's implementations).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// QUIC congestion controllers (quinn's implementations); in
+/// configuration files `"cubic"`, `"newreno"` or `"bbr"`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Congestion {
     /// CUBIC (RFC 9438), quinn's default.
     #[default]
@@ -322,37 +327,93 @@ pub enum Congestion {
 }
 
 impl Congestion {
+    /// Every algorithm, in the order of the documentation.
+    pub const ALL: [Congestion; 3] = [Congestion::Cubic, Congestion::NewReno, Congestion::Bbr];
+
+    /// The configuration name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Congestion::Cubic => "cubic",
+            Congestion::NewReno => "newreno",
+            Congestion::Bbr => "bbr",
+        }
+    }
+
     /// Parse the configuration name (`cubic`, `newreno`, `bbr`).
     pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "cubic" => Congestion::Cubic,
-            "newreno" => Congestion::NewReno,
-            "bbr" => Congestion::Bbr,
-            _ => return None,
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The Linux TCP congestion control that matches this one, so that a
+    /// comparison of TCP and QUIC compares transports, not algorithms:
+    /// `cubic`, `reno` (Linux's NewReno), `bbr` (which BBR version each
+    /// side implements is in docs/settings.md).
+    pub fn tcp_match(self) -> &'static str {
+        match self {
+            Congestion::Cubic => "cubic",
+            Congestion::NewReno => "reno",
+            Congestion::Bbr => "bbr",
+        }
+    }
+}
+
+impl fmt::Display for Congestion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Congestion {
+    type Err = String;
+
+    /// The configuration name; the error lists the valid ones.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::from_name(s).ok_or_else(|| {
+            let names: Vec<String> = Self::ALL
+                .iter()
+                .map(|c| format!("{:?}", c.name()))
+                .collect();
+            format!(
+                "unknown congestion control {s:?}: expected one of {}",
+                names.join(", ")
+            )
         })
     }
 }
 
-/// Settings of a QUIC transport.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Settings of a QUIC transport. It is also the `[link.quic]` section of
+/// relay and client configuration files (`congestion`, `keep_alive_ms`,
+/// `idle_timeout_ms`, `initial_mtu`; the rest is set by the node).
+#[serde_with::serde_as]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct QuicSettings {
     /// How circuits map onto QUIC for the links opened with
     /// [`Transport::connect`](crate::Transport::connect) (the registry's
     /// transports choose their mode themselves; the accepting side
     /// follows the opener).
+    #[serde(skip)]
     pub mode: Mode,
     /// Congestion controller of every connection this node opens or
     /// accepts.
     pub congestion: Congestion,
-    /// Bound on the QUIC plus link handshake.
+    /// Bound on the QUIC plus link handshake (a node sets it from
+    /// [`LinkSettings::handshake_timeout`](crate::LinkSettings::handshake_timeout)).
+    #[serde(skip)]
     pub handshake_timeout: Duration,
     /// A PING is sent after this long without sending anything.
+    #[serde(rename = "keep_alive_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub keep_alive: Duration,
     /// A link that received no packet on any of its connections for this
     /// long is closed (each side applies its own; quinn's per-connection
     /// timer is set far above it, see `backstop_idle_timeout`).
+    #[serde(rename = "idle_timeout_ms")]
+    #[serde_as(as = "serde_with::DurationMilliSeconds<u64>")]
     pub idle_timeout: Duration,
-    /// What a relay accepts before any cryptography ([`gate`]).
+    /// What a relay accepts before any cryptography ([`gate`]; a relay sets
+    /// its Retry rate from `dos_quic_retry_rate`).
+    #[serde(skip)]
     pub handshakes: HandshakeLimits,
     /// UDP payload of the first packets, before MTU discovery
     /// ([`DEFAULT_INITIAL_MTU`], QUIC's safe minimum; the lab sets its
