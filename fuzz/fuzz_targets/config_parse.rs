@@ -26,12 +26,11 @@ use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
 use onionlab_client::ClientSettings;
-use onionlab_netdoc::config::NetworkSource;
-use onionlab_netdoc::directory::HttpUrl;
-use onionlab_netdoc::{
-    ClientConfig, ConfigFile, Error, ExitPolicy, NetworkDocument, RelayConfig, RelayEntry,
-    TransportAddress,
-};
+use onionlab_config::directory::HttpUrl;
+use onionlab_config::Error;
+use onionlab_config::NetworkSource;
+use onionlab_config::{ClientConfig, ConfigFile, RelayConfig};
+use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_transport::LinkSettings;
 
 const BASE: &str = "/lab/node";
@@ -114,7 +113,9 @@ fn relay(text: &str) {
         assert!(v > 0, "a setting that must be positive is 0");
     }
     check_link(&cfg.link);
-    cfg.torchestra.validate().expect("a parsed classifier validates");
+    cfg.torchestra
+        .validate()
+        .expect("a parsed classifier validates");
     let written = cfg.to_toml().expect("a parsed configuration writes");
     let back = RelayConfig::from_toml_str(&written, "written.toml", base)
         .unwrap_or_else(|e| panic!("written configuration does not parse: {e}\n{written}"));

@@ -1,4 +1,4 @@
-//! The HTTP directory (`onionlab_netdoc::directory`), both sides, on an
+//! The HTTP directory (`onionlab_config::directory`), both sides, on an
 //! in-memory stream: byte 0 chooses what the rest is and the read size.
 //! * **Request** bytes to the server, served by the directory's own
 //!   connection handler (`serve_stream_for_fuzzing`: hyper with the
@@ -36,10 +36,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use onionlab_netdoc::directory::{
+use onionlab_config::directory::{
     fetch_over_stream_for_fuzzing, serve_stream_for_fuzzing, HttpUrl,
 };
-use onionlab_netdoc::Error;
+use onionlab_config::Error;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::runtime::Runtime;
 

@@ -21,7 +21,7 @@ pub enum Error {
         what: String,
         /// The underlying error.
         #[source]
-        source: onionlab_netdoc::Error,
+        source: onionlab_config::Error,
     },
     /// The pinned path in the settings is unusable.
     #[error("pinned path {path:?}: {source}")]

@@ -37,7 +37,7 @@
 //! * **Network document**: loaded again every
 //!   [`ClientSettings::network_refresh`] (hourly by default); a newer
 //!   valid one replaces the held one, an older one is refused as a
-//!   rollback ([`onionlab_netdoc::refresh`]). Circuits keep the document
+//!   rollback ([`onionlab_config::refresh`]). Circuits keep the document
 //!   they were built from; those through a relay the new document drops
 //!   take no new streams.
 //!

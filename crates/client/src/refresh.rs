@@ -2,7 +2,7 @@
 //! [`ClientSettings::network_refresh`](crate::ClientSettings::network_refresh)
 //! the client loads the document again from where it came from (file or
 //! directory URL), verifies it with the network key, and swaps it in if it
-//! is newer ([`onionlab_netdoc::refresh`] has the rule; an older one is
+//! is newer ([`onionlab_config::refresh`] has the rule; an older one is
 //! refused as a rollback). The document is loaded without borrowing the
 //! state; the swap itself is one borrow ([`State::replace_network`]).
 //!
@@ -17,9 +17,8 @@ use std::mem::Discriminant;
 use std::sync::Arc;
 use std::time::Duration;
 
-use onionlab_netdoc::{
-    judge_replacement, load_network, unix_now, NetworkDocument, Replacement, CLOCK_SKEW_ALLOWANCE,
-};
+use onionlab_config::{judge_replacement, load_network, unix_now, Replacement};
+use onionlab_netdoc::{NetworkDocument, CLOCK_SKEW_ALLOWANCE};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
@@ -28,7 +27,7 @@ use crate::state::Shared;
 
 /// Longest interval used: a longer one (settings built in code) is
 /// shortened to it, so that no deadline overflows.
-const MAX_INTERVAL: Duration = Duration::from_secs(onionlab_netdoc::config::MAX_NETWORK_REFRESH_S);
+const MAX_INTERVAL: Duration = Duration::from_secs(onionlab_config::MAX_NETWORK_REFRESH_S);
 
 /// Start the refresh task if the settings ask for one (a non-zero interval
 /// and a source to load from).
@@ -168,10 +167,26 @@ fn swap(
 
 /// What the refresh task has already said, so that a condition that lasts
 /// is logged at WARN once, not at every refresh.
+/// A load failure's kind: the variant of the error, and of the document's
+/// error inside it (an expired document and a bad signature are two
+/// kinds).
+type FailureKind = (
+    Discriminant<onionlab_config::Error>,
+    Option<Discriminant<onionlab_netdoc::Error>>,
+);
+
+fn failure_kind(e: &onionlab_config::Error) -> FailureKind {
+    let inner = match e {
+        onionlab_config::Error::Document(d) => Some(std::mem::discriminant(d)),
+        _ => None,
+    };
+    (std::mem::discriminant(e), inner)
+}
+
 #[derive(Default)]
 struct RefreshLog {
     /// The kind of the last load failure, until a load succeeds.
-    failure: Option<Discriminant<onionlab_netdoc::Error>>,
+    failure: Option<FailureKind>,
     /// The last refused document (`valid_after_unix`) and the kind of
     /// reason.
     refused: Option<(u64, &'static str)>,
@@ -180,8 +195,8 @@ struct RefreshLog {
 }
 
 impl RefreshLog {
-    fn load_failed(&mut self, origin: &NetworkOrigin, e: &onionlab_netdoc::Error) {
-        let kind = std::mem::discriminant(e);
+    fn load_failed(&mut self, origin: &NetworkOrigin, e: &onionlab_config::Error) {
+        let kind = failure_kind(e);
         if self.failure != Some(kind) {
             self.failure = Some(kind);
             tracing::warn!(source = %origin.source, "cannot load the network document again (keeping the one held): {e}");

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onionlab_circuit::scheduler::SchedulerKind;
-use onionlab_netdoc::{ClientConfig, ConfigFile, NetworkDocument, NetworkSource};
+use onionlab_config::{ClientConfig, ConfigFile, NetworkSource};
+use onionlab_netdoc::NetworkDocument;
 use tor_llcrypto::pk::ed25519::PublicKey;
 
 use crate::error::{Error, Result};
@@ -46,7 +47,7 @@ pub struct ClientSettings {
     /// `None` (settings built in code): the document is never reloaded.
     pub network_origin: Option<NetworkOrigin>,
     /// Load the document again from `network_origin` this often and keep
-    /// the newest valid one (see [`onionlab_netdoc::refresh`]). `None`:
+    /// the newest valid one (see [`onionlab_config::refresh`]). `None`:
     /// never. Nothing is reloaded without a `network_origin`.
     pub network_refresh: Option<Duration>,
     /// A pinned path of relay nicknames, guard first and exit last. Any
@@ -59,7 +60,7 @@ pub struct ClientSettings {
     /// document has `cfx_enabled`; otherwise the first is the pinned path.
     pub paths: Option<Vec<Vec<String>>>,
     /// Legs of each multi-path set when paths are random (at most
-    /// [`onionlab_netdoc::config::MAX_LEGS`]); 1: plain circuits. Used only
+    /// [`onionlab_config::MAX_LEGS`]); 1: plain circuits. Used only
     /// when the document has `cfx_enabled`.
     pub legs: usize,
     /// This end's leg scheduler (`None`: the document's `cfx_scheduler`).
@@ -113,7 +114,7 @@ impl ClientSettings {
     /// [`network_origin`](Self::network_origin), so the document is never
     /// reloaded unless one is set.
     pub fn new(socks_listen: SocketAddr, network: NetworkDocument) -> Self {
-        use onionlab_netdoc::config::{
+        use onionlab_config::{
             DEFAULT_BUILD_RETRIES, DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
             DEFAULT_MAX_CIRCUIT_DIRTINESS_S, DEFAULT_NETWORK_REFRESH_S,
         };

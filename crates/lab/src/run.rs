@@ -17,8 +17,8 @@ use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use onionlab_config::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_netdoc::config::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
@@ -93,6 +93,9 @@ pub enum RunError {
     /// Keys or the network document.
     #[error("network document: {0}")]
     Netdoc(#[from] onionlab_netdoc::Error),
+    /// A node's configuration file.
+    #[error("node configuration: {0}")]
+    NodeConfig(#[from] onionlab_config::Error),
     /// A node did not start.
     #[error("{0}")]
     Start(String),
@@ -832,7 +835,7 @@ pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, Stri
         return Ok(link);
     };
     let mut table = toml::Table::try_from(&link).map_err(|e| e.to_string())?;
-    onionlab_netdoc::config::merge_tables(&mut table, extra);
+    onionlab_config::merge_tables(&mut table, extra);
     let link: LinkSettings = table
         .try_into()
         .map_err(|e: toml::de::Error| e.to_string())?;
@@ -859,7 +862,7 @@ pub fn quic_initial_mtu(mtu: u32) -> u16 {
 ///
 /// # Errors
 ///
-/// [`RunError::Netdoc`] for values a relay would refuse (checked when the
+/// [`RunError::NodeConfig`] for values a relay would refuse (checked when the
 /// scenario was read).
 pub fn relay_config(
     nickname: &str,
@@ -966,7 +969,7 @@ fn write_network(
         fs::write(&path, config.to_toml()?).map_err(io_err("writing a relay config"))?;
         relay_configs.push((r.host.clone(), path, addr));
     }
-    let now = onionlab_netdoc::unix_now();
+    let now = onionlab_config::unix_now();
     let doc = NetworkDocument {
         network_name: "lab".into(),
         created_unix: now,
@@ -1718,7 +1721,7 @@ mod tests {
                 let text = format!(
                     "socks_listen = \"127.0.0.1:9050\"\nnetwork = \"n.doc\"\nnetwork_key = \"{key}\"\npath_seed = {s}\n"
                 );
-                let cfg = onionlab_netdoc::config::ClientConfig::from_toml_str(
+                let cfg = onionlab_config::ClientConfig::from_toml_str(
                     &text,
                     "client.toml",
                     Path::new("."),

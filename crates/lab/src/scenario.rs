@@ -134,7 +134,7 @@ use std::time::Duration;
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
-use onionlab_netdoc::ConfigFile;
+use onionlab_config::ConfigFile;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, HostUpdate, LossModel, PathUpdate, QueueLimit, Rate, Topology};
 use onionlab_transport::endpoint::EndpointKind;
@@ -167,7 +167,7 @@ fn check_small_file(path: &Path, max: u64) -> std::result::Result<(), String> {
 }
 
 /// QUIC congestion controls of the matrix's `congestion`
-/// ([`onionlab_netdoc::Congestion`]).
+/// ([`onionlab_config::Congestion`]).
 pub const CONGESTIONS: &[&str] = &["cubic", "newreno", "bbr"];
 /// TCP congestion controls of the matrix's `tcp_congestion` (`system`:
 /// the kernel's default, left alone).
@@ -410,12 +410,12 @@ fn relay_settings(ctx: &Ctx<'_>, raw: Option<&toml::Table>, src: &str) -> Result
 /// `settings` (a scenario's `[relay_settings]`) set over it.
 pub(crate) fn relay_settings_config(
     settings: &toml::Table,
-) -> std::result::Result<onionlab_netdoc::RelayConfig, onionlab_netdoc::Error> {
-    onionlab_netdoc::RelayConfig::new(
+) -> std::result::Result<onionlab_config::RelayConfig, onionlab_config::Error> {
+    onionlab_config::RelayConfig::new(
         "probe",
         "k".into(),
         SocketAddr::from(([127, 0, 0, 1], 1)),
-        onionlab_netdoc::NetworkSource::File("n".into()),
+        onionlab_config::NetworkSource::File("n".into()),
         &"0".repeat(64),
     )?
     .with_overrides(settings, "[relay_settings]")
@@ -1551,8 +1551,8 @@ fn pinned_legs(
     Ok(legs)
 }
 
-/// Most legs of a set ([`onionlab_netdoc::config::MAX_LEGS`]).
-pub const MAX_LEGS: usize = onionlab_netdoc::config::MAX_LEGS;
+/// Most legs of a set ([`onionlab_config::MAX_LEGS`]).
+pub const MAX_LEGS: usize = onionlab_config::MAX_LEGS;
 
 /// A `legs` matrix value: 1 to [`MAX_LEGS`].
 fn parse_legs(value: &str) -> std::result::Result<usize, String> {

@@ -576,8 +576,8 @@ fn host_rates_and_queues_are_matrix_parameters() {
 
 #[test]
 fn configs_follow_the_transport() {
+    use onionlab_config::{ConfigFile, Congestion, RelayConfig, TransportChoice};
     use onionlab_lab::run::{relay_addresses, relay_config};
-    use onionlab_netdoc::config::{ConfigFile, Congestion, RelayConfig, TransportChoice};
     use onionlab_transport::tcp::TcpCongestion;
 
     let key = {
@@ -782,8 +782,8 @@ fn report_settings_name_and_compare_the_variants() {
 /// are errors naming the file.
 #[test]
 fn relay_settings_are_checked_and_written() {
+    use onionlab_config::{ConfigFile, RelayConfig};
     use onionlab_lab::run::relay_config;
-    use onionlab_netdoc::config::{ConfigFile, RelayConfig};
     let text = format!(
         "{BASE}\n[relay_settings]\ntorchestra = {{ thresh_light = 0.4, window_ms = 500 }}\nlink.quic.keep_alive_ms = 1000\n\n[matrix]\ntransport = [\"torchestra\"]\n"
     );
@@ -1087,8 +1087,8 @@ fn exit_packaging_is_a_matrix_parameter() {
 
 #[test]
 fn legs_and_leg_schedulers_are_matrix_parameters() {
+    use onionlab_config::{ClientConfig, NetworkSource};
     use onionlab_lab::run::{network_params, set_client_paths};
-    use onionlab_netdoc::config::{ClientConfig, NetworkSource};
     let blank = || {
         let network = NetworkSource::File("n".into());
         ClientConfig::new(

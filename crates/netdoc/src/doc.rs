@@ -54,7 +54,7 @@
 //! be replayed (it travels over plain HTTP) once it has expired. A node
 //! that loads the document again keeps the newest valid one: a document
 //! replaces the held one only if its `valid_after_unix` is strictly later
-//! (an earlier one is refused as a rollback); see [`crate::refresh`].
+//! (an earlier one is refused as a rollback); see `onionlab_config::refresh`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -690,7 +690,7 @@ fn signed_message(body: &str) -> Vec<u8> {
 }
 
 /// `s` as a TOML basic string.
-pub(crate) fn toml_string(s: &str) -> String {
+pub fn toml_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -711,7 +711,7 @@ pub(crate) fn toml_string(s: &str) -> String {
 }
 
 /// Whether `name` is 1-64 of `[A-Za-z0-9._-]`.
-pub(crate) fn valid_network_name(name: &str) -> bool {
+pub fn valid_network_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
@@ -719,7 +719,7 @@ pub(crate) fn valid_network_name(name: &str) -> bool {
 }
 
 /// Whether `nick` is 1-19 ASCII letters and digits (tor's rule).
-pub(crate) fn valid_nickname(nick: &str) -> bool {
+pub fn valid_nickname(nick: &str) -> bool {
     (1..=19).contains(&nick.len()) && nick.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 

@@ -1,7 +1,6 @@
 //! The crate's error type.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// Everything that can go wrong in `onionlab-netdoc`.
 ///
@@ -102,30 +101,6 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// A URL is malformed or not supported.
-    #[error("URL {url:?}: {reason}")]
-    Url {
-        /// The URL as given.
-        url: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// Fetching a document over HTTP failed.
-    #[error("fetching {url}: {reason}")]
-    Http {
-        /// The URL.
-        url: String,
-        /// What went wrong (connection, HTTP status, protocol, encoding).
-        reason: String,
-    },
-    /// Fetching a document over HTTP took too long.
-    #[error("fetching {url}: no complete answer within {after:?}")]
-    Timeout {
-        /// The URL.
-        url: String,
-        /// The time limit.
-        after: Duration,
-    },
     /// The document's validity period has not started (beyond the clock
     /// skew allowance): a clock is wrong, or the document is from the
     /// future.
@@ -150,27 +125,14 @@ pub enum Error {
         /// This host's time.
         now: u64,
     },
-    /// The options given to [`init_network`](crate::init::init_network) are
-    /// inconsistent.
-    #[error("invalid network set-up options: {0}")]
-    InitOptions(String),
-    /// [`init_network`](crate::init::init_network) refuses to write into a
-    /// directory that already has files in it.
-    #[error(
-        "output directory {path} exists and is not empty; choose a new directory or empty it first"
-    )]
-    OutputNotEmpty {
-        /// The directory.
-        path: PathBuf,
-    },
 }
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// 1-based line and column of byte `offset` in `text` (columns count
-/// characters).
-pub(crate) fn line_col(text: &str, offset: usize) -> (usize, usize) {
+/// characters), as errors give them.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     // Back off to a character boundary.
     let mut offset = offset;

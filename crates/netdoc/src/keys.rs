@@ -163,7 +163,7 @@ fn read_key_file(path: &Path) -> Result<String> {
 }
 
 /// Read a UTF-8 text file of at most `max` bytes.
-pub(crate) fn read_file_limited(path: &Path, max: u64) -> Result<String> {
+pub fn read_file_limited(path: &Path, max: u64) -> Result<String> {
     use std::io::Read;
     let io_err = |op| {
         move |source| Error::Io {
@@ -193,7 +193,7 @@ pub(crate) fn read_file_limited(path: &Path, max: u64) -> Result<String> {
 }
 
 /// Create `path` (which must not exist) with `mode` and write `data`.
-pub(crate) fn write_new_file(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+pub fn write_new_file(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]

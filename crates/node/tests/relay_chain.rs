@@ -80,7 +80,7 @@ fn start_network(n: usize, seed: u64) -> (Vec<TestRelay>, NetworkDocument) {
         relays.push(e);
         keys.push(k);
     }
-    let now = onionlab_netdoc::unix_now();
+    let now = onionlab_config::unix_now();
     let doc = NetworkDocument {
         network_name: "test".into(),
         created_unix: now,

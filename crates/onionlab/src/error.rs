@@ -14,9 +14,12 @@ pub enum Error {
         /// Cause.
         source: std::io::Error,
     },
-    /// A network document, key or config file problem.
+    /// A network document or key file problem.
     #[error(transparent)]
     Netdoc(#[from] onionlab_netdoc::Error),
+    /// A configuration file, network set-up or directory problem.
+    #[error(transparent)]
+    Config(#[from] onionlab_config::Error),
     /// A relay failed.
     #[error(transparent)]
     Node(#[from] onionlab_node::Error),

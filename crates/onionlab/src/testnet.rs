@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use onionlab_netdoc::config::{ClientConfig, ConfigFile, RelayConfig};
+use onionlab_config::{ClientConfig, ConfigFile, RelayConfig};
 
 /// What can go wrong setting up or running a local network.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +32,7 @@ pub enum Error {
     NotReady(String),
     /// A node's configuration could not be read or changed.
     #[error("{0}")]
-    Config(#[from] onionlab_netdoc::Error),
+    Config(#[from] onionlab_config::Error),
 }
 
 /// Settings given as TOML text.

@@ -26,7 +26,7 @@ fn an_expired_document_signed_by_the_network_key_is_refused_by_every_node() {
     let doc = NetworkDocument::load_file(&dir.join("network.doc"), &key.verifying_key())
         .expect("the fresh document");
     let day = 86_400;
-    let now = onionlab_netdoc::unix_now();
+    let now = onionlab_config::unix_now();
     assert!(doc.valid_after_unix <= now && now + 29 * day < doc.valid_until_unix);
     let old = NetworkDocument {
         created_unix: now - 40 * day,

@@ -73,7 +73,7 @@ async fn a_running_client_keeps_the_newest_valid_document() {
 
     // Renewed by the operator: strictly newer (`resign` signs from now, so
     // wait for the clock to pass the original's second).
-    while onionlab_netdoc::unix_now() <= original.valid_after_unix {
+    while onionlab_config::unix_now() <= original.valid_after_unix {
         std::thread::sleep(Duration::from_millis(100));
     }
     net.resign().expect("resign runs");

@@ -18,7 +18,7 @@ pub struct ClientArgs {
 
 /// Run the client until SIGINT/SIGTERM.
 pub fn run(args: ClientArgs) -> Result<ExitCode> {
-    let cfg = <onionlab_netdoc::ClientConfig as onionlab_netdoc::ConfigFile>::load(&args.config)?;
+    let cfg = <onionlab_config::ClientConfig as onionlab_config::ConfigFile>::load(&args.config)?;
     super::logging::apply_config_filter(&args.config, cfg.log.as_deref())?;
     onionlab_client::run_config_file(&args.config)?;
     Ok(ExitCode::SUCCESS)

@@ -35,7 +35,7 @@ pub fn run(args: DirectoryArgs) -> Result<ExitCode> {
     let doc = NetworkDocument::from_signed_text_at(&text, &key, &origin)?;
     // Serving an expired document would only make every node refuse it.
     doc.check_time(
-        onionlab_netdoc::unix_now(),
+        onionlab_config::unix_now(),
         onionlab_netdoc::CLOCK_SKEW_ALLOWANCE,
         &origin,
     )?;
@@ -51,7 +51,7 @@ pub fn run(args: DirectoryArgs) -> Result<ExitCode> {
             relays = doc.relays.len(),
             "serving the network document at /network.doc"
         );
-        onionlab_netdoc::directory::serve(listener, Arc::from(text), runtime::shutdown_signal())
+        onionlab_config::directory::serve(listener, Arc::from(text), runtime::shutdown_signal())
             .await;
         Ok(ExitCode::SUCCESS)
     })

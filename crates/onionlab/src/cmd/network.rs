@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
+use onionlab_config::{init_network, InitOptions};
 use onionlab_netdoc::exit_targets::PrivateTargets;
-use onionlab_netdoc::{init_network, InitOptions};
 
 use crate::error::Result;
 
@@ -131,7 +131,7 @@ fn resign(dir: &std::path::Path, valid_days: u32) -> Result<ExitCode> {
     let old = onionlab_netdoc::NetworkDocument::load_file(&path, &key.verifying_key())?;
     let lifetime = std::time::Duration::from_secs(u64::from(valid_days) * 24 * 3600);
     let (created_unix, valid_after_unix, valid_until_unix) =
-        onionlab_netdoc::NetworkDocument::window(onionlab_netdoc::unix_now(), lifetime);
+        onionlab_netdoc::NetworkDocument::window(onionlab_config::unix_now(), lifetime);
     let doc = onionlab_netdoc::NetworkDocument {
         created_unix,
         valid_after_unix,

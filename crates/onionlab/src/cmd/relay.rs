@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
-use onionlab_netdoc::{load_network, ConfigFile, RelayConfig, Scheduler};
+use onionlab_config::{load_network, ConfigFile, RelayConfig, Scheduler};
 use onionlab_node::{DosLimits, Relay, RelaySettings};
 use onionlab_transport::{Choice, TransportKind};
 
@@ -95,7 +95,7 @@ mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    use onionlab_netdoc::config::{self, ConfigFile};
+    use onionlab_config::{self as config, ConfigFile};
 
     /// The file's defaults and the node crate's are the same numbers.
     #[test]

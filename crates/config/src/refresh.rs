@@ -9,7 +9,7 @@
 //!   held one was verified with ([`crate::load_network`] does that), be
 //!   valid now ([`NetworkDocument::check_time`] with the clock-skew
 //!   allowance), and name the same network;
-//! * its network-wide parameters (`[params]`, see [`crate::params`]) must
+//! * its network-wide parameters (`[params]`, see [`onionlab_netdoc::params`]) must
 //!   be the held one's: both ends of every circuit must run the same
 //!   circuit congestion control, relays read it once at start, and nothing
 //!   negotiates it per circuit, so a change needs the network restarted;
@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use crate::doc::NetworkDocument;
+use onionlab_netdoc::doc::NetworkDocument;
 
 /// What to do with a document loaded again, given the one held; see the
 /// [module docs](self).
@@ -55,7 +55,7 @@ pub enum Replacement {
     /// Newer, but with other network-wide parameters: refused (a running
     /// node cannot change them; see the [module docs](self)).
     ParamsChanged {
-        /// The held document's parameters ([`NetworkParams::summary`](crate::NetworkParams::summary)).
+        /// The held document's parameters ([`NetworkParams::summary`](onionlab_netdoc::NetworkParams::summary)).
         held: String,
         /// The loaded document's.
         loaded: String,
@@ -78,7 +78,7 @@ impl Replacement {
 
 /// Judge `loaded`, a document just loaded and verified with the network
 /// key that verified `held`, at `now_unix` with `skew` allowed either side
-/// of its validity window (nodes use [`crate::CLOCK_SKEW_ALLOWANCE`]).
+/// of its validity window (nodes use [`onionlab_netdoc::CLOCK_SKEW_ALLOWANCE`]).
 /// Pure: no I/O, no clock.
 pub fn judge_replacement(
     held: &NetworkDocument,
@@ -152,7 +152,7 @@ mod tests {
     fn a_newer_document_with_other_params_is_refused() {
         let held = doc("lab", NOW - DAY);
         let mut loaded = doc("lab", NOW - 60);
-        loaded.params = crate::NetworkParams::with_circuit_cc("vegas").expect("vegas");
+        loaded.params = onionlab_netdoc::NetworkParams::with_circuit_cc("vegas").expect("vegas");
         let r = judge_replacement(&held, &loaded, NOW, SKEW);
         assert_eq!(
             r,

@@ -5,11 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
-use onionlab_netdoc::config::{
+use onionlab_config::Error;
+use onionlab_config::{
     ClientConfig, ConfigFile, Congestion, NetworkSource, RelayConfig, TransportChoice,
 };
 use onionlab_netdoc::exit_targets::PrivateTargets;
-use onionlab_netdoc::Error;
 use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::tcp::TcpCongestion;
 

@@ -31,8 +31,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
-pub use crate::doc::MAX_DOCUMENT_LEN;
 use crate::error::{Error, Result};
+pub use onionlab_netdoc::doc::MAX_DOCUMENT_LEN;
 
 /// The path the document is served at.
 pub const DOCUMENT_PATH: &str = "/network.doc";

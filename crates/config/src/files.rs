@@ -94,9 +94,6 @@
 //! fallback (for experiments). A client never listens, so it has no
 //! `quic_listen`.
 
-mod client;
-mod relay;
-
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -105,13 +102,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tokio::io::AsyncReadExt;
 use tor_llcrypto::pk::ed25519::PublicKey;
 
-pub use client::*;
-pub use relay::*;
-
 use crate::directory::HttpUrl;
-use crate::doc::{valid_nickname, NetworkDocument, CLOCK_SKEW_ALLOWANCE, MAX_DOCUMENT_LEN};
 use crate::error::{toml_error, Error, Result};
-use crate::keys::{parse_public_key, read_file_limited};
+use onionlab_netdoc::doc::{
+    valid_nickname, NetworkDocument, CLOCK_SKEW_ALLOWANCE, MAX_DOCUMENT_LEN,
+};
+use onionlab_netdoc::keys::{parse_public_key, read_file_limited};
 
 /// QUIC congestion control (`link.quic.congestion`).
 pub use onionlab_transport::quic::Congestion;
@@ -218,8 +214,8 @@ impl<'de> Deserialize<'de> for NetworkSource {
 ///
 /// [`Error::Io`] or [`Error::TooLarge`] for a file, the errors of
 /// [`crate::directory::fetch`] for a URL, then those of
-/// [`NetworkDocument::from_signed_text`], then [`Error::NotYetValid`] or
-/// [`Error::Expired`].
+/// [`NetworkDocument::from_signed_text`], then [`onionlab_netdoc::Error::NotYetValid`] or
+/// [`onionlab_netdoc::Error::Expired`], all within [`Error::Document`].
 pub async fn load_network(
     source: &NetworkSource,
     network_key: &PublicKey,
@@ -334,7 +330,7 @@ const MOVED_KEYS: &[(&str, &str)] = &[
 ];
 
 /// A number above zero.
-fn de_positive<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+pub(crate) fn de_positive<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
     let n = u64::deserialize(d)?;
     if n == 0 {
         return Err(serde::de::Error::custom("must be greater than 0"));
@@ -343,7 +339,7 @@ fn de_positive<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::E
 }
 
 /// `p` relative to `base` unless absolute.
-fn resolve(base: &Path, p: &Path) -> PathBuf {
+pub(crate) fn resolve(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
     } else {
@@ -352,7 +348,7 @@ fn resolve(base: &Path, p: &Path) -> PathBuf {
 }
 
 /// The directory relative paths in the file at `path` are relative to.
-fn base_dir(path: &Path) -> PathBuf {
+pub(crate) fn base_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -360,14 +356,14 @@ fn base_dir(path: &Path) -> PathBuf {
 }
 
 /// Read and deserialize a TOML file, with file and line in errors.
-fn load_toml<T: DeserializeOwned>(path: &Path) -> Result<T> {
+pub(crate) fn load_toml<T: DeserializeOwned>(path: &Path) -> Result<T> {
     let text = read_file_limited(path, MAX_CONFIG_LEN)?;
     parse_toml(&text, &path.display().to_string())
 }
 
 /// Deserialize TOML text, naming `origin` in errors (and, for a key
 /// that moved into a section, where it went: [`MOVED_KEYS`]).
-fn parse_toml<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
+pub(crate) fn parse_toml<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
     toml::from_str(text).map_err(|e| {
         let mut err = toml_error(origin, text, &e);
         if let Error::Parse { message, .. } = &mut err {
@@ -383,7 +379,7 @@ fn parse_toml<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T> {
 }
 
 /// An invalid combination of settings found after parsing.
-fn invalid(origin: &str, message: impl Into<String>) -> Error {
+pub(crate) fn invalid(origin: &str, message: impl Into<String>) -> Error {
     Error::Invalid {
         origin: origin.to_string(),
         message: message.into(),
@@ -392,7 +388,7 @@ fn invalid(origin: &str, message: impl Into<String>) -> Error {
 
 /// Serialise a value as its `Display` text (the names the deserialisers
 /// take).
-fn ser_display<T: fmt::Display, S: Serializer>(
+pub(crate) fn ser_display<T: fmt::Display, S: Serializer>(
     v: &T,
     s: S,
 ) -> std::result::Result<S::Ok, S::Error> {
@@ -412,7 +408,7 @@ pub fn merge_tables(base: &mut toml::Table, extra: &toml::Table) {
     }
 }
 
-/// A configuration file's type ([`RelayConfig`], [`ClientConfig`]): how
+/// A configuration file's type ([`crate::RelayConfig`], [`crate::ClientConfig`]): how
 /// it is read, checked, changed and written, declared once for both.
 pub trait ConfigFile: Serialize + DeserializeOwned {
     /// The keys without a default.
@@ -490,7 +486,10 @@ pub trait ConfigFile: Serialize + DeserializeOwned {
 
 /// A configuration made from `required` (its required keys) with every
 /// other setting at its default.
-fn config_from_required<T: ConfigFile>(required: &impl Serialize, what: &str) -> Result<T> {
+pub(crate) fn config_from_required<T: ConfigFile>(
+    required: &impl Serialize,
+    what: &str,
+) -> Result<T> {
     let text = toml::to_string(required).map_err(|e| invalid(what, e.to_string()))?;
     parse_toml(&text, what)
 }
@@ -552,7 +551,9 @@ fn drop_defaults(table: &mut toml_edit::Table, defaults: &toml_edit::Table) {
 }
 
 /// A valid nickname.
-fn de_nickname<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+pub(crate) fn de_nickname<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<String, D::Error> {
     let s = String::deserialize(d)?;
     if !valid_nickname(&s) {
         return Err(serde::de::Error::custom(format!(
@@ -563,7 +564,9 @@ fn de_nickname<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D
 }
 
 /// A network public key in hex that parses.
-fn de_network_key<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<String, D::Error> {
+pub(crate) fn de_network_key<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<String, D::Error> {
     let s = String::deserialize(d)?;
     parse_public_key(&s, "network_key").map_err(serde::de::Error::custom)?;
     Ok(s)

@@ -7,10 +7,10 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use serde::{Deserialize, Deserializer, Serialize};
 use tor_llcrypto::pk::ed25519::PublicKey;
 
-use super::{de_network_key, de_positive, invalid, ConfigFile, LinkSettings, NetworkSource};
-use crate::doc::valid_nickname;
 use crate::error::{Error, Result};
-use crate::keys::parse_public_key;
+use crate::files::{de_network_key, de_positive, invalid, ConfigFile, LinkSettings, NetworkSource};
+use onionlab_netdoc::doc::valid_nickname;
+use onionlab_netdoc::keys::parse_public_key;
 
 /// Default [`ClientConfig::circuit_build_timeout_ms`].
 pub const DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS: u64 = 10_000;
@@ -276,7 +276,7 @@ impl ClientConfig {
             network: NetworkSource,
             network_key: &'a str,
         }
-        super::config_from_required(
+        crate::files::config_from_required(
             &Required {
                 socks_listen,
                 network,
@@ -290,10 +290,13 @@ impl ClientConfig {
     ///
     /// # Errors
     ///
-    /// [`Error::Key`] if `network_key` was changed to something invalid
+    /// [`Error::Document`] if `network_key` was changed to something invalid
     /// after loading.
     pub fn network_public_key(&self) -> Result<PublicKey> {
-        parse_public_key(&self.network_key, "client configuration network_key")
+        Ok(parse_public_key(
+            &self.network_key,
+            "client configuration network_key",
+        )?)
     }
 }
 

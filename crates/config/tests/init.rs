@@ -3,14 +3,14 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use onionlab_netdoc::config::{
+use onionlab_config::Error;
+use onionlab_config::{init_network, load_network, InitOptions};
+use onionlab_config::{
     ClientConfig, ConfigFile, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
 };
 use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::keys;
-use onionlab_netdoc::{
-    init_network, load_network, Error, ExitPolicy, InitOptions, NetworkDocument,
-};
+use onionlab_netdoc::{ExitPolicy, NetworkDocument};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 

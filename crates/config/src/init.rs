@@ -25,7 +25,7 @@
 //! the others `reject *:*`. The non-exit relays get the Guard flag (all
 //! relays do if every relay is an exit).
 //!
-//! Exits refuse private and local targets (see [`crate::exit_targets`])
+//! Exits refuse private and local targets (see [`onionlab_netdoc::exit_targets`])
 //! except those in [`InitOptions::exit_allow_private`], written into their
 //! configuration.
 
@@ -35,15 +35,15 @@ use std::path::{Path, PathBuf};
 
 use onionlab_crypto::identity::RelaySecretKeys;
 
-use crate::config::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
-use crate::doc::{
+use crate::error::{Error, Result};
+use crate::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
+use onionlab_netdoc::doc::{
     toml_string, valid_network_name, Flags, NetworkDocument, RelayEntry, TransportAddress,
     TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP,
 };
-use crate::error::{Error, Result};
-use crate::exit_targets::PrivateTargets;
-use crate::keys;
-use crate::policy::ExitPolicy;
+use onionlab_netdoc::exit_targets::PrivateTargets;
+use onionlab_netdoc::keys;
+use onionlab_netdoc::policy::ExitPolicy;
 
 /// Options of [`init_network`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub struct InitOptions {
     /// document is valid from then for `lifetime`.
     pub created_unix: Option<u64>,
     /// How long the document is valid (default
-    /// [`DEFAULT_LIFETIME`](crate::doc::DEFAULT_LIFETIME), 30 days).
+    /// [`DEFAULT_LIFETIME`](onionlab_netdoc::doc::DEFAULT_LIFETIME), 30 days).
     pub lifetime: std::time::Duration,
     /// Private or local targets the exits may reach despite rejecting
     /// private addresses (`exit_allow_private` in their `relay.toml`),
@@ -76,7 +76,7 @@ pub struct InitOptions {
     pub exit_allow_private: PrivateTargets,
     /// Network-wide parameters written in the document (default: fixed
     /// circuit windows).
-    pub params: crate::params::NetworkParams,
+    pub params: onionlab_netdoc::params::NetworkParams,
 }
 
 impl Default for InitOptions {
@@ -93,9 +93,9 @@ impl Default for InitOptions {
             network_name: "onionlab".into(),
             bandwidth: 1000,
             created_unix: None,
-            lifetime: crate::doc::DEFAULT_LIFETIME,
+            lifetime: onionlab_netdoc::doc::DEFAULT_LIFETIME,
             exit_allow_private: PrivateTargets::none(),
-            params: crate::params::NetworkParams::default(),
+            params: onionlab_netdoc::params::NetworkParams::default(),
         }
     }
 }
@@ -256,7 +256,7 @@ fn create_dir(path: &Path) -> Result<()> {
 
 /// Write a new, world-readable text file.
 fn write_text(path: &Path, text: &str) -> Result<()> {
-    keys::write_new_file(path, text.as_bytes(), 0o644)
+    Ok(keys::write_new_file(path, text.as_bytes(), 0o644)?)
 }
 
 /// Create a network in `opts.out`: see the [module documentation](self).
@@ -283,7 +283,7 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
     keys::save_network_key(&network_key_secret, &network_key)?;
     keys::save_network_public_key(&network_key_public, &public)?;
 
-    let created_unix = opts.created_unix.unwrap_or_else(crate::config::unix_now);
+    let created_unix = opts.created_unix.unwrap_or_else(crate::unix_now);
     let first_exit = opts.relays - opts.exits;
     let mut entries = Vec::with_capacity(opts.relays);
     let mut relays = Vec::with_capacity(opts.relays);

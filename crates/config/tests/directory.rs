@@ -3,9 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use onionlab_netdoc::config::NetworkSource;
-use onionlab_netdoc::directory::{self, fetch, fetch_with_limits, serve, MAX_DOCUMENT_LEN};
-use onionlab_netdoc::{load_network, Error, InitOptions};
+use onionlab_config::directory::{self, fetch, fetch_with_limits, serve, MAX_DOCUMENT_LEN};
+use onionlab_config::Error;
+use onionlab_config::NetworkSource;
+use onionlab_config::{load_network, InitOptions};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -233,7 +234,7 @@ async fn fetch_times_out_and_reports_connection_errors() {
 async fn load_network_from_a_directory() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(1);
-    let summary = onionlab_netdoc::init_network(
+    let summary = onionlab_config::init_network(
         &InitOptions {
             out: tmp.path().to_path_buf(),
             ..InitOptions::default()
@@ -253,7 +254,13 @@ async fn load_network_from_a_directory() {
     // With another key, the error names the URL.
     let other = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[1; 32]).verifying_key();
     let err = load_network(&source, &other).await.unwrap_err();
-    assert!(matches!(err, Error::BadSignature { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Document(onionlab_netdoc::Error::BadSignature { .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
 
     // A tampered file names the file.

@@ -8,13 +8,13 @@ use onionlab_circuit::torchestra::ClassifierParams;
 use serde::{Deserialize, Deserializer, Serialize};
 use tor_llcrypto::pk::ed25519::PublicKey;
 
-use super::{
+use crate::error::Result;
+use crate::files::{
     de_network_key, de_nickname, de_positive, invalid, resolve, ser_display, ConfigFile,
     LinkSettings, NetworkSource, Scheduler,
 };
-use crate::error::Result;
-use crate::exit_targets::PrivateTargets;
-use crate::keys::parse_public_key;
+use onionlab_netdoc::exit_targets::PrivateTargets;
+use onionlab_netdoc::keys::parse_public_key;
 
 /// Default [`RelayConfig::exit_max_concurrent_lookups`].
 pub const DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS: u64 = 64;
@@ -54,7 +54,7 @@ pub struct RelayConfig {
     /// The relay's nickname, as in the network document.
     #[serde(deserialize_with = "de_nickname")]
     pub nickname: String,
-    /// The relay secret keys file (see [`crate::keys::load_relay_keys`]).
+    /// The relay secret keys file (see [`onionlab_netdoc::keys::load_relay_keys`]).
     pub keys: PathBuf,
     /// Address the TLS transport listens on (TCP).
     pub listen: SocketAddr,
@@ -110,7 +110,7 @@ pub struct RelayConfig {
     /// addresses and the exit's own addresses, whatever the exit policy
     /// says (default true; C tor's `ExitPolicyRejectPrivate`). The
     /// relays' OR ports are refused either way. See
-    /// [`crate::exit_targets`].
+    /// [`onionlab_netdoc::exit_targets`].
     #[serde(default = "default_true")]
     pub exit_reject_private: bool,
     /// Exit: private or local targets allowed despite
@@ -282,7 +282,7 @@ impl RelayConfig {
             network: NetworkSource,
             network_key: &'a str,
         }
-        super::config_from_required(
+        crate::files::config_from_required(
             &Required {
                 nickname,
                 keys,
@@ -298,10 +298,13 @@ impl RelayConfig {
     ///
     /// # Errors
     ///
-    /// [`crate::Error::Key`] if `network_key` was changed to something
+    /// [`crate::Error::Document`] if `network_key` was changed to something
     /// invalid after loading.
     pub fn network_public_key(&self) -> Result<PublicKey> {
-        parse_public_key(&self.network_key, "relay configuration network_key")
+        Ok(parse_public_key(
+            &self.network_key,
+            "relay configuration network_key",
+        )?)
     }
 }
 
