@@ -24,10 +24,6 @@ use onionlab_circuit::stream::StreamEvent;
 use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
 use onionlab_transport::connector::{Connector, PeerAddrs};
-use onionlab_transport::endpoint::{EndpointKind, Endpoints};
-use onionlab_transport::quic::QuicTransport;
-use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
 use onionlab_transport::{CellWriter, Ordering};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -367,45 +363,11 @@ pub(crate) fn linkspecs(r: &RelayEntry) -> Vec<EncodedLinkSpec> {
     specs.iter().filter_map(|s| s.encode().ok()).collect()
 }
 
-/// The client's connector: TLS, QUIC and dtls-utcp as the settings'
-/// transport may use them. Fails only if the dtls-utcp UDP socket cannot
-/// be bound.
+/// The client's connector ([`Connector::client`]). Fails only if the
+/// dtls-utcp UDP socket cannot be bound.
 fn connector(settings: &crate::ClientSettings) -> Result<Connector, crate::Error> {
-    let link = &settings.link;
-    let quic = link
-        .transport
-        .uses(EndpointKind::QUIC)
-        .then(|| QuicTransport::client(link.quic_settings()));
-    let tcp = TlsTransport::client()
-        .with_handshake_timeout(link.handshake_timeout)
-        .with_tcp_congestion(link.tcp_congestion())
-        .with_unsent_limit(link.tcp.unsent_limit)
-        .with_tcp_pacing(link.tcp.pacing)
-        .with_pctcp(link.pctcp);
-    let utcp = link.transport.uses(EndpointKind::UTCP).then(|| {
-        let utcp = UtcpSettings {
-            handshake_timeout: link.handshake_timeout,
-            max_lanes: link.pctcp.max_lanes,
-            ..UtcpSettings::default()
-        }
-        .with_lane_tcp(link.utcp.clone());
-        // Any local address: the kernel picks the source per relay.
-        let any = std::net::IpAddr::from([0, 0, 0, 0]);
-        UtcpTransport::client(any, utcp).map(std::sync::Arc::new)
-    });
-    let utcp = utcp
-        .transpose()
-        .map_err(|e| crate::Error::Setting(format!("the dtls-utcp endpoint: {e}")))?;
-    let mut endpoints = Endpoints::new().with(EndpointKind::TCP, tcp);
-    if let Some(quic) = quic {
-        endpoints = endpoints.with(EndpointKind::QUIC, quic);
-    }
-    if let Some(utcp) = utcp {
-        endpoints = endpoints.with(EndpointKind::UTCP, utcp);
-    }
-    // A client has every endpoint its choice may use, so this cannot fail.
-    Ok(Connector::new(endpoints, link.transport)
-        .expect("a client has the endpoints of its transport"))
+    Connector::client(&settings.link)
+        .map_err(|e| crate::Error::Setting(format!("the client's endpoints: {e}")))
 }
 
 /// The path of relays `path` (indexes into `doc`) as the node takes it.

@@ -6,7 +6,6 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
@@ -21,12 +20,11 @@ use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter};
 use onionlab_transport::connector::{Connector, PeerAddrs};
-use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners, PendingLink};
+use onionlab_transport::endpoint::{EndpointKind, Listeners, PendingLink};
 use onionlab_transport::quic::gate::HandshakeLimits;
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
-use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::utcp::{UtcpSettings, UtcpTransport};
-use onionlab_transport::{CellReader, CellWriter, LinkEvent, LinkSettings, Ordering, Transport};
+use onionlab_transport::relay_endpoints::{Admission, BindError, RelayAddrs, RelayEndpoints};
+use onionlab_transport::{CellReader, CellWriter, LinkEvent, LinkSettings, Ordering};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::Notify;
@@ -227,69 +225,29 @@ impl Relay {
         link.check().map_err(Error::Transport)?;
         let tcp_congestion = link.tcp_congestion();
         tcp_congestion.check_available().map_err(Error::Setting)?;
-        let tls = TlsTransport::relay(&settings.keys, my_addrs.clone())
-            .map_err(Error::Transport)?
-            .with_handshake_timeout(link.handshake_timeout)
-            .with_tcp_congestion(tcp_congestion)
-            .with_unsent_limit(link.tcp.unsent_limit)
-            .with_tcp_pacing(link.tcp.pacing)
-            .with_pctcp(link.pctcp)
+        let addrs = RelayAddrs {
             // Peers open pctcp lanes to the address they know us by.
-            .with_lane_address(settings.listen);
-        let tls_listener = tls
-            .bind(settings.listen)
+            tcp: settings.listen,
+            quic: settings.quic_listen,
+            utcp: settings.utcp_listen,
+        };
+        let admission = Admission {
+            quic: quic_handshake_limits(&settings.dos, &link.quic),
+            // Relays of the network open a connection per circuit in
+            // conn-per-circuit mode: their addresses are exempt from the
+            // per-address handshake rate (as tor exempts relays).
+            exempt: relay_addresses(&settings.doc).collect(),
+        };
+        let RelayEndpoints {
+            connector,
+            listeners: listener,
+            quic,
+        } = RelayEndpoints::bind(&settings.keys, my_addrs.clone(), link, addrs, admission)
             .await
-            .map_err(|source| Error::Listen {
-                addr: settings.listen,
-                source,
+            .map_err(|e| match e {
+                BindError::Listen { addr, source } => Error::Listen { addr, source },
+                BindError::Setup(source) => Error::Transport(source),
             })?;
-        let (quic, quic_listener) = match settings.quic_listen {
-            None => (None, None),
-            Some(addr) => {
-                let mut quic_settings = link.quic_settings();
-                quic_settings.handshakes = quic_handshake_limits(&settings.dos, quic_settings);
-                let quic =
-                    QuicTransport::relay(&settings.keys, my_addrs.clone(), addr, quic_settings)
-                        .map_err(|source| Error::Listen { addr, source })?;
-                // Relays of the network open a connection per circuit in
-                // conn-per-circuit mode: their addresses are exempt from
-                // the per-address handshake rate (as tor exempts relays).
-                quic.set_exempt_addresses(relay_addresses(&settings.doc));
-                let listener = quic
-                    .bind(addr)
-                    .await
-                    .map_err(|source| Error::Listen { addr, source })?;
-                (Some(quic), Some(listener))
-            }
-        };
-        let utcp = match settings.utcp_listen {
-            None => None,
-            Some(addr) => {
-                let utcp_settings = UtcpSettings {
-                    handshake_timeout: link.handshake_timeout,
-                    max_lanes: link.pctcp.max_lanes,
-                    ..UtcpSettings::default()
-                }
-                .with_lane_tcp(link.utcp.clone());
-                let t = UtcpTransport::relay(&settings.keys, my_addrs.clone(), addr, utcp_settings)
-                    .await
-                    .map_err(|source| Error::Listen { addr, source })?;
-                Some(Arc::new(t))
-            }
-        };
-        let mut endpoints = Endpoints::new().with(EndpointKind::TCP, tls);
-        let mut listener = Listeners::new().with(tls_listener);
-        if let (Some(quic), Some(quic_listener)) = (&quic, quic_listener) {
-            endpoints = endpoints.with(EndpointKind::QUIC, quic.clone());
-            listener = listener.with(quic_listener);
-        }
-        if let Some(utcp) = utcp {
-            endpoints = endpoints.with(EndpointKind::UTCP, utcp.clone());
-            listener = listener.with(utcp);
-        }
-        // A transport forced on a relay without its endpoint (QUIC
-        // without quic_listen) fails here, with the transport's name.
-        let connector = Connector::new(endpoints, link.transport).map_err(Error::Transport)?;
         Ok(Relay {
             quic,
             connector,
@@ -469,7 +427,7 @@ impl Relay {
 /// The QUIC handshake gate's limits: the connection rate per address and
 /// the handshake cap of the denial-of-service limits, and the transport's
 /// own Retry threshold.
-fn quic_handshake_limits(dos: &DosLimits, quic: QuicSettings) -> HandshakeLimits {
+fn quic_handshake_limits(dos: &DosLimits, quic: &QuicSettings) -> HandshakeLimits {
     HandshakeLimits {
         max_pending: dos.max_handshakes,
         per_address_rate: dos.conn_rate,

@@ -12,8 +12,11 @@ use tracing::info;
 
 use crate::any::AnyLink;
 use crate::endpoint::{EndpointKind, Endpoints};
+use crate::quic::QuicTransport;
 use crate::registry::{Choice, TransportKind};
-use crate::Error;
+use crate::tls::TlsTransport;
+use crate::utcp::{UtcpSettings, UtcpTransport};
+use crate::{Error, LinkSettings};
 
 /// How long an `auto` connection waits for QUIC before trying TLS.
 pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
@@ -86,6 +89,41 @@ impl Connector {
             choice,
             quic_failed: Arc::default(),
         })
+    }
+
+    /// A client's connector for `link`: the TCP endpoint (TLS and the
+    /// transports on TLS) always, QUIC and dtls-utcp when the choice may
+    /// use them, each with `link`'s settings. A client never listens, so
+    /// its endpoints only open links.
+    ///
+    /// # Errors
+    ///
+    /// The dtls-utcp endpoint's, if its UDP socket cannot be bound.
+    pub fn client(link: &LinkSettings) -> Result<Self, Error> {
+        let tcp = TlsTransport::client()
+            .with_handshake_timeout(link.handshake_timeout)
+            .with_tcp_congestion(link.tcp_congestion())
+            .with_unsent_limit(link.tcp.unsent_limit)
+            .with_tcp_pacing(link.tcp.pacing)
+            .with_pctcp(link.pctcp);
+        let mut endpoints = Endpoints::new().with(EndpointKind::TCP, tcp);
+        if link.transport.uses(EndpointKind::QUIC) {
+            let quic = QuicTransport::client(link.quic_settings());
+            endpoints = endpoints.with(EndpointKind::QUIC, quic);
+        }
+        if link.transport.uses(EndpointKind::UTCP) {
+            let settings = UtcpSettings {
+                handshake_timeout: link.handshake_timeout,
+                max_lanes: link.pctcp.max_lanes,
+                ..UtcpSettings::default()
+            }
+            .with_lane_tcp(link.utcp.clone());
+            // Any local address: the kernel picks the source per relay.
+            let any = std::net::IpAddr::from([0, 0, 0, 0]);
+            let utcp = UtcpTransport::client(any, settings)?;
+            endpoints = endpoints.with(EndpointKind::UTCP, Arc::new(utcp));
+        }
+        Self::new(endpoints, link.transport)
     }
 
     /// The rule in use.

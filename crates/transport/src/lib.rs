@@ -62,6 +62,7 @@ pub mod liveness;
 pub mod pctcp;
 pub mod quic;
 pub mod registry;
+pub mod relay_endpoints;
 mod sendbuf;
 pub mod settings;
 pub mod tcp;
