@@ -214,7 +214,7 @@ impl FromStr for Choice {
 /// `--help` text listing every choice, its description and its settings.
 pub fn help_text() -> String {
     let width = Choice::names().iter().map(|n| n.len()).max().unwrap_or(0);
-    let mut text = String::from("Transports (the `transport` setting of relays and clients):\n");
+    let mut text = String::from("Transports (`transport` in the `[link]` section of relays' and clients' configurations):\n");
     text.push_str(&format!(
         "  {AUTO:width$}  QUIC (stream per circuit) where the peer advertises it and it connects, else TLS\n"
     ));

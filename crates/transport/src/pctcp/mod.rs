@@ -107,17 +107,17 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     endpoint: crate::tls::TCP,
     settings: &[
         SettingInfo {
-            key: "pctcp_max_lanes",
+            key: "link.pctcp.max_lanes",
             default: "512",
             about: "lane connections a node keeps open at most; above it new circuits share the main connection",
         },
         SettingInfo {
-            key: "tcp_congestion",
-            default: "the match of quic_congestion",
+            key: "link.tcp.congestion",
+            default: "the match of link.quic.congestion",
             about: "kernel congestion control of every TCP socket, lanes included",
         },
         SettingInfo {
-            key: "tcp_pacing",
+            key: "link.tcp.pacing",
             default: "false",
             about: "Linux paces every TCP socket, lanes included",
         },

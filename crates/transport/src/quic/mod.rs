@@ -167,22 +167,22 @@ const QUIC_SETTINGS: &[SettingInfo] = &[
         about: "relays: UDP address of the QUIC endpoint",
     },
     SettingInfo {
-        key: "quic_congestion",
+        key: "link.quic.congestion",
         default: "cubic",
         about: "congestion control of every QUIC connection: cubic, newreno or bbr",
     },
     SettingInfo {
-        key: "quic_initial_mtu",
+        key: "link.quic.initial_mtu",
         default: "1200",
         about: "UDP payload of the first packets",
     },
     SettingInfo {
-        key: "quic_keep_alive_ms",
+        key: "link.quic.keep_alive_ms",
         default: "2000",
         about: "PING after this long without traffic",
     },
     SettingInfo {
-        key: "quic_idle_timeout_ms",
+        key: "link.quic.idle_timeout_ms",
         default: "8000",
         about: "a link that received no packet on any of its connections for this long is closed",
     },

@@ -71,12 +71,12 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     endpoint: TCP,
     settings: &[
         SettingInfo {
-            key: "tcp_congestion",
-            default: "the match of quic_congestion",
+            key: "link.tcp.congestion",
+            default: "the match of link.quic.congestion",
             about: "kernel congestion control of every TCP socket, or \"system\"",
         },
         SettingInfo {
-            key: "tcp_pacing",
+            key: "link.tcp.pacing",
             default: "false",
             about: "Linux paces every channel TCP socket, as quinn paces QUIC",
         },

@@ -43,32 +43,32 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     endpoint: crate::tls::TCP,
     settings: &[
         SettingInfo {
-            key: "torchestra_window_ms",
+            key: "torchestra.window_ms",
             default: "2000",
             about: "the exit's classification window",
         },
         SettingInfo {
-            key: "torchestra_alpha",
+            key: "torchestra.alpha",
             default: "0.18",
             about: "EWMA multiplier of circuits with cells in the window (and of the connection)",
         },
         SettingInfo {
-            key: "torchestra_beta",
+            key: "torchestra.beta",
             default: "0.36",
             about: "EWMA multiplier of idle circuits",
         },
         SettingInfo {
-            key: "torchestra_thresh_light",
+            key: "torchestra.thresh_light",
             default: "0.7",
             about: "a light circuit this far above its fair share turns heavy",
         },
         SettingInfo {
-            key: "torchestra_thresh_heavy",
+            key: "torchestra.thresh_heavy",
             default: "0.7",
             about: "a heavy circuit this far below its fair share turns light",
         },
         SettingInfo {
-            key: "torchestra_thresh_verylight",
+            key: "torchestra.thresh_verylight",
             default: "0.9",
             about: "a circuit this far below its fair share is not counted active",
         },

@@ -46,11 +46,33 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     about: "a user-space TCP connection per circuit inside one DTLS session per relay pair, over UDP (Reardon and Goldberg 2009; seed 002)",
     ordering: Ordering::PerCircuit,
     endpoint: UTCP,
-    settings: &[SettingInfo {
-        key: "utcp_listen",
-        default: "none (no dtls-utcp endpoint)",
-        about: "relays: UDP address of the dtls-utcp endpoint",
-    }],
+    settings: &[
+        SettingInfo {
+            key: "utcp_listen",
+            default: "none (no dtls-utcp endpoint)",
+            about: "relays: UDP address of the dtls-utcp endpoint",
+        },
+        SettingInfo {
+            key: "link.utcp.congestion",
+            default: "cubic",
+            about: "each lane's user-space TCP congestion control: cubic or reno",
+        },
+        SettingInfo {
+            key: "link.utcp.max_segment",
+            default: "1200",
+            about: "largest segment, TORTP header included (100 to 65000)",
+        },
+        SettingInfo {
+            key: "link.utcp.rx_buffer, tx_buffer",
+            default: "262144, 65536",
+            about: "each lane's receive and send buffer",
+        },
+        SettingInfo {
+            key: "link.utcp.ack_delay_ms",
+            default: "10",
+            about: "delayed ACK, 0 for none (at most 1000)",
+        },
+    ],
     open: open_link,
 };
 
