@@ -7,7 +7,7 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use serde::{Deserialize, Deserializer, Serialize};
 use tor_llcrypto::pk::ed25519::PublicKey;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::files::{de_network_key, de_positive, invalid, ConfigFile, LinkSettings, NetworkSource};
 use onionlab_netdoc::doc::valid_nickname;
 use onionlab_netdoc::keys::parse_public_key;
@@ -308,14 +308,14 @@ impl ConfigFile for ClientConfig {
             .check()
             .map_err(|e| invalid(origin, e.to_string()))?;
         if self.path.is_some() && self.legs != 1 {
-            return Err(Error::Invalid {
-                origin: origin.to_string(),
-                message: format!(
+            return Err(invalid(
+                origin,
+                format!(
                     "legs = {} with one pinned path: pin the legs with paths, or leave path out \
                      for random legs",
                     self.legs
                 ),
-            });
+            ));
         }
         if let Some(paths) = &self.paths {
             let message = if self.path.is_some() {
@@ -330,21 +330,18 @@ impl ConfigFile for ClientConfig {
                 None
             };
             if let Some(message) = message {
-                return Err(Error::Invalid {
-                    origin: origin.to_string(),
-                    message,
-                });
+                return Err(invalid(origin, message));
             }
         }
         if self.network_refresh_s > MAX_NETWORK_REFRESH_S {
-            return Err(Error::Invalid {
-                origin: origin.to_string(),
-                message: format!(
+            return Err(invalid(
+                origin,
+                format!(
                     "network_refresh_s ({}) is above the limit of {MAX_NETWORK_REFRESH_S} \
                      (a year; 0 turns the refresh off)",
                     self.network_refresh_s
                 ),
-            });
+            ));
         }
         Ok(())
     }
@@ -359,11 +356,7 @@ mod test {
     use super::*;
     use crate::directory::HttpUrl;
 
-    /// A valid network public key in hex.
-    fn key_hex() -> String {
-        let kp = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[3; 32]);
-        hex::encode(kp.verifying_key().as_bytes())
-    }
+    use crate::files::test_key_hex as key_hex;
 
     #[test]
     fn client_config() {

@@ -572,6 +572,13 @@ pub(crate) fn de_network_key<'de, D: Deserializer<'de>>(
     Ok(s)
 }
 
+/// A valid network public key in hex, for the configuration tests.
+#[cfg(test)]
+pub(crate) fn test_key_hex() -> String {
+    let kp = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[3; 32]);
+    hex::encode(kp.verifying_key().as_bytes())
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

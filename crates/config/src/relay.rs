@@ -332,11 +332,7 @@ mod test {
     use super::*;
     use crate::Error;
 
-    /// A valid network public key in hex.
-    fn key_hex() -> String {
-        let kp = tor_llcrypto::pk::ed25519::Keypair::from_bytes(&[3; 32]);
-        hex::encode(kp.verifying_key().as_bytes())
-    }
+    use crate::files::test_key_hex as key_hex;
 
     fn relay_text(extra: &str) -> String {
         format!(
