@@ -290,7 +290,7 @@ impl ClientConfig {
     ///
     /// # Errors
     ///
-    /// [`Error::Document`] if `network_key` was changed to something invalid
+    /// [`crate::Error::Document`] if `network_key` was changed to something invalid
     /// after loading.
     pub fn network_public_key(&self) -> Result<PublicKey> {
         Ok(parse_public_key(
