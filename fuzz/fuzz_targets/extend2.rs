@@ -25,7 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use libfuzzer_sys::fuzz_target;
 use onionlab_cell::msg::{AnyRelayMsg, EncodedLinkSpec, LinkSpec, LinkSpecType};
 use onionlab_cell::relay::{self, CELL_DATA_LEN};
-use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS};
+use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_node::fuzzing::extend_target;
 use onionlab_transport::endpoint::EndpointKind;
@@ -37,6 +37,9 @@ use rand::SeedableRng;
 const HEADER: usize = 11;
 /// RELAY_EXTEND2.
 const CMD_EXTEND2: u8 = 14;
+
+/// The QUIC endpoint's address name in the document.
+const TRANSPORT_QUIC: &str = EndpointKind::QUIC.doc_name();
 
 fn entry(n: u8, addrs: &[(&str, &str)]) -> RelayEntry {
     RelayEntry {

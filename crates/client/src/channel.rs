@@ -17,7 +17,7 @@
 
 use std::rc::Rc;
 
-use onionlab_transport::connector::PeerAddrs;
+use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::{CellReader, CellWriter, Error as TransportError};
 use tokio::sync::Notify;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -29,7 +29,7 @@ use crate::state::{ChanKey, Fill, Shared};
 pub(crate) async fn connect(
     shared: Shared,
     chan: ChanKey,
-    addrs: PeerAddrs,
+    addrs: EndpointAddrs,
     identity: Ed25519Identity,
 ) {
     let connector = shared.borrow().connector();

@@ -23,7 +23,8 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
 use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
-use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::addrs::EndpointAddrs;
+use onionlab_transport::connector::Connector;
 use onionlab_transport::{CellWriter, Ordering};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -643,7 +644,7 @@ impl State {
             },
         );
         let identity = Ed25519Identity::new(relay.ed_identity);
-        let addrs = PeerAddrs::from_document(|name| relay.address(name));
+        let addrs = EndpointAddrs::from_document(|name| relay.address(name));
         match addrs.any() {
             Some(addr) => {
                 tracing::debug!(guard = %relay.nickname, %addr, "opening channel");

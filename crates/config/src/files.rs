@@ -14,11 +14,8 @@
 //! ```toml
 //! nickname = "relay0"
 //! keys = "keys.secret"            # relay secret keys, see crate::keys
-//! listen = "127.0.0.1:9001"       # TLS transport listener (TCP)
 //! network = "../../network.doc"   # file path, or http://HOST:PORT/network.doc
 //! network_key = "<64 hex digits>" # network public key
-//! quic_listen = "127.0.0.1:9001"  # QUIC endpoint (UDP); absent: no QUIC listener
-//! utcp_listen = "127.0.0.1:9004"  # dtls-utcp endpoint (UDP, not QUIC's port)
 //! scheduler = "ewma"              # or "round-robin"
 //! exit_packaging = "lazy"         # exits: or "eager" (C tor's); when DATA cells are made
 //! ewma_half_life_ms = 30000
@@ -37,6 +34,11 @@
 //! dos_quic_retry_rate = 100       # QUIC handshakes per second before Retry
 //! channel_idle_timeout_ms = 180000
 //! log = "info"                    # tracing filter; absent: the program's default
+//!
+//! [listen]                        # where the endpoints listen, by the document's names:
+//! tls = "127.0.0.1:9001"          # TCP: TLS, pctcp and torchestra (required)
+//! quic = "127.0.0.1:9001"         # UDP: both QUIC transports; absent: no QUIC listener
+//! utcp = "127.0.0.1:9004"         # UDP: dtls-utcp (not QUIC's port)
 //!
 //! [link]                          # how links are made: relays and clients alike,
 //! transport = "auto"              # see onionlab_transport::settings for every key
@@ -92,7 +94,7 @@
 //! `"quic-conn-per-circuit"`...: the list is
 //! [`onionlab_transport::registry`]'s) uses that transport only, with no
 //! fallback (for experiments). A client never listens, so it has no
-//! `quic_listen`.
+//! `[listen]`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -303,8 +305,8 @@ impl fmt::Display for Scheduler {
     }
 }
 
-/// Keys of configuration files written before the `[link]` and
-/// `[torchestra]` sections, with where they went: named in the error a
+/// Keys of configuration files written before the `[link]`, `[listen]`
+/// and `[torchestra]` sections, with where they went: named in the error a
 /// file that still has one gets.
 const MOVED_KEYS: &[(&str, &str)] = &[
     ("transport", "[link] transport"),
@@ -318,6 +320,8 @@ const MOVED_KEYS: &[(&str, &str)] = &[
     ("quic_initial_mtu", "[link.quic] initial_mtu"),
     ("pctcp_max_lanes", "[link.pctcp] max_lanes"),
     ("utcp", "[link.utcp]"),
+    ("quic_listen", "[listen] quic"),
+    ("utcp_listen", "[listen] utcp"),
     ("torchestra_window_ms", "[torchestra] window_ms"),
     ("torchestra_alpha", "[torchestra] alpha"),
     ("torchestra_beta", "[torchestra] beta"),

@@ -13,12 +13,15 @@
 //! README.txt                 what these files are
 //! ```
 //!
-//! Relays are named `relay0`, `relay1`, ...; relay `i` listens on
-//! `host:base_port+i` with both transports, TLS on that TCP port and QUIC on
-//! the same UDP port, and dtls-utcp on UDP port `base_port+relays+i`, and
-//! advertises all three (`tls`, `quic`, `utcp`) in the document; its
-//! configuration sets `quic_listen` and `utcp_listen` and leaves
-//! `link.transport` at `"auto"`. Configurations are written by serialising
+//! Relays are named `relay0`, `relay1`, ...; relay `i` runs every
+//! endpoint kind, each on `host:base_port+i` of its protocol (TLS on
+//! that TCP port, QUIC on the same UDP port) and a second endpoint of one
+//! protocol `relays` ports further (dtls-utcp on UDP port
+//! `base_port+relays+i`; see
+//! [`EndpointAddrs::on_ports`](onionlab_transport::addrs::EndpointAddrs::on_ports)),
+//! and advertises all of them (`tls`, `quic`, `utcp`) in the document; its
+//! configuration lists them in `[listen]` and leaves `link.transport` at
+//! `"auto"`. Configurations are written by serialising
 //! [`RelayConfig`] and [`ClientConfig`] values, with only what differs
 //! from the defaults.
 //! The last `exits` relays get the Exit flag and the policy `accept *:*`;
@@ -39,11 +42,13 @@ use crate::error::{Error, Result};
 use crate::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
 use onionlab_netdoc::doc::{
     toml_string, valid_network_name, Flags, NetworkDocument, RelayEntry, TransportAddress,
-    TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP,
 };
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::keys;
 use onionlab_netdoc::policy::ExitPolicy;
+use onionlab_transport::addrs::EndpointAddrs;
+use onionlab_transport::any::IpProtocol;
+use onionlab_transport::endpoint::EndpointKind;
 
 /// Options of [`init_network`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +113,9 @@ pub struct InitRelay {
     /// TLS listen address (TCP); the QUIC endpoint listens on the same
     /// address over UDP.
     pub listen: SocketAddr,
+    /// Every endpoint's address, as in its configuration's `[listen]`
+    /// and the document.
+    pub endpoints: EndpointAddrs,
     /// Has the Guard flag.
     pub guard: bool,
     /// Has the Exit flag (and `accept *:*`).
@@ -173,8 +181,8 @@ fn nickname(i: usize) -> String {
     format!("relay{i}")
 }
 
-/// Check `opts`, returning the relay listen addresses.
-fn check_options(opts: &InitOptions) -> Result<Vec<SocketAddr>> {
+/// Check `opts`, returning each relay's endpoint addresses.
+fn check_options(opts: &InitOptions) -> Result<Vec<EndpointAddrs>> {
     let bad = |m: String| Err(Error::InitOptions(m));
     if opts.relays == 0 {
         return bad("a network needs at least one relay".into());
@@ -200,17 +208,29 @@ fn check_options(opts: &InitOptions) -> Result<Vec<SocketAddr>> {
     if opts.base_port == 0 || opts.socks_port == 0 {
         return bad("ports must be 1-65535 (not 0)".into());
     }
-    let last = u64::from(opts.base_port) + opts.relays as u64 - 1;
-    // dtls-utcp takes the UDP ports after the relays' (see the module docs).
-    if last + opts.relays as u64 > u64::from(u16::MAX) {
+    // A second endpoint of one protocol takes the ports after the relays'
+    // (see the module docs).
+    let kinds = EndpointKind::all();
+    let stride = u16::try_from(opts.relays).ok();
+    let listen: Option<Vec<EndpointAddrs>> = (0..opts.relays)
+        .map(|i| {
+            let port = opts.base_port.checked_add(u16::try_from(i).ok()?)?;
+            EndpointAddrs::on_ports(opts.host, port, stride?, &kinds)
+        })
+        .collect();
+    let Some(listen) = listen else {
         return bad(format!(
             "{} relays from port {} do not fit below port 65536",
             opts.relays, opts.base_port
         ));
-    }
-    if (u64::from(opts.base_port)..=last).contains(&u64::from(opts.socks_port)) {
+    };
+    let tcp_port_taken = listen
+        .iter()
+        .flat_map(|addrs| addrs.iter())
+        .any(|(kind, addr)| kind.protocol() == IpProtocol::Tcp && addr.port() == opts.socks_port);
+    if tcp_port_taken {
         return bad(format!(
-            "SOCKS port {} is one of the relay ports {}-{last}",
+            "SOCKS port {} is one of the relays' TCP ports (from {} on)",
             opts.socks_port, opts.base_port
         ));
     }
@@ -220,9 +240,7 @@ fn check_options(opts: &InitOptions) -> Result<Vec<SocketAddr>> {
     if nickname(opts.relays - 1).len() > 19 {
         return bad("too many relays for 19-character nicknames".into());
     }
-    Ok((0..opts.relays)
-        .map(|i| SocketAddr::new(opts.host, opts.base_port + i as u16))
-        .collect())
+    Ok(listen)
 }
 
 /// Create `out` or check that it is an empty directory.
@@ -288,7 +306,10 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
     let mut entries = Vec::with_capacity(opts.relays);
     let mut relays = Vec::with_capacity(opts.relays);
     let relays_dir = out.join("relays");
-    for (i, &addr) in listen.iter().enumerate() {
+    for (i, endpoints) in listen.into_iter().enumerate() {
+        let addr = endpoints
+            .get(EndpointKind::TCP)
+            .expect("every endpoint kind has an address");
         let nick = nickname(i);
         let exit = i >= first_exit;
         let guard = !exit || opts.exits == opts.relays;
@@ -299,22 +320,15 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         keys::save_relay_keys(&keys_path, &secret)?;
         let config = dir.join("relay.toml");
         let allow = exit.then_some(&opts.exit_allow_private);
-        let utcp = SocketAddr::new(addr.ip(), addr.port() + opts.relays as u16);
-        write_text(&config, &relay_toml(&nick, addr, utcp, &key_hex, allow)?)?;
+        write_text(&config, &relay_toml(&nick, &endpoints, &key_hex, allow)?)?;
 
         let mut entry = RelayEntry::new(nick.clone(), &secret.public());
-        entry.addresses.push(TransportAddress {
-            transport: TRANSPORT_TLS.into(),
-            addr,
-        });
-        entry.addresses.push(TransportAddress {
-            transport: TRANSPORT_QUIC.into(),
-            addr,
-        });
-        entry.addresses.push(TransportAddress {
-            transport: TRANSPORT_UTCP.into(),
-            addr: utcp,
-        });
+        for (kind, addr) in endpoints.iter() {
+            entry.addresses.push(TransportAddress {
+                transport: kind.doc_name().into(),
+                addr,
+            });
+        }
         entry.flags = Flags { guard, exit };
         entry.bandwidth = opts.bandwidth;
         entry.exit_policy = if exit {
@@ -326,6 +340,7 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
         relays.push(InitRelay {
             nickname: nick,
             listen: addr,
+            endpoints,
             guard,
             exit,
             config,
@@ -375,15 +390,16 @@ fn transport_names() -> String {
 /// The `relay.toml` of one relay; `exit_allow_private` for an exit.
 fn relay_toml(
     nick: &str,
-    listen: SocketAddr,
-    utcp: SocketAddr,
+    listen: &EndpointAddrs,
     key_hex: &str,
     exit_allow_private: Option<&PrivateTargets>,
 ) -> Result<String> {
     let network = NetworkSource::File(PathBuf::from("../../network.doc"));
-    let mut cfg = RelayConfig::new(nick, PathBuf::from("keys.secret"), listen, network, key_hex)?;
-    cfg.quic_listen = Some(listen);
-    cfg.utcp_listen = Some(utcp);
+    let tls = listen
+        .get(EndpointKind::TCP)
+        .expect("every endpoint kind has an address");
+    let mut cfg = RelayConfig::new(nick, PathBuf::from("keys.secret"), tls, network, key_hex)?;
+    cfg.listen = listen.clone();
     if let Some(allow) = exit_allow_private {
         cfg.exit_allow_private = allow.clone();
     }
@@ -403,11 +419,11 @@ fn relay_toml(
 # Relative paths are relative to this file's directory.
 #
 # keys: the secret identity (Ed25519) and ntor onion (x25519) keys; keep
-# them private. listen: the TLS transport's TCP address; quic_listen and
-# utcp_listen: the QUIC and dtls-utcp endpoints (UDP); remove one to run
-# without it. network: the signed network document, a file or a directory
-# URL such as \"http://127.0.0.1:7000/network.doc\"; it must be signed with
-# network_key.
+# them private. network: the signed network document, a file or a
+# directory URL such as \"http://127.0.0.1:7000/network.doc\"; it must be
+# signed with network_key. [listen]: where the endpoints listen, by the
+# document's names: tls (TCP: TLS, pctcp, torchestra), quic and utcp (UDP:
+# QUIC and dtls-utcp); remove quic or utcp to run without it.
 #
 # Every other setting is at its default and left out. docs/settings.md
 # lists each with its C tor counterpart: the circuit scheduler, queue
@@ -499,8 +515,8 @@ relays/<nick>/relay.toml
                      Relay configuration.
 
 Relays listen on {host} ports {first}-{last} (relay i on port {first}+i),
-TLS on the TCP port and QUIC on the same UDP port; the document advertises
-both.
+TLS on the TCP port and QUIC on the same UDP port, dtls-utcp on the UDP
+port {n} further; the document advertises all three.
 Guards: {guards}
 Exits:  {exits}
 Exits have the policy `accept *:*` but, like tor's exits, refuse private,

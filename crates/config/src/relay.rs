@@ -15,6 +15,8 @@ use crate::files::{
 };
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::keys::parse_public_key;
+use onionlab_transport::addrs::EndpointAddrs;
+use onionlab_transport::endpoint::EndpointKind;
 
 /// Default [`RelayConfig::exit_max_concurrent_lookups`].
 pub const DEFAULT_EXIT_MAX_CONCURRENT_LOOKUPS: u64 = 64;
@@ -56,17 +58,13 @@ pub struct RelayConfig {
     pub nickname: String,
     /// The relay secret keys file (see [`onionlab_netdoc::keys::load_relay_keys`]).
     pub keys: PathBuf,
-    /// Address the TLS transport listens on (TCP).
-    pub listen: SocketAddr,
-    /// UDP address the QUIC endpoint listens on; none means no QUIC
-    /// listener (the relay may still open QUIC connections, as its
-    /// `transport` says).
-    #[serde(default)]
-    pub quic_listen: Option<SocketAddr>,
-    /// UDP address the dtls-utcp endpoint accepts sessions on; none means
-    /// no dtls-utcp listener.
-    #[serde(default)]
-    pub utcp_listen: Option<SocketAddr>,
+    /// Where the relay's endpoints listen (`[listen]`), by the network
+    /// document's names: `tls` (TCP, required) for TLS and the
+    /// transports that share its port, `quic` (UDP) for both QUIC
+    /// transports, `utcp` (UDP) for dtls-utcp. Without an endpoint's
+    /// address the relay does not accept its transports (it may still
+    /// open links with them, as its `transport` says).
+    pub listen: EndpointAddrs,
     /// Where the network document comes from.
     pub network: NetworkSource,
     /// The network public key, 64 hex digits (checked when loading; see
@@ -260,8 +258,8 @@ fn de_exit_packaging<'de, D: Deserializer<'de>>(
 }
 
 impl RelayConfig {
-    /// A configuration with these 5 required settings and every other
-    /// at its default.
+    /// A configuration with these 5 required settings (`listen`: the
+    /// `tls` address only) and every other at its default.
     ///
     /// # Errors
     ///
@@ -278,7 +276,7 @@ impl RelayConfig {
         struct Required<'a> {
             nickname: &'a str,
             keys: PathBuf,
-            listen: SocketAddr,
+            listen: EndpointAddrs,
             network: NetworkSource,
             network_key: &'a str,
         }
@@ -286,12 +284,18 @@ impl RelayConfig {
             &Required {
                 nickname,
                 keys,
-                listen,
+                listen: EndpointAddrs::new().with(EndpointKind::TCP, listen),
                 network,
                 network_key,
             },
             "relay configuration",
         )
+    }
+
+    /// The TCP endpoint's address (`tls` in `[listen]`, which a loaded
+    /// configuration has).
+    pub fn tls_address(&self) -> Option<SocketAddr> {
+        self.listen.get(EndpointKind::TCP)
     }
 
     /// The network public key.
@@ -313,6 +317,15 @@ impl ConfigFile for RelayConfig {
         &["nickname", "keys", "listen", "network", "network_key"];
 
     fn check(&self, origin: &str) -> Result<()> {
+        if self.tls_address().is_none() {
+            return Err(invalid(
+                origin,
+                format!(
+                    "[listen] needs a `{}` address: every relay listens on TCP",
+                    EndpointKind::TCP
+                ),
+            ));
+        }
         self.link
             .check()
             .map_err(|e| invalid(origin, e.to_string()))?;
@@ -336,7 +349,7 @@ mod test {
 
     fn relay_text(extra: &str) -> String {
         format!(
-            "nickname = \"relay0\"\nkeys = \"keys.secret\"\nlisten = \"127.0.0.1:9001\"\n\
+            "nickname = \"relay0\"\nkeys = \"keys.secret\"\nlisten = {{ tls = \"127.0.0.1:9001\" }}\n\
              network = \"../../network.doc\"\nnetwork_key = \"{}\"\n{extra}",
             key_hex()
         )
@@ -451,7 +464,7 @@ mod test {
         assert!(err.to_string().starts_with("r.toml:4:"), "{err}");
         assert!(err.to_string().contains("only http://"), "{err}");
         let err = RelayConfig::from_toml_str(
-            &relay_text("").replace("listen = \"127.0.0.1:9001\"\n", ""),
+            &relay_text("").replace("listen = { tls = \"127.0.0.1:9001\" }\n", ""),
             "r.toml",
             Path::new("."),
         )

@@ -22,7 +22,7 @@ fn key_hex() -> String {
 /// A relay configuration of five lines, then `extra`.
 fn relay(extra: &str) -> Result<RelayConfig, Error> {
     let text = format!(
-        "nickname = \"relay0\"\nkeys = \"keys.secret\"\nlisten = \"127.0.0.1:9001\"\n\
+        "nickname = \"relay0\"\nkeys = \"keys.secret\"\nlisten = {{ tls = \"127.0.0.1:9001\" }}\n\
          network = \"network.doc\"\nnetwork_key = \"{}\"\n{extra}",
         key_hex()
     );
@@ -53,7 +53,10 @@ fn tls() -> TransportChoice {
 #[test]
 fn defaults() {
     let r = relay("").unwrap();
-    assert_eq!(r.quic_listen, None);
+    assert_eq!(
+        r.listen.iter().collect::<Vec<_>>(),
+        [(EndpointKind::TCP, "127.0.0.1:9001".parse().unwrap())]
+    );
     assert_eq!(r.link, onionlab_transport::LinkSettings::default());
     assert_eq!(r.link.transport, TransportChoice::Auto);
     assert_eq!(r.link.quic.congestion, Congestion::Cubic);
@@ -92,13 +95,65 @@ fn every_transport_and_congestion_parses() {
     }
 }
 
+/// A relay configuration whose `listen` table is `listen`.
+fn relay_listening(listen: &str, extra: &str) -> Result<RelayConfig, Error> {
+    let text = format!(
+        "nickname = \"relay0\"\nkeys = \"keys.secret\"\nnetwork = \"network.doc\"\n\
+         network_key = \"{}\"\n{extra}[listen]\n{listen}",
+        key_hex()
+    );
+    RelayConfig::from_toml_str(&text, "relay.toml", Path::new("/r"))
+}
+
 #[test]
-fn quic_listen() {
-    let r = relay("quic_listen = \"127.0.0.1:9001\"\n[link]\ntransport = \"quic\"\n").unwrap();
-    assert_eq!(r.quic_listen, Some("127.0.0.1:9001".parse().unwrap()));
+fn listen_addresses_by_endpoint() {
+    let r = relay_listening(
+        "tls = \"127.0.0.1:9001\"\nquic = \"[::1]:443\"\n",
+        "link.transport = \"quic\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        r.listen.get(EndpointKind::QUIC),
+        Some("[::1]:443".parse().unwrap())
+    );
+    assert_eq!(r.tls_address(), Some("127.0.0.1:9001".parse().unwrap()));
     assert_eq!(r.link.transport.name(), "quic");
-    let r = relay("quic_listen = \"[::1]:443\"\n").unwrap();
-    assert_eq!(r.quic_listen, Some("[::1]:443".parse().unwrap()));
+    // Every relay listens on TCP.
+    let err = relay_listening("quic = \"127.0.0.1:9001\"\n", "").unwrap_err();
+    assert!(matches!(err, Error::Invalid { .. }), "{err}");
+    assert!(err.to_string().contains("needs a `tls` address"), "{err}");
+    for (listen, what) in [
+        (
+            "tls = \"localhost:9001\"\n",
+            "`tls` address `localhost:9001`",
+        ),
+        ("tls = \"127.0.0.1\"\n", "invalid socket address"),
+        (
+            "tls = \"127.0.0.1:1\"\nudp = \"127.0.0.1:1\"\n",
+            "unknown endpoint `udp`",
+        ),
+    ] {
+        let err = relay_listening(listen, "").unwrap_err();
+        let (line, message) = parse_error(&err);
+        assert_eq!(line, 5, "{listen}: {err}");
+        assert!(message.contains(what), "{listen}: {err}");
+    }
+    // The format before the table: the error says what to write.
+    let old = format!(
+        "nickname = \"r\"\nkeys = \"k\"\nlisten = \"127.0.0.1:9001\"\nnetwork = \"n\"\nnetwork_key = \"{}\"\nquic_listen = \"127.0.0.1:9001\"\n",
+        key_hex()
+    );
+    let err = RelayConfig::from_toml_str(&old, "relay.toml", Path::new("/r")).unwrap_err();
+    assert!(
+        err.to_string().contains("{ tls = \"127.0.0.1:9001\" }"),
+        "{err}"
+    );
+    let err = relay("quic_listen = \"127.0.0.1:9001\"\n").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("`quic_listen` is now [listen] quic"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -119,8 +174,6 @@ fn bad_values_are_clear_errors() {
         ("link.pctcp = 3\n", "struct"),
         ("torchestra.alpha = \"high\"\n", "f64"),
         ("torchestra.gamma = 1\n", "unknown field `gamma`"),
-        ("quic_listen = \"localhost\"\n", "invalid socket address"),
-        ("quic_listen = \"127.0.0.1\"\n", "invalid socket address"),
         ("quic = true\n", "unknown field `quic`"),
     ];
     for (extra, what) in cases {
@@ -252,8 +305,10 @@ fn busy_relay() -> RelayConfig {
         &key_hex(),
     )
     .unwrap();
-    cfg.quic_listen = Some("10.0.0.7:9001".parse().unwrap());
-    cfg.utcp_listen = Some("[::1]:9004".parse().unwrap());
+    cfg.listen
+        .insert(EndpointKind::QUIC, "10.0.0.7:9001".parse().unwrap());
+    cfg.listen
+        .insert(EndpointKind::UTCP, "[::1]:9004".parse().unwrap());
     cfg.log = Some("info,onionlab_node=\"debug\"".into());
     cfg.exit_allow_private = PrivateTargets::parse(&["127.0.0.1:8000", "[::1]:80-90"]).unwrap();
     cfg.dos_create_rate = 7;
@@ -290,7 +345,8 @@ fn written_configurations_read_back_equal() {
     )
     .unwrap();
     let text = plain.to_toml().unwrap();
-    assert_eq!(text.lines().count(), 5, "{text}");
+    // Four keys, a blank line, and the [listen] table's header and line.
+    assert_eq!(text.lines().count(), 7, "{text}");
 
     let mut c = ClientConfig::new(
         "127.0.0.1:9050".parse().unwrap(),

@@ -8,9 +8,10 @@ use onionlab_config::{init_network, load_network, InitOptions};
 use onionlab_config::{
     ClientConfig, ConfigFile, Congestion, NetworkSource, RelayConfig, Scheduler, TransportChoice,
 };
-use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
+use onionlab_netdoc::doc::TRANSPORT_TLS;
 use onionlab_netdoc::keys;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument};
+use onionlab_transport::endpoint::EndpointKind;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -120,19 +121,29 @@ fn init_writes_loadable_files() {
             .iter()
             .map(|a| a.transport.as_str())
             .collect();
-        assert_eq!(names, [TRANSPORT_TLS, TRANSPORT_QUIC, TRANSPORT_UTCP]);
-        assert_eq!(entry.address(TRANSPORT_QUIC), Some(relay.listen));
+        let (quic, utcp_name) = (EndpointKind::QUIC.doc_name(), EndpointKind::UTCP.doc_name());
+        let every: Vec<&str> = EndpointKind::all().iter().map(|k| k.doc_name()).collect();
+        assert_eq!(names, every);
+        assert_eq!(&names[..3], [TRANSPORT_TLS, quic, utcp_name]);
+        assert_eq!(entry.address(quic), Some(relay.listen));
         let utcp = std::net::SocketAddr::new(relay.listen.ip(), port + summary.relays.len() as u16);
-        assert_eq!(entry.address(TRANSPORT_UTCP), Some(utcp));
+        assert_eq!(entry.address(utcp_name), Some(utcp));
 
         // Each relay config loads, its keys match the document, and its
         // network source (relative to its directory) is the same document.
         let cfg = RelayConfig::load(&relay.config).unwrap();
         assert_eq!(cfg.nickname, entry.nickname);
-        assert_eq!(cfg.listen, relay.listen);
+        assert_eq!(cfg.listen, relay.endpoints);
+        assert_eq!(cfg.tls_address(), Some(relay.listen));
+        // It listens where the document says it does.
+        for address in &entry.addresses {
+            let kind = EndpointKind::all()
+                .into_iter()
+                .find(|k| k.doc_name() == address.transport)
+                .unwrap();
+            assert_eq!(cfg.listen.get(kind), Some(address.addr));
+        }
         assert_eq!(cfg.scheduler, Scheduler::Ewma);
-        assert_eq!(cfg.quic_listen, Some(relay.listen));
-        assert_eq!(cfg.utcp_listen, entry.address(TRANSPORT_UTCP));
         assert_eq!(cfg.link.transport, TransportChoice::Auto);
         assert_eq!(cfg.link.quic.congestion, Congestion::Cubic);
         assert_eq!(cfg.network_public_key().unwrap(), public);
@@ -312,18 +323,18 @@ fn init_configurations_round_trip_through_the_types() {
             .filter(|l| !l.starts_with('#') && l.contains(" = "))
             .filter_map(|l| l.split(" = ").next())
             .collect();
-        let mut want = vec![
-            "nickname",
-            "keys",
-            "listen",
-            "quic_listen",
-            "utcp_listen",
-            "network",
-            "network_key",
-        ];
+        let mut want = vec!["nickname", "keys", "network", "network_key"];
         if relay == "relay2" {
             want.push("exit_allow_private");
         }
+        // The [listen] table, after the keys: every endpoint kind.
+        want.extend(EndpointKind::all().iter().map(|k| k.doc_name()));
         assert_eq!(keys, want, "{written}");
     }
+}
+
+/// The document's OR-port address name is the TCP endpoint's.
+#[test]
+fn the_or_port_is_the_tcp_endpoint() {
+    assert_eq!(TRANSPORT_TLS, EndpointKind::TCP.doc_name());
 }

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 
 use onionlab_config::{ClientConfig, ConfigFile, NetworkSource, RelayConfig};
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_netdoc::doc::{TRANSPORT_QUIC, TRANSPORT_TLS, TRANSPORT_UTCP};
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_netem::{Network, NetworkOptions};
+use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::utcp::LaneCongestion;
@@ -738,31 +738,32 @@ fn write_csv(path: &Path, records: &[TransferRecord]) -> Result<(), RunError> {
     fs::write(path, out).map_err(io_err("writing records.csv"))
 }
 
-/// The addresses a relay listening on `addr` advertises for a variant's
-/// transport: its TCP (`tls`) address always (EXTEND2 names it, and
-/// `wait_ready` checks it), and a `quic` address on the same port (UDP)
-/// when the transport may use the QUIC endpoint; a `utcp` address there
-/// (UDP) when it may use dtls-utcp.
+/// Where a relay on `addr` listens under a variant's transport, and so
+/// what it advertises: its TCP endpoint (`tls`) always (EXTEND2 names it,
+/// and `wait_ready` checks it), and every endpoint the transport may use,
+/// on `addr`'s port of its protocol (each relay is a host of its own; a
+/// second endpoint of one protocol would take the next port).
+pub fn relay_listen(transport: TransportChoice, addr: SocketAddr) -> EndpointAddrs {
+    let mut kinds = vec![EndpointKind::TCP];
+    for kind in transport.endpoints() {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    EndpointAddrs::on_ports(addr.ip(), addr.port(), 1, &kinds)
+        .expect("the lab's relay port leaves room for every endpoint")
+}
+
+/// The addresses a relay on `addr` advertises in the network document
+/// under a variant's transport: where it listens ([`relay_listen`]).
 pub fn relay_addresses(transport: TransportChoice, addr: SocketAddr) -> Vec<TransportAddress> {
-    let mut v = vec![TransportAddress {
-        transport: TRANSPORT_TLS.into(),
-        addr,
-    }];
-    if transport.uses(EndpointKind::QUIC) {
-        v.push(TransportAddress {
-            transport: TRANSPORT_QUIC.into(),
+    relay_listen(transport, addr)
+        .iter()
+        .map(|(kind, addr)| TransportAddress {
+            transport: kind.doc_name().into(),
             addr,
-        });
-    }
-    if transport.uses(EndpointKind::UTCP) {
-        // Each relay is a host of its own and a variant runs one UDP
-        // transport: dtls-utcp can have the TLS port over UDP too.
-        v.push(TransportAddress {
-            transport: TRANSPORT_UTCP.into(),
-            addr,
-        });
-    }
-    v
+        })
+        .collect()
 }
 
 /// The network parameters of a variant: its circuit congestion control
@@ -853,9 +854,8 @@ pub fn quic_initial_mtu(mtu: u32) -> u16 {
     )
 }
 
-/// A relay's configuration for a variant; with a QUIC transport its QUIC
-/// endpoint listens on the TLS address's port over UDP (`quic_listen`),
-/// with dtls-utcp its endpoint too (`utcp_listen`). Exits refuse private
+/// A relay's configuration for a variant: its endpoints listen where
+/// [`relay_listen`] says (`[listen]`). Exits refuse private
 /// addresses except `servers`, the workload servers the lab starts
 /// (`exit_allow_private`). The scenario's `[relay_settings]` is set over
 /// it.
@@ -881,12 +881,7 @@ pub fn relay_config(
     )?;
     cfg.scheduler = variant.scheduler.parse().map_err(RunError::Config)?;
     cfg.exit_packaging = variant.exit_packaging;
-    if variant.transport.uses(EndpointKind::QUIC) {
-        cfg.quic_listen = Some(addr);
-    }
-    if variant.transport.uses(EndpointKind::UTCP) {
-        cfg.utcp_listen = Some(addr);
-    }
+    cfg.listen = relay_listen(variant.transport, addr);
     let allowed: Vec<String> = servers.iter().map(ToString::to_string).collect();
     cfg.exit_allow_private = PrivateTargets::parse(&allowed)?;
     let cfg = cfg.with_overrides(&variant.relay_settings, "[relay_settings]")?;

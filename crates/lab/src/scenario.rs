@@ -364,8 +364,6 @@ const LAB_RELAY_SETTINGS: &[&str] = &[
     "network_key",
     "scheduler",
     "exit_packaging",
-    "quic_listen",
-    "utcp_listen",
     "exit_allow_private",
     "link.transport",
     "link.quic.congestion",

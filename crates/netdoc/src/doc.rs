@@ -62,7 +62,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use onionlab_crypto::identity::RelayPublicKeys;
-use onionlab_transport::endpoint::EndpointKind;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
@@ -96,17 +95,12 @@ const SIGNATURE_KEYWORD: &str = "signature";
 /// Origin used in errors for a document given as text.
 const TEXT_ORIGIN: &str = "network document";
 
-/// Address name of a relay's TCP endpoint: TLS and the transports built
-/// on it ([`EndpointKind::TCP`]).
-pub const TRANSPORT_TLS: &str = EndpointKind::TCP.doc_name();
-
-/// Address name of a relay's QUIC endpoint (UDP); a relay advertising it
-/// runs a QUIC endpoint at that address, for every QUIC transport.
-pub const TRANSPORT_QUIC: &str = EndpointKind::QUIC.doc_name();
-
-/// Address name of a relay's dtls-utcp endpoint (UDP, a port of its own:
-/// not QUIC's).
-pub const TRANSPORT_UTCP: &str = EndpointKind::UTCP.doc_name();
+/// Address name of a relay's OR port: the TCP endpoint of TLS and the
+/// transports built on it, which every relay has and EXTEND2 names (the
+/// transport crate's `EndpointKind::TCP`). Other addresses are named by
+/// the endpoint kinds of the transports (`quic`, `utcp`); the document
+/// carries them as data.
+pub const TRANSPORT_TLS: &str = "tls";
 
 /// A network document: the relays of one network.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,8 +149,9 @@ pub struct RelayEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransportAddress {
-    /// Transport name: `"tls"` ([`TRANSPORT_TLS`], TCP) or `"quic"`
-    /// ([`TRANSPORT_QUIC`], UDP). Callers ignore names they do not know.
+    /// The endpoint's name: `"tls"` ([`TRANSPORT_TLS`], TCP), or another
+    /// endpoint kind's (`"quic"`, `"utcp"`: UDP). Callers ignore names
+    /// they do not know.
     pub transport: String,
     /// IP address and port.
     pub addr: SocketAddr,

@@ -49,6 +49,10 @@ pub struct DosLimits {
     /// The CREATE2 limit applies to addresses with at least this many
     /// connections open.
     pub create_min_conns: usize,
+    /// Handshakes per second, in total, above which peers that have not
+    /// proved their address are asked to first (QUIC's Retry; the
+    /// configuration's `dos_quic_retry_rate`).
+    pub handshake_retry_rate: f64,
 }
 
 impl Default for DosLimits {
@@ -62,6 +66,7 @@ impl Default for DosLimits {
             create_rate: 3.0,
             create_burst: 90.0,
             create_min_conns: 3,
+            handshake_retry_rate: 100.0,
         }
     }
 }

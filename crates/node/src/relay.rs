@@ -18,12 +18,12 @@ use onionlab_circuit::{CloseKind, CloseReason};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_ops::{AcceptBackoff, LogLimiter};
+use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter};
-use onionlab_transport::connector::{Connector, PeerAddrs};
-use onionlab_transport::endpoint::{EndpointKind, Listeners, PendingLink};
-use onionlab_transport::quic::gate::HandshakeLimits;
-use onionlab_transport::quic::{QuicSettings, QuicTransport};
-use onionlab_transport::relay_endpoints::{Admission, BindError, RelayAddrs, RelayEndpoints};
+use onionlab_transport::connector::Connector;
+use onionlab_transport::endpoint::{Admission, EndpointKind, Listeners, PendingLink};
+use onionlab_transport::node_endpoints::RelayEndpoints;
+use onionlab_transport::setup::BindError;
 use onionlab_transport::{CellReader, CellWriter, LinkEvent, LinkSettings, Ordering};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -42,13 +42,9 @@ pub struct RelaySettings {
     pub nickname: String,
     /// Identity and onion keys.
     pub keys: RelaySecretKeys,
-    /// Where the TLS transport listens.
-    pub listen: SocketAddr,
-    /// Where the QUIC transport listens (UDP); `None`: no QUIC.
-    pub quic_listen: Option<SocketAddr>,
-    /// Where the dtls-utcp transport accepts sessions (UDP); `None`: no
-    /// dtls-utcp.
-    pub utcp_listen: Option<SocketAddr>,
+    /// Where the relay's endpoints listen, by kind: always the TCP
+    /// endpoint (`tls`), and those of the transports it accepts.
+    pub listen: EndpointAddrs,
     /// How the relay makes its links, either direction: the transport of
     /// those it opens, the handshake bound, and each transport's settings
     /// (the `[link]` section of its configuration file).
@@ -78,11 +74,12 @@ pub const DEFAULT_CHANNEL_IDLE_TIMEOUT: Duration = Duration::from_secs(180);
 const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(10);
 
 impl RelaySettings {
-    /// Settings for the relay with `keys` in `doc`: exit policy and
-    /// nickname come from its entry.
+    /// Settings for the relay with `keys` in `doc`, its endpoints
+    /// listening at `listen` (see [`RelaySettings::listen`]): exit policy
+    /// and nickname come from its entry.
     pub fn from_document(
         keys: RelaySecretKeys,
-        listen: SocketAddr,
+        listen: EndpointAddrs,
         doc: NetworkDocument,
         node: NodeConfig,
     ) -> Result<Self, Error> {
@@ -98,8 +95,6 @@ impl RelaySettings {
             nickname: entry.nickname.clone(),
             keys,
             listen,
-            quic_listen: None,
-            utcp_listen: None,
             link: LinkSettings::tls_only(),
             node,
             exit,
@@ -111,7 +106,7 @@ impl RelaySettings {
 }
 
 /// Counters for logs and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayStats {
     /// Channels open now.
     pub channels: usize,
@@ -144,11 +139,11 @@ pub struct RelayStats {
     /// CREATE2 cells refused by the circuit-creation limit (DESTROY
     /// RESOURCELIMIT).
     pub dos_creates_refused: u64,
-    /// Incoming QUIC handshakes refused before any cryptography (the QUIC
-    /// handshake gate: too many pending, or one address too fast).
-    pub quic_handshakes_refused: u64,
-    /// QUIC Retry packets sent because handshakes arrived above the rate.
-    pub quic_retries: u64,
+    /// What the endpoints refused or did before any cryptography, by
+    /// name (the QUIC handshake gate's `quic_handshakes_refused`: too
+    /// many pending, or one address too fast; `quic_retries`: Retry
+    /// packets sent because handshakes arrived above the rate).
+    pub endpoints: Vec<(&'static str, u64)>,
 }
 
 /// A relay bound to its listening address.
@@ -156,7 +151,6 @@ pub struct Relay {
     settings: RelaySettings,
     connector: Connector,
     listener: Listeners,
-    quic: Option<QuicTransport>,
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -203,8 +197,6 @@ pub(crate) struct State {
     dos: DosGuard,
     /// Rate limit of the INFO line on denial-of-service refusals.
     dos_log: LogLimiter,
-    /// The QUIC transport, for its handshake gate's counters.
-    quic: Option<QuicTransport>,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -220,19 +212,22 @@ fn hex_id(id: &Ed25519Identity) -> String {
 impl Relay {
     /// Bind the relay's listener.
     pub async fn bind(settings: RelaySettings) -> Result<Relay, Error> {
-        let my_addrs: Vec<IpAddr> = vec![settings.listen.ip()];
+        if settings.listen.get(EndpointKind::TCP).is_none() {
+            return Err(Error::Setting(format!(
+                "a relay listens on TCP: its listen addresses need `{}`",
+                EndpointKind::TCP
+            )));
+        }
+        let my_addrs = own_ips(&settings.listen);
         let link = &settings.link;
         link.check().map_err(Error::Transport)?;
         let tcp_congestion = link.tcp_congestion();
         tcp_congestion.check_available().map_err(Error::Setting)?;
-        let addrs = RelayAddrs {
-            // Peers open pctcp lanes to the address they know us by.
-            tcp: settings.listen,
-            quic: settings.quic_listen,
-            utcp: settings.utcp_listen,
-        };
         let admission = Admission {
-            quic: quic_handshake_limits(&settings.dos, &link.quic),
+            max_pending: settings.dos.max_handshakes,
+            per_address_rate: settings.dos.conn_rate,
+            per_address_burst: settings.dos.conn_burst,
+            retry_rate: settings.dos.handshake_retry_rate,
             // Relays of the network open a connection per circuit in
             // conn-per-circuit mode: their addresses are exempt from the
             // per-address handshake rate (as tor exempts relays).
@@ -241,15 +236,19 @@ impl Relay {
         let RelayEndpoints {
             connector,
             listeners: listener,
-            quic,
-        } = RelayEndpoints::bind(&settings.keys, my_addrs.clone(), link, addrs, admission)
-            .await
-            .map_err(|e| match e {
-                BindError::Listen { addr, source } => Error::Listen { addr, source },
-                BindError::Setup(source) => Error::Transport(source),
-            })?;
+        } = RelayEndpoints::bind(
+            &settings.keys,
+            &my_addrs,
+            link,
+            &settings.listen,
+            &admission,
+        )
+        .await
+        .map_err(|e| match e {
+            BindError::Listen { addr, source } => Error::Listen { addr, source },
+            BindError::Setup(source) => Error::Transport(source),
+        })?;
         Ok(Relay {
-            quic,
             connector,
             listener,
             settings,
@@ -263,9 +262,9 @@ impl Relay {
             .expect("a relay always listens on TCP")
     }
 
-    /// The address the relay's QUIC transport listens on, if any.
-    pub fn quic_addr(&self) -> Option<SocketAddr> {
-        self.listener.local_addr(EndpointKind::QUIC)
+    /// The address the relay's endpoint of `kind` listens on, if any.
+    pub fn endpoint_addr(&self, kind: EndpointKind) -> Option<SocketAddr> {
+        self.listener.local_addr(kind)
     }
 
     /// Run until `shutdown` completes. Must run on a current-thread
@@ -296,7 +295,6 @@ impl Relay {
             settings,
             connector,
             mut listener,
-            quic,
         } = self;
         let mut config = settings.node.clone();
         config.circuit.exit = settings.exit.policy.is_some();
@@ -318,8 +316,7 @@ impl Relay {
         let our_identity = settings.keys.public().ed_identity;
         info!(
             nickname = %settings.nickname,
-            addr = ?listener.local_addr(EndpointKind::TCP),
-            quic = ?listener.local_addr(EndpointKind::QUIC),
+            listen = ?settings.listen,
             exit = config.circuit.exit,
             circuit_cc = config.circuit.cc.name(),
             conflux = config.circuit.conflux,
@@ -341,14 +338,7 @@ impl Relay {
                 &settings.exit,
                 &settings.link.tcp_congestion(),
                 &settings.doc,
-                exit::own_addresses(
-                    [
-                        Some(settings.listen.ip()),
-                        settings.quic_listen.map(|a| a.ip()),
-                    ]
-                    .into_iter()
-                    .flatten(),
-                ),
+                exit::own_addresses(own_ips(&settings.listen)),
             ),
             connector,
             stats: RelayStats::default(),
@@ -361,7 +351,6 @@ impl Relay {
                 dos
             },
             dos_log: LogLimiter::default(),
-            quic,
         }));
 
         tokio::pin!(shutdown);
@@ -418,22 +407,21 @@ impl Relay {
         for chan in chans {
             close_channel(&mut st, chan, "relay shutting down", false);
         }
-        let stats = snapshot(&st);
+        let stats = snapshot(&st, &listener);
         info!(nickname = %st.nickname, ?stats, "relay stopped");
         Ok(stats)
     }
 }
 
-/// The QUIC handshake gate's limits: the connection rate per address and
-/// the handshake cap of the denial-of-service limits, and the transport's
-/// own Retry threshold.
-fn quic_handshake_limits(dos: &DosLimits, quic: &QuicSettings) -> HandshakeLimits {
-    HandshakeLimits {
-        max_pending: dos.max_handshakes,
-        per_address_rate: dos.conn_rate,
-        per_address_burst: dos.conn_burst,
-        retry_rate: quic.handshakes.retry_rate,
+/// The relay's own IP addresses: those its endpoints listen on.
+fn own_ips(listen: &EndpointAddrs) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for (_, addr) in listen.iter() {
+        if !ips.contains(&addr.ip()) {
+            ips.push(addr.ip());
+        }
     }
+    ips
 }
 
 /// The IP addresses of the network's relays: exempt from per-address
@@ -554,12 +542,7 @@ fn clone_io_error(e: &io::Error) -> io::Error {
     }
 }
 
-fn snapshot(st: &State) -> RelayStats {
-    let gate = st
-        .quic
-        .as_ref()
-        .map(QuicTransport::gate_counters)
-        .unwrap_or_default();
+fn snapshot(st: &State, listeners: &Listeners) -> RelayStats {
     RelayStats {
         channels: st.channels.len(),
         circuits: st.node.n_circuits(),
@@ -567,9 +550,8 @@ fn snapshot(st: &State) -> RelayStats {
         oom_channels_closed: st.node.oom_channels_closed(),
         dos_conns_refused: st.dos.counters().conns_refused,
         dos_creates_refused: st.dos.counters().creates_refused,
-        quic_handshakes_refused: gate.refused,
-        quic_retries: gate.retried,
-        ..st.stats
+        endpoints: listeners.counters(),
+        ..st.stats.clone()
     }
 }
 
@@ -950,7 +932,7 @@ fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {
 pub fn extend_target(
     doc: &NetworkDocument,
     linkspecs: &[EncodedLinkSpec],
-) -> Result<(Ed25519Identity, PeerAddrs), String> {
+) -> Result<(Ed25519Identity, EndpointAddrs), String> {
     let mut id = None;
     let mut addrs = Vec::new();
     for spec in linkspecs {
@@ -967,7 +949,7 @@ pub fn extend_target(
             hex_id(&id)
         )
     })?;
-    let peer = PeerAddrs::from_document(|name| entry.address(name));
+    let peer = EndpointAddrs::from_document(|name| entry.address(name));
     let listed: Vec<SocketAddr> = entry.addresses.iter().map(|a| a.addr).collect();
     if listed.is_empty() {
         return Err(format!("relay {} has no address", entry.nickname));

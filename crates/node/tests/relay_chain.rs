@@ -16,7 +16,9 @@ use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
 use onionlab_node::{Relay, RelaySettings, RelayStats};
+use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::AnyLink as TlsLink;
+use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Transport};
 use rand::rngs::StdRng;
@@ -93,9 +95,13 @@ fn start_network(n: usize, seed: u64) -> (Vec<TestRelay>, NetworkDocument) {
     for (k, entry) in keys.into_iter().zip(&doc.relays) {
         let addr = entry.addresses[0].addr;
         let public = k.public();
-        let mut settings =
-            RelaySettings::from_document(k, addr, doc.clone(), NodeConfig::default())
-                .expect("in document");
+        let mut settings = RelaySettings::from_document(
+            k,
+            EndpointAddrs::new().with(EndpointKind::TCP, addr),
+            doc.clone(),
+            NodeConfig::default(),
+        )
+        .expect("in document");
         // The targets are test servers on loopback (the relays' own ports
         // stay refused).
         settings.exit.allow_private = PrivateTargets::parse(&["127.0.0.1:*"]).expect("targets");

@@ -14,6 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use onionlab_config::{ClientConfig, ConfigFile, RelayConfig};
+use onionlab_transport::any::IpProtocol;
+use onionlab_transport::endpoint::EndpointKind;
 
 /// What can go wrong setting up or running a local network.
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +196,15 @@ impl LocalNetwork {
         exits: usize,
         extra: &[&str],
     ) -> Result<Self, Error> {
-        let n = u16::try_from(relays + 1).map_err(|_| Error::NotReady("too many relays".into()))?;
+        // `network init` gives a relay's second endpoint of a protocol the
+        // port `relays` further (EndpointAddrs::on_ports): keep the TCP
+        // ones and the SOCKS port free.
+        let tcp_kinds = EndpointKind::all()
+            .into_iter()
+            .filter(|k| k.protocol() == IpProtocol::Tcp)
+            .count();
+        let n = u16::try_from(relays * tcp_kinds + 1)
+            .map_err(|_| Error::NotReady("too many relays".into()))?;
         let base = free_port_range(n)?;
         let socks_port = base + n - 1;
         run_command(

@@ -64,6 +64,12 @@ macro_rules! transports {
             async fn dtls_utcp() {
                 super::$name("dtls-utcp").await
             }
+            // The test-only transport (a module and a registry line, see
+            // onionlab_transport::plain): the seam takes a new transport.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn plain() {
+                super::$name("plain").await
+            }
         }
     )*};
 }

@@ -276,6 +276,16 @@ impl fmt::Display for TransportKind {
     }
 }
 
+/// The IP protocol of an endpoint's socket: endpoints of different
+/// protocols may share a port number, two of one protocol may not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpProtocol {
+    /// A TCP listener.
+    Tcp,
+    /// A UDP socket.
+    Udp,
+}
+
 /// The description of one endpoint kind.
 #[derive(Debug)]
 pub struct EndpointInfo {
@@ -284,6 +294,8 @@ pub struct EndpointInfo {
     pub doc_name: &'static str,
     /// One line for documentation.
     pub about: &'static str,
+    /// Its socket's protocol.
+    pub protocol: IpProtocol,
 }
 
 /// A kind of endpoint: a cheap handle on its [`EndpointInfo`], equal by
@@ -305,6 +317,11 @@ impl EndpointKind {
     /// Its description.
     pub fn info(self) -> &'static EndpointInfo {
         self.0
+    }
+
+    /// Its socket's protocol.
+    pub fn protocol(self) -> IpProtocol {
+        self.0.protocol
     }
 }
 
@@ -351,6 +368,12 @@ impl Endpoints {
     pub fn with<T: Any + Send + Sync>(mut self, kind: EndpointKind, endpoint: T) -> Self {
         self.0.insert(kind, Arc::new(endpoint));
         self
+    }
+
+    /// Add `endpoint` as the node's `kind` (replacing any), as an
+    /// [`EndpointSetup`](crate::setup::EndpointSetup) made it.
+    pub fn insert(&mut self, kind: EndpointKind, endpoint: Arc<dyn Any + Send + Sync>) {
+        self.0.insert(kind, endpoint);
     }
 
     /// Whether the node runs an endpoint of `kind`.

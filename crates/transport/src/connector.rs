@@ -1,6 +1,6 @@
 //! The per-link choice of transport with fallback ([`Connector`]): seed
 //! 000's deployability requirement, use QUIC only when both ends support
-//! it and it connects; and a peer's addresses ([`PeerAddrs`]).
+//! it and it connects.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,54 +10,16 @@ use std::time::{Duration, Instant};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
+use crate::addrs::EndpointAddrs;
 use crate::any::AnyLink;
 use crate::endpoint::{EndpointKind, Endpoints};
-use crate::quic::QuicTransport;
 use crate::registry::{Choice, TransportKind};
-use crate::tls::TlsTransport;
-use crate::utcp::{UtcpSettings, UtcpTransport};
-use crate::{Error, LinkSettings};
+use crate::Error;
 
 /// How long an `auto` connection waits for QUIC before trying TLS.
 pub const QUIC_FALLBACK_AFTER: Duration = Duration::from_secs(3);
 /// How long a peer whose QUIC failed is reached over TLS only.
 pub const QUIC_RETRY_AFTER: Duration = Duration::from_secs(600);
-
-/// A peer's address per endpoint kind (from the network document).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PeerAddrs(Vec<(EndpointKind, SocketAddr)>);
-
-impl PeerAddrs {
-    /// The addresses `lookup` gives for each kind's name in the network
-    /// document ([`EndpointKind::doc_name`]).
-    pub fn from_document(lookup: impl Fn(&str) -> Option<SocketAddr>) -> Self {
-        PeerAddrs(
-            EndpointKind::all()
-                .into_iter()
-                .filter_map(|kind| Some((kind, lookup(kind.doc_name())?)))
-                .collect(),
-        )
-    }
-
-    /// These addresses and `addr` for `kind` (replacing any).
-    #[must_use]
-    pub fn with(mut self, kind: EndpointKind, addr: SocketAddr) -> Self {
-        self.0.retain(|(k, _)| *k != kind);
-        self.0.push((kind, addr));
-        self
-    }
-
-    /// The address of `kind`, if the peer has one.
-    pub fn get(&self, kind: EndpointKind) -> Option<SocketAddr> {
-        self.0.iter().find(|(k, _)| *k == kind).map(|(_, a)| *a)
-    }
-
-    /// Any address of the peer (the first kind in registry order), for
-    /// logs and the decision whether it can be reached at all.
-    pub fn any(&self) -> Option<SocketAddr> {
-        EndpointKind::all().into_iter().find_map(|k| self.get(k))
-    }
-}
 
 /// Opens links with the transport [`Choice`] picks.
 #[derive(Clone)]
@@ -91,41 +53,6 @@ impl Connector {
         })
     }
 
-    /// A client's connector for `link`: the TCP endpoint (TLS and the
-    /// transports on TLS) always, QUIC and dtls-utcp when the choice may
-    /// use them, each with `link`'s settings. A client never listens, so
-    /// its endpoints only open links.
-    ///
-    /// # Errors
-    ///
-    /// The dtls-utcp endpoint's, if its UDP socket cannot be bound.
-    pub fn client(link: &LinkSettings) -> Result<Self, Error> {
-        let tcp = TlsTransport::client()
-            .with_handshake_timeout(link.handshake_timeout)
-            .with_tcp_congestion(link.tcp_congestion())
-            .with_unsent_limit(link.tcp.unsent_limit)
-            .with_tcp_pacing(link.tcp.pacing)
-            .with_pctcp(link.pctcp);
-        let mut endpoints = Endpoints::new().with(EndpointKind::TCP, tcp);
-        if link.transport.uses(EndpointKind::QUIC) {
-            let quic = QuicTransport::client(link.quic_settings());
-            endpoints = endpoints.with(EndpointKind::QUIC, quic);
-        }
-        if link.transport.uses(EndpointKind::UTCP) {
-            let settings = UtcpSettings {
-                handshake_timeout: link.handshake_timeout,
-                max_lanes: link.pctcp.max_lanes,
-                ..UtcpSettings::default()
-            }
-            .with_lane_tcp(link.utcp.clone());
-            // Any local address: the kernel picks the source per relay.
-            let any = std::net::IpAddr::from([0, 0, 0, 0]);
-            let utcp = UtcpTransport::client(any, settings)?;
-            endpoints = endpoints.with(EndpointKind::UTCP, Arc::new(utcp));
-        }
-        Self::new(endpoints, link.transport)
-    }
-
     /// The rule in use.
     pub fn choice(&self) -> Choice {
         self.choice
@@ -134,7 +61,7 @@ impl Connector {
     /// Open a link to the peer with `expected` identity at `addrs`.
     pub async fn connect(
         &self,
-        addrs: &PeerAddrs,
+        addrs: &EndpointAddrs,
         expected: Ed25519Identity,
     ) -> Result<AnyLink, Error> {
         let kind = match self.choice {
@@ -152,7 +79,7 @@ impl Connector {
 
     async fn connect_auto(
         &self,
-        addrs: &PeerAddrs,
+        addrs: &EndpointAddrs,
         expected: Ed25519Identity,
     ) -> Result<AnyLink, Error> {
         let tls_addr = addrs.get(EndpointKind::TCP);

@@ -9,12 +9,13 @@
 //! ([`EndpointKind::all`]). What a node runs is held without naming any
 //! transport's types: [`Endpoints`] (what links are opened with, each
 //! transport fetching its own endpoint's type),
-//! [`PeerAddrs`](crate::connector::PeerAddrs) (a peer's address per kind,
-//! from the network document) and [`Listeners`] (what a relay accepts on,
+//! [`EndpointAddrs`](crate::addrs::EndpointAddrs) (a node's address per
+//! kind: a peer's from the network document, a relay's own where it
+//! listens) and [`Listeners`] (what a relay accepts on,
 //! each endpoint's [`Acceptor`] implemented in its transport's module).
 
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::Poll;
 
@@ -38,6 +39,44 @@ pub trait Acceptor: Send {
     /// ([`PendingLink::handshake`]) so a slow peer cannot stall the
     /// listener. Cancel-safe: a relay waits on every endpoint at once.
     fn accept(&mut self) -> BoxFuture<'_, Result<PendingLink, Error>>;
+
+    /// What the endpoint refused or did before any cryptography, by name
+    /// (`quic_handshakes_refused`...), for a relay's statistics; none by
+    /// default.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// What a relay admits before any cryptography, for the endpoints that
+/// gate their handshakes (QUIC's [`gate`](crate::quic::gate)): the
+/// relay's denial-of-service limits on incoming connections.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admission {
+    /// Most handshakes in progress at once.
+    pub max_pending: usize,
+    /// Handshakes per second one (non-relay) source address may start.
+    pub per_address_rate: f64,
+    /// Burst of handshakes from one source address.
+    pub per_address_burst: f64,
+    /// Handshakes per second, in total, above which peers that have not
+    /// proved their address are asked to (QUIC's Retry).
+    pub retry_rate: f64,
+    /// Addresses exempt from the per-address rate (the network's relays,
+    /// which with a connection per circuit open one per circuit).
+    pub exempt: Vec<IpAddr>,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            max_pending: 256,
+            per_address_rate: 20.0,
+            per_address_burst: 40.0,
+            retry_rate: 100.0,
+            exempt: Vec::new(),
+        }
+    }
 }
 
 /// An accepted connection of any endpoint, before its handshake.
@@ -93,12 +132,22 @@ impl Listeners {
         self
     }
 
+    /// Add `acceptor`.
+    pub fn push(&mut self, acceptor: Box<dyn Acceptor>) {
+        self.acceptors.push(acceptor);
+    }
+
     /// The address of the listener of `kind`, if there is one.
     pub fn local_addr(&self, kind: EndpointKind) -> Option<SocketAddr> {
         self.acceptors
             .iter()
             .find(|a| a.kind() == kind)
             .and_then(|a| a.local_addr())
+    }
+
+    /// Every listener's [`Acceptor::counters`].
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.acceptors.iter().flat_map(|a| a.counters()).collect()
     }
 
     /// The next connection on any listener (never, with none).

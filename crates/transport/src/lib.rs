@@ -52,6 +52,7 @@ use std::net::SocketAddr;
 pub use onionlab_cell::chan::{AnyChanCell, CircId};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
+pub mod addrs;
 pub mod any;
 pub mod connector;
 pub mod endpoint;
@@ -59,12 +60,15 @@ mod err;
 mod lanes;
 pub mod link;
 pub mod liveness;
+pub mod node_endpoints;
 pub mod pctcp;
+#[cfg(feature = "test-transport")]
+pub mod plain;
 pub mod quic;
 pub mod registry;
-pub mod relay_endpoints;
 mod sendbuf;
 pub mod settings;
+pub mod setup;
 pub mod tcp;
 pub mod tcp_share;
 pub mod tls;

@@ -28,6 +28,8 @@ static REGISTRY: &[&TransportInfo] = &[
     &crate::pctcp::INFO,
     &crate::torchestra::INFO,
     &crate::utcp::INFO,
+    #[cfg(feature = "test-transport")]
+    &crate::plain::INFO,
 ];
 
 /// The name of [`Choice::Auto`] in configuration files.

@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
+use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::AnyLink;
-use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::connector::Connector;
 use onionlab_transport::endpoint::{EndpointKind, Endpoints};
 use onionlab_transport::liveness::LivenessTiming;
 use onionlab_transport::{CellReader, CellWriter, Choice, Error, TransportKind};
@@ -119,7 +120,7 @@ async fn linked(kind: TransportKind) -> (AnyLink, AnyLink, Forwarder) {
         Choice::Only(kind),
     )
     .expect("connector");
-    let addrs = PeerAddrs::default().with(EndpointKind::TCP, forwarder.front);
+    let addrs = EndpointAddrs::default().with(EndpointKind::TCP, forwarder.front);
     let (ours, theirs) = tokio::join!(connector.connect(&addrs, b.id), b.accepted.recv());
     let ours = ours.expect("link opens");
     let theirs = theirs.expect("link accepted");

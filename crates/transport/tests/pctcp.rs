@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg};
 use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::AnyLink;
-use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::connector::Connector;
 use onionlab_transport::endpoint::{EndpointKind, Endpoints, Listeners};
 use onionlab_transport::pctcp::PctcpSettings;
 use onionlab_transport::tls::TlsTransport;
@@ -80,7 +81,7 @@ async fn link(from: &Node, to: &mut Node) -> (AnyLink, AnyLink) {
     let endpoints = Endpoints::new().with(EndpointKind::TCP, from.tcp.clone());
     let connector =
         Connector::new(endpoints, Choice::Only(TransportKind::PCTCP)).expect("connector");
-    let addrs = PeerAddrs::default().with(EndpointKind::TCP, to.addr);
+    let addrs = EndpointAddrs::default().with(EndpointKind::TCP, to.addr);
     let (ours, theirs) = tokio::join!(connector.connect(&addrs, to.id), to.accepted.recv());
     let ours = ours.expect("link opens");
     let theirs = theirs.expect("accepted").expect("link accepted");

@@ -9,7 +9,8 @@ use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
 };
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_transport::connector::{Connector, PeerAddrs};
+use onionlab_transport::addrs::EndpointAddrs;
+use onionlab_transport::connector::Connector;
 use onionlab_transport::endpoint::{EndpointKind, Endpoints};
 use onionlab_transport::quic::{Mode, QuicLink, QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
@@ -199,7 +200,7 @@ async fn auto_falls_back_to_tls_when_quic_does_not_answer() {
     let tls_addr = listener.local_addr();
     // A UDP socket that never answers: QUIC times out.
     let silent = std::net::UdpSocket::bind(loopback()).expect("udp");
-    let addrs = PeerAddrs::default()
+    let addrs = EndpointAddrs::default()
         .with(EndpointKind::TCP, tls_addr)
         .with(EndpointKind::QUIC, silent.local_addr().expect("addr"));
     tokio::spawn(async move {

@@ -59,6 +59,7 @@ pub fn dos_limits(cfg: &RelayConfig) -> DosLimits {
         create_rate: cfg.dos_create_rate as f64,
         create_burst: cfg.dos_create_burst as f64,
         create_min_conns: count(cfg.dos_create_min_conns),
+        handshake_retry_rate: cfg.dos_quic_retry_rate as f64,
     }
 }
 
@@ -70,9 +71,8 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
     let network_key = cfg.network_public_key()?;
     runtime::current_thread()?.block_on(async {
         let doc = load_network(&cfg.network, &network_key).await?;
-        let mut settings = RelaySettings::from_document(keys, cfg.listen, doc, node_config(&cfg))?;
-        settings.quic_listen = cfg.quic_listen;
-        settings.utcp_listen = cfg.utcp_listen;
+        let listen = cfg.listen.clone();
+        let mut settings = RelaySettings::from_document(keys, listen, doc, node_config(&cfg))?;
         settings.link = cfg.link.clone();
         settings.exit.connect_timeout = Duration::from_millis(cfg.exit_connect_timeout_ms);
         settings.exit.reject_private = cfg.exit_reject_private;
@@ -82,7 +82,6 @@ pub fn run(args: RelayArgs) -> Result<ExitCode> {
         settings.exit.max_pending_connects =
             usize::try_from(cfg.exit_max_pending_connects).unwrap_or(usize::MAX);
         settings.dos = dos_limits(&cfg);
-        settings.link.quic.handshakes.retry_rate = cfg.dos_quic_retry_rate as f64;
         settings.channel_idle_timeout = Duration::from_millis(cfg.channel_idle_timeout_ms);
         let relay = Relay::bind(settings).await?;
         relay.run(runtime::shutdown_signal()).await?;
@@ -114,13 +113,15 @@ mod tests {
         );
         let key = onionlab_netdoc::keys::generate_network_key(&mut rand::rng());
         let text = format!(
-            "nickname = \"r\"\nkeys = \"k\"\nlisten = \"127.0.0.1:1\"\nnetwork = \"n\"\nnetwork_key = \"{}\"\n",
+            "nickname = \"r\"\nkeys = \"k\"\nlisten = {{ tls = \"127.0.0.1:1\" }}\nnetwork = \"n\"\nnetwork_key = \"{}\"\n",
             onionlab_netdoc::keys::public_key_hex(&key.verifying_key())
         );
         let cfg = config::RelayConfig::from_toml_str(&text, "r", Path::new(".")).expect("valid");
         assert_eq!(super::dos_limits(&cfg), onionlab_node::DosLimits::default());
         let quic = onionlab_transport::quic::gate::HandshakeLimits::default();
         assert_eq!(cfg.dos_quic_retry_rate as f64, quic.retry_rate);
+        let admission = onionlab_transport::endpoint::Admission::default();
+        assert_eq!(cfg.dos_quic_retry_rate as f64, admission.retry_rate);
         assert_eq!(
             Duration::from_millis(cfg.channel_idle_timeout_ms),
             onionlab_node::DEFAULT_CHANNEL_IDLE_TIMEOUT

@@ -120,6 +120,7 @@
 
 pub mod gate;
 mod lanes;
+pub(crate) mod setup;
 pub(crate) mod wire;
 
 /// The pure parsing of the QUIC transport's reads (preambles, lane
@@ -162,7 +163,7 @@ use wire::Preamble;
 /// Settings every QUIC transport reads.
 const QUIC_SETTINGS: &[SettingInfo] = &[
     SettingInfo {
-        key: "quic_listen",
+        key: "listen.quic",
         default: "none (no QUIC endpoint)",
         about: "relays: UDP address of the QUIC endpoint",
     },
@@ -193,10 +194,11 @@ const QUIC_SETTINGS: &[SettingInfo] = &[
 pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     doc_name: "quic",
     about: "UDP: QUIC connections of both modes",
+    protocol: crate::any::IpProtocol::Udp,
 };
 
 /// The QUIC endpoint's kind.
-const QUIC: EndpointKind = EndpointKind::new(&ENDPOINT);
+pub(crate) const QUIC: EndpointKind = EndpointKind::new(&ENDPOINT);
 
 /// The registry's description of QUIC with a stream per circuit.
 pub(crate) static STREAM_PER_CIRCUIT: TransportInfo = TransportInfo {
@@ -1138,6 +1140,14 @@ impl crate::Listener for QuicListener {
 impl Acceptor for QuicListener {
     fn kind(&self) -> EndpointKind {
         QUIC
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let gate = self.transport.gate_counters();
+        vec![
+            ("quic_handshakes_refused", gate.refused),
+            ("quic_retries", gate.retried),
+        ]
     }
 
     fn local_addr(&self) -> Option<SocketAddr> {

@@ -10,6 +10,7 @@
 //! writer's buffer, so Nagle buys nothing here.
 
 pub mod identity;
+pub(crate) mod setup;
 
 /// rustls's `max_fragment_size` for our records: eight 514-byte cells of
 /// plaintext and the 5-byte header (on the wire, 4134 bytes with the
@@ -55,6 +56,7 @@ use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
 pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     doc_name: "tls",
     about: "TCP: TLS links, pctcp and torchestra connections",
+    protocol: crate::any::IpProtocol::Tcp,
 };
 
 /// The TCP endpoint's kind.
@@ -460,7 +462,7 @@ impl TlsTransport {
 
 /// A TCP connection to `addr` (from source address `bind` if given) with
 /// `congestion` set before the handshake.
-async fn connect_tcp(
+pub(crate) async fn connect_tcp(
     bind: Option<IpAddr>,
     addr: SocketAddr,
     congestion: &TcpCongestion,

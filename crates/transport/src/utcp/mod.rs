@@ -8,6 +8,7 @@
 //! machinery over the session's lanes); the registry entry (below).
 
 pub mod link;
+pub(crate) mod setup;
 pub mod socket;
 
 pub use link::{UtcpIncoming, UtcpLink, UtcpSettings, UtcpTransport};
@@ -32,10 +33,11 @@ use crate::{Error, Ordering, TransportKind};
 pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     doc_name: "utcp",
     about: "UDP: dtls-utcp sessions",
+    protocol: crate::any::IpProtocol::Udp,
 };
 
 /// The dtls-utcp endpoint's kind.
-const UTCP: EndpointKind = EndpointKind::new(&ENDPOINT);
+pub(crate) const UTCP: EndpointKind = EndpointKind::new(&ENDPOINT);
 
 /// This transport's kind.
 const KIND: TransportKind = TransportKind::of(&INFO);
@@ -48,7 +50,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
     endpoint: UTCP,
     settings: &[
         SettingInfo {
-            key: "utcp_listen",
+            key: "listen.utcp",
             default: "none (no dtls-utcp endpoint)",
             about: "relays: UDP address of the dtls-utcp endpoint",
         },

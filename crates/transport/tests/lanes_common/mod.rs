@@ -68,12 +68,13 @@ pub async fn tcp_link(
     to: &mut TcpRelay,
     kind: onionlab_transport::TransportKind,
 ) -> (AnyLink, AnyLink) {
-    use onionlab_transport::connector::{Connector, PeerAddrs};
+    use onionlab_transport::addrs::EndpointAddrs;
+    use onionlab_transport::connector::Connector;
     use onionlab_transport::endpoint::{EndpointKind, Endpoints};
     let endpoints = Endpoints::new().with(EndpointKind::TCP, from.tcp.clone());
     let connector =
         Connector::new(endpoints, onionlab_transport::Choice::Only(kind)).expect("connector");
-    let addrs = PeerAddrs::default().with(EndpointKind::TCP, to.addr);
+    let addrs = EndpointAddrs::default().with(EndpointKind::TCP, to.addr);
     let (ours, theirs) = tokio::join!(connector.connect(&addrs, to.id), to.accepted.recv());
     (ours.expect("link opens"), theirs.expect("link accepted"))
 }
