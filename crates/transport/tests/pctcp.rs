@@ -45,7 +45,7 @@ async fn node(seed: u64, max_lanes: usize, lanes_at: Option<SocketAddr>) -> Node
     let k = keys(seed);
     let mut tcp = TlsTransport::relay(&k, vec![])
         .expect("tls")
-        .with_pctcp(PctcpSettings { max_lanes });
+        .with_lanes(PctcpSettings { max_lanes });
     let listener = tcp.bind(loopback()).await.expect("bind");
     let addr = Listener::local_addr(&listener);
     // Links this node opens tell the peer where its lanes go (shares the
@@ -118,11 +118,8 @@ async fn every_circuit_gets_its_own_connection_and_its_cells_in_order() {
     for (circ, idx) in per_circuit(&got) {
         assert_eq!(idx, (0..n).collect::<Vec<_>>(), "circuit {circ:#x}");
     }
-    assert_eq!(a.tcp.pctcp_open_lanes(), circs.len());
-    eventually("b counts the lanes", || {
-        b.tcp.pctcp_open_lanes() == circs.len()
-    })
-    .await;
+    assert_eq!(a.tcp.open_lanes(), circs.len());
+    eventually("b counts the lanes", || b.tcp.open_lanes() == circs.len()).await;
     // Replies go back on the same lanes: no new connection.
     let replies: Vec<AnyChanCell> = circs.iter().map(|&c| cell(c, 7)).collect();
     let (_, got) = tokio::join!(
@@ -130,16 +127,16 @@ async fn every_circuit_gets_its_own_connection_and_its_cells_in_order() {
         receive(&mut ab.reader, circs.len())
     );
     assert_eq!(got.len(), circs.len());
-    assert_eq!(a.tcp.pctcp_open_lanes(), circs.len());
+    assert_eq!(a.tcp.open_lanes(), circs.len());
     // A DESTROY each way ends a lane.
     send(&mut ab.writer, vec![destroy(circs[0])]).await;
     let got = receive(&mut ba.reader, 1).await;
     assert!(matches!(got[0].msg(), AnyChanMsg::Destroy(_)));
     eventually("the destroyed circuit's lane closes", || {
-        a.tcp.pctcp_open_lanes() == circs.len() - 1 && b.tcp.pctcp_open_lanes() == circs.len() - 1
+        a.tcp.open_lanes() == circs.len() - 1 && b.tcp.open_lanes() == circs.len() - 1
     })
     .await;
-    assert_eq!(a.tcp.pctcp_fallbacks(), 0);
+    assert_eq!(a.tcp.lane_fallbacks(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,17 +160,14 @@ async fn above_the_cap_circuits_share_the_main_connection() {
     for (circ, idx) in per_circuit(&got) {
         assert_eq!(idx, (0..50).collect::<Vec<_>>(), "circuit {circ:#x}");
     }
-    assert_eq!(a.tcp.pctcp_open_lanes(), 3);
-    assert_eq!(a.tcp.pctcp_fallbacks(), 3);
+    assert_eq!(a.tcp.open_lanes(), 3);
+    assert_eq!(a.tcp.lane_fallbacks(), 3);
     // Replies to the circuits on the main connection stay there.
     let replies: Vec<AnyChanCell> = circs.iter().map(|&c| cell(c, 99)).collect();
     let (_, got) = tokio::join!(send(&mut ba.writer, replies), receive(&mut ab.reader, 6));
     assert_eq!(got.len(), 6);
-    assert_eq!(a.tcp.pctcp_open_lanes(), 3);
-    eventually("b opened no lane of its own", || {
-        b.tcp.pctcp_open_lanes() == 3
-    })
-    .await;
+    assert_eq!(a.tcp.open_lanes(), 3);
+    eventually("b opened no lane of its own", || b.tcp.open_lanes() == 3).await;
     // b destroys a circuit on the main connection; a cell a still had
     // queued for it is dropped, not given a lane of its own.
     let on_main = circs[5];
@@ -182,7 +176,7 @@ async fn above_the_cap_circuits_share_the_main_connection() {
     assert!(matches!(got[0].msg(), AnyChanMsg::Destroy(_)));
     ab.writer.queue(cell(on_main, 100)).expect("queue");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(a.tcp.pctcp_open_lanes(), 3);
+    assert_eq!(a.tcp.open_lanes(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,9 +223,9 @@ async fn a_refused_lane_ends_its_circuit_not_the_link() {
         receive(&mut ab.reader, 2)
     );
     assert_eq!(per_circuit(&got)[&next], [1, 2]);
-    assert_eq!(b.tcp.pctcp_fallbacks(), 1);
+    assert_eq!(b.tcp.lane_fallbacks(), 1);
     // The refused lane's count goes when its task ends.
-    eventually("the refused lane closed", || b.tcp.pctcp_open_lanes() == 0).await;
+    eventually("the refused lane closed", || b.tcp.open_lanes() == 0).await;
     // What was queued on the refused lane is no longer counted.
     eventually("b's queues drained", || ba.writer.buffered_bytes() == 0).await;
     let (_, got) = tokio::join!(

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanCell, CircId, Relay};
 use onionlab_transport::any::AnyLink;
-use onionlab_transport::torchestra::switch::{Conn, Control};
+use onionlab_transport::torchestra::{
+    self,
+    switch::{Conn, Control},
+};
 use onionlab_transport::{CellReader, CellWriter, LinkEvent, TransportKind};
 
 mod lanes_common;
@@ -33,7 +36,9 @@ fn index_of(c: &AnyChanCell) -> Option<(u32, u32)> {
 }
 
 async fn node(seed: u64, switches: bool) -> TcpRelay {
-    tcp_relay(seed, |t| t.with_torchestra_switching(switches)).await
+    let node = tcp_relay(seed, |t| t).await;
+    torchestra::set_switching(&node.tcp, switches);
+    node
 }
 
 async fn link(from: &TcpRelay, to: &mut TcpRelay) -> (AnyLink, AnyLink) {
@@ -98,7 +103,8 @@ async fn receive(r: &mut impl CellReader, n: usize) -> (BTreeMap<u32, Vec<u32>>,
 /// right after the link handshake): wait for both ends to attach it.
 async fn wait_heavy(a: &TcpRelay, b: &TcpRelay) {
     for _ in 0..500 {
-        if a.tcp.torchestra_heavy_connections() >= 1 && b.tcp.torchestra_heavy_connections() >= 1 {
+        if torchestra::heavy_connections(&a.tcp) >= 1 && torchestra::heavy_connections(&b.tcp) >= 1
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -174,8 +180,8 @@ async fn a_peer_that_does_not_switch_makes_a_plain_link() {
     let (mut ab, mut ba) = link(&a, &mut b).await;
     // No heavy connection between them.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(a.tcp.torchestra_heavy_connections(), 0);
-    assert_eq!(b.tcp.torchestra_heavy_connections(), 0);
+    assert_eq!(torchestra::heavy_connections(&a.tcp), 0);
+    assert_eq!(torchestra::heavy_connections(&b.tcp), 0);
     let circs = [0x8000_0010u32];
     let moves = [(circs[0], 10, true)];
     let ((), (got, events)) = tokio::join!(

@@ -55,7 +55,7 @@
 //!   ([`PctcpSettings::max_lanes`], `pctcp_max_lanes`) of its lane
 //!   connections (opened or accepted) are open; above it, new circuits use
 //!   the main connection, and the fallback is counted
-//!   ([`TlsTransport::pctcp_fallbacks`]) and logged at INFO (at most once
+//!   ([`TlsTransport::lane_fallbacks`]) and logged at INFO (at most once
 //!   per interval). Lanes it accepts are bounded per link by
 //!   [`MAX_LANES_PER_LINK`] (a peer opening more broke the protocol) and
 //!   by the relay's connection limits.
@@ -175,7 +175,7 @@ async fn connect(
 
 fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWriter> {
     let token = spec.our_token;
-    let (link, shared) = lanes::start(spec, transport.pctcp_lanes().clone());
+    let (link, shared) = lanes::start(spec, transport.lanes().clone());
     transport.tokens().register(token, &shared);
     link
 }
@@ -332,6 +332,6 @@ mod tests {
             Err(e) => panic!("{e}"),
             Ok(_) => panic!("the lane was accepted"),
         }
-        assert_eq!(b.pctcp_open_lanes(), 0);
+        assert_eq!(b.open_lanes(), 0);
     }
 }

@@ -23,7 +23,6 @@ pub(crate) mod setup;
 const MAX_RECORD: usize = 8 * 514 + 5;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,15 +46,16 @@ use crate::lanes::{LaneSettings, NodeLanes};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
 use crate::liveness::LivenessTiming;
 use crate::tcp::TcpCongestion;
+use crate::tcp_share::mode::ModeStates;
 use crate::tcp_share::tokens::Tokens;
 use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
 
-/// The TCP endpoint: one listener for TLS and the transports built on it
-/// (pctcp, torchestra), which tell their connections apart by what the
-/// peer sends first.
+/// The TCP endpoint: one listener for TLS and the transports that
+/// register a mode on it ([`tcp_share`]), which tell their connections
+/// apart by what the peer sends first.
 pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     doc_name: "tls",
-    about: "TCP: TLS links, pctcp and torchestra connections",
+    about: "TCP: TLS links and the connections of the transports that share its port",
     protocol: crate::any::IpProtocol::Tcp,
 };
 
@@ -175,18 +175,17 @@ struct Inner {
     /// Source address of the connections we open; `None`: the kernel's
     /// choice.
     bind: Option<IpAddr>,
-    /// Where this node accepts pctcp lanes (a relay's listener).
+    /// Where this node accepts lanes, the connections that join a link
+    /// (a relay's listener).
     lane_address: Option<SocketAddr>,
-    /// The links that accept more connections, by token (pctcp,
-    /// torchestra; [`tcp_share`]).
+    /// The links that accept more connections, by token
+    /// ([`tcp_share`]).
     tokens: Arc<Tokens>,
-    /// The pctcp lanes' count against their cap.
-    pctcp: Arc<NodeLanes>,
-    /// Whether this node switches circuits on torchestra links.
-    torchestra_switches: bool,
-    /// Torchestra heavy connections attached so far.
-    torchestra_heavy: Arc<AtomicU64>,
-    /// Heartbeat and silence limit of pctcp and torchestra links.
+    /// The lanes (a connection per circuit) open against their cap.
+    lanes: Arc<NodeLanes>,
+    /// The state of each mode sharing the endpoint ([`tcp_share`]).
+    modes: Arc<ModeStates>,
+    /// Heartbeat and silence limit of the links of several connections.
     liveness: LivenessTiming,
     /// Most unsent bytes each TCP socket holds (`TCP_NOTSENT_LOWAT`);
     /// `None`: the kernel's setting.
@@ -228,9 +227,8 @@ impl TlsTransport {
                 bind: None,
                 lane_address: None,
                 tokens: Arc::default(),
-                pctcp: NodeLanes::new(LaneSettings::default()),
-                torchestra_switches: true,
-                torchestra_heavy: Arc::default(),
+                lanes: NodeLanes::new(LaneSettings::default()),
+                modes: Arc::default(),
                 liveness: LivenessTiming::default(),
                 unsent_limit: None,
                 pacing: false,
@@ -252,9 +250,8 @@ impl TlsTransport {
                 bind: None,
                 lane_address: None,
                 tokens: Arc::default(),
-                pctcp: NodeLanes::new(LaneSettings::default()),
-                torchestra_switches: true,
-                torchestra_heavy: Arc::default(),
+                lanes: NodeLanes::new(LaneSettings::default()),
+                modes: Arc::default(),
                 liveness: LivenessTiming::default(),
                 unsent_limit: None,
                 pacing: false,
@@ -283,24 +280,17 @@ impl TlsTransport {
         self
     }
 
-    /// Use these pctcp settings (a fresh lane count: call before use).
-    pub fn with_pctcp(mut self, settings: LaneSettings) -> Self {
-        Arc::make_mut(&mut self.inner).pctcp = NodeLanes::new(settings);
+    /// Use these lane settings (`[link.pctcp]`: the cap on lane
+    /// connections; a fresh count: call before use).
+    pub fn with_lanes(mut self, settings: LaneSettings) -> Self {
+        Arc::make_mut(&mut self.inner).lanes = NodeLanes::new(settings);
         self
     }
 
-    /// Accept pctcp lanes at `addr` (a relay's listener, as its peers can
-    /// reach it); without it the node opens lanes but accepts none.
+    /// Accept lanes at `addr` (a relay's listener, as its peers can reach
+    /// it); without it the node opens lanes but accepts none.
     pub fn with_lane_address(mut self, addr: SocketAddr) -> Self {
         Arc::make_mut(&mut self.inner).lane_address = Some(addr);
-        self
-    }
-
-    /// Whether this node switches circuits on the torchestra links it
-    /// opens or accepts (default yes); without, its torchestra links run
-    /// as tls (for tests of a peer that does not switch).
-    pub fn with_torchestra_switching(mut self, on: bool) -> Self {
-        Arc::make_mut(&mut self.inner).torchestra_switches = on;
         self
     }
 
@@ -324,8 +314,8 @@ impl TlsTransport {
         self
     }
 
-    /// Use these timers for the liveness of pctcp and torchestra links
-    /// ([`crate::liveness`]; tests shorten them).
+    /// Use these timers for the liveness of the links of several
+    /// connections ([`crate::liveness`]; tests shorten them).
     pub fn with_liveness(mut self, timing: LivenessTiming) -> Self {
         Arc::make_mut(&mut self.inner).liveness = timing;
         self
@@ -335,20 +325,10 @@ impl TlsTransport {
         self.inner.liveness
     }
 
-    pub(crate) fn torchestra_switches(&self) -> bool {
-        self.inner.torchestra_switches
-    }
-
-    /// Torchestra heavy connections this node attached so far (opened or
-    /// accepted).
-    pub fn torchestra_heavy_connections(&self) -> u64 {
-        self.inner
-            .torchestra_heavy
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    pub(crate) fn torchestra_heavy_attached(&self) -> &AtomicU64 {
-        &self.inner.torchestra_heavy
+    /// The node's state of a mode sharing the endpoint, of type `T`
+    /// (made with its default the first time).
+    pub(crate) fn mode_state<T: std::any::Any + Default + Send + Sync>(&self) -> Arc<T> {
+        self.inner.modes.get::<T>()
     }
 
     pub(crate) fn tokens(&self) -> &Arc<Tokens> {
@@ -360,22 +340,22 @@ impl TlsTransport {
         self.inner.our_key.is_some()
     }
 
-    /// Circuits that used a pctcp link's main connection because the
-    /// lane cap was reached, so far.
-    pub fn pctcp_fallbacks(&self) -> u64 {
-        self.inner.pctcp.fallbacks()
+    /// Circuits that used a link's main connection because the lane cap
+    /// was reached, so far.
+    pub fn lane_fallbacks(&self) -> u64 {
+        self.inner.lanes.fallbacks()
     }
 
-    /// pctcp lane connections open now.
-    pub fn pctcp_open_lanes(&self) -> usize {
+    /// Lane connections open now.
+    pub fn open_lanes(&self) -> usize {
         self.inner
-            .pctcp
+            .lanes
             .open
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub(crate) fn pctcp_lanes(&self) -> &Arc<NodeLanes> {
-        &self.inner.pctcp
+    pub(crate) fn lanes(&self) -> &Arc<NodeLanes> {
+        &self.inner.lanes
     }
 
     pub(crate) fn lane_address(&self) -> Option<SocketAddr> {
@@ -539,7 +519,7 @@ fn split(tls: TlsStream<TcpStream>, negotiated: link::Negotiated, peer: PeerInfo
 }
 
 /// A `tls` link (the type-erased form, as the listener also hands out
-/// `pctcp` links).
+/// the links of the modes on the endpoint).
 impl crate::Transport for TlsTransport {
     type Reader = AnyReader;
     type Writer = AnyWriter;

@@ -22,7 +22,7 @@ fn configured(tls: TlsTransport, link: &LinkSettings) -> TlsTransport {
         .with_tcp_congestion(link.tcp_congestion())
         .with_unsent_limit(link.tcp.unsent_limit)
         .with_tcp_pacing(link.tcp.pacing)
-        .with_pctcp(link.pctcp)
+        .with_lanes(link.pctcp)
 }
 
 fn client(link: &LinkSettings) -> Result<SharedEndpoint, Error> {
@@ -34,7 +34,7 @@ async fn relay(
     addr: SocketAddr,
 ) -> Result<(SharedEndpoint, Box<dyn Acceptor>), BindError> {
     let tls = TlsTransport::relay(setup.keys, setup.my_addrs.to_vec()).map_err(BindError::Setup)?;
-    // Peers open pctcp lanes to the address they know us by.
+    // Peers open lanes to the address they know us by.
     let tls = configured(tls, setup.link).with_lane_address(addr);
     let listener = tls.bind(addr).await.map_err(BindError::at(addr))?;
     Ok((Arc::new(tls), Box::new(listener)))

@@ -192,8 +192,8 @@ impl LinkShared {
         let reader = StreamCellReader::new(r, self.link_version, BytesMut::new(), self.peer.addr);
         self.spawn(read_conn(self.clone(), Conn::Heavy, reader));
         self.transport
-            .torchestra_heavy_attached()
-            .fetch_add(1, AtomicOrdering::Relaxed);
+            .mode_state::<super::NodeState>()
+            .heavy_attached();
         debug!(peer = %self.peer.addr, "torchestra heavy connection up");
         Ok(())
     }

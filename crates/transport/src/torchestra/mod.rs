@@ -18,6 +18,7 @@ pub mod switch;
 pub mod wire;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 use tokio::io::AsyncWriteExt;
@@ -79,6 +80,59 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 /// This transport's kind.
 const KIND: TransportKind = TransportKind::of(&INFO);
 
+/// A node's torchestra state on its TCP endpoint (a mode state, see
+/// `tcp_share::mode::ModeStates`).
+#[derive(Debug)]
+pub(crate) struct NodeState {
+    /// Whether the node switches circuits on its torchestra links.
+    switches: AtomicBool,
+    /// Heavy connections attached so far.
+    heavy_attached: AtomicU64,
+}
+
+impl Default for NodeState {
+    fn default() -> Self {
+        NodeState {
+            switches: AtomicBool::new(true),
+            heavy_attached: AtomicU64::new(0),
+        }
+    }
+}
+
+impl NodeState {
+    /// Count a heavy connection attached.
+    pub(crate) fn heavy_attached(&self) {
+        self.heavy_attached.fetch_add(1, AtomicOrdering::Relaxed);
+    }
+}
+
+/// Whether the node of TCP endpoint `tcp` switches circuits on the
+/// torchestra links it opens or accepts from now on (default yes);
+/// without, its torchestra links run as tls (for tests of a peer that
+/// does not switch).
+pub fn set_switching(tcp: &TlsTransport, on: bool) {
+    tcp.mode_state::<NodeState>()
+        .switches
+        .store(on, AtomicOrdering::Relaxed);
+}
+
+/// Torchestra heavy connections the node of TCP endpoint `tcp` attached
+/// so far (opened or accepted).
+pub fn heavy_connections(tcp: &TlsTransport) -> u64 {
+    tcp.mode_state::<NodeState>()
+        .heavy_attached
+        .load(AtomicOrdering::Relaxed)
+}
+
+/// Whether this node switches circuits on a link with a relay.
+fn switches(tcp: &TlsTransport) -> bool {
+    tcp.is_relay()
+        && tcp
+            .mode_state::<NodeState>()
+            .switches
+            .load(AtomicOrdering::Relaxed)
+}
+
 /// How torchestra shares the TCP endpoint: its links' mode byte, and its
 /// heavy connections' magic.
 pub(crate) static TCP_MODE: TcpMode = TcpMode {
@@ -119,8 +173,7 @@ async fn connect(
     let negotiated = handshake::handshake(&mut tls, transport.initiator_role(), addr).await?;
     // Only between relays that both switch: a client's link is never
     // split (the thesis), and a peer that does not switch makes it tls.
-    let switching =
-        flags & wire::FLAG_SWITCHES != 0 && transport.is_relay() && transport.torchestra_switches();
+    let switching = flags & wire::FLAG_SWITCHES != 0 && switches(transport);
     Ok(start(
         transport,
         LinkSpec {
@@ -171,7 +224,7 @@ async fn accept(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
         ..
     } = a;
     let transport = &transport;
-    let switching = identity.is_some() && transport.is_relay() && transport.torchestra_switches();
+    let switching = identity.is_some() && switches(transport);
     let our_token: [u8; TOKEN_LEN] = rand::random();
     let flags = if switching { wire::FLAG_SWITCHES } else { 0 };
     // Held until the link is registered, whatever happens meanwhile.
