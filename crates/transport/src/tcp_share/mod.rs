@@ -25,6 +25,7 @@ pub mod fuzzing {
 }
 
 pub(crate) mod mode;
+pub(crate) mod states;
 pub(crate) mod tokens;
 
 use std::net::SocketAddr;

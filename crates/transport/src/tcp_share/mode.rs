@@ -1,10 +1,9 @@
 //! What a transport registers to share the TCP endpoint ([`TcpMode`]),
 //! and what its accept functions get ([`Accept`]).
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::any::Any;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -62,27 +61,6 @@ impl Accept {
             peer: self.addr,
             detail: format!("{what} from another identity than its link's"),
         })
-    }
-}
-
-/// The per-node state of the modes on one TCP endpoint, by type: each
-/// mode keeps its own (torchestra its switching flag and counter) without
-/// the endpoint knowing what it is.
-#[derive(Default)]
-pub(crate) struct ModeStates(Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>);
-
-impl ModeStates {
-    /// The node's state of type `T`, made with its default the first time.
-    pub(crate) fn get<T: Any + Default + Send + Sync>(&self) -> Arc<T> {
-        let mut states = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let state = states
-            .entry(TypeId::of::<T>())
-            .or_insert_with(|| Arc::new(T::default()))
-            .clone();
-        drop(states);
-        state
-            .downcast::<T>()
-            .unwrap_or_else(|_| unreachable!("the map holds each type under its own id"))
     }
 }
 

@@ -46,7 +46,7 @@ use crate::lanes::{LaneSettings, NodeLanes};
 use crate::link::{self, Role, StreamCellReader, StreamCellWriter};
 use crate::liveness::LivenessTiming;
 use crate::tcp::TcpCongestion;
-use crate::tcp_share::mode::ModeStates;
+use crate::tcp_share::states::ModeStates;
 use crate::tcp_share::tokens::Tokens;
 use crate::{Error, Link, Ordering, PeerInfo, Transport, TransportKind};
 

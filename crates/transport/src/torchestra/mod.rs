@@ -81,7 +81,7 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 const KIND: TransportKind = TransportKind::of(&INFO);
 
 /// A node's torchestra state on its TCP endpoint (a mode state, see
-/// `tcp_share::mode::ModeStates`).
+/// `tcp_share::states::ModeStates`).
 #[derive(Debug)]
 pub(crate) struct NodeState {
     /// Whether the node switches circuits on its torchestra links.
