@@ -261,7 +261,7 @@ pub struct WireParity {
     pub tcp_mss: u32,
     /// Linux's initial congestion window (segments; `TCP_INIT_CWND`).
     pub tcp_initial_window_segments: u32,
-    /// QUIC's initial UDP payload (`quic_initial_mtu`).
+    /// QUIC's initial UDP payload (`[link.quic] initial_mtu`).
     pub quic_initial_mtu: u16,
     /// QUIC's initial congestion window (bytes).
     pub quic_initial_window_bytes: u64,
@@ -318,7 +318,7 @@ impl WireParity {
     /// The lab's parity for links of `mtu` bytes (dtls-utcp's lanes
     /// depend on the variant: [`UtcpParity::for_variant`]).
     pub fn for_mtu(mtu: u32) -> Self {
-        let quic = quic_initial_mtu(mtu);
+        let quic = onionlab_transport::quic::initial_mtu_for_link(mtu);
         WireParity {
             link_mtu: mtu,
             tcp_mss: mtu.saturating_sub(40),
@@ -792,12 +792,11 @@ pub fn set_client_paths(cfg: &mut ClientConfig, c: &crate::scenario::ClientSpec,
 
 /// The `[link]` section of a variant's node on `host`: the variant's
 /// transport, TCP congestion control ([`Variant::tcp_congestion_of`]) and
-/// pacing; for QUIC transports its congestion control and first packets
-/// that fill the links' MTU ([`quic_initial_mtu`]); for dtls-utcp lanes
-/// with the node's TCP congestion control (so dtls-utcp and pctcp run
-/// the same algorithm; the scenario refuses one smoltcp lacks) and
-/// segments that fill the links' MTU (less the IPv4 and UDP headers and a
-/// DTLS record's overhead). The scenario's `[relay_settings.link]` is set
+/// pacing; packets that fill the links' MTU
+/// ([`LinkSettings::fit_to_link_mtu`]); for QUIC transports the variant's
+/// congestion control; for dtls-utcp lanes with the node's TCP congestion
+/// control (so dtls-utcp and pctcp run the same algorithm; the scenario
+/// refuses one smoltcp lacks). The scenario's `[relay_settings.link]` is set
 /// over it last, so it may change what the matrix does not set.
 ///
 /// # Errors
@@ -811,21 +810,15 @@ pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, Stri
     let tcp = variant.tcp_congestion_of(host);
     link.tcp.congestion = Some(TcpCongestion::parse(tcp)?);
     link.tcp.pacing = variant.tcp_pacing;
+    link.fit_to_link_mtu(variant.topology.mtu);
     if variant.transport.uses(EndpointKind::QUIC) {
         link.quic.congestion = variant.congestion.parse()?;
-        link.quic.initial_mtu = quic_initial_mtu(variant.topology.mtu);
     }
     if variant.transport.uses(EndpointKind::UTCP) {
         link.utcp.congestion = match tcp {
             "reno" => LaneCongestion::Reno,
             _ => LaneCongestion::Cubic,
         };
-        let segment = variant
-            .topology
-            .mtu
-            .saturating_sub(28 + onionlab_transport::utcp::RECORD_OVERHEAD as u32)
-            .clamp(100, 65_000);
-        link.utcp.max_segment = segment as usize;
     }
     let Some(extra) = variant
         .relay_settings
@@ -842,16 +835,6 @@ pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, Stri
         .map_err(|e: toml::de::Error| e.to_string())?;
     link.check().map_err(|e| e.to_string())?;
     Ok(link)
-}
-
-/// The QUIC UDP payload that fills a link of `mtu` bytes (less the IPv4
-/// and UDP headers), within what QUIC accepts.
-pub fn quic_initial_mtu(mtu: u32) -> u16 {
-    let payload = mtu.saturating_sub(28);
-    u16::try_from(payload).unwrap_or(u16::MAX).clamp(
-        onionlab_transport::quic::DEFAULT_INITIAL_MTU,
-        onionlab_transport::quic::MAX_INITIAL_MTU,
-    )
 }
 
 /// A relay's configuration for a variant: its endpoints listen where

@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::endpoint::EndpointKind;
 use crate::pctcp::PctcpSettings;
 use crate::quic::QuicSettings;
 use crate::registry::Choice;
@@ -85,6 +86,21 @@ impl Default for LinkSettings {
 }
 
 impl LinkSettings {
+    /// Fit the packets of the transports this choice may use to links of
+    /// `mtu` bytes, as TCP's segments fit them: QUIC's first packets
+    /// ([`crate::quic::initial_mtu_for_link`]) and dtls-utcp's segments
+    /// ([`crate::utcp::segment_for_link`]). The sections of transports
+    /// the choice does not use keep their defaults (and so stay out of a
+    /// written configuration).
+    pub fn fit_to_link_mtu(&mut self, mtu: u32) {
+        if self.transport.uses(EndpointKind::QUIC) {
+            self.quic.initial_mtu = crate::quic::initial_mtu_for_link(mtu);
+        }
+        if self.transport.uses(EndpointKind::UTCP) {
+            self.utcp.max_segment = crate::utcp::segment_for_link(mtu);
+        }
+    }
+
     /// The settings of nodes built in code (tests, benchmarks): TLS only
     /// and the kernel's TCP congestion control, where a configuration
     /// file's defaults are `"auto"` and the QUIC algorithm's match.

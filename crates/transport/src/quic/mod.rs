@@ -431,6 +431,16 @@ pub const DEFAULT_INITIAL_MTU: u16 = 1200;
 /// Largest [`QuicSettings::initial_mtu`]: a 9000-byte jumbo frame less the
 /// IPv4 and UDP headers.
 pub const MAX_INITIAL_MTU: u16 = 9000 - 28;
+
+/// The [`QuicSettings::initial_mtu`] that fills a link of `mtu` bytes
+/// (less the IPv4 and UDP headers, 28 bytes), within what QUIC accepts:
+/// QUIC's first packets then are as large as TCP's first segments.
+pub fn initial_mtu_for_link(mtu: u32) -> u16 {
+    let payload = mtu.saturating_sub(28);
+    u16::try_from(payload)
+        .unwrap_or(u16::MAX)
+        .clamp(DEFAULT_INITIAL_MTU, MAX_INITIAL_MTU)
+}
 /// Initial congestion window in packets of the initial MTU: 10, as Linux
 /// TCP's initial window is 10 segments (RFC 6928).
 pub const INITIAL_WINDOW_PACKETS: u64 = 10;

@@ -14,6 +14,14 @@ pub mod socket;
 pub use link::{UtcpIncoming, UtcpLink, UtcpSettings, UtcpTransport};
 /// Bytes a DTLS record adds to a lane's segment in a datagram.
 pub use onionlab_utcp::session::RECORD_OVERHEAD;
+
+/// The lanes' largest segment that fills a link of `mtu` bytes: less the
+/// IPv4 and UDP headers (28 bytes) and a DTLS record's overhead, as TCP's
+/// segments and QUIC's packets fill it (1449 on 1500-byte links).
+pub fn segment_for_link(mtu: u32) -> usize {
+    mtu.saturating_sub(28 + RECORD_OVERHEAD as u32)
+        .clamp(100, 65_000) as usize
+}
 /// The lanes' user-space TCP settings and congestion control.
 pub use onionlab_utcp::{Congestion as LaneCongestion, Settings as LaneTcp};
 
