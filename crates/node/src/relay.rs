@@ -316,7 +316,7 @@ impl Relay {
         let our_identity = settings.keys.public().ed_identity;
         info!(
             nickname = %settings.nickname,
-            listen = ?settings.listen,
+            listen = ?listener.local_addrs(),
             exit = config.circuit.exit,
             circuit_cc = config.circuit.cc.name(),
             conflux = config.circuit.conflux,

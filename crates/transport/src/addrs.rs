@@ -11,7 +11,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
-use crate::endpoint::EndpointKind;
+use crate::any::EndpointKind;
 
 /// One address per endpoint kind, in registry order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -19,6 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::Poll;
 
+use crate::addrs::EndpointAddrs;
 use crate::any::AnyLink;
 pub use crate::any::{EndpointInfo, EndpointKind, Endpoints};
 use crate::Error;
@@ -143,6 +144,18 @@ impl Listeners {
             .iter()
             .find(|a| a.kind() == kind)
             .and_then(|a| a.local_addr())
+    }
+
+    /// Where every listener is bound (the actual ports, where a
+    /// configuration said 0).
+    pub fn local_addrs(&self) -> EndpointAddrs {
+        let mut addrs = EndpointAddrs::new();
+        for a in &self.acceptors {
+            if let Some(addr) = a.local_addr() {
+                addrs.insert(a.kind(), addr);
+            }
+        }
+        addrs
     }
 
     /// Every listener's [`Acceptor::counters`].
