@@ -28,6 +28,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use onionlab_ops::TokenBucket;
+use onionlab_transport::endpoint::Admission;
 
 /// The limits (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
@@ -53,6 +54,21 @@ pub struct DosLimits {
     /// proved their address are asked to first (QUIC's Retry; the
     /// configuration's `dos_quic_retry_rate`).
     pub handshake_retry_rate: f64,
+}
+
+impl DosLimits {
+    /// What the relay's endpoints admit before any cryptography under
+    /// these limits: the handshake cap, the per-address connection rate
+    /// (`exempt` addresses aside) and the Retry rate.
+    pub fn admission(&self, exempt: Vec<IpAddr>) -> Admission {
+        Admission {
+            max_pending: self.max_handshakes,
+            per_address_rate: self.conn_rate,
+            per_address_burst: self.conn_burst,
+            retry_rate: self.handshake_retry_rate,
+            exempt,
+        }
+    }
 }
 
 impl Default for DosLimits {
@@ -297,6 +313,15 @@ impl DosGuard {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_default_limits_admit_as_the_endpoints_default() {
+        assert_eq!(
+            DosLimits::default().admission(Vec::new()),
+            Admission::default()
+        );
+    }
+
     use super::*;
 
     fn ip(last: u8) -> IpAddr {

@@ -21,7 +21,7 @@ use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter};
 use onionlab_transport::connector::Connector;
-use onionlab_transport::endpoint::{Admission, EndpointKind, Listeners, PendingLink};
+use onionlab_transport::endpoint::{EndpointKind, Listeners, PendingLink};
 use onionlab_transport::node_endpoints::RelayEndpoints;
 use onionlab_transport::setup::BindError;
 use onionlab_transport::{CellReader, CellWriter, LinkEvent, LinkSettings, Ordering};
@@ -223,16 +223,12 @@ impl Relay {
         link.check().map_err(Error::Transport)?;
         let tcp_congestion = link.tcp_congestion();
         tcp_congestion.check_available().map_err(Error::Setting)?;
-        let admission = Admission {
-            max_pending: settings.dos.max_handshakes,
-            per_address_rate: settings.dos.conn_rate,
-            per_address_burst: settings.dos.conn_burst,
-            retry_rate: settings.dos.handshake_retry_rate,
-            // Relays of the network open a connection per circuit in
-            // conn-per-circuit mode: their addresses are exempt from the
-            // per-address handshake rate (as tor exempts relays).
-            exempt: relay_addresses(&settings.doc).collect(),
-        };
+        // Relays of the network open a connection per circuit in
+        // conn-per-circuit mode: their addresses are exempt from the
+        // per-address handshake rate (as tor exempts relays).
+        let admission = settings
+            .dos
+            .admission(relay_addresses(&settings.doc).collect());
         let RelayEndpoints {
             connector,
             listeners: listener,
