@@ -9,7 +9,7 @@
 //! ([`EndpointKind::all`]). What a node runs is held without naming any
 //! transport's types: [`Endpoints`] (what links are opened with, each
 //! transport fetching its own endpoint's type),
-//! [`EndpointAddrs`](crate::addrs::EndpointAddrs) (a node's address per
+//! [`EndpointAddrs`] (a node's address per
 //! kind: a peer's from the network document, a relay's own where it
 //! listens) and [`Listeners`] (what a relay accepts on,
 //! each endpoint's [`Acceptor`] implemented in its transport's module).

@@ -13,7 +13,7 @@ use crate::endpoint::{Acceptor, Admission, BoxFuture, EndpointKind};
 use crate::{Error, LinkSettings};
 
 /// A running endpoint, of the type its transports fetch from
-/// [`Endpoints`].
+/// [`Endpoints`](crate::endpoint::Endpoints).
 pub type SharedEndpoint = Arc<dyn Any + Send + Sync>;
 
 /// What a relay's endpoints are made with, beyond their address.
