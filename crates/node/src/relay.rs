@@ -258,11 +258,6 @@ impl Relay {
             .expect("a relay always listens on TCP")
     }
 
-    /// The address the relay's endpoint of `kind` listens on, if any.
-    pub fn endpoint_addr(&self, kind: EndpointKind) -> Option<SocketAddr> {
-        self.listener.local_addr(kind)
-    }
-
     /// Run until `shutdown` completes. Must run on a current-thread
     /// runtime (it uses a `LocalSet`).
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<RelayStats, Error> {

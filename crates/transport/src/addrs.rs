@@ -69,11 +69,6 @@ impl EndpointAddrs {
         }
     }
 
-    /// Remove `kind`'s address.
-    pub fn remove(&mut self, kind: EndpointKind) {
-        self.0.retain(|(k, _)| *k != kind);
-    }
-
     /// The address of `kind`, if there is one.
     pub fn get(&self, kind: EndpointKind) -> Option<SocketAddr> {
         self.0.iter().find(|(k, _)| *k == kind).map(|(_, a)| *a)
@@ -88,11 +83,6 @@ impl EndpointAddrs {
     /// Every kind and its address, in registry order.
     pub fn iter(&self) -> impl Iterator<Item = (EndpointKind, SocketAddr)> + '_ {
         self.0.iter().copied()
-    }
-
-    /// Whether there is no address.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     fn sort(&mut self) {
