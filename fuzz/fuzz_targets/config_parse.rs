@@ -194,8 +194,8 @@ fn client(text: &str) {
         .expect("the client's QUIC settings validate");
     let now = Instant::now();
     for d in [
-        settings.circuit_build_timeout,
-        settings.stream_connect_timeout,
+        settings.policy.circuit_build_timeout,
+        settings.policy.stream_connect_timeout,
         settings.socks_handshake_timeout,
         settings.link.handshake_timeout,
         settings.network_refresh.unwrap_or_default(),

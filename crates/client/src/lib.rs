@@ -19,7 +19,7 @@
 //! * **Channels**: one TLS link per guard, opened on demand and shared by
 //!   every circuit through that guard. Circuit IDs are random with the high
 //!   bit set (link protocol 4+, we initiate). Each channel has a circuit
-//!   scheduler ([`ClientSettings::scheduler`], EWMA by default) for the
+//!   scheduler ([`PolicySettings::scheduler`](onionlab_client_core::PolicySettings::scheduler), EWMA by default) for the
 //!   order in which circuits' cells go out. If the link dies, its circuits
 //!   close and their streams are closed (or get a failure reply).
 //! * **Circuits**: built hop by hop with the build timeout, retried with
@@ -43,14 +43,18 @@
 //!
 //! # Design
 //!
-//! Single-threaded, as tor is: a current-thread runtime and a `LocalSet`;
-//! the sans-IO client node ([`onionlab_circuit::client_node::ClientNode`]:
-//! guard channels, their circuit-ID maps and schedulers, circuits and
-//! streams) and what the client adds (path selection, isolation, stream
-//! tasks) live in one `Rc<RefCell<State>>`, borrowed only between awaits.
-//! Tasks: the accept loop; one per SOCKS connection; a reader and a writer
-//! per guard channel, woken by a `tokio::sync::Notify`; a timer task for
-//! the node's build and hop timeouts; a housekeeping task that closes unused dirty circuits;
+//! Single-threaded, as tor is: a current-thread runtime and a `LocalSet`.
+//! Every decision is the sans-IO [`onionlab_client_core::ClientCore`]'s
+//! (the client node with its guard channels, circuits and streams; path
+//! selection, circuit reuse, isolation, dirtiness, failed-relay avoidance,
+//! build and stream retries, the connect timeout); this crate drives it
+//! with sockets and timers, as the simulation drives it with simulated
+//! ones. The core and the tasks' handles live in one `Rc<RefCell<State>>`,
+//! borrowed only between awaits. Tasks: the accept loop; one per SOCKS
+//! connection, which asks the core for a stream and waits for its answer;
+//! a reader and a writer per guard channel, woken by a `tokio::sync::Notify`;
+//! a timer task for the core's deadlines (build, hop and connect
+//! timeouts); a housekeeping task that closes unused dirty circuits;
 //! a task that reloads the network document every `network_refresh` and
 //! keeps the newest valid one (see the refresh module in the source).
 //!
@@ -62,14 +66,14 @@
 
 mod channel;
 mod error;
-pub mod path;
+pub use onionlab_client_core::path;
 mod refresh;
 pub mod settings;
 pub mod socks;
 mod state;
 mod stream;
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -82,7 +86,9 @@ use tokio::task::LocalSet;
 pub use error::{Error, Result};
 pub use settings::{ClientSettings, NetworkOrigin};
 
-use crate::state::{Config, Shared, State};
+use onionlab_client_core::Config;
+
+use crate::state::{Shared, State};
 
 /// How long shutdown waits for DESTROYs to be flushed to the guards.
 const SHUTDOWN_FLUSH: Duration = Duration::from_secs(2);
@@ -111,11 +117,9 @@ impl std::fmt::Debug for Client {
 /// Say so when the settings ask for multi-path sets and the network's
 /// exits do not link them (`cfx_enabled` is off): circuits are plain.
 pub(crate) fn warn_if_no_sets(cfg: &Config) {
-    let settings = &cfg.settings;
-    let asked = settings.legs.max(cfg.pinned.as_ref().map_or(1, Vec::len));
-    if asked > 1 && !settings.network.params.cfx_enabled {
+    if let Some(legs) = cfg.sets_refused() {
         tracing::warn!(
-            legs = asked,
+            legs,
             "the network document does not enable multi-path sets (cfx_enabled): \
              plain circuits instead (the first pinned leg, if legs are pinned)"
         );
@@ -141,11 +145,8 @@ impl Client {
             .tcp_congestion()
             .check_available()
             .map_err(Error::Setting)?;
-        let names = settings.path.clone().or_else(|| {
-            let legs = settings.paths.as_ref()?;
-            Some(legs.iter().map(|p| p.join(",")).collect())
-        });
-        let cfg = Config::new(settings).map_err(|source| Error::PinnedPath {
+        let names = settings.policy.pinned_names();
+        let cfg = Config::new(settings.policy.clone()).map_err(|source| Error::PinnedPath {
             path: names.clone().unwrap_or_default(),
             source,
         })?;
@@ -157,7 +158,6 @@ impl Client {
             );
         }
         warn_if_no_sets(&cfg);
-        let settings = &cfg.settings;
         let addr = settings.socks_listen;
         let listener = TcpListener::bind(addr)
             .await
@@ -167,12 +167,12 @@ impl Client {
             .map_err(|source| Error::Bind { addr, source })?;
         tracing::info!(
             socks = %local_addr,
-            relays = settings.network.relays.len(),
+            relays = settings.policy.network.relays.len(),
             pinned = ?names,
             legs = cfg.legs(),
             "client ready"
         );
-        let state = Rc::new(RefCell::new(State::new(cfg)?));
+        let state = State::new_shared(settings, cfg)?;
         Ok(Client {
             listener,
             local_addr,
@@ -217,7 +217,7 @@ impl Client {
         };
         let timer = tokio::task::spawn_local(State::run_timer(state.clone()));
         let refresh = refresh::spawn(&state);
-        let max_conns = state.borrow().cfg.settings.max_socks_connections;
+        let max_conns = state.borrow().settings.max_socks_connections;
         let active = Rc::new(Cell::new(0usize));
         let mut backoff = onionlab_ops::AcceptBackoff::new("SOCKS port");
         let mut over_limit_log = onionlab_ops::LogLimiter::default();

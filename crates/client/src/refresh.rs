@@ -34,7 +34,7 @@ const MAX_INTERVAL: Duration = Duration::from_secs(onionlab_config::MAX_NETWORK_
 pub(crate) fn spawn(shared: &Shared) -> Option<JoinHandle<()>> {
     let (origin, every) = {
         let st = shared.borrow();
-        let s = &st.cfg.settings;
+        let s = &st.settings;
         (s.network_origin.clone()?, s.network_refresh?)
     };
     if every.is_zero() {
@@ -62,7 +62,7 @@ async fn run(shared: Shared, origin: NetworkOrigin, every: Duration) {
             }
             Err(e) => log.load_failed(&origin, &e),
         }
-        let held = shared.borrow().cfg.settings.network.clone();
+        let held = shared.borrow().network();
         log.check_held(&held, now);
     }
 }
@@ -76,7 +76,7 @@ fn consider(
     origin: &NetworkOrigin,
     log: &mut RefreshLog,
 ) {
-    let held = shared.borrow().cfg.settings.network.clone();
+    let held = shared.borrow().network();
     let source = &origin.source;
     let verdict = judge_replacement(&held, &doc, now, CLOCK_SKEW_ALLOWANCE);
     let (kind, why) = match verdict {

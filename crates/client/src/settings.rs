@@ -6,24 +6,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use onionlab_circuit::scheduler::SchedulerKind;
+use onionlab_client_core::PolicySettings;
 use onionlab_config::{ClientConfig, ConfigFile, NetworkSource};
 use onionlab_netdoc::NetworkDocument;
 use tor_llcrypto::pk::ed25519::PublicKey;
 
 use crate::error::{Error, Result};
 
-/// Default [`ClientSettings::stream_connect_timeout`].
-pub const DEFAULT_STREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default [`ClientSettings::socks_handshake_timeout`].
 pub const DEFAULT_SOCKS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default [`ClientSettings::max_socks_connections`].
 pub const DEFAULT_MAX_SOCKS_CONNECTIONS: usize = 4096;
-/// Default [`ClientSettings::stream_retries`] (tor retries a stream whose
-/// circuit failed before CONNECTED on a new circuit, too).
-pub const DEFAULT_STREAM_RETRIES: u32 = 1;
-/// Default [`ClientSettings::relay_failure_avoidance`].
-pub const DEFAULT_RELAY_FAILURE_AVOIDANCE: Duration = Duration::from_secs(30);
 
 /// Where the network document came from and the network key that verified
 /// it: what the client needs to load it again.
@@ -41,8 +34,9 @@ pub struct ClientSettings {
     /// Address of the SOCKS listener (port 0: any free port, see
     /// [`crate::Client::local_addr`]).
     pub socks_listen: SocketAddr,
-    /// The verified network document.
-    pub network: Arc<NetworkDocument>,
+    /// The network document and the client's decisions over it: paths,
+    /// dirtiness, retries, timeouts.
+    pub policy: PolicySettings,
     /// Where to load the document again from, with the key to verify it.
     /// `None` (settings built in code): the document is never reloaded.
     pub network_origin: Option<NetworkOrigin>,
@@ -50,55 +44,11 @@ pub struct ClientSettings {
     /// the newest valid one (see [`onionlab_config::refresh`]). `None`:
     /// never. Nothing is reloaded without a `network_origin`.
     pub network_refresh: Option<Duration>,
-    /// A pinned path of relay nicknames, guard first and exit last. Any
-    /// length of at least one is accepted (shorter than 3 gives no
-    /// anonymity; useful in labs and tests). `None`: a random 3-hop path
-    /// per circuit (see [`crate::path`]).
-    pub path: Option<Vec<String>>,
-    /// Pinned legs of every multi-path set (instead of `path`), each as
-    /// `path` is, all ending at the same exit. Used only when the
-    /// document has `cfx_enabled`; otherwise the first is the pinned path.
-    pub paths: Option<Vec<Vec<String>>>,
-    /// Legs of each multi-path set when paths are random (at most
-    /// [`onionlab_config::MAX_LEGS`]); 1: plain circuits. Used only
-    /// when the document has `cfx_enabled`.
-    pub legs: usize,
-    /// This end's leg scheduler (`None`: the document's `cfx_scheduler`).
-    pub leg_scheduler: Option<onionlab_circuit::conflux::sched::LegSchedulerKind>,
-    /// Seed of the random path choice (experiments: the same paths for
-    /// the same document and order of requests); `None`: the operating
-    /// system's entropy.
-    pub path_seed: Option<u64>,
-    /// Give up on a circuit that is not built after this long.
-    pub circuit_build_timeout: Duration,
-    /// Stop attaching new streams to a circuit this long after its first
-    /// stream; close it when its last stream is gone after that.
-    pub max_circuit_dirtiness: Duration,
-    /// Extra build attempts (fresh random paths; the same pinned path)
-    /// after a failed one, before a stream fails.
-    pub build_retries: u32,
-    /// Fail a stream whose exit has not answered its BEGIN after this long
-    /// (SOCKS reply 0x06).
-    pub stream_connect_timeout: Duration,
     /// Drop a SOCKS connection that has not completed its handshake after
     /// this long.
     pub socks_handshake_timeout: Duration,
     /// Most SOCKS connections open at once; more are closed on accept.
     pub max_socks_connections: usize,
-    /// How many times a stream whose circuit failed before the exit
-    /// answered CONNECTED is retried on a fresh circuit. A stream that
-    /// had connected is never retried: it fails (the application's socket
-    /// is reset).
-    pub stream_retries: u32,
-    /// Random paths avoid a relay for this long after it failed (its
-    /// channel closed, a hop reported it gone with TRUNCATED, its
-    /// handshake failed or timed out), unless no path exists without it.
-    /// Pinned paths are used as they are.
-    pub relay_failure_avoidance: Duration,
-    /// Circuit scheduler of each guard channel: which circuit's cell the
-    /// client sends next when several have cells. Default EWMA with tor's
-    /// 30 s half-life, as tor clients do.
-    pub scheduler: SchedulerKind,
     /// How the client makes its links to guards: the transport (default
     /// TLS only), the handshake bound, and each transport's settings (the
     /// `[link]` section of its configuration file; the TCP congestion
@@ -114,29 +64,13 @@ impl ClientSettings {
     /// [`network_origin`](Self::network_origin), so the document is never
     /// reloaded unless one is set.
     pub fn new(socks_listen: SocketAddr, network: NetworkDocument) -> Self {
-        use onionlab_config::{
-            DEFAULT_BUILD_RETRIES, DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS,
-            DEFAULT_MAX_CIRCUIT_DIRTINESS_S, DEFAULT_NETWORK_REFRESH_S,
-        };
         ClientSettings {
             socks_listen,
-            network: Arc::new(network),
+            policy: PolicySettings::new(Arc::new(network)),
             network_origin: None,
-            network_refresh: refresh_interval(DEFAULT_NETWORK_REFRESH_S),
-            path: None,
-            paths: None,
-            legs: 1,
-            leg_scheduler: None,
-            path_seed: None,
-            circuit_build_timeout: Duration::from_millis(DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS),
-            max_circuit_dirtiness: Duration::from_secs(DEFAULT_MAX_CIRCUIT_DIRTINESS_S),
-            build_retries: DEFAULT_BUILD_RETRIES,
-            stream_connect_timeout: DEFAULT_STREAM_CONNECT_TIMEOUT,
+            network_refresh: refresh_interval(onionlab_config::DEFAULT_NETWORK_REFRESH_S),
             socks_handshake_timeout: DEFAULT_SOCKS_HANDSHAKE_TIMEOUT,
             max_socks_connections: DEFAULT_MAX_SOCKS_CONNECTIONS,
-            stream_retries: DEFAULT_STREAM_RETRIES,
-            relay_failure_avoidance: DEFAULT_RELAY_FAILURE_AVOIDANCE,
-            scheduler: SchedulerKind::default(),
             link: onionlab_transport::LinkSettings::tls_only(),
         }
     }
@@ -153,20 +87,21 @@ impl ClientSettings {
     pub fn from_config(config: &ClientConfig, network: NetworkDocument) -> Result<Self> {
         let mut s = ClientSettings::new(config.socks_listen, network);
         s.network_refresh = refresh_interval(config.network_refresh_s);
-        s.path = config.path.clone();
-        s.paths = config.paths.clone();
-        s.legs = config.legs;
-        s.leg_scheduler = config.leg_scheduler;
-        s.path_seed = config.path_seed;
-        s.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
-        s.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
-        s.build_retries = config.build_retries;
-        s.stream_connect_timeout = Duration::from_millis(config.stream_connect_timeout_ms);
+        let p = &mut s.policy;
+        p.path = config.path.clone();
+        p.paths = config.paths.clone();
+        p.legs = config.legs;
+        p.leg_scheduler = config.leg_scheduler;
+        p.path_seed = config.path_seed;
+        p.circuit_build_timeout = Duration::from_millis(config.circuit_build_timeout_ms);
+        p.max_circuit_dirtiness = Duration::from_secs(config.max_circuit_dirtiness_s);
+        p.build_retries = config.build_retries;
+        p.stream_connect_timeout = Duration::from_millis(config.stream_connect_timeout_ms);
+        p.stream_retries = config.stream_retries;
+        p.relay_failure_avoidance = Duration::from_secs(config.relay_failure_avoidance_s);
         s.socks_handshake_timeout = Duration::from_millis(config.socks_handshake_timeout_ms);
         s.max_socks_connections =
             usize::try_from(config.max_socks_connections).unwrap_or(usize::MAX);
-        s.stream_retries = config.stream_retries;
-        s.relay_failure_avoidance = Duration::from_secs(config.relay_failure_avoidance_s);
         s.link = config.link.clone();
         Ok(s)
     }

@@ -75,101 +75,34 @@ pub fn end_reason_reply(reason: EndReason) -> u8 {
     }
 }
 
-/// Why a stream could not be opened.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamFailure {
-    /// The exit refused or failed the stream with this END reason.
-    Ended(EndReason),
-    /// No relay's exit policy allows the target (or the pinned exit's
-    /// does not).
-    NotAllowed,
-    /// The network document has too few suitable relays for a path.
-    NoPath(String),
-    /// Every circuit build attempt failed; the last one did not time out.
-    BuildFailed(String),
-    /// Every circuit build attempt failed; the last one timed out.
-    BuildTimeout,
-    /// The circuit closed before the exit answered.
-    CircuitClosed,
-    /// The exit did not answer within the stream timeout.
-    ConnectTimeout,
-    /// The target cannot be carried in a BEGIN cell.
-    BadTarget,
-    /// The circuit refused a new stream (for example, no stream ID free).
-    Attach(String),
-    /// The client is shutting down.
-    ShuttingDown,
-}
+pub use onionlab_client_core::{IsolationKey, StreamFailure};
 
-impl StreamFailure {
-    /// The SOCKS5 reply code that says what failed (see the module's table).
-    pub fn reply_code(&self) -> u8 {
-        match self {
-            StreamFailure::Ended(reason) => end_reason_reply(*reason),
-            StreamFailure::NotAllowed => reply::NOT_ALLOWED,
-            StreamFailure::BuildTimeout | StreamFailure::ConnectTimeout => reply::TTL_EXPIRED,
-            StreamFailure::NoPath(_)
-            | StreamFailure::BuildFailed(_)
-            | StreamFailure::CircuitClosed
-            | StreamFailure::BadTarget
-            | StreamFailure::Attach(_)
-            | StreamFailure::ShuttingDown => reply::GENERAL_FAILURE,
-        }
+/// The SOCKS5 reply code that says what failed (see the module's table).
+pub fn reply_code(failure: &StreamFailure) -> u8 {
+    match failure {
+        StreamFailure::Ended(reason) => end_reason_reply(*reason),
+        StreamFailure::NotAllowed => reply::NOT_ALLOWED,
+        StreamFailure::BuildTimeout | StreamFailure::ConnectTimeout => reply::TTL_EXPIRED,
+        StreamFailure::NoPath(_)
+        | StreamFailure::BuildFailed(_)
+        | StreamFailure::CircuitClosed
+        | StreamFailure::BadTarget
+        | StreamFailure::Attach(_)
+        | StreamFailure::ShuttingDown => reply::GENERAL_FAILURE,
     }
 }
 
-impl std::fmt::Display for StreamFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StreamFailure::Ended(r) => write!(f, "exit ended the stream: {r}"),
-            StreamFailure::NotAllowed => write!(f, "no exit policy allows the target"),
-            StreamFailure::NoPath(e) => write!(f, "no path: {e}"),
-            StreamFailure::BuildFailed(e) => write!(f, "circuit build failed: {e}"),
-            StreamFailure::BuildTimeout => write!(f, "circuit build timed out"),
-            StreamFailure::CircuitClosed => write!(f, "circuit closed before CONNECTED"),
-            StreamFailure::ConnectTimeout => write!(f, "no CONNECTED in time"),
-            StreamFailure::BadTarget => write!(f, "target cannot be encoded in BEGIN"),
-            StreamFailure::Attach(e) => write!(f, "cannot open a stream: {e}"),
-            StreamFailure::ShuttingDown => write!(f, "client shutting down"),
-        }
-    }
-}
-
-/// Which streams may share a circuit, as tor's `IsolateSOCKSAuth`: streams
-/// with different SOCKS credentials never share one; streams without
-/// credentials share among themselves.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum IsolationKey {
-    /// No credentials (SOCKS5 "no authentication", SOCKS4 without user ID).
-    None,
-    /// A SOCKS4 user ID.
-    Socks4(Vec<u8>),
-    /// A SOCKS5 username and password.
-    UserPass {
-        /// Username.
-        user: Vec<u8>,
-        /// Password.
-        pass: Vec<u8>,
-    },
-}
-
-impl IsolationKey {
-    /// The key of a request's credentials.
-    pub fn from_auth(auth: &SocksAuth) -> Self {
-        match auth {
-            SocksAuth::Socks4(id) => IsolationKey::Socks4(id.clone()),
-            SocksAuth::Username(user, pass) => IsolationKey::UserPass {
-                user: user.clone(),
-                pass: pass.clone(),
-            },
-            // NoAuth, and whatever later versions add.
-            _ => IsolationKey::None,
-        }
-    }
-
-    /// Whether streams with these keys may share a circuit.
-    pub fn compatible(&self, other: &IsolationKey) -> bool {
-        self == other
+/// The isolation key of a request's credentials (streams isolated as
+/// tor's `IsolateSOCKSAuth`).
+pub fn isolation_key(auth: &SocksAuth) -> IsolationKey {
+    match auth {
+        SocksAuth::Socks4(id) => IsolationKey::Socks4(id.clone()),
+        SocksAuth::Username(user, pass) => IsolationKey::UserPass {
+            user: user.clone(),
+            pass: pass.clone(),
+        },
+        // NoAuth, and whatever later versions add.
+        _ => IsolationKey::None,
     }
 }
 
@@ -358,21 +291,21 @@ mod tests {
         ];
         for (reason, code) in cases {
             assert_eq!(end_reason_reply(reason), code, "{reason}");
-            assert_eq!(StreamFailure::Ended(reason).reply_code(), code);
+            assert_eq!(reply_code(&StreamFailure::Ended(reason)), code);
         }
     }
 
     #[test]
     fn local_failures_map_to_codes() {
-        assert_eq!(StreamFailure::NotAllowed.reply_code(), 0x02);
-        assert_eq!(StreamFailure::BuildTimeout.reply_code(), 0x06);
-        assert_eq!(StreamFailure::ConnectTimeout.reply_code(), 0x06);
-        assert_eq!(StreamFailure::BuildFailed("x".into()).reply_code(), 0x01);
-        assert_eq!(StreamFailure::NoPath("x".into()).reply_code(), 0x01);
-        assert_eq!(StreamFailure::CircuitClosed.reply_code(), 0x01);
-        assert_eq!(StreamFailure::BadTarget.reply_code(), 0x01);
-        assert_eq!(StreamFailure::ShuttingDown.reply_code(), 0x01);
-        assert_eq!(StreamFailure::Attach("x".into()).reply_code(), 0x01);
+        assert_eq!(reply_code(&StreamFailure::NotAllowed), 0x02);
+        assert_eq!(reply_code(&StreamFailure::BuildTimeout), 0x06);
+        assert_eq!(reply_code(&StreamFailure::ConnectTimeout), 0x06);
+        assert_eq!(reply_code(&StreamFailure::BuildFailed("x".into())), 0x01);
+        assert_eq!(reply_code(&StreamFailure::NoPath("x".into())), 0x01);
+        assert_eq!(reply_code(&StreamFailure::CircuitClosed), 0x01);
+        assert_eq!(reply_code(&StreamFailure::BadTarget), 0x01);
+        assert_eq!(reply_code(&StreamFailure::ShuttingDown), 0x01);
+        assert_eq!(reply_code(&StreamFailure::Attach("x".into())), 0x01);
     }
 
     #[test]
@@ -406,14 +339,13 @@ mod tests {
 
     #[test]
     fn isolation_keys() {
-        let none = IsolationKey::from_auth(&SocksAuth::NoAuth);
-        let alice = IsolationKey::from_auth(&SocksAuth::Username(b"alice".to_vec(), b"x".to_vec()));
-        let alice2 =
-            IsolationKey::from_auth(&SocksAuth::Username(b"alice".to_vec(), b"x".to_vec()));
+        let none = isolation_key(&SocksAuth::NoAuth);
+        let alice = isolation_key(&SocksAuth::Username(b"alice".to_vec(), b"x".to_vec()));
+        let alice2 = isolation_key(&SocksAuth::Username(b"alice".to_vec(), b"x".to_vec()));
         let alice_other_pass =
-            IsolationKey::from_auth(&SocksAuth::Username(b"alice".to_vec(), b"y".to_vec()));
-        let bob = IsolationKey::from_auth(&SocksAuth::Username(b"bob".to_vec(), b"x".to_vec()));
-        let s4 = IsolationKey::from_auth(&SocksAuth::Socks4(b"alice".to_vec()));
+            isolation_key(&SocksAuth::Username(b"alice".to_vec(), b"y".to_vec()));
+        let bob = isolation_key(&SocksAuth::Username(b"bob".to_vec(), b"x".to_vec()));
+        let s4 = isolation_key(&SocksAuth::Socks4(b"alice".to_vec()));
         assert_eq!(none, IsolationKey::None);
         assert!(none.compatible(&IsolationKey::None));
         assert!(alice.compatible(&alice2));

@@ -31,9 +31,7 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
 
-use onionlab_cell::relay::is_valid_begin_addr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -41,20 +39,16 @@ use tor_socksproto::SocksAddr;
 
 use onionlab_cell::msg::EndReason;
 
-use crate::path::{Target, TargetHost};
+use crate::path::Target;
 use crate::socks::{self, reply, IsolationKey, StreamFailure};
-use crate::state::{BuildFailure, CircKey, Phase, Pick, ReadResult, Shared, StreamRef, StreamView};
+use crate::state::{ReadResult, Shared, StreamRef, StreamView};
 
 /// Largest read from the application or the stream in one go.
 pub(crate) const CHUNK: usize = 16 * 1024;
 
 /// Serve one SOCKS connection to its end.
 pub(crate) async fn serve(shared: Shared, mut sock: TcpStream, peer: SocketAddr) {
-    let (hs_timeout, connect_timeout) = {
-        let st = shared.borrow();
-        let s = &st.cfg.settings;
-        (s.socks_handshake_timeout, s.stream_connect_timeout)
-    };
+    let hs_timeout = shared.borrow().settings.socks_handshake_timeout;
     let accepted = match socks::handshake(&mut sock, hs_timeout).await {
         Ok(a) => a,
         Err(e) => {
@@ -68,23 +62,21 @@ pub(crate) async fn serve(shared: Shared, mut sock: TcpStream, peer: SocketAddr)
         SocksAddr::Ip(ip) => Target::ip(*ip, port),
         SocksAddr::Hostname(h) => Target::from_host(h.as_ref(), port),
     };
-    let iso = IsolationKey::from_auth(request.auth());
+    let iso = socks::isolation_key(request.auth());
     tracing::debug!(%peer, %target, "SOCKS CONNECT");
-    let notify = Rc::new(Notify::new());
-    let opened = open_stream(&shared, &target, &iso, &notify, connect_timeout).await;
+    let (opened, notify) = open_stream(&shared, &target, &iso).await;
     let sref = match opened {
         Ok(s) => s,
         Err(failure) => {
-            tracing::debug!(%peer, %target, code = failure.reply_code(), "stream failed: {failure}");
+            let code = socks::reply_code(&failure);
+            tracing::debug!(%peer, %target, code, "stream failed: {failure}");
             if failure != StreamFailure::ShuttingDown {
                 shared.borrow_mut().log_stream_failure(&format!(
                     "stream to {target} failed (SOCKS reply {:#04x}): {failure}",
-                    failure.reply_code()
+                    code
                 ));
             }
-            let _ = sock
-                .write_all(&socks::reply_bytes(&request, failure.reply_code()))
-                .await;
+            let _ = sock.write_all(&socks::reply_bytes(&request, code)).await;
             return;
         }
     };
@@ -130,124 +122,21 @@ fn reset(app_rd: tokio::net::tcp::OwnedReadHalf, app_wr: tokio::net::tcp::OwnedW
     }
 }
 
-/// Whether a BEGIN cell can carry `target`'s host (as the circuit checks
-/// it: brackets around an IPv6 literal are stripped, other brackets and NUL
-/// are refused).
-fn begin_target_ok(target: &Target) -> bool {
-    match &target.host {
-        TargetHost::Ip(_) => true,
-        TargetHost::Name(n) => {
-            let h = n
-                .strip_prefix('[')
-                .and_then(|h| h.strip_suffix(']'))
-                .unwrap_or(n);
-            !h.is_empty() && is_valid_begin_addr(h.as_bytes())
-        }
-    }
-}
-
-/// Get a circuit, BEGIN, and wait for CONNECTED; a circuit that closes
-/// before CONNECTED is replaced up to `build_retries` times.
+/// Ask the core for a stream and wait for its answer (the core tries
+/// other circuits and waits for CONNECTED, within the settings' retries
+/// and timeouts). Also returns the notifier that wakes this task on news
+/// of the stream.
 async fn open_stream(
     shared: &Shared,
     target: &Target,
     iso: &IsolationKey,
-    notify: &Rc<Notify>,
-    connect_timeout: Duration,
-) -> Result<StreamRef, StreamFailure> {
-    if !begin_target_ok(target) {
-        return Err(StreamFailure::BadTarget);
-    }
-    let retries = shared.borrow().cfg.settings.stream_retries;
-    let mut attempt = 0;
+) -> (Result<StreamRef, StreamFailure>, Rc<Notify>) {
+    let (id, notify) = shared.borrow_mut().open_stream(target.clone(), iso.clone());
     loop {
-        let key = circuit_for(shared, target, iso).await?;
-        match begin(shared, key, target, notify, connect_timeout).await {
-            // The circuit died under the stream before the exit answered:
-            // try a fresh one, as tor does (the dead circuit is never
-            // picked again).
-            Err(StreamFailure::CircuitClosed) if attempt < retries => {
-                attempt += 1;
-                tracing::debug!(%target, "circuit closed before CONNECTED: retrying on a fresh circuit");
-            }
-            r => return r,
+        if let Some(outcome) = shared.borrow_mut().take_outcome(id) {
+            return (outcome, notify);
         }
-    }
-}
-
-/// BEGIN on circuit `key` and wait for CONNECTED.
-async fn begin(
-    shared: &Shared,
-    key: CircKey,
-    target: &Target,
-    notify: &Rc<Notify>,
-    connect_timeout: Duration,
-) -> Result<StreamRef, StreamFailure> {
-    let sref = shared.borrow_mut().attach(key, target, notify.clone())?;
-    let deadline = tokio::time::Instant::now() + connect_timeout;
-    loop {
-        let view = shared.borrow().stream_view(&sref);
-        let failure = match view {
-            StreamView::Live {
-                connected: true, ..
-            } => return Ok(sref),
-            StreamView::Live {
-                ended: Some(reason),
-                ..
-            } => StreamFailure::Ended(reason),
-            StreamView::Lost => StreamFailure::CircuitClosed,
-            StreamView::Live { .. } => {
-                tokio::select! {
-                    _ = notify.notified() => continue,
-                    _ = tokio::time::sleep_until(deadline) => StreamFailure::ConnectTimeout,
-                }
-            }
-        };
-        shared.borrow_mut().detach(&sref);
-        return Err(failure);
-    }
-}
-
-/// A circuit for `target` with isolation `iso`: an open one that fits, one
-/// being built that fits, or a new one; up to `1 + build_retries` builds
-/// may fail before the stream does.
-async fn circuit_for(
-    shared: &Shared,
-    target: &Target,
-    iso: &IsolationKey,
-) -> Result<CircKey, StreamFailure> {
-    let attempts = 1 + shared.borrow().cfg.settings.build_retries;
-    let mut failed = 0;
-    loop {
-        let pick = shared.borrow_mut().pick(target, iso)?;
-        let (key, mut rx) = match pick {
-            Pick::Ready(key) => return Ok(key),
-            Pick::Pending(key, rx) => (key, rx),
-            Pick::Launch(path) => shared.borrow_mut().launch(shared, path, iso.clone()),
-        };
-        let phase = match rx.wait_for(|p| *p != Phase::Building).await {
-            Ok(p) => p.clone(),
-            Err(_) => Phase::Failed(BuildFailure::Failed("circuit vanished".into())),
-        };
-        match phase {
-            // Built for this stream (or one like it): use it even if
-            // another stream made it dirty meanwhile.
-            Phase::Open => return Ok(key),
-            Phase::Building => {}
-            Phase::Failed(f) => {
-                failed += 1;
-                if failed >= attempts {
-                    return Err(match f {
-                        BuildFailure::Timeout => StreamFailure::BuildTimeout,
-                        BuildFailure::Failed(why) => StreamFailure::BuildFailed(why),
-                    });
-                }
-                if shared.borrow().is_shutting_down() {
-                    return Err(StreamFailure::ShuttingDown);
-                }
-                tracing::debug!(%target, attempt = failed + 1, "retrying with a new circuit");
-            }
-        }
+        notify.notified().await;
     }
 }
 
@@ -363,19 +252,5 @@ async fn sleep_until_some(at: Option<std::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn begin_targets() {
-        assert!(begin_target_ok(&Target::name("example.com", 80)));
-        assert!(begin_target_ok(&Target::name("[::1]", 80)));
-        assert!(!begin_target_ok(&Target::name("[]", 80)));
-        assert!(!begin_target_ok(&Target::name("a[b", 80)));
-        assert!(begin_target_ok(&Target::ip("::1".parse().expect("ip"), 80)));
     }
 }

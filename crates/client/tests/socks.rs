@@ -15,9 +15,9 @@ use tokio::net::TcpStream;
 
 fn settings(net: &Network, path: Option<&[&str]>) -> ClientSettings {
     let mut s = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), net.doc.clone());
-    s.path = path.map(|p| p.iter().map(|n| n.to_string()).collect());
-    s.circuit_build_timeout = Duration::from_secs(5);
-    s.build_retries = 1;
+    s.policy.path = path.map(|p| p.iter().map(|n| n.to_string()).collect());
+    s.policy.circuit_build_timeout = Duration::from_secs(5);
+    s.policy.build_retries = 1;
     s
 }
 
@@ -228,8 +228,8 @@ async fn unreachable_guard_fails_the_stream_with_general_failure() {
     let doc = net.doc.clone();
     net.stop();
     let mut s = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
-    s.path = Some(vec!["relay0".into()]);
-    s.build_retries = 2;
+    s.policy.path = Some(vec!["relay0".into()]);
+    s.policy.build_retries = 2;
     with_client(s, |socks| async move {
         let target: SocketAddr = "127.0.0.1:9".parse().expect("addr");
         let r = socks_connect(socks, Dest::Ip(target), None).await;
@@ -255,9 +255,9 @@ async fn silent_guard_times_out_with_ttl_expired() {
         }
     });
     let mut s = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
-    s.path = Some(vec!["relay0".into()]);
-    s.circuit_build_timeout = Duration::from_millis(300);
-    s.build_retries = 1;
+    s.policy.path = Some(vec!["relay0".into()]);
+    s.policy.circuit_build_timeout = Duration::from_millis(300);
+    s.policy.build_retries = 1;
     with_client(s, |socks| async move {
         let target: SocketAddr = "127.0.0.1:9".parse().expect("addr");
         let started = std::time::Instant::now();
@@ -276,7 +276,7 @@ async fn a_dying_guard_closes_its_streams() {
     let echo = common::echo_server().await;
     let doc = net.doc.clone();
     let mut settings = ClientSettings::new("127.0.0.1:0".parse().expect("addr"), doc);
-    settings.path = Some(vec!["relay0".into()]);
+    settings.policy.path = Some(vec!["relay0".into()]);
     let client = Client::bind(settings).await.expect("bind");
     let socks = client.local_addr();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -344,7 +344,7 @@ async fn dirty_circuits_take_no_new_streams_and_close_with_their_last_stream() {
     let net = Network::start(&[RelaySpec::guard_exit()]);
     let echo = common::echo_server().await;
     let mut s = settings(&net, Some(&["relay0"]));
-    s.max_circuit_dirtiness = Duration::from_millis(300);
+    s.policy.max_circuit_dirtiness = Duration::from_millis(300);
     with_client(s, |socks| async move {
         let mut first = socks_connect(socks, Dest::Ip(echo), None)
             .await

@@ -12,23 +12,29 @@ use crate::files::{de_network_key, de_positive, invalid, ConfigFile, LinkSetting
 use onionlab_netdoc::doc::valid_nickname;
 use onionlab_netdoc::keys::parse_public_key;
 
+// The client's decisions declare their defaults; the file's keys take them.
+use onionlab_client_core as policy;
+
 /// Default [`ClientConfig::circuit_build_timeout_ms`].
-pub const DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS: u64 = 10_000;
+pub const DEFAULT_CIRCUIT_BUILD_TIMEOUT_MS: u64 =
+    policy::DEFAULT_CIRCUIT_BUILD_TIMEOUT.as_millis() as u64;
 /// Default [`ClientConfig::max_circuit_dirtiness_s`].
-pub const DEFAULT_MAX_CIRCUIT_DIRTINESS_S: u64 = 600;
+pub const DEFAULT_MAX_CIRCUIT_DIRTINESS_S: u64 = policy::DEFAULT_MAX_CIRCUIT_DIRTINESS.as_secs();
 /// Default [`ClientConfig::build_retries`].
-pub const DEFAULT_BUILD_RETRIES: u32 = 3;
+pub const DEFAULT_BUILD_RETRIES: u32 = policy::DEFAULT_BUILD_RETRIES;
 
 /// Default [`ClientConfig::stream_connect_timeout_ms`].
-pub const DEFAULT_STREAM_CONNECT_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_STREAM_CONNECT_TIMEOUT_MS: u64 =
+    policy::DEFAULT_STREAM_CONNECT_TIMEOUT.as_millis() as u64;
 /// Default [`ClientConfig::socks_handshake_timeout_ms`].
 pub const DEFAULT_SOCKS_HANDSHAKE_TIMEOUT_MS: u64 = 30_000;
 /// Default [`ClientConfig::max_socks_connections`].
 pub const DEFAULT_MAX_SOCKS_CONNECTIONS: u64 = 4096;
 /// Default [`ClientConfig::stream_retries`].
-pub const DEFAULT_STREAM_RETRIES: u32 = 1;
+pub const DEFAULT_STREAM_RETRIES: u32 = policy::DEFAULT_STREAM_RETRIES;
 /// Default [`ClientConfig::relay_failure_avoidance_s`].
-pub const DEFAULT_RELAY_FAILURE_AVOIDANCE_S: u64 = 30;
+pub const DEFAULT_RELAY_FAILURE_AVOIDANCE_S: u64 =
+    policy::DEFAULT_RELAY_FAILURE_AVOIDANCE.as_secs();
 /// Default [`ClientConfig::network_refresh_s`].
 pub const DEFAULT_NETWORK_REFRESH_S: u64 = 3600;
 /// Largest [`ClientConfig::network_refresh_s`] accepted (a year).

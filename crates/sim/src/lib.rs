@@ -14,10 +14,17 @@
 //!
 //! The tests of the circuit layer run on it, and so does `onionlab demo`
 //! ([`demo`]).
+//!
+//! [`Network`] is the same idea with whole clients: relays listed in a
+//! network document and clients that are the onion proxy's sans-IO core
+//! (`onionlab-client-core`), choosing their own paths, retrying and
+//! avoiding failed relays as the SOCKS client does.
 
+mod clients;
 pub mod demo;
 mod net;
 
+pub use clients::{response_byte, Network, Outcome, Peer, Transfer};
 pub use net::{linkspecs, shuffle, End, Net, Pattern, Tamper};
 
 use std::time::Duration;

@@ -367,7 +367,7 @@ pub fn resolve_pinned(
 }
 
 /// Nicknames of a path, comma-separated, for logs.
-pub(crate) fn path_names(relays: &[RelayEntry], path: &[usize]) -> String {
+pub fn path_names(relays: &[RelayEntry], path: &[usize]) -> String {
     path.iter()
         .map(|&i| relays.get(i).map_or("?", |r| r.nickname.as_str()))
         .collect::<Vec<_>>()
