@@ -26,4 +26,8 @@ pub enum Error {
     /// The runtime could not be built.
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
+    /// The thread of a [`RelayThread`](crate::RelayThread) ended without
+    /// its answer (it panicked).
+    #[error("the relay's thread {0}")]
+    Thread(&'static str),
 }

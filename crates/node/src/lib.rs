@@ -26,6 +26,7 @@ pub mod dos;
 mod err;
 mod exit;
 mod relay;
+mod thread;
 
 pub use dos::DosLimits;
 pub use err::Error;
@@ -33,7 +34,8 @@ pub use exit::{
     end_reason_for_io, ExitSettings, DEFAULT_EXIT_CONNECT_TIMEOUT, DEFAULT_MAX_CONCURRENT_LOOKUPS,
     DEFAULT_MAX_PENDING_CONNECTS,
 };
-pub use relay::{Relay, RelaySettings, RelayStats, DEFAULT_CHANNEL_IDLE_TIMEOUT};
+pub use relay::{CircuitGauge, Relay, RelaySettings, RelayStats, DEFAULT_CHANNEL_IDLE_TIMEOUT};
+pub use thread::RelayThread;
 
 /// Private pieces of the relay made reachable for the fuzz targets
 /// (`fuzz/`); not a stable API.

@@ -6,6 +6,8 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
+use std::sync::atomic::{self, AtomicUsize};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
@@ -151,6 +153,24 @@ pub struct Relay {
     settings: RelaySettings,
     connector: Connector,
     listener: Listeners,
+    circuits: CircuitGauge,
+}
+
+/// How many circuits a running relay holds, read from any thread while
+/// it runs (for monitoring and tests; updated each time the relay has
+/// acted on what its connections brought).
+#[derive(Debug, Clone, Default)]
+pub struct CircuitGauge(Arc<AtomicUsize>);
+
+impl CircuitGauge {
+    /// The circuits the relay held when it last acted.
+    pub fn get(&self) -> usize {
+        self.0.load(atomic::Ordering::Relaxed)
+    }
+
+    fn set(&self, n: usize) {
+        self.0.store(n, atomic::Ordering::Relaxed);
+    }
 }
 
 pub(crate) type Shared = Rc<RefCell<State>>;
@@ -197,6 +217,8 @@ pub(crate) struct State {
     dos: DosGuard,
     /// Rate limit of the INFO line on denial-of-service refusals.
     dos_log: LogLimiter,
+    /// The circuit count others read.
+    circuits: CircuitGauge,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -248,7 +270,13 @@ impl Relay {
             connector,
             listener,
             settings,
+            circuits: CircuitGauge::default(),
         })
+    }
+
+    /// The relay's circuit count, live once it runs.
+    pub fn circuit_gauge(&self) -> CircuitGauge {
+        self.circuits.clone()
     }
 
     /// The address the relay's TLS transport listens on.
@@ -286,6 +314,7 @@ impl Relay {
             settings,
             connector,
             mut listener,
+            circuits,
         } = self;
         let mut config = settings.node.clone();
         config.circuit.exit = settings.exit.policy.is_some();
@@ -342,6 +371,7 @@ impl Relay {
                 dos
             },
             dos_log: LogLimiter::default(),
+            circuits,
         }));
 
         tokio::pin!(shutdown);
@@ -882,6 +912,7 @@ pub(crate) fn process(shared: &Shared, st: &mut State) {
             c.wake.notify_one();
         }
     }
+    st.circuits.set(st.node.n_circuits());
 }
 
 fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {

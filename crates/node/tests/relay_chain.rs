@@ -4,7 +4,6 @@
 //! extends go only where the network document says.
 
 use std::net::SocketAddr;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId};
@@ -15,7 +14,7 @@ use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::{RelayPublicKeys, RelaySecretKeys};
 use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, Flags, NetworkDocument, RelayEntry, TransportAddress};
-use onionlab_node::{Relay, RelaySettings, RelayStats};
+use onionlab_node::{RelaySettings, RelayStats, RelayThread};
 use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::AnyLink as TlsLink;
 use onionlab_transport::endpoint::EndpointKind;
@@ -25,33 +24,21 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
-use tokio::sync::oneshot;
 
 struct TestRelay {
     public: RelayPublicKeys,
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<RelayStats>>,
+    /// `None` for a relay that does not run.
+    relay: Option<RelayThread>,
 }
 
 impl TestRelay {
     fn stop(&mut self) -> RelayStats {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        self.thread
-            .take()
+        self.relay
+            .as_mut()
+            .and_then(RelayThread::stop)
             .expect("running")
-            .join()
-            .expect("relay thread")
-    }
-}
-
-impl Drop for TestRelay {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
+            .expect("relay run")
     }
 }
 
@@ -105,30 +92,11 @@ fn start_network(n: usize, seed: u64) -> (Vec<TestRelay>, NetworkDocument) {
         // The targets are test servers on loopback (the relays' own ports
         // stay refused).
         settings.exit.allow_private = PrivateTargets::parse(&["127.0.0.1:*"]).expect("targets");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let relay = Relay::bind(settings).await.expect("bind");
-                ready_tx.send(()).expect("ready");
-                relay
-                    .run(async {
-                        let _ = stopped.await;
-                    })
-                    .await
-                    .expect("relay run")
-            })
-        });
-        ready_rx.recv().expect("relay started");
+        let relay = RelayThread::spawn(settings).expect("bind");
         out.push(TestRelay {
             public,
             addr,
-            stop: Some(stop),
-            thread: Some(thread),
+            relay: Some(relay),
         });
     }
     (out, doc)
@@ -386,8 +354,7 @@ async fn extends_only_to_relays_in_the_document() {
     let stranger = TestRelay {
         public: RelaySecretKeys::generate(&mut StdRng::seed_from_u64(77)).public(),
         addr: "127.0.0.1:9".parse().expect("addr"),
-        stop: None,
-        thread: None,
+        relay: None,
     };
     loop {
         client.step(Duration::from_millis(50)).await;

@@ -1,39 +1,26 @@
-//! A small loopback network for the client's tests: relays made of the
-//! sans-IO `RelayNode` behind `TlsTransport::relay` listeners, with a
-//! minimal exit (TCP connect, bytes both ways), all on one thread of their
-//! own; plus a TCP echo server and a hand-written SOCKS5 client.
-//!
-//! This is deliberately not `onionlab-node`: the client's tests only need
-//! relays that speak the protocol.
+//! A small loopback network for the client's tests: real relays
+//! (`onionlab-node`'s `Relay`, each on a thread of its own) whose exits may
+//! reach loopback targets; plus a TCP echo server and a hand-written
+//! SOCKS5 client.
 
 #![allow(dead_code)]
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onionlab_cell::chan::DestroyReason;
-use onionlab_cell::msg::{EncodedLinkSpec, EndReason, LinkSpec, StreamId};
-use onionlab_circuit::node::{ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode};
+use onionlab_circuit::node::NodeConfig;
 use onionlab_circuit::relay::RelayConfig;
-use onionlab_circuit::stream::StreamEvent;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_netdoc::doc::{TransportAddress, TRANSPORT_TLS};
+use onionlab_netdoc::exit_targets::PrivateTargets;
 use onionlab_netdoc::{ExitPolicy, NetworkDocument, RelayEntry};
-use onionlab_transport::any::AnyLink as TlsLink;
-use onionlab_transport::tls::TlsTransport;
-use onionlab_transport::{CellReader, CellWriter, Incoming, Listener, Transport};
+use onionlab_node::{RelaySettings, RelayThread};
+use onionlab_transport::addrs::EndpointAddrs;
+use onionlab_transport::endpoint::EndpointKind;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
-use tor_llcrypto::pk::ed25519::Ed25519Identity;
-
 /// Log to the test output, filtered by `RUST_LOG`.
 pub fn init_logs() {
     let _ = tracing_subscriber::fmt()
@@ -82,79 +69,34 @@ impl RelaySpec {
     }
 }
 
-/// Relays running on a thread of their own; stopped (every connection
-/// closed) when dropped.
+/// Relays running on threads of their own; stopped when dropped.
 pub struct Network {
     /// The document describing the relays (`relay0`, `relay1`...).
     pub doc: NetworkDocument,
-    circuits: Vec<Arc<AtomicUsize>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    relays: Vec<RelayThread>,
+}
+
+/// A free TCP port on loopback (free when asked; the relay binds it
+/// right after).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
 }
 
 impl Network {
     /// Start relays as `specs` say; relay `i` is `relay{i}`.
     pub fn start(specs: &[RelaySpec]) -> Network {
-        let n = specs.len();
-        let keys: Vec<RelaySecretKeys> = (0..n)
+        let keys: Vec<RelaySecretKeys> = (0..specs.len())
             .map(|i| RelaySecretKeys::generate(&mut StdRng::seed_from_u64(1000 + i as u64)))
             .collect();
-        let publics: Vec<_> = keys.iter().map(|k| k.public()).collect();
-        let circuits: Vec<Arc<AtomicUsize>> =
-            (0..n).map(|_| Arc::new(AtomicUsize::new(0))).collect();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-        let exits: Vec<bool> = specs.iter().map(|s| s.exit).collect();
-        let gauges = circuits.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, async move {
-                let mut addrs = Vec::new();
-                for (i, k) in keys.into_iter().enumerate() {
-                    let transport = TlsTransport::relay(&k, vec![IpAddr::V4(Ipv4Addr::LOCALHOST)])
-                        .expect("transport");
-                    let listener = transport
-                        .bind("127.0.0.1:0".parse().expect("addr"))
-                        .await
-                        .expect("bind");
-                    addrs.push(listener.local_addr());
-                    let config = NodeConfig {
-                        circuit: RelayConfig {
-                            exit: exits[i],
-                            // These relays test the client, which some
-                            // tests pin to a one-hop path.
-                            allow_one_hop_streams: true,
-                            ..RelayConfig::default()
-                        },
-                        ..NodeConfig::default()
-                    };
-                    let relay = Rc::new(RefCell::new(Relay {
-                        node: RelayNode::new(k, config, StdRng::seed_from_u64(i as u64)),
-                        chans: HashMap::new(),
-                        next_chan: 1,
-                        streams: HashMap::new(),
-                        gauge: gauges[i].clone(),
-                        transport,
-                    }));
-                    tokio::task::spawn_local(accept_loop(relay, listener));
-                }
-                addr_tx.send(addrs).expect("send addrs");
-                let _ = stop_rx.await;
-            });
-        });
-        let addrs = addr_rx.recv().expect("relay addresses");
         let relays = specs
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let mut r = RelayEntry::new(format!("relay{i}"), &publics[i]);
+                let mut r = RelayEntry::new(format!("relay{i}"), &keys[i].public());
                 r.addresses.push(TransportAddress {
                     transport: TRANSPORT_TLS.into(),
-                    addr: addrs[i],
+                    addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), free_port()),
                 });
                 r.flags.guard = s.guard;
                 r.flags.exit = s.exit;
@@ -172,17 +114,13 @@ impl Network {
             relays,
         };
         doc.validate().expect("valid document");
-        Network {
-            doc,
-            circuits,
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        }
+        let relays = keys.into_iter().map(|k| start_relay(k, &doc)).collect();
+        Network { doc, relays }
     }
 
     /// Circuits relay `i` has now.
     pub fn circuits_at(&self, i: usize) -> usize {
-        self.circuits[i].load(Ordering::SeqCst)
+        self.relays[i].circuits().get()
     }
 
     /// Wait until relay `i` has `n` circuits (true) or 5 s pass (false).
@@ -199,371 +137,35 @@ impl Network {
 
     /// Stop every relay now (closing all their connections).
     pub fn stop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        for r in &mut self.relays {
+            r.stop();
         }
     }
 }
 
-impl Drop for Network {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-struct ExitSlot {
-    notify: Rc<Notify>,
-    ended: bool,
-    closed: bool,
-}
-
-struct Relay {
-    node: RelayNode,
-    /// Writer wake-ups of the open channels.
-    chans: HashMap<ChannelId, Rc<Notify>>,
-    next_chan: ChannelId,
-    streams: HashMap<(CircKey, u16), ExitSlot>,
-    gauge: Arc<AtomicUsize>,
-    transport: TlsTransport,
-}
-
-type Shared = Rc<RefCell<Relay>>;
-
-async fn accept_loop(relay: Shared, mut listener: onionlab_transport::tls::TlsListener) {
-    while let Ok(incoming) = listener.accept().await {
-        let relay = relay.clone();
-        tokio::task::spawn_local(async move {
-            if let Ok(link) = incoming.handshake().await {
-                add_link(&relay, link, false);
-            }
-        });
-    }
-}
-
-fn add_link(relay: &Shared, link: TlsLink, initiated: bool) -> ChannelId {
-    let wake = Rc::new(Notify::new());
-    let chan = {
-        let mut me = relay.borrow_mut();
-        let chan = me.next_chan;
-        me.next_chan += 1;
-        let peer = if link.peer.identity.is_some() {
-            ChannelPeer::Relay
-        } else {
-            ChannelPeer::Client
-        };
-        me.node.add_channel(chan, initiated, peer);
-        me.chans.insert(chan, wake.clone());
-        chan
+/// Run the relay with `keys` of `doc` on a thread of its own, once bound.
+fn start_relay(keys: RelaySecretKeys, doc: &NetworkDocument) -> RelayThread {
+    let id = keys.public().ed_identity;
+    let entry = doc
+        .relays
+        .iter()
+        .find(|r| r.ed_identity == *id.as_bytes())
+        .expect("listed");
+    let listen = EndpointAddrs::new().with(EndpointKind::TCP, entry.addresses[0].addr);
+    let node = NodeConfig {
+        circuit: RelayConfig {
+            // The client's tests pin some paths to one hop.
+            allow_one_hop_streams: true,
+            ..RelayConfig::default()
+        },
+        ..NodeConfig::default()
     };
-    tokio::task::spawn_local(read_link(relay.clone(), chan, link.reader));
-    tokio::task::spawn_local(write_link(relay.clone(), chan, link.writer, wake));
-    chan
-}
-
-fn drop_channel(relay: &Shared, chan: ChannelId) {
-    {
-        let mut me = relay.borrow_mut();
-        if let Some(w) = me.chans.remove(&chan) {
-            w.notify_one();
-            me.node.remove_channel(Instant::now(), chan);
-        }
-    }
-    pump(relay);
-}
-
-async fn read_link<R: CellReader>(relay: Shared, chan: ChannelId, mut reader: R) {
-    let mut cells = Vec::new();
-    loop {
-        cells.clear();
-        if reader.read_cells(&mut cells).await.is_err() {
-            drop_channel(&relay, chan);
-            return;
-        }
-        {
-            let mut me = relay.borrow_mut();
-            if !me.chans.contains_key(&chan) {
-                return;
-            }
-            let now = Instant::now();
-            for c in cells.drain(..) {
-                me.node.handle_cell(now, chan, c);
-            }
-        }
-        pump(&relay);
-    }
-}
-
-async fn write_link<W: CellWriter>(
-    relay: Shared,
-    chan: ChannelId,
-    mut writer: W,
-    wake: Rc<Notify>,
-) {
-    loop {
-        {
-            let mut me = relay.borrow_mut();
-            if !me.chans.contains_key(&chan) {
-                return;
-            }
-            let now = Instant::now();
-            while writer.has_room() {
-                let Some(cell) = me.node.poll_transmit(now, chan) else {
-                    break;
-                };
-                if writer.queue(cell).is_err() {
-                    drop(me);
-                    drop_channel(&relay, chan);
-                    return;
-                }
-            }
-        }
-        pump(&relay);
-        if writer.has_pending() {
-            if writer.flush().await.is_err() {
-                drop_channel(&relay, chan);
-                return;
-            }
-            continue;
-        }
-        wake.notified().await;
-    }
-}
-
-/// Act on the node's events and wake the writers of channels with work.
-fn pump(relay: &Shared) {
-    let mut me = relay.borrow_mut();
-    let now = Instant::now();
-    while let Some(ev) = me.node.poll_event() {
-        match ev {
-            NodeEvent::ConnectRelay { circ, linkspecs } => match parse_linkspecs(&linkspecs) {
-                Some((addr, id)) => {
-                    tokio::task::spawn_local(connect_next(relay.clone(), circ, addr, id));
-                }
-                None => me
-                    .node
-                    .extend_channel_failed(now, circ, DestroyReason::CONNECTFAILED),
-            },
-            NodeEvent::ExitConnect {
-                circ,
-                stream,
-                host,
-                port,
-            } => {
-                let notify = Rc::new(Notify::new());
-                me.streams.insert(
-                    (circ, u16::from(stream)),
-                    ExitSlot {
-                        notify: notify.clone(),
-                        ended: false,
-                        closed: false,
-                    },
-                );
-                tokio::task::spawn_local(exit_stream(
-                    relay.clone(),
-                    circ,
-                    stream,
-                    host,
-                    port,
-                    notify,
-                ));
-            }
-            NodeEvent::ExitResolve { circ, stream, .. } => {
-                let _ = me.node.exit_resolved(now, circ, stream, Vec::new());
-            }
-            NodeEvent::ExitStream { circ, event } => {
-                let (id, ended) = match event {
-                    StreamEvent::Readable { stream } | StreamEvent::Writable { stream } => {
-                        (stream, false)
-                    }
-                    StreamEvent::Ended { stream, .. } => (stream, true),
-                    StreamEvent::Connected { stream } => (stream, false),
-                };
-                if let Some(slot) = me.streams.get_mut(&(circ, u16::from(id))) {
-                    slot.ended |= ended;
-                    slot.notify.notify_one();
-                }
-            }
-            NodeEvent::CircuitClosed { circ, .. } => {
-                for ((c, _), slot) in me.streams.iter_mut() {
-                    if *c == circ {
-                        slot.closed = true;
-                        slot.notify.notify_one();
-                    }
-                }
-            }
-            NodeEvent::ChannelViolation { chan, .. }
-            | NodeEvent::ChannelOutOfMemory { chan, .. } => {
-                if let Some(w) = me.chans.remove(&chan) {
-                    w.notify_one();
-                    me.node.remove_channel(now, chan);
-                }
-            }
-        }
-    }
-    let busy: Vec<ChannelId> = me.node.channels_with_work().collect();
-    for chan in busy {
-        if let Some(w) = me.chans.get(&chan) {
-            w.notify_one();
-        }
-    }
-    me.gauge.store(me.node.n_circuits(), Ordering::SeqCst);
-}
-
-fn parse_linkspecs(specs: &[EncodedLinkSpec]) -> Option<(SocketAddr, Ed25519Identity)> {
-    let mut addr = None;
-    let mut id = None;
-    for s in specs {
-        match s.parse() {
-            Ok(LinkSpec::OrPort(ip, port)) => addr = Some(SocketAddr::new(ip, port)),
-            Ok(LinkSpec::Ed25519Id(e)) => id = Some(e),
-            _ => {}
-        }
-    }
-    Some((addr?, id?))
-}
-
-async fn connect_next(relay: Shared, circ: CircKey, addr: SocketAddr, id: Ed25519Identity) {
-    let transport = relay.borrow().transport.clone();
-    match transport.connect(addr, id).await {
-        Ok(link) => {
-            let chan = add_link(&relay, link, true);
-            relay
-                .borrow_mut()
-                .node
-                .extend_channel_ready(Instant::now(), circ, chan);
-        }
-        Err(_) => relay.borrow_mut().node.extend_channel_failed(
-            Instant::now(),
-            circ,
-            DestroyReason::CONNECTFAILED,
-        ),
-    }
-    pump(&relay);
-}
-
-/// Connect the target: the END reason on failure.
-async fn connect_target(host: &str, port: u16) -> Result<TcpStream, EndReason> {
-    let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((host, port)).await {
-        Ok(a) => a.collect(),
-        Err(_) => return Err(EndReason::RESOLVEFAILED),
-    };
-    let mut last = EndReason::RESOLVEFAILED;
-    for a in addrs {
-        match tokio::time::timeout(Duration::from_secs(5), TcpStream::connect(a)).await {
-            Ok(Ok(s)) => return Ok(s),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                last = EndReason::CONNECTREFUSED
-            }
-            Ok(Err(_)) => last = EndReason::MISC,
-            Err(_) => last = EndReason::TIMEOUT,
-        }
-    }
-    Err(last)
-}
-
-/// One exit stream: connect, then bytes both ways.
-async fn exit_stream(
-    relay: Shared,
-    circ: CircKey,
-    stream: StreamId,
-    host: String,
-    port: u16,
-    notify: Rc<Notify>,
-) {
-    let key = (circ, u16::from(stream));
-    let tcp = match connect_target(&host, port).await {
-        Ok(s) => {
-            let ip = s.peer_addr().ok().map(|a| a.ip());
-            let _ = relay
-                .borrow_mut()
-                .node
-                .exit_connected(Instant::now(), circ, stream, ip);
-            pump(&relay);
-            s
-        }
-        Err(reason) => {
-            {
-                let mut me = relay.borrow_mut();
-                let _ = me.node.exit_refused(Instant::now(), circ, stream, reason);
-                me.streams.remove(&key);
-            }
-            pump(&relay);
-            return;
-        }
-    };
-    let (mut rd, mut wr) = tcp.into_split();
-    let mut from_target: Vec<u8> = Vec::new();
-    let mut off = 0;
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut to_target = vec![0u8; 16 * 1024];
-    let (mut t0, mut t1) = (0, 0);
-    let mut target_eof = false;
-    loop {
-        let (ended, closed, resume) = {
-            let mut me = relay.borrow_mut();
-            let now = Instant::now();
-            if off < from_target.len() {
-                match me.node.exit_write(now, circ, stream, &from_target[off..]) {
-                    Ok(n) => off += n,
-                    Err(_) => off = from_target.len(),
-                }
-                if off == from_target.len() {
-                    from_target.clear();
-                    off = 0;
-                }
-            }
-            if t0 == t1 {
-                if let Ok(n) = me.node.exit_read(now, circ, stream, &mut to_target) {
-                    (t0, t1) = (0, n);
-                }
-            }
-            // Held back by an XON's rate (Vegas): no event says when more
-            // is taken.
-            let resume = (off < from_target.len())
-                .then(|| me.node.exit_write_resumes_at(circ, stream))
-                .flatten();
-            let slot = me.streams.get(&key);
-            (
-                slot.is_none_or(|s| s.ended),
-                slot.is_none_or(|s| s.closed),
-                resume,
-            )
-        };
-        pump(&relay);
-        if closed {
-            break;
-        }
-        if target_eof && from_target.is_empty() {
-            let _ = relay
-                .borrow_mut()
-                .node
-                .exit_close(Instant::now(), circ, stream);
-            pump(&relay);
-            break;
-        }
-        if ended && t0 == t1 {
-            let _ = wr.shutdown().await;
-            break;
-        }
-        let want_read = !target_eof && from_target.is_empty() && !ended;
-        tokio::select! {
-            r = rd.read(&mut buf), if want_read => match r {
-                Ok(0) | Err(_) => target_eof = true,
-                Ok(n) => from_target.extend_from_slice(&buf[..n]),
-            },
-            r = wr.write(&to_target[t0..t1]), if t0 < t1 => match r {
-                Ok(n) if n > 0 => t0 += n,
-                _ => break,
-            },
-            _ = notify.notified() => {}
-            () = tokio::time::sleep_until(resume.unwrap_or_else(Instant::now).into()),
-                if resume.is_some() => {}
-        }
-    }
-    relay.borrow_mut().streams.remove(&key);
+    let mut settings =
+        RelaySettings::from_document(keys, listen, doc.clone(), node).expect("in the document");
+    // The targets are the tests' servers on loopback.
+    settings.exit.allow_private =
+        PrivateTargets::parse(&["127.0.0.1:*", "[::1]:*"]).expect("targets");
+    RelayThread::spawn(settings).expect("the relay binds")
 }
 
 /// A TCP echo server on 127.0.0.1 (or `ip`), for as long as the runtime
