@@ -25,7 +25,6 @@ use onionlab_netem::{Network, NetworkOptions};
 use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::tcp::TcpCongestion;
-use onionlab_transport::utcp::LaneCongestion;
 use onionlab_transport::{Choice as TransportChoice, LinkSettings};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -244,8 +243,9 @@ pub struct Environment {
     /// links' MTU (every packet of either transport is at most this), the
     /// largest TCP segment it allows (MTU less the IPv4 and TCP headers;
     /// TCP timestamps, when on, take 12 more), Linux's initial TCP window
-    /// in segments, the UDP payload of QUIC's first packets and QUIC's
-    /// initial window in bytes.
+    /// in segments, and each endpoint's own account (the UDP payload of
+    /// QUIC's first packets and QUIC's initial window in bytes, dtls-utcp's
+    /// lanes).
     pub wire: WireParity,
     /// C tor's version (`tor --version`), when a variant runs C tor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -261,72 +261,51 @@ pub struct WireParity {
     pub tcp_mss: u32,
     /// Linux's initial congestion window (segments; `TCP_INIT_CWND`).
     pub tcp_initial_window_segments: u32,
-    /// QUIC's initial UDP payload (`[link.quic] initial_mtu`).
-    pub quic_initial_mtu: u16,
-    /// QUIC's initial congestion window (bytes).
-    pub quic_initial_window_bytes: u64,
-    /// dtls-utcp's lanes in the first dtls-utcp variant (its first
-    /// relay's; absent when no variant runs dtls-utcp); their congestion
-    /// control follows each node's `tcp_congestion`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub utcp: Option<UtcpParity>,
-}
-
-/// The user-space TCP of dtls-utcp's lanes: the relays' `[utcp]` settings
-/// and what smoltcp fixes (`docs/dtls-utcp.md`, section 4).
-#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq, Eq)]
-pub struct UtcpParity {
-    /// Congestion control.
-    pub congestion: String,
-    /// Largest segment (TORTP header, options, data).
-    pub max_segment: u32,
-    /// Receive buffer per lane (the largest window).
-    pub rx_buffer: u32,
-    /// Send buffer per lane.
-    pub tx_buffer: u32,
-    /// Delayed ACK (0: none).
-    pub ack_delay_ms: u64,
-    /// smoltcp's initial congestion window (bytes).
-    pub initial_window_bytes: u32,
-    /// smoltcp's minimum (and initial) retransmission timeout.
-    pub min_rto_ms: u32,
-    /// What smoltcp does with SACK.
-    pub sack: String,
-}
-
-impl UtcpParity {
-    /// The lanes of a variant's node on `host` ([`link_settings`];
-    /// checked when the scenario was read).
-    pub fn for_variant(variant: &Variant, host: &str) -> Self {
-        let utcp = link_settings(variant, host)
-            .map(|l| l.utcp)
-            .unwrap_or_default();
-        UtcpParity {
-            congestion: format!("{:?}", utcp.congestion).to_lowercase(),
-            max_segment: utcp.max_segment as u32,
-            rx_buffer: utcp.rx_buffer as u32,
-            tx_buffer: utcp.tx_buffer as u32,
-            ack_delay_ms: utcp.ack_delay.map_or(0, |d| d.as_millis() as u64),
-            initial_window_bytes: 2048,
-            min_rto_ms: 1000,
-            sack: "receiver sends one block; sender ignores SACK (no SACK recovery)".into(),
-        }
-    }
+    /// What each endpoint kind the variants use puts on the wire (its
+    /// transport's own account, `EndpointSetup::wire`: QUIC's first
+    /// packets and initial window, dtls-utcp's lanes), by the document's
+    /// name of the endpoint, for the first variant that uses it on its
+    /// first relay.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub endpoints: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 impl WireParity {
-    /// The lab's parity for links of `mtu` bytes (dtls-utcp's lanes
-    /// depend on the variant: [`UtcpParity::for_variant`]).
+    /// The kernel's TCP on links of `mtu` bytes (the endpoints' own
+    /// accounts depend on the variants: [`WireParity::endpoints_of`]).
     pub fn for_mtu(mtu: u32) -> Self {
-        let quic = onionlab_transport::quic::initial_mtu_for_link(mtu);
         WireParity {
             link_mtu: mtu,
             tcp_mss: mtu.saturating_sub(40),
             tcp_initial_window_segments: 10,
-            quic_initial_mtu: quic,
-            quic_initial_window_bytes: 10 * u64::from(quic),
-            utcp: None,
+            endpoints: BTreeMap::new(),
         }
+    }
+
+    /// Each endpoint kind's account of its wire, from the first of
+    /// `variants` that uses it, on `host` ([`link_settings`]; checked when
+    /// the scenario was read).
+    pub fn endpoints_of(
+        variants: &[Variant],
+        host: &str,
+    ) -> BTreeMap<String, BTreeMap<String, String>> {
+        let mut endpoints = BTreeMap::new();
+        for v in variants {
+            let Ok(link) = link_settings(v, host) else {
+                continue;
+            };
+            for (kind, facts) in onionlab_transport::node_endpoints::wire_facts(&link) {
+                if facts.is_empty() {
+                    continue;
+                }
+                endpoints
+                    .entry(kind.doc_name().to_string())
+                    .or_insert_with(|| {
+                        facts.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+                    });
+            }
+        }
+        endpoints
     }
 }
 
@@ -624,15 +603,15 @@ fn environment_parts(
     host_sysctls: Sysctls,
     ctor_version: &Option<String>,
 ) -> EnvironmentParts {
-    let utcp = variants
-        .iter()
-        .find(|v| v.transport.uses(EndpointKind::UTCP))
-        .zip(scenario.relays.first())
-        .map(|(v, r)| UtcpParity::for_variant(v, &r.host));
+    let endpoints = scenario
+        .relays
+        .first()
+        .map(|r| WireParity::endpoints_of(variants, &r.host))
+        .unwrap_or_default();
     EnvironmentParts {
         host_sysctls,
         mtu: variant.topology.mtu,
-        utcp,
+        endpoints,
         ctor_version: ctor_version.clone(),
     }
 }
@@ -649,7 +628,7 @@ fn repetition_seed(scenario_seed: u64, rep: u32) -> u64 {
 struct EnvironmentParts {
     host_sysctls: Sysctls,
     mtu: u32,
-    utcp: Option<UtcpParity>,
+    endpoints: BTreeMap<String, BTreeMap<String, String>>,
     ctor_version: Option<String>,
 }
 
@@ -663,7 +642,7 @@ fn write_environment(out: &Path, parts: EnvironmentParts) -> Result<(), RunError
         host_sysctls: parts.host_sysctls,
         tcp_module_parameters: hostnet::recorded_tcp_module_parameters(),
         wire: WireParity {
-            utcp: parts.utcp,
+            endpoints: parts.endpoints,
             ..WireParity::for_mtu(parts.mtu)
         },
         ctor_version: parts.ctor_version,
@@ -791,12 +770,11 @@ pub fn set_client_paths(cfg: &mut ClientConfig, c: &crate::scenario::ClientSpec,
 }
 
 /// The `[link]` section of a variant's node on `host`: the variant's
-/// transport, TCP congestion control ([`Variant::tcp_congestion_of`]) and
-/// pacing; packets that fill the links' MTU
-/// ([`LinkSettings::fit_to_link_mtu`]); for QUIC transports the variant's
-/// congestion control; for dtls-utcp lanes with the node's TCP congestion
-/// control (so dtls-utcp and pctcp run the same algorithm; the scenario
-/// refuses one smoltcp lacks). The scenario's `[relay_settings.link]` is set
+/// transport; congestion control, the node's TCP one
+/// ([`Variant::tcp_congestion_of`]) and the variant's for transports with
+/// their own ([`LinkSettings::set_congestion`]; the scenario refuses one a
+/// transport lacks); TCP pacing; packets that fill the links' MTU
+/// ([`LinkSettings::fit_to_link_mtu`]). The scenario's `[relay_settings.link]` is set
 /// over it last, so it may change what the matrix does not set.
 ///
 /// # Errors
@@ -807,19 +785,10 @@ pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, Stri
         transport: variant.transport,
         ..LinkSettings::default()
     };
-    let tcp = variant.tcp_congestion_of(host);
-    link.tcp.congestion = Some(TcpCongestion::parse(tcp)?);
+    let tcp = TcpCongestion::parse(variant.tcp_congestion_of(host))?;
+    link.set_congestion(tcp, &variant.congestion)?;
     link.tcp.pacing = variant.tcp_pacing;
     link.fit_to_link_mtu(variant.topology.mtu);
-    if variant.transport.uses(EndpointKind::QUIC) {
-        link.quic.congestion = variant.congestion.parse()?;
-    }
-    if variant.transport.uses(EndpointKind::UTCP) {
-        link.utcp.congestion = match tcp {
-            "reno" => LaneCongestion::Reno,
-            _ => LaneCongestion::Cubic,
-        };
-    }
     let Some(extra) = variant
         .relay_settings
         .get("link")

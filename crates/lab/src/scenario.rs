@@ -137,7 +137,6 @@ use onionlab_circuit::relay::ExitPackaging;
 use onionlab_config::ConfigFile;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, HostUpdate, LossModel, PathUpdate, QueueLimit, Rate, Topology};
-use onionlab_transport::endpoint::EndpointKind;
 use onionlab_transport::registry::UnknownTransport;
 use onionlab_transport::{Choice as TransportChoice, TransportKind};
 use serde::Deserialize;
@@ -1218,7 +1217,7 @@ impl Scenario {
             ctor_consensus_params,
         };
         scenario
-            .check_utcp()
+            .check_links()
             .map_err(|m| ctx.err(congestion_span, m))?;
         scenario.check_ctor().map_err(|m| ctx.err(0..0, m))?;
         scenario.check_legs().map_err(|m| ctx.err(0..0, m))?;
@@ -1391,10 +1390,11 @@ impl Scenario {
         Ok(())
     }
 
-    /// The `[link.utcp]` section the lab writes for every dtls-utcp
-    /// variant and node ([`crate::run::link_settings`]) must be valid, with
-    /// a congestion control smoltcp has (Cubic or Reno).
-    fn check_utcp(&self) -> std::result::Result<(), String> {
+    /// The `[link]` section the lab writes for every variant and node
+    /// ([`crate::run::link_settings`]) must be valid: congestion control
+    /// every transport in use has (dtls-utcp's smoltcp lanes have only
+    /// Cubic and Reno), settings in range.
+    fn check_links(&self) -> std::result::Result<(), String> {
         let hosts: Vec<&str> = self
             .relays
             .iter()
@@ -1402,21 +1402,11 @@ impl Scenario {
             .chain(self.clients.iter().map(|c| c.host.as_str()))
             .collect();
         for v in self.variants() {
-            if !v.transport.uses(EndpointKind::UTCP) {
-                continue;
-            }
             for host in &hosts {
-                let c = v.tcp_congestion_of(host);
-                if c != "cubic" && c != "reno" {
-                    return Err(format!(
-                        "dtls-utcp has no {c} (smoltcp has cubic and reno) for {host} in variant \
-                         {:?}: leave the combination out with [[exclude]]",
-                        v.label
-                    ));
-                }
                 crate::run::link_settings(&v, host).map_err(|e| {
                     format!(
-                        "the lab's dtls-utcp settings for {host} in {:?}: {e}",
+                        "the [link] settings of {host} in variant {:?}: {e}: leave the \
+                         combination out with [[exclude]]",
                         v.label
                     )
                 })?;

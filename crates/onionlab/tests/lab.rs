@@ -123,7 +123,7 @@ fn the_quick_scenario_runs_end_to_end() {
         .contains_key("net.ipv4.tcp_available_congestion_control"));
     // QUIC's first packets are as large as the links allow, like TCP's.
     assert_eq!(env.wire.link_mtu, 1500);
-    assert_eq!(env.wire.quic_initial_mtu, 1472);
+    assert_eq!(env.wire.endpoints["quic"]["initial_mtu"], "1472");
     assert_eq!(env.wire.tcp_mss, 1460);
     // The report: tables and figures.
     let md = std::fs::read_to_string(out.join("report/report.md")).expect("report.md");

@@ -56,6 +56,16 @@ impl Connector {
     }
 }
 
+/// What the links of each endpoint kind `link`'s transport choice may use
+/// put on the wire ([`EndpointSetup::wire`]), for an experiment's records.
+pub fn wire_facts(link: &LinkSettings) -> Vec<(EndpointKind, Vec<(&'static str, String)>)> {
+    link.transport
+        .endpoints()
+        .into_iter()
+        .filter_map(|kind| Some((kind, (setup_of(kind).ok()?.wire)(link))))
+        .collect()
+}
+
 impl RelayEndpoints {
     /// Set up and bind a relay's endpoints, one per address of `listen`,
     /// with `keys`, `link`'s settings and `admission`. `my_addrs` are the

@@ -101,6 +101,26 @@ impl LinkSettings {
         }
     }
 
+    /// Set congestion control as an experiment does for every transport
+    /// this choice may use: the kernel's `tcp` for the TCP sockets; `own`
+    /// for transports with a user-space algorithm of their own (QUIC's
+    /// `cubic`, `newreno`, `bbr`); and for dtls-utcp's lanes, which imitate
+    /// the kernel's TCP, `tcp` again ([`crate::utcp::lanes_imitating`]).
+    ///
+    /// # Errors
+    ///
+    /// An algorithm a transport in use lacks, named.
+    pub fn set_congestion(&mut self, tcp: TcpCongestion, own: &str) -> Result<(), String> {
+        if self.transport.uses(EndpointKind::QUIC) {
+            self.quic.congestion = own.parse()?;
+        }
+        if self.transport.uses(EndpointKind::UTCP) {
+            self.utcp.congestion = crate::utcp::lanes_imitating(&tcp)?;
+        }
+        self.tcp.congestion = Some(tcp);
+        Ok(())
+    }
+
     /// The settings of nodes built in code (tests, benchmarks): TLS only
     /// and the kernel's TCP congestion control, where a configuration
     /// file's defaults are `"auto"` and the QUIC algorithm's match.

@@ -41,6 +41,11 @@ pub struct EndpointSetup {
         SocketAddr,
     )
         -> BoxFuture<'a, Result<(SharedEndpoint, Box<dyn Acceptor>), BindError>>,
+    /// What its links put on the wire under these settings that an
+    /// experiment should record to compare transports fairly (first
+    /// packet size, initial window, user-space TCP parameters), as names
+    /// and values; empty when the kernel decides it all.
+    pub wire: fn(&LinkSettings) -> Vec<(&'static str, String)>,
 }
 
 /// Why a relay's endpoints could not be made.

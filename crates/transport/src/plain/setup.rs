@@ -16,6 +16,7 @@ pub(crate) static SETUP: EndpointSetup = EndpointSetup {
     kind: PLAIN,
     client,
     relay: |setup, addr| Box::pin(relay(setup, addr)),
+    wire: |_| Vec::new(),
 };
 
 fn client(link: &LinkSettings) -> Result<SharedEndpoint, Error> {

@@ -15,7 +15,19 @@ pub(crate) static SETUP: EndpointSetup = EndpointSetup {
     kind: QUIC,
     client,
     relay: |setup, addr| Box::pin(relay(setup, addr)),
+    wire,
 };
+
+/// QUIC's first packets, its initial congestion window (ten of them) and
+/// its congestion control.
+fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
+    let mtu = link.quic.initial_mtu;
+    vec![
+        ("initial_mtu", mtu.to_string()),
+        ("initial_window_bytes", (10 * u64::from(mtu)).to_string()),
+        ("congestion", link.quic.congestion.name().to_string()),
+    ]
+}
 
 fn client(link: &LinkSettings) -> Result<SharedEndpoint, Error> {
     Ok(Arc::new(QuicTransport::client(link.quic_settings())))

@@ -14,6 +14,8 @@ pub(crate) static SETUP: EndpointSetup = EndpointSetup {
     kind: TCP,
     client,
     relay: |setup, addr| Box::pin(relay(setup, addr)),
+    // The kernel's TCP decides what goes on the wire.
+    wire: |_| Vec::new(),
 };
 
 /// The settings a client's and a relay's TCP endpoint share.

@@ -25,6 +25,23 @@ pub fn segment_for_link(mtu: u32) -> usize {
 /// The lanes' user-space TCP settings and congestion control.
 pub use onionlab_utcp::{Congestion as LaneCongestion, Settings as LaneTcp};
 
+/// The lanes' congestion control that imitates the kernel's `tcp` (smoltcp
+/// has Cubic and Reno), so that dtls-utcp and the TCP transports compare
+/// on the same algorithm.
+///
+/// # Errors
+///
+/// An algorithm smoltcp lacks (BBR, or the kernel's unnamed default).
+pub fn lanes_imitating(tcp: &crate::tcp::TcpCongestion) -> Result<LaneCongestion, String> {
+    match tcp.name() {
+        Some("cubic") => Ok(LaneCongestion::Cubic),
+        Some("reno") => Ok(LaneCongestion::Reno),
+        _ => Err(format!(
+            "dtls-utcp has no {tcp} (smoltcp has cubic and reno)"
+        )),
+    }
+}
+
 use std::net::SocketAddr;
 
 use tor_llcrypto::pk::ed25519::Ed25519Identity;

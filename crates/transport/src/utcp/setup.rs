@@ -14,7 +14,33 @@ pub(crate) static SETUP: EndpointSetup = EndpointSetup {
     kind: UTCP,
     client,
     relay: |setup, addr| Box::pin(relay(setup, addr)),
+    wire,
 };
+
+/// The lanes' user-space TCP: the `[link.utcp]` settings and what smoltcp
+/// fixes (docs/dtls-utcp.md, section 4).
+fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
+    let lanes = &link.utcp;
+    vec![
+        (
+            "congestion",
+            format!("{:?}", lanes.congestion).to_lowercase(),
+        ),
+        ("max_segment", lanes.max_segment.to_string()),
+        ("rx_buffer", lanes.rx_buffer.to_string()),
+        ("tx_buffer", lanes.tx_buffer.to_string()),
+        (
+            "ack_delay_ms",
+            lanes.ack_delay.map_or(0, |d| d.as_millis()).to_string(),
+        ),
+        ("initial_window_bytes", "2048".into()),
+        ("min_rto_ms", "1000".into()),
+        (
+            "sack",
+            "receiver sends one block; sender ignores SACK (no SACK recovery)".into(),
+        ),
+    ]
+}
 
 fn settings(link: &LinkSettings) -> UtcpSettings {
     UtcpSettings {
