@@ -189,6 +189,13 @@ pub struct ClientCore {
 impl ClientCore {
     /// A core over `cfg` (no channel, no circuit yet).
     pub fn new(cfg: Config) -> Self {
+        Self::with_node_rng(cfg, rand::make_rng())
+    }
+
+    /// [`new`](Self::new) with the client node's randomness (its handshake
+    /// keys, circuit IDs) from `node_rng`: a simulation seeds it to repeat
+    /// a run.
+    pub fn with_node_rng(cfg: Config, node_rng: StdRng) -> Self {
         let settings = &cfg.settings;
         let node = ClientNode::new(
             ClientNodeConfig {
@@ -199,7 +206,7 @@ impl ClientCore {
                     ..ClientConfig::default()
                 },
             },
-            rand::make_rng(),
+            node_rng,
         );
         let rng = match settings.path_seed {
             Some(seed) => {
@@ -237,10 +244,12 @@ impl ClientCore {
     }
 
     /// The relays (identities, guard first) of every leg of every
-    /// circuit built or being built, in no particular order.
+    /// circuit built or being built, oldest circuit first.
     pub fn circuit_paths(&self) -> Vec<Vec<RelayId>> {
-        self.circuits
-            .values()
+        let mut keys: Vec<&CircKey> = self.circuits.keys().collect();
+        keys.sort_unstable();
+        keys.into_iter()
+            .filter_map(|k| self.circuits.get(k))
             .flat_map(|c| {
                 c.legs.iter().map(|path| {
                     path.iter()
@@ -351,10 +360,17 @@ impl ClientCore {
                 && c.exit()
                     .is_some_and(|e| may_share(&c.isolation, &e.exit_policy, iso, target))
         };
+        // The node may have closed a circuit whose Closed event is not
+        // handled yet (a channel closing closes all its circuits at once):
+        // never pick one.
+        // (A set's legs are not circuits of the node's: a set that refused
+        // a stream as closed is marked stale instead, see `attach`.)
+        let node = &self.node;
+        let alive = |k: &CircKey| node.circuit(*k).is_none_or(|c| !c.is_closed());
         let ready = self
             .circuits
             .iter()
-            .filter(|(_, c)| c.open && !c.is_retired(now, max_dirty) && fits(c))
+            .filter(|(k, c)| c.open && alive(k) && !c.is_retired(now, max_dirty) && fits(c))
             .map(|(k, _)| *k)
             .max();
         if let Some(k) = ready {
@@ -363,7 +379,7 @@ impl ClientCore {
         let pending = self
             .circuits
             .iter()
-            .filter(|(_, c)| !c.open && fits(c))
+            .filter(|(k, c)| !c.open && alive(k) && fits(c))
             .map(|(k, _)| *k)
             .max();
         if let Some(k) = pending {

@@ -123,7 +123,14 @@ impl ClientCore {
             Err(onionlab_circuit::Error::BadTarget(_)) => {
                 return self.fail(now, id, StreamFailure::BadTarget)
             }
-            Err(onionlab_circuit::Error::Closed) => return self.connect_lost(now, id),
+            Err(onionlab_circuit::Error::Closed) => {
+                // Dead already (its Closed event may not be handled yet):
+                // no stream may pick it again.
+                if let Some(c) = self.circuits.get_mut(&circ) {
+                    c.stale = true;
+                }
+                return self.connect_lost(now, id);
+            }
             Err(other) => return self.fail(now, id, StreamFailure::Attach(other.to_string())),
         };
         tracing::debug!(circ = circ.0, stream = %stream_id, target = %r.target, "BEGIN");

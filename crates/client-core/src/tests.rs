@@ -408,3 +408,15 @@ fn linkspecs_name_address_and_identity() {
         ]
     );
 }
+
+#[test]
+fn a_circuit_the_node_closed_is_not_picked_before_its_event_is_handled() {
+    let mut st = state_with_relays(6);
+    let key = open_circuit(&mut st, &["relay0", "relay1", "relay5"]);
+    assert!(matches!(pick_web(&mut st), Pick::Ready(k) if k == key));
+    // Closed in the node (as a channel's closing closes all its circuits
+    // at once); its Closed event is not handled yet.
+    st.node.destroy(Instant::now(), key);
+    assert!(st.circuits.contains_key(&key));
+    assert!(matches!(pick_web(&mut st), Pick::Launch(_)));
+}

@@ -54,6 +54,10 @@ struct SimRelay {
     node: Option<RelayNode>,
     /// Ticks it held at least one circuit.
     busy_ticks: u64,
+    /// An exit that leaves BEGINs unanswered (from when it is set).
+    silent: bool,
+    /// BEGINs it left unanswered.
+    unanswered: u64,
     /// Connections tried to it while it was dead.
     refused: u64,
     /// Exit streams, the length of their response and the bytes of it
@@ -68,6 +72,12 @@ pub enum Outcome {
     Running,
     /// Every byte of the response arrived, in order, then END DONE.
     Complete,
+    /// END DONE came before every byte of the response: the application
+    /// would see a clean end of a short transfer. Never expected.
+    Truncated,
+    /// Bytes arrived that are not the response's (or more than it).
+    /// Never expected.
+    Corrupt,
     /// The stream connected, then failed (its circuit closed, or the exit
     /// ended it with another reason): the application would see a reset.
     Broken(String),
@@ -85,6 +95,10 @@ pub struct Transfer {
     /// Bytes of the response expected (the network's
     /// [`response_len`](Network::response_len) when it was requested).
     pub expected: usize,
+    /// When it was requested and when it got its outcome (simulated).
+    pub requested_at: Duration,
+    /// See `requested_at`.
+    pub ended_at: Option<Duration>,
     /// Where it is.
     pub outcome: Outcome,
 }
@@ -167,6 +181,8 @@ impl Network {
                 exit,
                 node: None,
                 busy_ticks: 0,
+                silent: false,
+                unanswered: 0,
                 refused: 0,
                 serving: Vec::new(),
             };
@@ -186,7 +202,11 @@ impl Network {
                 let mut settings = policy(PolicySettings::new(doc.clone()));
                 settings.network = doc.clone();
                 settings.path_seed.get_or_insert(rng.next_u64());
-                ClientCore::new(Config::new(settings).expect("the policy resolves"))
+                let node_rng = StdRng::seed_from_u64(rng.next_u64());
+                ClientCore::with_node_rng(
+                    Config::new(settings).expect("the policy resolves"),
+                    node_rng,
+                )
             })
             .collect();
         Network {
@@ -224,6 +244,8 @@ impl Network {
                 stream: None,
                 received: 0,
                 expected: self.response_len,
+                requested_at: self.now,
+                ended_at: None,
                 outcome: Outcome::Running,
             },
         );
@@ -247,6 +269,17 @@ impl Network {
     /// Ticks relay `i` held at least one circuit (since the start).
     pub fn relay_busy_ticks(&self, i: usize) -> u64 {
         self.relays[i].busy_ticks
+    }
+
+    /// Exit `i` leaves the BEGINs it gets from now on unanswered (`true`),
+    /// or answers them again.
+    pub fn set_silent(&mut self, i: usize, silent: bool) {
+        self.relays[i].silent = silent;
+    }
+
+    /// BEGINs exit `i` left unanswered.
+    pub fn relay_unanswered(&self, i: usize) -> u64 {
+        self.relays[i].unanswered
     }
 
     /// Connections clients and relays tried to relay `i` while it was
@@ -390,6 +423,7 @@ impl Network {
                 CoreEvent::Failed { request, failure } => {
                     if let Some(t) = self.transfers[k].get_mut(&request) {
                         t.outcome = Outcome::Failed(failure);
+                        t.ended_at = Some(self.now);
                     }
                 }
             }
@@ -483,6 +517,10 @@ impl Network {
                 NodeEvent::ExitConnect { circ, stream, .. } => {
                     let len = self.response_len;
                     let relay = &mut self.relays[i];
+                    if relay.silent {
+                        relay.unanswered += 1;
+                        continue;
+                    }
                     if let Some(node) = &mut relay.node {
                         if node
                             .exit_connected(now, circ, stream, Some([10, 0, 0, 1].into()))
@@ -540,7 +578,8 @@ impl Network {
                             .all(|(j, b)| *b == response_byte(t.received + j));
                         t.received += n;
                         if !ok || t.received > t.expected {
-                            t.outcome = Outcome::Broken("corrupt bytes".into());
+                            t.outcome = Outcome::Corrupt;
+                            t.ended_at = Some(self.now);
                             break;
                         }
                     }
@@ -555,7 +594,7 @@ impl Network {
                 StreamView::Live {
                     ended: Some(EndReason::DONE),
                     ..
-                } => None,
+                } => Some(Outcome::Truncated),
                 StreamView::Live {
                     ended: Some(reason),
                     ..
@@ -564,6 +603,7 @@ impl Network {
             };
             if let Some(o) = outcome.filter(|_| t.outcome == Outcome::Running) {
                 t.outcome = o;
+                t.ended_at = Some(self.now);
             }
             if t.outcome != Outcome::Running {
                 detach.push(s);

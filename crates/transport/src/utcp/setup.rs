@@ -18,14 +18,11 @@ pub(crate) static SETUP: EndpointSetup = EndpointSetup {
 };
 
 /// The lanes' user-space TCP: the `[link.utcp]` settings and what smoltcp
-/// fixes (docs/dtls-utcp.md, section 4).
+/// fixes (docs/dtls-utcp.md, section 4). (Their congestion control
+/// imitates each node's TCP one, recorded with each run.)
 fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
     let lanes = &link.utcp;
     vec![
-        (
-            "congestion",
-            format!("{:?}", lanes.congestion).to_lowercase(),
-        ),
         ("max_segment", lanes.max_segment.to_string()),
         ("rx_buffer", lanes.rx_buffer.to_string()),
         ("tx_buffer", lanes.tx_buffer.to_string()),
