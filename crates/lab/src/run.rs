@@ -786,7 +786,8 @@ pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, Stri
         ..LinkSettings::default()
     };
     let tcp = TcpCongestion::parse(variant.tcp_congestion_of(host))?;
-    link.set_congestion(tcp, &variant.congestion)?;
+    link.set_congestion(tcp, &variant.congestion)
+        .map_err(|e| e.to_string())?;
     link.tcp.pacing = variant.tcp_pacing;
     link.fit_to_link_mtu(variant.topology.mtu);
     let Some(extra) = variant

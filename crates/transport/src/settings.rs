@@ -109,10 +109,10 @@ impl LinkSettings {
     ///
     /// # Errors
     ///
-    /// An algorithm a transport in use lacks, named.
-    pub fn set_congestion(&mut self, tcp: TcpCongestion, own: &str) -> Result<(), String> {
+    /// [`Error::Config`] naming an algorithm a transport in use lacks.
+    pub fn set_congestion(&mut self, tcp: TcpCongestion, own: &str) -> Result<(), Error> {
         if self.transport.uses(EndpointKind::QUIC) {
-            self.quic.congestion = own.parse()?;
+            self.quic.congestion = own.parse().map_err(Error::Config)?;
         }
         if self.transport.uses(EndpointKind::UTCP) {
             self.utcp.congestion = crate::utcp::lanes_imitating(&tcp)?;

@@ -31,14 +31,15 @@ pub use onionlab_utcp::{Congestion as LaneCongestion, Settings as LaneTcp};
 ///
 /// # Errors
 ///
-/// An algorithm smoltcp lacks (BBR, or the kernel's unnamed default).
-pub fn lanes_imitating(tcp: &crate::tcp::TcpCongestion) -> Result<LaneCongestion, String> {
+/// [`Error::Config`] for an algorithm smoltcp lacks (BBR, or the kernel's
+/// unnamed default).
+pub fn lanes_imitating(tcp: &crate::tcp::TcpCongestion) -> Result<LaneCongestion, Error> {
     match tcp.name() {
         Some("cubic") => Ok(LaneCongestion::Cubic),
         Some("reno") => Ok(LaneCongestion::Reno),
-        _ => Err(format!(
+        _ => Err(Error::Config(format!(
             "dtls-utcp has no {tcp} (smoltcp has cubic and reno)"
-        )),
+        ))),
     }
 }
 
