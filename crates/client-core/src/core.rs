@@ -511,8 +511,12 @@ impl ClientCore {
     /// Handle what the node reports (circuits built or closed, stream
     /// events, relays that failed, channels it wants) and what that leads
     /// to, until it reports nothing more; then note the channels with
-    /// cells to send and whether the next deadline moved.
-    pub(crate) fn settle(&mut self, now: Instant) {
+    /// cells to send and whether the next deadline moved. Every method
+    /// does this before it returns but the per-cell ones
+    /// ([`poll_transmit`](Self::poll_transmit),
+    /// [`poll_transmit_circuit`](Self::poll_transmit_circuit)): a driver
+    /// calls it once after taking a channel's cells.
+    pub fn settle(&mut self, now: Instant) {
         while let Some(ev) = self.node.poll_event() {
             match ev {
                 ClientNodeEvent::ChannelWanted { chan, guard } => {
@@ -738,11 +742,10 @@ impl ClientCore {
         self.node.channel_done(chan)
     }
 
-    /// The next cell to send on channel `chan`, in its scheduler's order.
+    /// The next cell to send on channel `chan`, in its scheduler's order
+    /// ([`settle`](Self::settle) once after the last).
     pub fn poll_transmit(&mut self, now: Instant, chan: ChanKey) -> Option<AnyChanCell> {
-        let cell = self.node.poll_transmit(now, chan);
-        self.settle(now);
-        cell
+        self.node.poll_transmit(now, chan)
     }
 
     /// Circuits of channel `chan` with cells to send.
@@ -755,16 +758,15 @@ impl ClientCore {
         self.node.lane_priority(now, chan, id)
     }
 
-    /// The next cell of circuit `id` to send on channel `chan`.
+    /// The next cell of circuit `id` to send on channel `chan`
+    /// ([`settle`](Self::settle) once after the last).
     pub fn poll_transmit_circuit(
         &mut self,
         now: Instant,
         chan: ChanKey,
         id: CircId,
     ) -> Option<AnyChanCell> {
-        let cell = self.node.poll_transmit_circuit(now, chan, id);
-        self.settle(now);
-        cell
+        self.node.poll_transmit_circuit(now, chan, id)
     }
 
     /// Stop: refuse new streams, destroy every circuit (their requests

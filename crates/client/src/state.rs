@@ -369,6 +369,7 @@ impl State {
         } else {
             self.fill_ordered(chan, w, now)
         };
+        self.core.settle(now);
         self.settle();
         filled?;
         Ok(if self.core.channel_done(chan) {

@@ -644,6 +644,7 @@ impl Network {
             }
         }
         if let Peer::Client(k) = peer {
+            self.clients[k].settle(now);
             self.handle_client_events(k);
         }
     }
