@@ -35,6 +35,87 @@ pub enum Error {
     Cell(#[from] onionlab_cell::Error),
 }
 
+/// Why a circuit parameter (proposal 324's `cc_*` values, Torchestra's
+/// classifier) cannot be set or is out of its range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParamError {
+    /// A count or percentage outside its allowed range.
+    #[error("{name} = {value} is outside [{min}, {max}]")]
+    OutOfRange {
+        /// The parameter's name.
+        name: &'static str,
+        /// The value given.
+        value: u32,
+        /// The least allowed value.
+        min: u32,
+        /// The largest allowed value.
+        max: u32,
+    },
+    /// A fraction outside (0, 1].
+    #[error("{name} = {value}: must be in (0, 1]")]
+    NotFraction {
+        /// The parameter's name.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A duration that must be positive is zero.
+    #[error("{name} must be positive")]
+    Zero {
+        /// The parameter's name.
+        name: &'static str,
+    },
+    /// Two parameters in the wrong order (`low` above `high`).
+    #[error("{low} must be at most {high}")]
+    Order {
+        /// The one that must be smaller or equal.
+        low: &'static str,
+        /// The one that must be larger or equal.
+        high: &'static str,
+    },
+    /// A switch set to anything but 0 or 1.
+    #[error("{name} = {value} is not 0 or 1")]
+    NotSwitch {
+        /// The parameter's name.
+        name: String,
+        /// The value given.
+        value: u32,
+    },
+    /// No parameter has this name.
+    #[error("unknown congestion-control parameter {name:?}; known: {known}")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The known names, comma-separated.
+        known: String,
+    },
+    /// A congestion-control parameter under fixed windows.
+    #[error("{name} is a congestion-control parameter, and circuit_cc is \"fixed\"")]
+    FixedWindows {
+        /// The parameter's name.
+        name: String,
+    },
+}
+
+impl ParamError {
+    /// Check `(name, value, min, max)` rows: the first value outside its
+    /// range is the error.
+    pub(crate) fn check_ranges(rows: &[(&'static str, u32, u32, u32)]) -> Result<(), ParamError> {
+        for &(name, value, min, max) in rows {
+            if !(min..=max).contains(&value) {
+                return Err(ParamError::OutOfRange {
+                    name,
+                    value,
+                    min,
+                    max,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Why a circuit was closed: the DESTROY reason sent or received, and a
 /// human-readable detail for logs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,7 @@ use crate::cc::{CcSnapshot, CongestionControl, FixedWindow};
 pub use crate::cc::{CIRCWINDOW_INCREMENT, CIRCWINDOW_START};
 use crate::vegas::{Vegas, VegasParams};
 use crate::xonxoff::XonXoffParams;
+use crate::ParamError;
 
 /// Initial stream package/deliver window, in DATA cells.
 pub const STREAMWINDOW_START: u32 = 500;
@@ -68,8 +69,8 @@ impl CircuitCc {
     ///
     /// # Errors
     ///
-    /// A message naming the parameter.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first parameter out of its range.
+    pub fn validate(&self) -> Result<(), ParamError> {
         match self {
             CircuitCc::Fixed => Ok(()),
             CircuitCc::Vegas { vegas, xon } => {
@@ -106,16 +107,16 @@ impl CircuitCc {
     ///
     /// An unknown name (listing the known ones), a parameter of Vegas under
     /// fixed windows, or a switch that is not 0 or 1.
-    pub fn set_param(&mut self, name: &str, value: u32) -> Result<(), String> {
+    pub fn set_param(&mut self, name: &str, value: u32) -> Result<(), ParamError> {
         let CircuitCc::Vegas { vegas, xon } = self else {
-            return Err(format!(
-                "{name} is a congestion-control parameter, and circuit_cc is \"fixed\""
-            ));
+            return Err(ParamError::FixedWindows {
+                name: name.to_string(),
+            });
         };
         let mut known = Vec::new();
         for (n, mut slot) in vegas.named_mut() {
             if n == name {
-                return slot.set(value).map_err(|e| format!("{name}: {e}"));
+                return slot.set(name, value);
             }
             known.push(n);
         }
@@ -126,10 +127,10 @@ impl CircuitCc {
             }
             known.push(n);
         }
-        Err(format!(
-            "unknown congestion-control parameter {name:?}; known: {}",
-            known.join(", ")
-        ))
+        Err(ParamError::Unknown {
+            name: name.to_string(),
+            known: known.join(", "),
+        })
     }
 
     /// The XON/XOFF parameters, when streams use XON/XOFF.
@@ -468,17 +469,32 @@ mod tests {
             assert!(cc.params().contains(&(name, value)), "{name}");
         }
         assert_eq!(cc.sender().available(), 124);
-        assert!(cc.set_param("cc_cwnd_full_per_cwnd", 2).is_err());
-        assert!(cc
-            .set_param("cc_nonsense", 1)
-            .expect_err("unknown")
-            .contains("cc_sendme_inc"));
-        assert!(CircuitCc::Fixed.set_param("cc_sendme_inc", 31).is_err());
+        assert_eq!(
+            cc.set_param("cc_cwnd_full_per_cwnd", 2),
+            Err(ParamError::NotSwitch {
+                name: "cc_cwnd_full_per_cwnd".into(),
+                value: 2
+            })
+        );
+        assert!(matches!(
+            cc.set_param("cc_nonsense", 1),
+            Err(ParamError::Unknown { known, .. }) if known.contains("cc_sendme_inc")
+        ));
+        assert_eq!(
+            CircuitCc::Fixed.set_param("cc_sendme_inc", 31),
+            Err(ParamError::FixedWindows {
+                name: "cc_sendme_inc".into()
+            })
+        );
         cc.set_param("cc_sendme_inc", 0).expect("set");
-        assert!(cc
-            .validate()
-            .expect_err("out of range")
-            .contains("cc_sendme_inc"));
+        assert!(matches!(
+            cc.validate(),
+            Err(ParamError::OutOfRange {
+                name: "cc_sendme_inc",
+                value: 0,
+                ..
+            })
+        ));
     }
 
     #[test]

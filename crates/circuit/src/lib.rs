@@ -35,7 +35,7 @@ pub mod torchestra;
 pub mod vegas;
 pub mod xonxoff;
 
-pub use err::{CloseKind, CloseReason, Error};
+pub use err::{CloseKind, CloseReason, Error, ParamError};
 
 /// Memory charged for one queued cell in memory accounting
 /// ([`relay::RelayCircuit::queued_bytes`], [`node::RelayNode::total_queued_bytes`]):

@@ -17,6 +17,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::ParamError;
+
 /// The classifier's parameters. Defaults: the thesis's last experiment
 /// (5.2.4) and its section 4.4. It is also the `[torchestra]` section of a
 /// relay's configuration file (`window_ms`, `alpha`, ...; checked by
@@ -66,19 +68,21 @@ impl ClassifierParams {
     /// # Errors
     ///
     /// The offending parameter and its range.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ParamError> {
         if self.window.is_zero() {
-            return Err("torchestra window_ms must be positive".into());
+            return Err(ParamError::Zero {
+                name: "torchestra window_ms",
+            });
         }
-        for (name, v) in [
-            ("alpha", self.alpha),
-            ("beta", self.beta),
-            ("thresh_light", self.thresh_light),
-            ("thresh_heavy", self.thresh_heavy),
-            ("thresh_verylight", self.thresh_verylight),
+        for (name, value) in [
+            ("torchestra alpha", self.alpha),
+            ("torchestra beta", self.beta),
+            ("torchestra thresh_light", self.thresh_light),
+            ("torchestra thresh_heavy", self.thresh_heavy),
+            ("torchestra thresh_verylight", self.thresh_verylight),
         ] {
-            if !(v > 0.0 && v <= 1.0) {
-                return Err(format!("torchestra {name} = {v}: must be in (0, 1]"));
+            if !(value > 0.0 && value <= 1.0) {
+                return Err(ParamError::NotFraction { name, value });
             }
         }
         Ok(())

@@ -18,6 +18,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::cc::{CcSnapshot, CongestionControl, RttStats};
+use crate::ParamError;
 
 /// Vegas and common congestion-control parameters, named as the consensus
 /// parameters of proposal 324 (`cc_*`). [`Default`] is C tor's for exit
@@ -147,8 +148,8 @@ impl VegasParams {
     ///
     /// # Errors
     ///
-    /// A message naming the parameter.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first parameter out of its range.
+    pub fn validate(&self) -> Result<(), ParamError> {
         let checks = [
             ("cc_sendme_inc", self.sendme_inc, 1, 255),
             ("cc_cwnd_init", self.cwnd_init, 31, 10_000),
@@ -170,16 +171,23 @@ impl VegasParams {
             ("cc_cwnd_full_gap", self.cwnd_full_gap, 0, i16::MAX as u32),
             ("cc_cwnd_full_minpct", self.cwnd_full_minpct, 0, 100),
         ];
-        for (name, v, lo, hi) in checks {
-            if !(lo..=hi).contains(&v) {
-                return Err(format!("{name} = {v} outside {lo}..={hi}"));
+        ParamError::check_ranges(&checks)?;
+        for (low, high, in_order) in [
+            (
+                "cc_sendme_inc",
+                "cc_cwnd_min",
+                self.sendme_inc <= self.cwnd_min,
+            ),
+            (
+                "cc_sendme_inc",
+                "cc_cwnd_init",
+                self.sendme_inc <= self.cwnd_init,
+            ),
+            ("cc_cwnd_min", "cc_cwnd_max", self.cwnd_min <= self.cwnd_max),
+        ] {
+            if !in_order {
+                return Err(ParamError::Order { low, high });
             }
-        }
-        if self.cwnd_min < self.sendme_inc || self.cwnd_init < self.sendme_inc {
-            return Err("cc_cwnd_min and cc_cwnd_init must be at least cc_sendme_inc".into());
-        }
-        if self.cwnd_min > self.cwnd_max {
-            return Err("cc_cwnd_min above cc_cwnd_max".into());
         }
         Ok(())
     }
@@ -203,19 +211,24 @@ impl ParamSlot<'_> {
         }
     }
 
-    /// Set from a consensus value.
+    /// Set the parameter `name` from a consensus value.
     ///
     /// # Errors
     ///
     /// A switch set to anything but 0 or 1.
-    pub fn set(&mut self, value: u32) -> Result<(), String> {
+    pub fn set(&mut self, name: &str, value: u32) -> Result<(), ParamError> {
         match self {
             ParamSlot::Int(v) => **v = value,
             ParamSlot::Bool(b) => {
                 **b = match value {
                     0 => false,
                     1 => true,
-                    _ => return Err(format!("{value} is not 0 or 1")),
+                    _ => {
+                        return Err(ParamError::NotSwitch {
+                            name: name.to_string(),
+                            value,
+                        })
+                    }
                 }
             }
         }
@@ -574,7 +587,27 @@ mod tests {
         );
         assert_eq!((p.ss_cap, p.ss_max), (600, 5000));
         let bad = VegasParams { cwnd_min: 20, ..p };
-        assert!(bad.validate().unwrap_err().contains("cc_cwnd_min"));
+        assert_eq!(
+            bad.validate(),
+            Err(ParamError::OutOfRange {
+                name: "cc_cwnd_min",
+                value: 20,
+                min: 31,
+                max: 1000
+            })
+        );
+        let above_max = VegasParams {
+            cwnd_min: 600,
+            cwnd_max: 500,
+            ..p
+        };
+        assert_eq!(
+            above_max.validate(),
+            Err(ParamError::Order {
+                low: "cc_cwnd_min",
+                high: "cc_cwnd_max"
+            })
+        );
     }
 
     #[test]

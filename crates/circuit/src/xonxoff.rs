@@ -113,6 +113,8 @@
 
 use std::time::Instant;
 
+use crate::ParamError;
+
 /// Stream payload bytes in one relay cell: consensus limits in "relay cell
 /// multiples" (proposal 324 section 6.5.5) are this many bytes each.
 pub const CELL_PAYLOAD_BYTES: u64 = onionlab_cell::relay::MAX_DATA_LEN as u64;
@@ -173,8 +175,8 @@ impl XonXoffParams {
     ///
     /// # Errors
     ///
-    /// A message naming the parameter.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first parameter out of its range.
+    pub fn validate(&self) -> Result<(), ParamError> {
         let checks = [
             ("cc_xoff_client", self.xoff_client, 1, 10_000),
             ("cc_xoff_exit", self.xoff_exit, 1, 10_000),
@@ -182,12 +184,7 @@ impl XonXoffParams {
             ("cc_xon_change_pct", self.xon_change_pct, 1, 99),
             ("cc_xon_ewma_cnt", self.xon_ewma_cnt, 2, 100),
         ];
-        for (name, v, lo, hi) in checks {
-            if !(lo..=hi).contains(&v) {
-                return Err(format!("{name} = {v} is outside [{lo}, {hi}]"));
-            }
-        }
-        Ok(())
+        ParamError::check_ranges(&checks)
     }
 
     /// The XOFF limit of a receiving edge at `position`, in bytes.
@@ -728,7 +725,10 @@ mod tests {
             "cc_xon_ewma_cnt",
         ];
         for (b, name) in bad.iter().zip(names) {
-            assert!(b.validate().unwrap_err().contains(name), "{name}");
+            assert!(
+                matches!(b.validate(), Err(ParamError::OutOfRange { name: n, .. }) if n == name),
+                "{name}"
+            );
         }
     }
 

@@ -41,10 +41,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A setting the kernel or the platform cannot honour (named in the
-    /// message).
-    #[error("{0}")]
-    Setting(String),
+    /// A link setting the transports refuse, or the kernel or the platform
+    /// cannot honour (named in the message).
+    #[error("{what}: {source}")]
+    Setting {
+        /// What was being set up.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: onionlab_transport::Error,
+    },
     /// The async runtime could not be started.
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),

@@ -136,15 +136,18 @@ impl Client {
     /// [`Error::PinnedPath`], [`Error::Setting`] (a `tcp_congestion` the kernel
     /// lacks), [`Error::Bind`].
     pub async fn bind(settings: ClientSettings) -> Result<Client> {
-        settings
-            .link
-            .check()
-            .map_err(|e| Error::Setting(e.to_string()))?;
+        settings.link.check().map_err(|source| Error::Setting {
+            what: "the client's [link] settings",
+            source,
+        })?;
         settings
             .link
             .tcp_congestion()
             .check_available()
-            .map_err(Error::Setting)?;
+            .map_err(|e| Error::Setting {
+                what: "the client's TCP congestion control",
+                source: e.into(),
+            })?;
         let names = settings.policy.pinned_names();
         let cfg = Config::new(settings.policy.clone()).map_err(|source| Error::PinnedPath {
             path: names.clone().unwrap_or_default(),

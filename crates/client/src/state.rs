@@ -82,8 +82,10 @@ pub(crate) struct State {
 /// The client's connector ([`Connector::client`]). Fails only if the
 /// dtls-utcp UDP socket cannot be bound.
 fn connector(settings: &ClientSettings) -> Result<Connector, crate::Error> {
-    Connector::client(&settings.link)
-        .map_err(|e| crate::Error::Setting(format!("the client's endpoints: {e}")))
+    Connector::client(&settings.link).map_err(|source| crate::Error::Setting {
+        what: "the client's endpoints",
+        source,
+    })
 }
 
 impl State {

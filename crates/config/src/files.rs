@@ -284,15 +284,20 @@ pub enum Scheduler {
     RoundRobin,
 }
 
+/// A circuit scheduler name that is neither `"ewma"` nor `"round-robin"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scheduler {0:?}: expected \"ewma\" or \"round-robin\"")]
+pub struct UnknownScheduler(pub String);
+
 impl std::str::FromStr for Scheduler {
-    type Err = String;
+    type Err = UnknownScheduler;
 
     /// `"ewma"` or `"round-robin"`.
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownScheduler> {
         [Scheduler::Ewma, Scheduler::RoundRobin]
             .into_iter()
             .find(|k| k.to_string() == s)
-            .ok_or_else(|| format!("unknown scheduler {s:?}: expected \"ewma\" or \"round-robin\""))
+            .ok_or_else(|| UnknownScheduler(s.to_string()))
     }
 }
 

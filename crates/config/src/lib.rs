@@ -32,7 +32,7 @@ pub use client::*;
 pub use error::{Error, Result};
 pub use files::{
     load_network, merge_tables, unix_now, ConfigFile, Congestion, LinkSettings, NetworkSource,
-    Scheduler, TransportChoice,
+    Scheduler, TransportChoice, UnknownScheduler,
 };
 pub use init::{init_network, InitOptions, InitSummary};
 pub use refresh::{judge_replacement, Replacement};

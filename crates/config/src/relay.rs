@@ -329,7 +329,9 @@ impl ConfigFile for RelayConfig {
         self.link
             .check()
             .map_err(|e| invalid(origin, e.to_string()))?;
-        self.torchestra.validate().map_err(|e| invalid(origin, e))
+        self.torchestra
+            .validate()
+            .map_err(|e| invalid(origin, e.to_string()))
     }
 
     fn resolve_paths(&mut self, base: &Path) {

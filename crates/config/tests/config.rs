@@ -221,7 +221,7 @@ fn bad_values_are_clear_errors() {
         err.contains("`auto`, `tls`, `quic`, `quic-conn-per-circuit`"),
         "{err}"
     );
-    let err = "reno".parse::<Congestion>().unwrap_err();
+    let err = "reno".parse::<Congestion>().unwrap_err().to_string();
     assert!(err.contains("\"cubic\", \"newreno\", \"bbr\""), "{err}");
 }
 

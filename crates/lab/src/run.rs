@@ -102,6 +102,12 @@ pub enum RunError {
     /// checked when the scenario is read, so this is a lab bug).
     #[error("node configuration: {0}")]
     Config(String),
+    /// A variant's `[link]` settings are refused by the transports.
+    #[error("[link] settings: {0}")]
+    Link(#[from] onionlab_transport::Error),
+    /// The scenario's `[relay_settings.link]` does not fit the settings.
+    #[error("[relay_settings.link]: {0}")]
+    LinkTable(#[from] toml::de::Error),
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
@@ -779,15 +785,16 @@ pub fn set_client_paths(cfg: &mut ClientConfig, c: &crate::scenario::ClientSpec,
 ///
 /// # Errors
 ///
-/// A message naming the bad value (checked when the scenario was read).
-pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, String> {
+/// [`RunError::Link`] or [`RunError::LinkTable`] naming the bad value
+/// (checked when the scenario was read).
+pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, RunError> {
     let mut link = LinkSettings {
         transport: variant.transport,
         ..LinkSettings::default()
     };
-    let tcp = TcpCongestion::parse(variant.tcp_congestion_of(host))?;
-    link.set_congestion(tcp, &variant.congestion)
-        .map_err(|e| e.to_string())?;
+    let tcp = TcpCongestion::parse(variant.tcp_congestion_of(host))
+        .map_err(onionlab_transport::Error::from)?;
+    link.set_congestion(tcp, &variant.congestion)?;
     link.tcp.pacing = variant.tcp_pacing;
     link.fit_to_link_mtu(variant.topology.mtu);
     let Some(extra) = variant
@@ -795,15 +802,13 @@ pub fn link_settings(variant: &Variant, host: &str) -> Result<LinkSettings, Stri
         .get("link")
         .and_then(toml::Value::as_table)
     else {
-        link.check().map_err(|e| e.to_string())?;
+        link.check()?;
         return Ok(link);
     };
-    let mut table = toml::Table::try_from(&link).map_err(|e| e.to_string())?;
+    let mut table = toml::Table::try_from(&link).map_err(|e| RunError::Config(e.to_string()))?;
     onionlab_config::merge_tables(&mut table, extra);
-    let link: LinkSettings = table
-        .try_into()
-        .map_err(|e: toml::de::Error| e.to_string())?;
-    link.check().map_err(|e| e.to_string())?;
+    let link: LinkSettings = table.try_into()?;
+    link.check()?;
     Ok(link)
 }
 
@@ -832,13 +837,16 @@ pub fn relay_config(
         network,
         network_key_hex,
     )?;
-    cfg.scheduler = variant.scheduler.parse().map_err(RunError::Config)?;
+    cfg.scheduler = variant
+        .scheduler
+        .parse()
+        .map_err(|e: onionlab_config::UnknownScheduler| RunError::Config(e.to_string()))?;
     cfg.exit_packaging = variant.exit_packaging;
     cfg.listen = relay_listen(variant.transport, addr);
     let allowed: Vec<String> = servers.iter().map(ToString::to_string).collect();
     cfg.exit_allow_private = PrivateTargets::parse(&allowed)?;
     let cfg = cfg.with_overrides(&variant.relay_settings, "[relay_settings]")?;
-    let link = link_settings(variant, nickname).map_err(RunError::Config)?;
+    let link = link_settings(variant, nickname)?;
     Ok(RelayConfig { link, ..cfg })
 }
 
@@ -862,7 +870,7 @@ pub fn client_config(
     cfg.circuit_build_timeout_ms = build_timeout.as_millis().min(60_000) as u64;
     set_client_paths(&mut cfg, c, variant.legs);
     cfg.path_seed = Some(path_seed);
-    cfg.link = link_settings(variant, &c.host).map_err(RunError::Config)?;
+    cfg.link = link_settings(variant, &c.host)?;
     Ok(cfg)
 }
 

@@ -28,5 +28,5 @@ pub use doc::{
     Flags, NetworkDocument, RelayEntry, TransportAddress, CLOCK_SKEW_ALLOWANCE, DEFAULT_LIFETIME,
 };
 pub use error::{line_col, Error, Result};
-pub use params::NetworkParams;
+pub use params::{NetworkParams, ParamsError};
 pub use policy::ExitPolicy;

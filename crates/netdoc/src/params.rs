@@ -34,7 +34,38 @@
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::flow::CircuitCc;
+use onionlab_circuit::ParamError;
 use std::collections::BTreeMap;
+
+/// Why a `[params]` table is refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParamsError {
+    /// `circuit_cc` names no circuit-level flow control.
+    #[error("circuit_cc must be \"fixed\" or \"vegas\", not {0:?}")]
+    UnknownCircuitCc(String),
+    /// `cfx_scheduler` names no leg scheduler.
+    #[error("cfx_scheduler {name:?} is not a leg scheduler ({known})")]
+    UnknownScheduler {
+        /// The name given.
+        name: String,
+        /// The schedulers there are.
+        known: String,
+    },
+    /// A key's value has the wrong type or form.
+    #[error("{key} must be {expected}, not {got}")]
+    WrongValue {
+        /// The key.
+        key: String,
+        /// What it must be.
+        expected: &'static str,
+        /// The value given, as TOML.
+        got: String,
+    },
+    /// A `cc_*` key is unknown, not allowed, or out of its range.
+    #[error(transparent)]
+    Circuit(#[from] ParamError),
+}
 
 /// Network-wide parameters of a document.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,15 +86,11 @@ impl NetworkParams {
     /// # Errors
     ///
     /// Another name.
-    pub fn with_circuit_cc(name: &str) -> Result<Self, String> {
+    pub fn with_circuit_cc(name: &str) -> Result<Self, ParamsError> {
         let circuit_cc = match name {
             "fixed" => CircuitCc::Fixed,
             "vegas" => CircuitCc::vegas(),
-            other => {
-                return Err(format!(
-                    "circuit_cc must be \"fixed\" or \"vegas\", not {other:?}"
-                ))
-            }
+            other => return Err(ParamsError::UnknownCircuitCc(other.to_string())),
         };
         Ok(NetworkParams {
             circuit_cc,
@@ -86,29 +113,34 @@ impl NetworkParams {
     ///
     /// # Errors
     ///
-    /// A message naming the key: an unknown key or `circuit_cc` value, a
-    /// value of the wrong type or out of range.
-    pub(crate) fn from_table(table: &BTreeMap<String, toml::Value>) -> Result<Self, String> {
+    /// The key at fault: an unknown key or `circuit_cc` value, a value of
+    /// the wrong type or out of range.
+    pub(crate) fn from_table(table: &BTreeMap<String, toml::Value>) -> Result<Self, ParamsError> {
+        let wrong = |key: &str, expected, got: &toml::Value| ParamsError::WrongValue {
+            key: key.to_string(),
+            expected,
+            got: got.to_string(),
+        };
         let mut cc = match table.get("circuit_cc") {
             None => CircuitCc::Fixed,
             Some(toml::Value::String(s)) => Self::with_circuit_cc(s)?.circuit_cc,
-            Some(other) => return Err(format!("circuit_cc must be a string, not {other}")),
+            Some(other) => return Err(wrong("circuit_cc", "a string", other)),
         };
         let cfx_enabled = match table.get("cfx_enabled") {
             None => false,
             Some(toml::Value::Integer(0)) => false,
             Some(toml::Value::Integer(1)) => true,
-            Some(other) => return Err(format!("cfx_enabled must be 0 or 1, not {other}")),
+            Some(other) => return Err(wrong("cfx_enabled", "0 or 1", other)),
         };
         let cfx_scheduler = match table.get("cfx_scheduler") {
             None => LegSchedulerKind::default(),
-            Some(toml::Value::String(s)) => LegSchedulerKind::parse(s).ok_or_else(|| {
-                format!(
-                    "cfx_scheduler {s:?} is not a leg scheduler ({})",
-                    LegSchedulerKind::names()
-                )
-            })?,
-            Some(other) => return Err(format!("cfx_scheduler must be a string, not {other}")),
+            Some(toml::Value::String(s)) => {
+                LegSchedulerKind::parse(s).ok_or_else(|| ParamsError::UnknownScheduler {
+                    name: s.clone(),
+                    known: LegSchedulerKind::names(),
+                })?
+            }
+            Some(other) => return Err(wrong("cfx_scheduler", "a string", other)),
         };
         let cc_keys = table
             .iter()
@@ -117,7 +149,7 @@ impl NetworkParams {
             let v = value
                 .as_integer()
                 .and_then(|i| u32::try_from(i).ok())
-                .ok_or_else(|| format!("{key} must be an integer in 0..=4294967295"))?;
+                .ok_or_else(|| wrong(key, "an integer in 0..=4294967295", value))?;
             cc.set_param(key, v)?;
         }
         cc.validate()?;
@@ -206,7 +238,9 @@ mod tests {
             "cfx_enabled = true",
             "cfx_enabled = \"1\"",
         ] {
-            let e = NetworkParams::from_table(&table(bad)).expect_err(bad);
+            let e = NetworkParams::from_table(&table(bad))
+                .expect_err(bad)
+                .to_string();
             assert!(e.contains("cfx_enabled"), "{bad}: {e}");
         }
     }
@@ -226,11 +260,14 @@ mod tests {
         );
         assert_round_trip(p);
         for bad in ["cfx_scheduler = \"fastest\"", "cfx_scheduler = 3"] {
-            let e = NetworkParams::from_table(&table(bad)).expect_err(bad);
+            let e = NetworkParams::from_table(&table(bad))
+                .expect_err(bad)
+                .to_string();
             assert!(e.contains("cfx_scheduler"), "{bad}: {e}");
         }
-        let e =
-            NetworkParams::from_table(&table("cfx_scheduler = \"fastest\"")).expect_err("unknown");
+        let e = NetworkParams::from_table(&table("cfx_scheduler = \"fastest\""))
+            .expect_err("unknown")
+            .to_string();
         assert!(e.contains("mtor") && e.contains("round-robin:N"), "{e}");
     }
 
@@ -250,7 +287,9 @@ mod tests {
                 "cc_cwnd_full_per_cwnd",
             ),
         ] {
-            let e = NetworkParams::from_table(&table(text)).expect_err(text);
+            let e = NetworkParams::from_table(&table(text))
+                .expect_err(text)
+                .to_string();
             assert!(e.contains(needle), "{text}: {e}");
         }
     }

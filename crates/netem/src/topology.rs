@@ -70,17 +70,27 @@ impl LossModel {
 
     /// A Gilbert-Elliott model with total loss `rate` in bursts of mean length
     /// `burst` packets (loss 1 in Bad, 0 in Good).
-    pub fn bursty(rate: f64, burst: f64) -> std::result::Result<LossModel, String> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Value`]: a rate outside [0, 1), a burst below 1 packet, or a
+    /// rate too high for the burst length.
+    pub fn bursty(rate: f64, burst: f64) -> Result<LossModel> {
+        let refuse = |reason: &str| Error::Value {
+            what: "bursty loss",
+            value: format!("rate {rate}, burst {burst}"),
+            reason: reason.to_string(),
+        };
         if !(0.0..1.0).contains(&rate) {
-            return Err("rate must be in [0, 1)".into());
+            return Err(refuse("rate must be in [0, 1)"));
         }
         if !(burst >= 1.0 && burst.is_finite()) {
-            return Err("burst must be at least 1 packet".into());
+            return Err(refuse("burst must be at least 1 packet"));
         }
         let r = 1.0 / burst;
         let p = rate * r / (1.0 - rate);
         if p > 1.0 {
-            return Err("rate too high for this burst length".into());
+            return Err(refuse("rate too high for this burst length"));
         }
         Ok(LossModel::GilbertElliott {
             p,
@@ -105,7 +115,7 @@ impl LossModel {
                     .trim()
                     .parse()
                     .map_err(|_| err("bad burst length".into()))?;
-                return LossModel::bursty(rate, burst).map_err(err);
+                return LossModel::bursty(rate, burst);
             }
             let v: Vec<f64> = rest
                 .split(',')
@@ -157,7 +167,9 @@ impl RawLossTable {
                 rate: self.rate.ok_or("bernoulli loss needs `rate`")?,
             }),
             "gilbert-elliott" | "ge" => match (self.rate, self.burst, self.p, self.r) {
-                (Some(rate), Some(burst), None, None) => LossModel::bursty(rate, burst),
+                (Some(rate), Some(burst), None, None) => {
+                    LossModel::bursty(rate, burst).map_err(|e| e.to_string())
+                }
                 (None, None, Some(p), Some(r)) => Ok(LossModel::GilbertElliott {
                     p,
                     r,

@@ -244,7 +244,9 @@ impl Relay {
         let link = &settings.link;
         link.check().map_err(Error::Transport)?;
         let tcp_congestion = link.tcp_congestion();
-        tcp_congestion.check_available().map_err(Error::Setting)?;
+        tcp_congestion
+            .check_available()
+            .map_err(|e| Error::Transport(e.into()))?;
         // Relays of the network open a connection per circuit in
         // conn-per-circuit mode: their addresses are exempt from the
         // per-address handshake rate (as tor exempts relays).

@@ -103,6 +103,9 @@ pub enum Error {
     /// A local configuration problem (bad key material...).
     #[error("transport configuration: {0}")]
     Config(String),
+    /// A transport setting is invalid or cannot be applied.
+    #[error("transport setting: {0}")]
+    Setting(#[from] SettingError),
 }
 
 impl Error {
@@ -116,6 +119,43 @@ impl Error {
             _ => None,
         }
     }
+}
+
+/// What is wrong with a transport setting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingError {
+    /// A name that is not one of the setting's choices.
+    #[error("unknown {setting} {value:?}: expected {expected}")]
+    UnknownName {
+        /// The setting.
+        setting: &'static str,
+        /// The value given.
+        value: String,
+        /// The choices, for the message.
+        expected: String,
+    },
+    /// A limit that must be positive (and finite) is not.
+    #[error("{setting} must be positive, not {value}")]
+    NotPositive {
+        /// The setting.
+        setting: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// The kernel refuses a TCP congestion control.
+    #[error(
+        "TCP congestion control {name:?} cannot be set ({source}); this kernel offers: {offered}"
+    )]
+    Unavailable {
+        /// The algorithm.
+        name: String,
+        /// What the kernel offers, space-separated.
+        offered: String,
+        /// The kernel's refusal.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What is wrong with a transport's own framing bytes: the preambles and

@@ -76,7 +76,7 @@ pub mod torchestra;
 pub mod utcp;
 
 pub use any::TransportKind;
-pub use err::{Error, WireError};
+pub use err::{Error, SettingError, WireError};
 pub use registry::Choice;
 pub use settings::LinkSettings;
 

@@ -109,10 +109,11 @@ impl LinkSettings {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] naming an algorithm a transport in use lacks.
+    /// [`Error::Setting`] or [`Error::Config`] naming an algorithm a
+    /// transport in use lacks.
     pub fn set_congestion(&mut self, tcp: TcpCongestion, own: &str) -> Result<(), Error> {
         if self.transport.uses(EndpointKind::QUIC) {
-            self.quic.congestion = own.parse().map_err(Error::Config)?;
+            self.quic.congestion = own.parse()?;
         }
         if self.transport.uses(EndpointKind::UTCP) {
             self.utcp.congestion = crate::utcp::lanes_imitating(&tcp)?;

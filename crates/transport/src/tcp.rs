@@ -18,6 +18,8 @@ use std::os::fd::AsRawFd;
 
 use socket2::SockRef;
 
+use crate::SettingError;
+
 /// The kernel's list of algorithms that can be set.
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 /// Longest algorithm name the kernel takes (`TCP_CA_NAME_MAX` less the NUL).
@@ -40,8 +42,8 @@ impl TcpCongestion {
     ///
     /// # Errors
     ///
-    /// A message naming the bad value.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    /// The bad value, and what is expected.
+    pub fn parse(s: &str) -> Result<Self, SettingError> {
         if s == "system" {
             return Ok(TcpCongestion::System);
         }
@@ -52,9 +54,13 @@ impl TcpCongestion {
         if valid {
             Ok(TcpCongestion::Named(s.to_string()))
         } else {
-            Err(format!(
-                "bad TCP congestion control {s:?}: \"system\" or a kernel algorithm name such as \"cubic\", \"reno\", \"bbr\""
-            ))
+            Err(SettingError::UnknownName {
+                setting: "TCP congestion control",
+                value: s.to_string(),
+                expected:
+                    "\"system\" or a kernel algorithm name such as \"cubic\", \"reno\", \"bbr\""
+                        .into(),
+            })
         }
     }
 
@@ -71,19 +77,19 @@ impl TcpCongestion {
     ///
     /// # Errors
     ///
-    /// A message naming the algorithm and what the kernel offers.
-    pub fn check_available(&self) -> Result<(), String> {
+    /// The algorithm, what the kernel offers, and why it refused (or why
+    /// no socket could be opened to ask).
+    pub fn check_available(&self) -> Result<(), SettingError> {
         let Some(name) = self.name() else {
             return Ok(());
         };
-        let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(|e| format!("a TCP socket to check {name:?}: {e}"))?;
-        probe.set_tcp_congestion(name.as_bytes()).map_err(|e| {
-            format!(
-                "TCP congestion control {name:?} cannot be set ({e}); this kernel offers: {}",
-                available().join(" ")
-            )
-        })
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .and_then(|probe| probe.set_tcp_congestion(name.as_bytes()))
+            .map_err(|source| SettingError::Unavailable {
+                name: name.to_string(),
+                offered: available().join(" "),
+                source,
+            })
     }
 
     /// Apply to `socket` (nothing for [`System`](Self::System)).
@@ -106,10 +112,10 @@ impl fmt::Display for TcpCongestion {
 }
 
 impl std::str::FromStr for TcpCongestion {
-    type Err = String;
+    type Err = SettingError;
 
     /// As [`TcpCongestion::parse`].
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SettingError> {
         Self::parse(s)
     }
 }
@@ -237,10 +243,13 @@ mod tests {
 
     #[test]
     fn settings_parse() {
-        assert_eq!(TcpCongestion::parse("system"), Ok(TcpCongestion::System));
         assert_eq!(
-            TcpCongestion::parse("cubic"),
-            Ok(TcpCongestion::Named("cubic".into()))
+            TcpCongestion::parse("system").ok(),
+            Some(TcpCongestion::System)
+        );
+        assert_eq!(
+            TcpCongestion::parse("cubic").ok(),
+            Some(TcpCongestion::Named("cubic".into()))
         );
         for bad in ["", "Cubic", "cu bic", "a_name_far_too_long", "bbr\0"] {
             assert!(TcpCongestion::parse(bad).is_err(), "{bad:?}");
@@ -267,6 +276,10 @@ mod tests {
         let e = missing
             .check_available()
             .expect_err("not a kernel algorithm");
-        assert!(e.contains("no_such_cc") && e.contains("reno"), "{e}");
+        assert!(
+            matches!(&e, SettingError::Unavailable { name, offered, .. }
+                if name == "no_such_cc" && offered.contains("reno")),
+            "{e}"
+        );
     }
 }

@@ -374,7 +374,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
         } => runtime::current_thread()?.block_on(async {
             let congestion = TcpCongestion::parse(&tcp_congestion)
                 .and_then(|c| c.check_available().map(|()| c))
-                .map_err(Error::Usage)?;
+                .map_err(|e| Error::Usage(e.to_string()))?;
             let l = tokio::net::TcpListener::bind(listen)
                 .await
                 .map_err(|source| Error::Write {

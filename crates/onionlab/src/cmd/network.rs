@@ -92,7 +92,7 @@ pub fn run(cmd: NetworkCommand) -> Result<ExitCode> {
             leg_scheduler,
         } => {
             let mut params = onionlab_netdoc::NetworkParams::with_circuit_cc(&circuit_cc)
-                .map_err(crate::error::Error::Usage)?;
+                .map_err(|e| crate::error::Error::Usage(e.to_string()))?;
             params.cfx_enabled = conflux;
             params.cfx_scheduler = leg_scheduler;
             let exit_allow_private = PrivateTargets::parse(&allow_private_targets)?;

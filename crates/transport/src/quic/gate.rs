@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use onionlab_ops::TokenBucket;
 
+use crate::SettingError;
+
 /// The gate's limits (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HandshakeLimits {
@@ -56,19 +58,17 @@ impl Default for HandshakeLimits {
 
 impl HandshakeLimits {
     /// Check that every limit is positive and finite.
-    pub(crate) fn validate(&self) -> Result<(), String> {
-        let rates = [
+    pub(crate) fn validate(&self) -> Result<(), SettingError> {
+        let limits = [
             ("per-address handshake rate", self.per_address_rate),
             ("per-address handshake burst", self.per_address_burst),
             ("QUIC retry rate", self.retry_rate),
+            ("most pending QUIC handshakes", self.max_pending as f64),
         ];
-        for (what, v) in rates {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!("{what} must be positive, not {v}"));
+        for (setting, value) in limits {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(SettingError::NotPositive { setting, value });
             }
-        }
-        if self.max_pending == 0 {
-            return Err("most pending QUIC handshakes must be positive".into());
         }
         Ok(())
     }
@@ -320,7 +320,13 @@ mod tests {
             retry_rate: f64::NAN,
             ..HandshakeLimits::default()
         };
-        assert!(bad.validate().unwrap_err().contains("retry rate"));
+        assert!(matches!(
+            bad.validate(),
+            Err(SettingError::NotPositive {
+                setting: "QUIC retry rate",
+                ..
+            })
+        ));
         let bad = HandshakeLimits {
             max_pending: 0,
             ..HandshakeLimits::default()

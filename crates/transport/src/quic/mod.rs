@@ -152,6 +152,7 @@ use crate::any::{SettingInfo, TransportInfo};
 use crate::endpoint::{Acceptor, BoxFuture, EndpointInfo, EndpointKind, PendingLink};
 use crate::link::{self, Role};
 use crate::tls::identity;
+use crate::SettingError;
 use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
 use gate::{GateCounters, HandshakeGate, HandshakeLimits, Verdict};
@@ -366,19 +367,20 @@ impl fmt::Display for Congestion {
 }
 
 impl std::str::FromStr for Congestion {
-    type Err = String;
+    type Err = SettingError;
 
     /// The configuration name; the error lists the valid ones.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, SettingError> {
         Self::from_name(s).ok_or_else(|| {
             let names: Vec<String> = Self::ALL
                 .iter()
                 .map(|c| format!("{:?}", c.name()))
                 .collect();
-            format!(
-                "unknown congestion control {s:?}: expected one of {}",
-                names.join(", ")
-            )
+            SettingError::UnknownName {
+                setting: "congestion control",
+                value: s.to_string(),
+                expected: format!("one of {}", names.join(", ")),
+            }
         })
     }
 }
@@ -490,7 +492,9 @@ impl QuicSettings {
                 self.idle_timeout
             )));
         }
-        self.handshakes.validate().map_err(Error::Config)?;
+        self.handshakes
+            .validate()
+            .map_err(|e| Error::Config(e.to_string()))?;
         if !(DEFAULT_INITIAL_MTU..=MAX_INITIAL_MTU).contains(&self.initial_mtu) {
             return Err(Error::Config(format!(
                 "QUIC initial MTU {} outside {DEFAULT_INITIAL_MTU}..={MAX_INITIAL_MTU}",
