@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, VecDeque};
 use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Destroy, DestroyReason, Relay,
 };
-use onionlab_transport::torchestra::switch::{Conn, Control, Switches};
+use onionlab_transport::torchestra::switch::{Conn, Control, SwitchViolation, Switches};
 use proptest::prelude::*;
 
 const MAX_PENDING: usize = 4096;
@@ -280,7 +280,10 @@ fn heavy_cells_wait_for_the_end_marker_and_are_bounded() {
     assert_eq!(b.pending(), 8);
     // The bound: one more is a violation that closes this circuit only.
     let r = b.receive(Conn::Heavy, data(9, 107));
-    assert!(r.violation.unwrap().detail.contains("held for switches"));
+    assert!(matches!(
+        r.violation.unwrap().what,
+        SwitchViolation::TooManyHeld { .. }
+    ));
     assert_eq!(b.pending(), 0);
     // Another circuit still works, and holds again up to the bound.
     let d = CircId::new(10).unwrap();
@@ -390,7 +393,10 @@ fn out_of_protocol_cells_close_only_their_circuit() {
     );
     assert_eq!(r.switched, Some((c, Conn::Heavy, true)));
     let r = b.receive(Conn::Heavy, data(5, 1));
-    assert!(r.violation.unwrap().detail.contains("before SWITCHED_CONN"));
+    assert!(matches!(
+        r.violation.unwrap().what,
+        SwitchViolation::BeforeStart { .. }
+    ));
 }
 
 #[test]

@@ -384,7 +384,7 @@ fn take_cells(
         if let Some(v) = r.violation {
             st.events.push_back(LinkEvent::CircuitViolation {
                 circ_id: v.circ,
-                detail: v.detail,
+                detail: v.what.to_string(),
             });
         }
     }

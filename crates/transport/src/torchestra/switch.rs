@@ -191,7 +191,64 @@ pub struct Violation {
     /// The circuit.
     pub circ: CircId,
     /// What happened.
-    pub detail: String,
+    pub what: SwitchViolation,
+}
+
+/// How the peer broke the switch protocol, or which bound its switches
+/// would pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SwitchViolation {
+    /// A switch cell that cannot be read.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// More circuits with a switch state than the bound.
+    #[error("more than {max} circuits with a switch state")]
+    TooManyCircuits {
+        /// The bound.
+        max: usize,
+    },
+    /// More cells held for switches than the bound.
+    #[error("more than {max} cells held for switches")]
+    TooManyHeld {
+        /// The bound.
+        max: usize,
+    },
+    /// A cell on the connection the circuit moves to, before the start
+    /// marker.
+    #[error("a {cmd} cell on the {conn:?} connection before SWITCHED_CONN")]
+    BeforeStart {
+        /// The cell's command.
+        cmd: String,
+        /// The connection.
+        conn: Conn,
+    },
+    /// The peer's SWITCH crossed ours.
+    #[error("SWITCH while our own switch is in progress")]
+    CrossedSwitch,
+    /// A SWITCHED answering no switch of ours.
+    #[error("SWITCHED without a switch of ours")]
+    UnaskedSwitched,
+    /// An end marker on a connection the circuit does not use.
+    #[error("an end marker on the {conn:?} connection, which the circuit does not use")]
+    StrayEndMarker {
+        /// The connection.
+        conn: Conn,
+    },
+    /// A start marker naming another connection than its own.
+    #[error("SWITCHED_CONN for {to:?} on the {conn:?} connection")]
+    MisplacedStartMarker {
+        /// The connection it names.
+        to: Conn,
+        /// The connection it came on.
+        conn: Conn,
+    },
+    /// A start marker the circuit's state does not expect.
+    #[error("unexpected SWITCHED_CONN on the {conn:?} connection")]
+    UnexpectedStartMarker {
+        /// The connection.
+        conn: Conn,
+    },
 }
 
 /// What the link must do after [`Switches::receive`].
@@ -340,12 +397,12 @@ impl Switches {
         }
         let result = match Control::parse(cell.msg()) {
             None => self.data(conn, circ, cell, &mut out),
-            Some(Err(e)) => Err(e.to_string()),
+            Some(Err(e)) => Err(e.into()),
             Some(Ok(control)) => self.control(conn, circ, control, &mut out),
         };
-        if let Err(detail) = result {
+        if let Err(what) = result {
             self.forget(circ);
-            out.violation = Some(Violation { circ, detail });
+            out.violation = Some(Violation { circ, what });
             return out;
         }
         // A DESTROY handed over ends the circuit's state: cells of it
@@ -417,13 +474,12 @@ impl Switches {
     }
 
     /// The state of `circ`, made if the bound allows.
-    fn state(&mut self, circ: CircId) -> Result<&mut Circuit, String> {
+    fn state(&mut self, circ: CircId) -> Result<&mut Circuit, SwitchViolation> {
         let id = u32::from(circ);
         if !self.circuits.contains_key(&id) && self.circuits.len() >= self.max_circuits {
-            return Err(format!(
-                "more than {} circuits with a switch state",
-                self.max_circuits
-            ));
+            return Err(SwitchViolation::TooManyCircuits {
+                max: self.max_circuits,
+            });
         }
         Ok(self.circuits.entry(id).or_default())
     }
@@ -434,17 +490,17 @@ impl Switches {
         circ: CircId,
         cell: AnyChanCell,
         out: &mut Received,
-    ) -> Result<(), String> {
+    ) -> Result<(), SwitchViolation> {
         let (recv_on, expect_start, early_start) = match self.circuits.get(&u32::from(circ)) {
             Some(c) => (c.recv_on(), c.expect_start, c.early_start),
             None => (Conn::Light, false, false),
         };
         if conn == recv_on {
             if expect_start {
-                return Err(format!(
-                    "a {} cell on the {conn:?} connection before SWITCHED_CONN",
-                    cell.msg().cmd()
-                ));
+                return Err(SwitchViolation::BeforeStart {
+                    cmd: cell.msg().cmd().to_string(),
+                    conn,
+                });
             }
             out.deliver.push(cell);
             return Ok(());
@@ -456,10 +512,9 @@ impl Switches {
             return Ok(());
         }
         if self.pending >= self.max_pending {
-            return Err(format!(
-                "more than {} cells held for switches",
-                self.max_pending
-            ));
+            return Err(SwitchViolation::TooManyHeld {
+                max: self.max_pending,
+            });
         }
         self.pending += 1;
         self.state(circ)?.held.push_back(cell);
@@ -472,13 +527,13 @@ impl Switches {
         circ: CircId,
         control: Control,
         out: &mut Received,
-    ) -> Result<(), String> {
+    ) -> Result<(), SwitchViolation> {
         match control {
             Control::SwitchedConn { to } => self.start_marker(conn, circ, to),
             Control::Switch { to, propagate } => {
                 let c = self.state(circ)?;
                 if c.awaiting_switched {
-                    return Err("SWITCH while our own switch is in progress".into());
+                    return Err(SwitchViolation::CrossedSwitch);
                 }
                 let released = self.end_marker(conn, circ, to)?;
                 out.deliver.extend(released);
@@ -500,7 +555,7 @@ impl Switches {
                     return Ok(());
                 };
                 if !c.awaiting_switched || to != c.send_on() {
-                    return Err("SWITCHED without a switch of ours".into());
+                    return Err(SwitchViolation::UnaskedSwitched);
                 }
                 let released = self.end_marker(conn, circ, to)?;
                 out.deliver.extend(released);
@@ -521,12 +576,10 @@ impl Switches {
         conn: Conn,
         circ: CircId,
         to: Conn,
-    ) -> Result<Vec<AnyChanCell>, String> {
+    ) -> Result<Vec<AnyChanCell>, SwitchViolation> {
         let c = self.state(circ)?;
         if conn != c.recv_on() || to != conn.other() || c.expect_start {
-            return Err(format!(
-                "an end marker on the {conn:?} connection, which the circuit does not use"
-            ));
+            return Err(SwitchViolation::StrayEndMarker { conn });
         }
         c.recv_on = Some(to);
         if !c.early_start {
@@ -540,11 +593,9 @@ impl Switches {
     }
 
     /// The peer's start marker, on the connection it moves to.
-    fn start_marker(&mut self, conn: Conn, circ: CircId, to: Conn) -> Result<(), String> {
+    fn start_marker(&mut self, conn: Conn, circ: CircId, to: Conn) -> Result<(), SwitchViolation> {
         if to != conn {
-            return Err(format!(
-                "SWITCHED_CONN for {to:?} on the {conn:?} connection"
-            ));
+            return Err(SwitchViolation::MisplacedStartMarker { to, conn });
         }
         let pending_full = self.pending >= self.max_pending;
         let max = self.max_pending;
@@ -555,15 +606,13 @@ impl Switches {
         }
         if conn != c.recv_on() && !c.early_start {
             if pending_full {
-                return Err(format!("more than {max} cells held for switches"));
+                return Err(SwitchViolation::TooManyHeld { max });
             }
             c.early_start = true;
             self.pending += 1;
             return Ok(());
         }
-        Err(format!(
-            "unexpected SWITCHED_CONN on the {conn:?} connection"
-        ))
+        Err(SwitchViolation::UnexpectedStartMarker { conn })
     }
 }
 
