@@ -135,6 +135,10 @@ const ENDED_GRACE: Duration = Duration::from_secs(60);
 /// a lane (its lane or connection limit is reached, its lane listener is
 /// gone): they would likely be refused too.
 const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
+/// How long a clean end of the main connection waits for the lanes'
+/// reading to end (the closing peer ends them at the same time) before
+/// the link ends.
+const LANE_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// Everything needed to start a link after its handshakes.
 pub(crate) struct LinkSpec {
@@ -238,6 +242,12 @@ pub(crate) struct LinkShared {
     admitted: Notify,
     /// Lane connections of this link, open or opening.
     lanes_open: AtomicUsize,
+    /// Lanes whose reading has not ended (opening, waiting for their turn,
+    /// or reading), and a wake-up when one ends: a clean end of the main
+    /// connection waits for them, so that a closing peer's last cells on
+    /// its lanes are delivered before the link's end.
+    lanes_reading: AtomicUsize,
+    lane_read_ended: Notify,
     cells: mpsc::Sender<Batch>,
     failure: Mutex<Option<Error>>,
     failed: Notify,
@@ -320,6 +330,10 @@ impl LinkShared {
         self.tasks.spawn(task);
     }
 
+    fn spawn_writer(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn_writer(task);
+    }
+
     /// Our send lane `lane` is dead: drop what it holds and stop routing
     /// its circuit to it (if it is still the circuit's lane).
     fn drop_send_lane(&self, lane: &Arc<SendBuffer>) {
@@ -392,8 +406,9 @@ impl LinkShared {
 
     /// Take the next receive slot of `circ_id`: the previous lane's end
     /// to wait for, and our own end signal.
-    fn order_slot(&self, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
+    fn order_slot(self: &Arc<Self>, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
         let (tx, rx) = oneshot::channel();
+        let reading = self.reading();
         let mut order = lock(&self.order);
         let serial = order.next_slot;
         order.next_slot += 1;
@@ -404,6 +419,7 @@ impl LinkShared {
                 circ_id,
                 serial,
                 _done: tx,
+                _reading: reading,
             },
         )
     }
@@ -422,11 +438,43 @@ impl LinkShared {
         }
     }
 
+    /// Count a lane whose reading has not ended.
+    fn reading(self: &Arc<Self>) -> Reading {
+        self.lanes_reading.fetch_add(1, AtomicOrdering::Relaxed);
+        Reading(self.clone())
+    }
+
+    /// Wait, at most [`LANE_CLOSE_WAIT`], until every lane's reading has
+    /// ended.
+    async fn lane_reads_ended(&self) {
+        let all_ended = async {
+            loop {
+                let ended = self.lane_read_ended.notified();
+                if self.lanes_reading.load(AtomicOrdering::Relaxed) == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let _ = tokio::time::timeout(LANE_CLOSE_WAIT, all_ended).await;
+    }
+
     /// Count a new lane connection of this link and node.
     fn lane_opened(self: &Arc<Self>) -> LaneCount {
         self.lanes_open.fetch_add(1, AtomicOrdering::Relaxed);
         self.node.open.fetch_add(1, AtomicOrdering::Relaxed);
         LaneCount(self.clone())
+    }
+}
+
+/// Counts one lane whose reading has not ended (see
+/// [`LinkShared::lanes_reading`]).
+struct Reading(Arc<LinkShared>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0.lanes_reading.fetch_sub(1, AtomicOrdering::Relaxed);
+        self.0.lane_read_ended.notify_waiters();
     }
 }
 
@@ -446,6 +494,8 @@ struct ReadSlot {
     serial: u64,
     /// Dropped when the lane's reading ends, releasing the next one.
     _done: oneshot::Sender<()>,
+    /// Counts the lane's reading until it ends.
+    _reading: Reading,
 }
 
 /// Start a link's tasks and return its halves.
@@ -478,14 +528,18 @@ pub(crate) fn start(
         recv_bytes: AtomicUsize::new(0),
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
+        lanes_reading: AtomicUsize::new(0),
+        lane_read_ended: Notify::new(),
     });
     let (r, w) = tokio::io::split(spec.conn);
-    shared.spawn(write_task::<_, LaneCount, _>(
-        shared.clone(),
-        shared.main.clone(),
-        w,
-        None,
-    ));
+    shared
+        .tasks
+        .spawn_main_writer(write_task::<_, LaneCount, _>(
+            shared.clone(),
+            shared.main.clone(),
+            w,
+            None,
+        ));
     let r = Heard::new(r, shared.liveness.clone());
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
     shared.spawn(read_main(shared.clone(), reader));
@@ -541,6 +595,11 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<Rea
     loop {
         cells.clear();
         if let Err(e) = reader.read_cells(&mut cells).await {
+            if matches!(e, Error::Closed) {
+                // The peer closed cleanly, its lanes too: their last cells
+                // come before the link's end.
+                link.lane_reads_ended().await;
+            }
             link.fail(e);
             return;
         }
@@ -660,12 +719,14 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: 
     }
     let count = Arc::new(link.lane_opened());
     let link2 = link.clone();
+    let waiting = link.reading();
     link.spawn(async move {
         let link = link2;
         if !wait_for_predecessor(&link, &preamble).await {
             return;
         }
         let (prev, slot) = link.order_slot(preamble.circ_id);
+        drop(waiting);
         {
             let mut order = lock(&link.order);
             order.admitted.remove(&preamble.prev);
@@ -691,7 +752,7 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: 
             std::collections::hash_map::Entry::Vacant(v) => Some(v.insert(SendBuffer::new(circ_id)).clone()),
         };
         match ours.clone() {
-            Some(lane) => link.spawn(write_task(link.clone(), lane, w, Some(count.clone()))),
+            Some(lane) => link.spawn_writer(write_task(link.clone(), lane, w, Some(count.clone()))),
             // We opened one for this circuit too: keep ours.
             None => {
                 let _ = w.shutdown().await;
@@ -807,17 +868,31 @@ pub struct LaneReader {
 
 impl CellReader for LaneReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
-        let link = &self.end.shared;
+        let link = self.end.shared.clone();
+        let take = |batch: Batch, out: &mut Vec<AnyChanCell>| {
+            link.recv_bytes
+                .fetch_sub(batch.bytes, AtomicOrdering::Relaxed);
+            out.extend(batch.cells);
+        };
         loop {
-            if let Some(e) = lock(&link.failure).take() {
+            let mut failure = lock(&link.failure).take();
+            if matches!(failure, Some(Error::Closed)) {
+                // A clean end comes after the cells that arrived before it;
+                // a broken link's cells are not worth waiting for.
+                if let Ok(batch) = self.rx.try_recv() {
+                    *lock(&link.failure) = failure.take();
+                    take(batch, out);
+                    return Ok(());
+                }
+            }
+            if let Some(e) = failure {
                 return Err(e);
             }
             let failed = link.failed.notified();
             tokio::select! {
                 batch = self.rx.recv() => {
                     let Some(batch) = batch else { return Err(Error::Closed) };
-                    link.recv_bytes.fetch_sub(batch.bytes, AtomicOrdering::Relaxed);
-                    out.extend(batch.cells);
+                    take(batch, out);
                     return Ok(());
                 }
                 () = failed => {}
@@ -933,7 +1008,7 @@ impl LaneWriter {
         // in the order they were opened here.
         let slot = link.order_slot(circ_id);
         let count = Arc::new(link.lane_opened());
-        link.spawn(open_lane(
+        link.spawn_writer(open_lane(
             link.clone(),
             lane.clone(),
             (preamble, pre),
@@ -1006,8 +1081,10 @@ impl CellWriter for LaneWriter {
         for (_, lane) in lock(&link.lanes).drain() {
             lane.close();
         }
-        link.main.close();
-        link.tasks.drain().await;
+        // The lanes end first: the peer then sees the main connection's
+        // end after their last cells (and waits for its lanes' reading to
+        // end, `read_main`).
+        link.tasks.drain(|| link.main.close()).await;
         Ok(())
     }
 

@@ -193,43 +193,96 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The tasks of a link with several connections: spawned, aborted when
 /// the link fails or ends, drained (then aborted) when it shuts down.
+///
+/// Writers (tasks that write what a buffer holds, or open a connection
+/// and then write) are apart from the rest (readers, liveness watches):
+/// a shutdown waits for the writers only, since the others end only when
+/// the peer closes or the link is dropped. A link with lanes keeps the
+/// writer of its main connection apart too: it ends last.
 #[derive(Default)]
-pub(crate) struct LinkTasks(Mutex<Vec<tokio::task::JoinHandle<()>>>);
+pub(crate) struct LinkTasks(Mutex<TaskLists>);
+
+type Task = tokio::task::JoinHandle<()>;
+
+#[derive(Default)]
+struct TaskLists {
+    writers: Vec<Task>,
+    main_writer: Option<Task>,
+    others: Vec<Task>,
+}
 
 impl LinkTasks {
-    fn handles(&self) -> MutexGuard<'_, Vec<tokio::task::JoinHandle<()>>> {
+    fn lists(&self) -> MutexGuard<'_, TaskLists> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run `task`, remembered until it finishes.
+    /// Run `task`, remembered until it finishes; a shutdown does not wait
+    /// for it.
     pub(crate) fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         let handle = tokio::spawn(task);
-        let mut tasks = self.handles();
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+        let mut lists = self.lists();
+        lists.others.retain(|t| !t.is_finished());
+        lists.others.push(handle);
+    }
+
+    /// Run `task`, a writer: a shutdown waits for it (up to
+    /// [`DRAIN_TIMEOUT`]).
+    pub(crate) fn spawn_writer(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let handle = tokio::spawn(task);
+        let mut lists = self.lists();
+        lists.writers.retain(|t| !t.is_finished());
+        lists.writers.push(handle);
+    }
+
+    /// Run `task`, the main connection's writer: a shutdown waits for it
+    /// after the other writers.
+    pub(crate) fn spawn_main_writer(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.lists().main_writer = Some(tokio::spawn(task));
     }
 
     /// Stop every task now.
     pub(crate) fn abort_all(&self) {
-        for t in self.handles().drain(..) {
+        let TaskLists {
+            writers,
+            main_writer,
+            others,
+        } = std::mem::take(&mut *self.lists());
+        for t in writers.into_iter().chain(main_writer).chain(others) {
             t.abort();
         }
     }
 
-    /// Wait up to [`DRAIN_TIMEOUT`] for the tasks (writers finish what they
-    /// hold), then abort whatever still runs (readers, a writer stuck on a
-    /// dead peer): a closed link leaves no task behind.
-    pub(crate) async fn drain(&self) {
-        let handles: Vec<_> = std::mem::take(&mut *self.handles());
-        let aborts: Vec<_> = handles.iter().map(|t| t.abort_handle()).collect();
+    /// Wait for the writers to finish what they hold, then call
+    /// `close_main` and wait for the main connection's writer; then abort
+    /// every task still running (readers, the liveness watch, a writer
+    /// stuck on a dead peer): a closed link leaves no task behind. All
+    /// the waiting takes at most [`DRAIN_TIMEOUT`].
+    pub(crate) async fn drain(&self, close_main: impl FnOnce()) {
+        let writers = std::mem::take(&mut self.lists().writers);
+        let aborts: Vec<_> = writers.iter().map(|t| t.abort_handle()).collect();
+        let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
         let wait = async {
-            for t in handles {
+            for t in writers {
                 let _ = t.await;
             }
         };
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, wait).await;
+        let _ = tokio::time::timeout_at(deadline, wait).await;
         for a in aborts {
             a.abort();
         }
+        close_main();
+        let main_writer = self.lists().main_writer.take();
+        if let Some(main_writer) = main_writer {
+            let abort = main_writer.abort_handle();
+            let _ = tokio::time::timeout_at(deadline, main_writer).await;
+            abort.abort();
+        }
+        self.abort_all();
     }
 }

@@ -234,3 +234,54 @@ async fn a_refused_lane_ends_its_circuit_not_the_link() {
     );
     assert_eq!(index_of(&got[0]), Some((next, 3)));
 }
+
+/// Closing a link's sending side is prompt: the writer flushes what it
+/// holds on the main connection and every lane, and returns once they are
+/// written, without waiting for the link's readers or its liveness watch
+/// (which only the peer's close, or an abort, would end). The peer gets
+/// every cell of the lanes it has accepted, then the end of the link. (A
+/// lane the closing side opened just before closing may still be in its
+/// handshake when the main connection's end arrives: its cells are lost
+/// with the link, as those of its circuit would be.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_every_lane_and_returns_promptly() {
+    let a = node(11, 64, None).await;
+    let mut b = node(12, 64, None).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    let circs: Vec<u32> = (1..=4).map(|i| 0x8000_0000 | i).collect();
+    let n = 200;
+    let cells_from = |first: u32| -> Vec<AnyChanCell> {
+        (first..n)
+            .flat_map(|i| circs.iter().map(move |&c| cell(c, i)))
+            .collect()
+    };
+    send(&mut ab.writer, cells_from(n - 1)).await;
+    eventually("b accepts every lane", || b.tcp.open_lanes() == circs.len()).await;
+    send(&mut ab.writer, cells_from(0)).await;
+    let started = std::time::Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), ab.writer.shutdown())
+        .await
+        .expect("shutdown returns well before the 10 s drain limit")
+        .expect("shutdown");
+    let took = started.elapsed();
+    let mut got = Vec::new();
+    while got.len() < circs.len() * (n as usize + 1) {
+        if let Err(e) = ba.reader.read_cells(&mut got).await {
+            let per: Vec<(u32, usize)> = per_circuit(&got)
+                .into_iter()
+                .map(|(c, v)| (c, v.len()))
+                .collect();
+            panic!("{e} after {} cells: {per:?}", got.len());
+        }
+    }
+    let mut want: Vec<u32> = vec![n - 1];
+    want.extend(0..n);
+    for (circ, idx) in per_circuit(&got) {
+        assert_eq!(idx, want, "circuit {circ:#x}");
+    }
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    let end = tokio::time::timeout(Duration::from_secs(5), ba.reader.read_cells(&mut got))
+        .await
+        .expect("the link's end follows its cells");
+    assert!(matches!(end, Err(Error::Closed)), "{end:?}");
+}

@@ -129,6 +129,10 @@ impl LinkShared {
         self.tasks.spawn(task);
     }
 
+    fn spawn_writer(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn_writer(task);
+    }
+
     fn buffer(&self, conn: Conn) -> &Arc<SendBuffer> {
         match conn {
             Conn::Light => &self.light,
@@ -182,7 +186,7 @@ impl LinkShared {
         }
         keepalive_off(&tls);
         let (r, w) = tokio::io::split(tls);
-        self.spawn(write_task::<_, (), _>(
+        self.spawn_writer(write_task::<_, (), _>(
             self.clone(),
             self.heavy.clone(),
             w,
@@ -233,7 +237,7 @@ pub(crate) fn start(
     });
     keepalive_off(&spec.tls);
     let (r, w) = tokio::io::split(spec.tls);
-    shared.spawn(write_task::<_, (), _>(
+    shared.spawn_writer(write_task::<_, (), _>(
         shared.clone(),
         shared.light.clone(),
         w,
@@ -244,7 +248,7 @@ pub(crate) fn start(
     shared.spawn(read_conn(shared.clone(), Conn::Light, reader));
     shared.spawn(watch_liveness(shared.clone()));
     if spec.switching && spec.opener {
-        shared.spawn(open_heavy(shared.clone()));
+        shared.spawn_writer(open_heavy(shared.clone()));
     }
     let _ = spec.our_token;
     let end = Arc::new(LinkEnd {
@@ -483,7 +487,7 @@ impl CellWriter for TorchestraWriter {
         let link = self.link().clone();
         link.light.close();
         link.heavy.close();
-        link.tasks.drain().await;
+        link.tasks.drain(|| ()).await;
         Ok(())
     }
 
