@@ -30,7 +30,7 @@ use crate::liveness::LivenessTiming;
 use crate::liveness::{self, Heard, Liveness};
 use crate::pctcp::wire::{self, LanePreamble};
 use crate::quic::wire::{lane_end, next_lane_cell};
-use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, SendBuffer};
+use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, Reading, Readings, SendBuffer};
 use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -243,11 +243,10 @@ pub(crate) struct LinkShared {
     /// Lane connections of this link, open or opening.
     lanes_open: AtomicUsize,
     /// Lanes whose reading has not ended (opening, waiting for their turn,
-    /// or reading), and a wake-up when one ends: a clean end of the main
-    /// connection waits for them, so that a closing peer's last cells on
-    /// its lanes are delivered before the link's end.
-    lanes_reading: AtomicUsize,
-    lane_read_ended: Notify,
+    /// or reading): a clean end of the main connection waits for them, so
+    /// that a closing peer's last cells on its lanes are delivered before
+    /// the link's end.
+    lanes_reading: Arc<Readings>,
     cells: mpsc::Sender<Batch>,
     failure: Mutex<Option<Error>>,
     failed: Notify,
@@ -408,7 +407,7 @@ impl LinkShared {
     /// to wait for, and our own end signal.
     fn order_slot(self: &Arc<Self>, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
         let (tx, rx) = oneshot::channel();
-        let reading = self.reading();
+        let reading = self.lanes_reading.start();
         let mut order = lock(&self.order);
         let serial = order.next_slot;
         order.next_slot += 1;
@@ -438,43 +437,11 @@ impl LinkShared {
         }
     }
 
-    /// Count a lane whose reading has not ended.
-    fn reading(self: &Arc<Self>) -> Reading {
-        self.lanes_reading.fetch_add(1, AtomicOrdering::Relaxed);
-        Reading(self.clone())
-    }
-
-    /// Wait, at most [`LANE_CLOSE_WAIT`], until every lane's reading has
-    /// ended.
-    async fn lane_reads_ended(&self) {
-        let all_ended = async {
-            loop {
-                let ended = self.lane_read_ended.notified();
-                if self.lanes_reading.load(AtomicOrdering::Relaxed) == 0 {
-                    return;
-                }
-                ended.await;
-            }
-        };
-        let _ = tokio::time::timeout(LANE_CLOSE_WAIT, all_ended).await;
-    }
-
     /// Count a new lane connection of this link and node.
     fn lane_opened(self: &Arc<Self>) -> LaneCount {
         self.lanes_open.fetch_add(1, AtomicOrdering::Relaxed);
         self.node.open.fetch_add(1, AtomicOrdering::Relaxed);
         LaneCount(self.clone())
-    }
-}
-
-/// Counts one lane whose reading has not ended (see
-/// [`LinkShared::lanes_reading`]).
-struct Reading(Arc<LinkShared>);
-
-impl Drop for Reading {
-    fn drop(&mut self) {
-        self.0.lanes_reading.fetch_sub(1, AtomicOrdering::Relaxed);
-        self.0.lane_read_ended.notify_waiters();
     }
 }
 
@@ -528,8 +495,7 @@ pub(crate) fn start(
         recv_bytes: AtomicUsize::new(0),
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
-        lanes_reading: AtomicUsize::new(0),
-        lane_read_ended: Notify::new(),
+        lanes_reading: Arc::default(),
     });
     let (r, w) = tokio::io::split(spec.conn);
     shared
@@ -598,7 +564,7 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<Rea
             if matches!(e, Error::Closed) {
                 // The peer closed cleanly, its lanes too: their last cells
                 // come before the link's end.
-                link.lane_reads_ended().await;
+                link.lanes_reading.all_ended(LANE_CLOSE_WAIT).await;
             }
             link.fail(e);
             return;
@@ -719,7 +685,7 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: 
     }
     let count = Arc::new(link.lane_opened());
     let link2 = link.clone();
-    let waiting = link.reading();
+    let waiting = link.lanes_reading.start();
     link.spawn(async move {
         let link = link2;
         if !wait_for_predecessor(&link, &preamble).await {

@@ -188,6 +188,52 @@ pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin +
     }
 }
 
+/// The connections or lanes of a link still being read, and a wake-up
+/// when one's reading ends: a clean end of the link's main connection
+/// waits for the others', so that a closing peer's last cells on them
+/// come before the link's end.
+#[derive(Default)]
+pub(crate) struct Readings {
+    count: AtomicUsize,
+    ended: Notify,
+}
+
+/// Counts one connection or lane being read until dropped (held by its
+/// read task).
+pub(crate) struct Reading(Arc<Readings>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        self.0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.ended.notify_waiters();
+    }
+}
+
+impl Readings {
+    /// Count one more being read.
+    pub(crate) fn start(self: &Arc<Self>) -> Reading {
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Reading(self.clone())
+    }
+
+    /// Wait, at most `within`, until none is being read.
+    pub(crate) async fn all_ended(&self, within: Duration) {
+        let all_ended = async {
+            loop {
+                let ended = self.ended.notified();
+                if self.count.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let _ = tokio::time::timeout(within, all_ended).await;
+    }
+}
+
 /// How long a closing link waits for its tasks to drain.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -217,3 +217,43 @@ async fn a_peer_that_does_not_switch_makes_a_plain_link() {
         "{events:?}"
     );
 }
+
+/// Closing a torchestra link is prompt and loses nothing: the writer
+/// flushes both connections (heavy first, then light) without waiting for
+/// the readers or the liveness watch, and the peer gets every cell of a
+/// circuit on heavy and of one on light before the link's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_delivers_both_connections_cells_then_the_end() {
+    let a = node(5, true).await;
+    let mut b = node(6, true).await;
+    let (mut ab, mut ba) = link(&a, &mut b).await;
+    wait_heavy(&a, &b).await;
+    let circs = [0x8000_0001u32, 0x8000_0002];
+    let n = 300;
+    let total = circs.len() * n as usize;
+    let sender = async {
+        send(&mut ab.writer, &circs, n, &[(circs[0], 0, true)]).await;
+        let started = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), ab.writer.shutdown())
+            .await
+            .expect("shutdown returns well before the 10 s drain limit")
+            .expect("shutdown");
+        started.elapsed()
+    };
+    let (took, (got, _)) = tokio::join!(sender, receive(&mut ba.reader, total));
+    for c in circs {
+        assert_eq!(got[&c], (0..n).collect::<Vec<_>>(), "circuit {c:#x}");
+    }
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    let mut cells = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Err(e) = ba.reader.read_cells(&mut cells).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the link's end follows its cells");
+    assert!(matches!(end, onionlab_transport::Error::Closed), "{end:?}");
+}

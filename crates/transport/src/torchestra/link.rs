@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use onionlab_cell::chan::AnyChanCell;
@@ -25,7 +26,7 @@ use super::switch::{Conn, Control, Switches};
 use super::wire;
 use crate::link::StreamCellReader;
 use crate::liveness::{self, Heard, Liveness};
-use crate::sendbuf::{write_task, LinkTasks, Owner, SendBuffer, Tls};
+use crate::sendbuf::{write_task, LinkTasks, Owner, Reading, Readings, SendBuffer, Tls};
 use crate::tcp_share::wire::TOKEN_LEN;
 use crate::tls::{keepalive_off, TlsTransport};
 use crate::{
@@ -98,7 +99,15 @@ pub(crate) struct LinkShared {
     /// When the peer was last heard on either connection.
     liveness: Arc<Liveness>,
     tasks: LinkTasks,
+    /// Connections still being read: a clean end of one waits for the
+    /// other's, so that a closing peer's last cells on it come before the
+    /// link's end.
+    reading: Arc<Readings>,
 }
+
+/// How long a connection's clean end waits for the other's reading to end
+/// (the closing peer ends both at once) before the link ends.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -194,7 +203,8 @@ impl LinkShared {
         ));
         let r = Heard::new(r, self.liveness.clone());
         let reader = StreamCellReader::new(r, self.link_version, BytesMut::new(), self.peer.addr);
-        self.spawn(read_conn(self.clone(), Conn::Heavy, reader));
+        let reading = self.reading.start();
+        self.spawn(read_conn(self.clone(), reading, Conn::Heavy, reader));
         self.transport
             .mode_state::<super::NodeState>()
             .heavy_attached();
@@ -234,10 +244,11 @@ pub(crate) fn start(
         send_bytes: AtomicUsize::new(0),
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
+        reading: Arc::default(),
     });
     keepalive_off(&spec.tls);
     let (r, w) = tokio::io::split(spec.tls);
-    shared.spawn_writer(write_task::<_, (), _>(
+    shared.tasks.spawn_main_writer(write_task::<_, (), _>(
         shared.clone(),
         shared.light.clone(),
         w,
@@ -245,7 +256,8 @@ pub(crate) fn start(
     ));
     let r = Heard::new(r, shared.liveness.clone());
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
-    shared.spawn(read_conn(shared.clone(), Conn::Light, reader));
+    let reading = shared.reading.start();
+    shared.spawn(read_conn(shared.clone(), reading, Conn::Light, reader));
     shared.spawn(watch_liveness(shared.clone()));
     if spec.switching && spec.opener {
         shared.spawn_writer(open_heavy(shared.clone()));
@@ -315,6 +327,7 @@ async fn watch_liveness(link: Arc<LinkShared>) {
 /// releases into the inbox, its answers onto the buffers.
 async fn read_conn(
     link: Arc<LinkShared>,
+    reading: Reading,
     conn: Conn,
     mut reader: StreamCellReader<Heard<ReadHalf<Tls>>>,
 ) {
@@ -339,6 +352,12 @@ async fn read_conn(
         }
         cells.clear();
         if let Err(e) = reader.read_cells(&mut cells).await {
+            if matches!(e, Error::Closed) {
+                // The peer closed cleanly, both connections at once: the
+                // other's last cells come before the link's end.
+                drop(reading);
+                link.reading.all_ended(CLOSE_WAIT).await;
+            }
             link.fail(e);
             return;
         }
@@ -485,9 +504,10 @@ impl CellWriter for TorchestraWriter {
 
     async fn shutdown(&mut self) -> Result<(), Error> {
         let link = self.link().clone();
-        link.light.close();
+        // Heavy first: the peer then sees light's end after heavy's last
+        // cells (and waits for heavy's reading to end, `read_conn`).
         link.heavy.close();
-        link.tasks.drain(|| ()).await;
+        link.tasks.drain(|| link.light.close()).await;
         Ok(())
     }
 
