@@ -30,7 +30,8 @@ use crate::liveness::LivenessTiming;
 use crate::liveness::{self, Heard, Liveness};
 use crate::pctcp::wire::{self, LanePreamble};
 use crate::quic::wire::{lane_end, next_lane_cell};
-use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, Reading, Readings, SendBuffer};
+use crate::read_order::{ReadOrder, ReadSlot};
+use crate::sendbuf::{write_task, BoxConn, LinkTasks, Owner, SendBuffer};
 use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -205,9 +206,6 @@ struct RecvOrder {
     /// Lane numbers below this were forgotten from `admitted` (they count
     /// as admitted).
     forgotten_below: u64,
-    /// The latest receive slot per circuit ID.
-    slots: HashMap<u32, (u64, oneshot::Receiver<()>)>,
-    next_slot: u64,
 }
 
 /// Lane numbers of the lanes we open.
@@ -242,11 +240,12 @@ pub(crate) struct LinkShared {
     admitted: Notify,
     /// Lane connections of this link, open or opening.
     lanes_open: AtomicUsize,
-    /// Lanes whose reading has not ended (opening, waiting for their turn,
-    /// or reading): a clean end of the main connection waits for them, so
+    /// Each circuit ID's latest lane in the receive order, and the lanes
+    /// whose reading has not ended (opening, waiting for their turn, or
+    /// reading): a clean end of the main connection waits for them, so
     /// that a closing peer's last cells on its lanes are delivered before
     /// the link's end.
-    lanes_reading: Arc<Readings>,
+    read_order: ReadOrder,
     cells: mpsc::Sender<Batch>,
     failure: Mutex<Option<Error>>,
     failed: Notify,
@@ -405,29 +404,12 @@ impl LinkShared {
 
     /// Take the next receive slot of `circ_id`: the previous lane's end
     /// to wait for, and our own end signal.
-    fn order_slot(self: &Arc<Self>, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
-        let (tx, rx) = oneshot::channel();
-        let reading = self.lanes_reading.start();
-        let mut order = lock(&self.order);
-        let serial = order.next_slot;
-        order.next_slot += 1;
-        let prev = order.slots.insert(circ_id, (serial, rx));
-        (
-            prev.map(|p| p.1),
-            ReadSlot {
-                circ_id,
-                serial,
-                _done: tx,
-                _reading: reading,
-            },
-        )
+    fn order_slot(&self, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
+        self.read_order.take(circ_id)
     }
 
     fn release_slot(&self, slot: &ReadSlot) {
-        let mut order = lock(&self.order);
-        if order.slots.get(&slot.circ_id).map(|s| s.0) == Some(slot.serial) {
-            order.slots.remove(&slot.circ_id);
-        }
+        self.read_order.release(slot);
     }
 
     /// Finish our lane of `circ_id` after what it holds, if open.
@@ -453,16 +435,6 @@ impl Drop for LaneCount {
         self.0.lanes_open.fetch_sub(1, AtomicOrdering::Relaxed);
         self.0.node.open.fetch_sub(1, AtomicOrdering::Relaxed);
     }
-}
-
-/// A lane's place in its circuit ID's receive order.
-struct ReadSlot {
-    circ_id: u32,
-    serial: u64,
-    /// Dropped when the lane's reading ends, releasing the next one.
-    _done: oneshot::Sender<()>,
-    /// Counts the lane's reading until it ends.
-    _reading: Reading,
 }
 
 /// Start a link's tasks and return its halves.
@@ -495,7 +467,7 @@ pub(crate) fn start(
         recv_bytes: AtomicUsize::new(0),
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
-        lanes_reading: Arc::default(),
+        read_order: ReadOrder::default(),
     });
     let (r, w) = tokio::io::split(spec.conn);
     shared
@@ -564,7 +536,7 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<Rea
             if matches!(e, Error::Closed) {
                 // The peer closed cleanly, its lanes too: their last cells
                 // come before the link's end.
-                link.lanes_reading.all_ended(LANE_CLOSE_WAIT).await;
+                link.read_order.reading().all_ended(LANE_CLOSE_WAIT).await;
             }
             link.fail(e);
             return;
@@ -685,7 +657,7 @@ pub(crate) fn accept_lane(link: &Arc<LinkShared>, preamble: LanePreamble, conn: 
     }
     let count = Arc::new(link.lane_opened());
     let link2 = link.clone();
-    let waiting = link.lanes_reading.start();
+    let waiting = link.read_order.reading().start();
     link.spawn(async move {
         let link = link2;
         if !wait_for_predecessor(&link, &preamble).await {

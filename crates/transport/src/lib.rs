@@ -65,6 +65,7 @@ pub mod pctcp;
 #[cfg(feature = "test-transport")]
 pub mod plain;
 pub mod quic;
+mod read_order;
 pub mod registry;
 mod sendbuf;
 pub mod settings;

@@ -27,6 +27,7 @@ use super::{
     LANE_HIGH_WATER, STREAM_WINDOW,
 };
 use crate::link::StreamCellReader;
+use crate::read_order::{ReadOrder, ReadSlot};
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
 /// Chunks (received STREAM frames) taken from a stream per read.
@@ -115,13 +116,6 @@ impl Lane {
     }
 }
 
-/// Receive order of the streams of one circuit ID: a new stream is read
-/// only after the previous one for the same ID ended.
-struct OrderSlot {
-    serial: u64,
-    done: oneshot::Receiver<()>,
-}
-
 /// State shared by a link's reader, writer and tasks.
 pub(crate) struct LinkShared {
     pub(crate) peer: PeerInfo,
@@ -134,8 +128,7 @@ pub(crate) struct LinkShared {
     /// Open send lanes by circuit ID (0: the control stream).
     lanes: Mutex<HashMap<u32, Arc<Lane>>>,
     /// Latest receive slot per circuit ID.
-    order: Mutex<HashMap<u32, OrderSlot>>,
-    next_serial: AtomicU64,
+    read_order: ReadOrder,
     /// Lane connections (conn-per-circuit mode), to close with the link.
     lane_conns: Mutex<HashMap<usize, Connection>>,
     /// Packets received by lane connections that ended (so the link's
@@ -272,24 +265,11 @@ impl LinkShared {
     /// Take a receive slot for a new stream of `circ_id`: the previous
     /// stream's end to wait for, and our own end signal.
     fn order_slot(&self, circ_id: u32) -> (Option<oneshot::Receiver<()>>, ReadSlot) {
-        let serial = self.next_serial.fetch_add(1, AtomicOrdering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let prev = lock(&self.order).insert(circ_id, OrderSlot { serial, done: rx });
-        (
-            prev.map(|p| p.done),
-            ReadSlot {
-                circ_id,
-                serial,
-                _done: tx,
-            },
-        )
+        self.read_order.take(circ_id)
     }
 
     fn release_slot(&self, slot: &ReadSlot) {
-        let mut order = lock(&self.order);
-        if order.get(&slot.circ_id).map(|s| s.serial) == Some(slot.serial) {
-            order.remove(&slot.circ_id);
-        }
+        self.read_order.release(slot);
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -298,14 +278,6 @@ impl LinkShared {
         tasks.retain(|t| !t.is_finished());
         tasks.push(handle);
     }
-}
-
-/// A stream's place in its circuit ID's receive order.
-struct ReadSlot {
-    circ_id: u32,
-    serial: u64,
-    /// Dropped when the stream ends, releasing the next one.
-    _done: oneshot::Sender<()>,
 }
 
 /// Start a link's tasks and return its halves.
@@ -320,8 +292,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         our_token: spec.our_token,
         peer_token: spec.peer_token,
         lanes: Mutex::default(),
-        order: Mutex::default(),
-        next_serial: AtomicU64::new(0),
+        read_order: ReadOrder::default(),
         lane_conns: Mutex::default(),
         retired_packets: AtomicU64::new(0),
         tasks: Mutex::default(),
