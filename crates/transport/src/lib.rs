@@ -142,8 +142,10 @@ pub trait CellReader: Send {
     /// Wait until at least one circuit cell is available and append the
     /// cells now available (at most a small batch) to `out`.
     ///
-    /// Returns [`Error::Closed`] when the peer closed the link cleanly, and
-    /// another error when the link is broken; either way the link is done.
+    /// Returns [`Error::Closed`] when the peer closed the link cleanly (after
+    /// the cells it sent before closing, on every connection of the link
+    /// that was open), and another error when the link is broken; either
+    /// way the link is done.
     fn read_cells(
         &mut self,
         out: &mut Vec<AnyChanCell>,
@@ -182,7 +184,10 @@ pub trait CellWriter: Send {
     /// Write everything queued to the network.
     fn flush(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Flush, then close the sending direction.
+    /// Flush, then close the sending direction. Returns once what was
+    /// queued is written (on a link of several connections, its lanes
+    /// before its main connection), or after a bounded wait for a peer
+    /// that does not read; it does not wait for the peer's own close.
     fn shutdown(&mut self) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// How this writer orders cells. With [`Ordering::PerCircuit`] the
