@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -246,6 +246,8 @@ pub(crate) struct LinkShared {
     /// that a closing peer's last cells on its lanes are delivered before
     /// the link's end.
     read_order: ReadOrder,
+    /// The peer closed the main connection cleanly: the link is ending.
+    closing: AtomicBool,
     cells: mpsc::Sender<Batch>,
     failure: Mutex<Option<Error>>,
     failed: Notify,
@@ -315,8 +317,20 @@ impl LinkShared {
         self.dialer.named(e)
     }
 
-    /// The link is broken: tell the reader, stop every connection.
+    /// The link is broken: tell the reader, stop every connection. Once
+    /// the peer closed cleanly (`closing`), what fails meanwhile is the
+    /// closing's doing: the link ends as closed when the lanes' reading
+    /// has ended (`read_main`).
     fn fail(&self, e: Error) {
+        if self.closing.load(AtomicOrdering::Acquire) {
+            debug!(peer = %self.addr(), "while the peer closes the link: {e}");
+            return;
+        }
+        self.end(e);
+    }
+
+    /// The link is done: tell the reader, stop every connection.
+    fn end(&self, e: Error) {
         let e = self.named(e);
         debug!(peer = %self.addr(), "pctcp link failed: {e}");
         lock(&self.failure).get_or_insert(e);
@@ -392,9 +406,14 @@ impl LinkShared {
         ))
     }
 
-    /// Run `task` with the link's own (aborted when the link ends).
-    pub(crate) fn spawn_task(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.spawn(task)
+    /// Run `task` with the link's own until the link ends (a shutdown
+    /// does not wait for it): for the transports built on this module,
+    /// such as a loop accepting the peer's lanes.
+    pub(crate) fn spawn_background(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.tasks.spawn_background(task)
     }
 
     /// The link is broken (for the transports built on this module).
@@ -468,6 +487,7 @@ pub(crate) fn start(
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
         read_order: ReadOrder::default(),
+        closing: AtomicBool::new(false),
     });
     let (r, w) = tokio::io::split(spec.conn);
     shared
@@ -481,7 +501,9 @@ pub(crate) fn start(
     let r = Heard::new(r, shared.liveness.clone());
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
     shared.spawn(read_main(shared.clone(), reader));
-    shared.spawn(watch_liveness(shared.clone()));
+    shared
+        .tasks
+        .spawn_background(watch_liveness(shared.clone()));
     let end = Arc::new(LinkEnd {
         shared: shared.clone(),
     });
@@ -535,8 +557,11 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<Rea
         if let Err(e) = reader.read_cells(&mut cells).await {
             if matches!(e, Error::Closed) {
                 // The peer closed cleanly, its lanes too: their last cells
-                // come before the link's end.
+                // come before the link's end (and what fails meanwhile,
+                // such as a heartbeat to the closed peer, does not count).
+                link.closing.store(true, AtomicOrdering::Release);
                 link.read_order.reading().all_ended(LANE_CLOSE_WAIT).await;
+                return link.end(e);
             }
             link.fail(e);
             return;

@@ -240,11 +240,15 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// The tasks of a link with several connections: spawned, aborted when
 /// the link fails or ends, drained (then aborted) when it shuts down.
 ///
-/// Writers (tasks that write what a buffer holds, or open a connection
-/// and then write) are apart from the rest (readers, liveness watches):
-/// a shutdown waits for the writers only, since the others end only when
-/// the peer closes or the link is dropped. A link with lanes keeps the
-/// writer of its main connection apart too: it ends last.
+/// A shutdown ends them in order: the writers (tasks that write what a
+/// buffer holds, or open a connection and then write) finish what they
+/// hold; then the main connection's writer, kept apart, closes the link's
+/// main connection; then the readers run until the peer, seeing the end,
+/// closes its side (a connection dropped with unread input would answer
+/// with a reset and lose what was sent; a dtls-utcp session dropped at
+/// once would lose what is unacknowledged). Background tasks (the
+/// liveness watch) end only when aborted: a shutdown never waits for
+/// them.
 #[derive(Default)]
 pub(crate) struct LinkTasks(Mutex<TaskLists>);
 
@@ -254,7 +258,31 @@ type Task = tokio::task::JoinHandle<()>;
 struct TaskLists {
     writers: Vec<Task>,
     main_writer: Option<Task>,
-    others: Vec<Task>,
+    readers: Vec<Task>,
+    background: Vec<Task>,
+}
+
+/// The least time the main connection's writer and then the readers get
+/// after the other writers, however long those took.
+const LAST_WAIT: Duration = Duration::from_secs(2);
+
+fn remember(list: &mut Vec<Task>, task: Task) {
+    list.retain(|t| !t.is_finished());
+    list.push(task);
+}
+
+/// Wait for `tasks` until `deadline`, then abort what still runs.
+async fn finish(tasks: Vec<Task>, deadline: tokio::time::Instant) {
+    let aborts: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+    let wait = async {
+        for t in tasks {
+            let _ = t.await;
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, wait).await;
+    for a in aborts {
+        a.abort();
+    }
 }
 
 impl LinkTasks {
@@ -262,25 +290,20 @@ impl LinkTasks {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Run `task`, remembered until it finishes; a shutdown does not wait
-    /// for it.
+    /// Run `task`, a reader, remembered until it finishes: a shutdown
+    /// waits for it last.
     pub(crate) fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         let handle = tokio::spawn(task);
-        let mut lists = self.lists();
-        lists.others.retain(|t| !t.is_finished());
-        lists.others.push(handle);
+        remember(&mut self.lists().readers, handle);
     }
 
-    /// Run `task`, a writer: a shutdown waits for it (up to
-    /// [`DRAIN_TIMEOUT`]).
+    /// Run `task`, a writer: a shutdown waits for it first.
     pub(crate) fn spawn_writer(
         &self,
         task: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
         let handle = tokio::spawn(task);
-        let mut lists = self.lists();
-        lists.writers.retain(|t| !t.is_finished());
-        lists.writers.push(handle);
+        remember(&mut self.lists().writers, handle);
     }
 
     /// Run `task`, the main connection's writer: a shutdown waits for it
@@ -292,43 +315,45 @@ impl LinkTasks {
         self.lists().main_writer = Some(tokio::spawn(task));
     }
 
+    /// Run `task` until the link ends; a shutdown does not wait for it.
+    pub(crate) fn spawn_background(
+        &self,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        let handle = tokio::spawn(task);
+        remember(&mut self.lists().background, handle);
+    }
+
     /// Stop every task now.
     pub(crate) fn abort_all(&self) {
         let TaskLists {
             writers,
             main_writer,
-            others,
+            readers,
+            background,
         } = std::mem::take(&mut *self.lists());
-        for t in writers.into_iter().chain(main_writer).chain(others) {
+        let all = writers.into_iter().chain(main_writer).chain(readers);
+        for t in all.chain(background) {
             t.abort();
         }
     }
 
-    /// Wait for the writers to finish what they hold, then call
-    /// `close_main` and wait for the main connection's writer; then abort
-    /// every task still running (readers, the liveness watch, a writer
-    /// stuck on a dead peer): a closed link leaves no task behind. All
-    /// the waiting takes at most [`DRAIN_TIMEOUT`].
+    /// Wait for the writers to finish what they hold (at most
+    /// [`DRAIN_TIMEOUT`]), then call `close_main` and wait for the main
+    /// connection's writer, then for the readers (until the peer closes;
+    /// together at most the rest of that time or [`LAST_WAIT`], whichever
+    /// is longer); then abort every task still running: a closed link
+    /// leaves no task behind.
     pub(crate) async fn drain(&self, close_main: impl FnOnce()) {
         let writers = std::mem::take(&mut self.lists().writers);
-        let aborts: Vec<_> = writers.iter().map(|t| t.abort_handle()).collect();
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
-        let wait = async {
-            for t in writers {
-                let _ = t.await;
-            }
-        };
-        let _ = tokio::time::timeout_at(deadline, wait).await;
-        for a in aborts {
-            a.abort();
-        }
+        finish(writers, deadline).await;
         close_main();
+        let last = deadline.max(tokio::time::Instant::now() + LAST_WAIT);
         let main_writer = self.lists().main_writer.take();
-        if let Some(main_writer) = main_writer {
-            let abort = main_writer.abort_handle();
-            let _ = tokio::time::timeout_at(deadline, main_writer).await;
-            abort.abort();
-        }
+        finish(main_writer.into_iter().collect(), last).await;
+        let readers = std::mem::take(&mut self.lists().readers);
+        finish(readers, last).await;
         self.abort_all();
     }
 }

@@ -237,8 +237,8 @@ async fn a_refused_lane_ends_its_circuit_not_the_link() {
 
 /// Closing a link's sending side is prompt: the writer flushes what it
 /// holds on the main connection and every lane, and returns once they are
-/// written, without waiting for the link's readers or its liveness watch
-/// (which only the peer's close, or an abort, would end). The peer gets
+/// written and the peer, reading them, closed its side (never waiting for
+/// the liveness watch, which only an abort ends). The peer gets
 /// every cell of the lanes it has accepted, then the end of the link. (A
 /// lane the closing side opened just before closing may still be in its
 /// handshake when the main connection's end arrives: its cells are lost
@@ -258,22 +258,28 @@ async fn shutdown_flushes_every_lane_and_returns_promptly() {
     send(&mut ab.writer, cells_from(n - 1)).await;
     eventually("b accepts every lane", || b.tcp.open_lanes() == circs.len()).await;
     send(&mut ab.writer, cells_from(0)).await;
-    let started = std::time::Instant::now();
-    tokio::time::timeout(Duration::from_secs(5), ab.writer.shutdown())
-        .await
-        .expect("shutdown returns well before the 10 s drain limit")
-        .expect("shutdown");
-    let took = started.elapsed();
-    let mut got = Vec::new();
-    while got.len() < circs.len() * (n as usize + 1) {
-        if let Err(e) = ba.reader.read_cells(&mut got).await {
-            let per: Vec<(u32, usize)> = per_circuit(&got)
-                .into_iter()
-                .map(|(c, v)| (c, v.len()))
-                .collect();
-            panic!("{e} after {} cells: {per:?}", got.len());
+    let closing = async {
+        let started = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(5), ab.writer.shutdown())
+            .await
+            .expect("shutdown returns well before the 10 s drain limit")
+            .expect("shutdown");
+        started.elapsed()
+    };
+    let reading = async {
+        let mut got = Vec::new();
+        while got.len() < circs.len() * (n as usize + 1) {
+            if let Err(e) = ba.reader.read_cells(&mut got).await {
+                let per: Vec<(u32, usize)> = per_circuit(&got)
+                    .into_iter()
+                    .map(|(c, v)| (c, v.len()))
+                    .collect();
+                panic!("{e} after {} cells: {per:?}", got.len());
+            }
         }
-    }
+        got
+    };
+    let (took, mut got) = tokio::join!(closing, reading);
     let mut want: Vec<u32> = vec![n - 1];
     want.extend(0..n);
     for (circ, idx) in per_circuit(&got) {

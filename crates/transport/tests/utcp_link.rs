@@ -10,6 +10,7 @@ use std::sync::Arc;
 use onionlab_cell::chan::AnyChanCell;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_transport::utcp::{UtcpLink, UtcpSettings, UtcpTransport};
+use onionlab_transport::{CellReader, CellWriter};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -237,4 +238,57 @@ async fn measure_one_circuit_throughput_against_pctcp() {
             pctcp.as_secs_f64() / utcp.as_secs_f64()
         );
     }
+}
+
+/// A closing dtls-utcp link hands everything over, as a relay closes it:
+/// the writer's shutdown, then both halves dropped at once. The lanes'
+/// bytes sit in user-space TCP buffers until the peer acknowledges them,
+/// so the session must outlive the shutdown until the peer has read and
+/// closed: the peer gets every cell, then the link's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_shut_down_and_dropped_delivers_every_cell_then_ends() {
+    let (a, _) = relay(21).await;
+    let (b, kb) = relay(22).await;
+    let (mut ab, mut ba) = linked(&a, &b, &kb).await;
+    let circs: Vec<u32> = (1..=4).map(|i| 0x8000_0000 | i).collect();
+    let n = 300;
+    let cells: Vec<AnyChanCell> = (0..n)
+        .flat_map(|i| circs.iter().map(move |&c| cell(c, i)))
+        .collect();
+    let closing = async move {
+        send(&mut ab.writer, cells).await;
+        tokio::time::timeout(std::time::Duration::from_secs(15), ab.writer.shutdown())
+            .await
+            .expect("shutdown is bounded")
+            .expect("shutdown");
+        drop(ab);
+    };
+    let reading = async {
+        let mut got = Vec::new();
+        while got.len() < circs.len() * n as usize {
+            if let Err(e) = ba.reader.read_cells(&mut got).await {
+                panic!(
+                    "{e} after {} of {} cells",
+                    got.len(),
+                    circs.len() * n as usize
+                );
+            }
+        }
+        got
+    };
+    let ((), got) = tokio::join!(closing, reading);
+    for (circ, idx) in per_circuit(&got) {
+        assert_eq!(idx, (0..n).collect::<Vec<_>>(), "circuit {circ:#x}");
+    }
+    let mut more = Vec::new();
+    let end = tokio::time::timeout(std::time::Duration::from_secs(15), async {
+        loop {
+            if let Err(e) = ba.reader.read_cells(&mut more).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the link's end follows its cells");
+    assert!(matches!(end, onionlab_transport::Error::Closed), "{end:?}");
 }

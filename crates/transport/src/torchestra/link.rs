@@ -103,6 +103,8 @@ pub(crate) struct LinkShared {
     /// other's, so that a closing peer's last cells on it come before the
     /// link's end.
     reading: Arc<Readings>,
+    /// The peer closed a connection cleanly: the link is ending.
+    closing: AtomicBool,
 }
 
 /// How long a connection's clean end waits for the other's reading to end
@@ -118,11 +120,15 @@ impl Owner for LinkShared {
         self.peer.addr
     }
 
+    /// Once the peer closed a connection cleanly (`closing`), what fails
+    /// meanwhile is the closing's doing: the link ends as closed when
+    /// the other connection's reading has ended (`read_conn`).
     fn fail(&self, e: Error) {
-        debug!(peer = %self.peer.addr, "torchestra link failed: {e}");
-        lock(&self.failure).get_or_insert(e);
-        self.inbox_ready.notify_one();
-        self.tasks.abort_all();
+        if self.closing.load(AtomicOrdering::Acquire) {
+            debug!(peer = %self.peer.addr, "while the peer closes the link: {e}");
+            return;
+        }
+        self.end(e);
     }
 
     fn drained(&self, bytes: usize) {
@@ -134,6 +140,14 @@ impl Owner for LinkShared {
 }
 
 impl LinkShared {
+    /// The link is done: tell the reader, stop every connection.
+    fn end(&self, e: Error) {
+        debug!(peer = %self.peer.addr, "torchestra link failed: {e}");
+        lock(&self.failure).get_or_insert(e);
+        self.inbox_ready.notify_one();
+        self.tasks.abort_all();
+    }
+
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(task);
     }
@@ -245,6 +259,7 @@ pub(crate) fn start(
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
         reading: Arc::default(),
+        closing: AtomicBool::new(false),
     });
     keepalive_off(&spec.tls);
     let (r, w) = tokio::io::split(spec.tls);
@@ -258,7 +273,9 @@ pub(crate) fn start(
     let reader = StreamCellReader::new(r, spec.link_version, spec.leftover, spec.peer.addr);
     let reading = shared.reading.start();
     shared.spawn(read_conn(shared.clone(), reading, Conn::Light, reader));
-    shared.spawn(watch_liveness(shared.clone()));
+    shared
+        .tasks
+        .spawn_background(watch_liveness(shared.clone()));
     if spec.switching && spec.opener {
         shared.spawn_writer(open_heavy(shared.clone()));
     }
@@ -354,9 +371,12 @@ async fn read_conn(
         if let Err(e) = reader.read_cells(&mut cells).await {
             if matches!(e, Error::Closed) {
                 // The peer closed cleanly, both connections at once: the
-                // other's last cells come before the link's end.
+                // other's last cells come before the link's end (and what
+                // fails meanwhile does not count).
+                link.closing.store(true, AtomicOrdering::Release);
                 drop(reading);
                 link.reading.all_ended(CLOSE_WAIT).await;
+                return link.end(e);
             }
             link.fail(e);
             return;

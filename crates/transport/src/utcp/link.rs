@@ -305,7 +305,7 @@ impl UtcpTransport {
             },
             self.node.clone(),
         );
-        shared.spawn_task(accept_lanes(shared.clone(), incoming, our_token));
+        shared.spawn_background(accept_lanes(shared.clone(), incoming, our_token));
         Ok(link)
     }
 }
