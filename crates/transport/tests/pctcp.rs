@@ -258,14 +258,7 @@ async fn shutdown_flushes_every_lane_and_returns_promptly() {
     send(&mut ab.writer, cells_from(n - 1)).await;
     eventually("b accepts every lane", || b.tcp.open_lanes() == circs.len()).await;
     send(&mut ab.writer, cells_from(0)).await;
-    let closing = async {
-        let started = std::time::Instant::now();
-        tokio::time::timeout(Duration::from_secs(5), ab.writer.shutdown())
-            .await
-            .expect("shutdown returns well before the 10 s drain limit")
-            .expect("shutdown");
-        started.elapsed()
-    };
+    let closing = shut_down_within(&mut ab.writer, Duration::from_secs(5));
     let reading = async {
         let mut got = Vec::new();
         while got.len() < circs.len() * (n as usize + 1) {
@@ -279,15 +272,13 @@ async fn shutdown_flushes_every_lane_and_returns_promptly() {
         }
         got
     };
-    let (took, mut got) = tokio::join!(closing, reading);
+    let (took, got) = tokio::join!(closing, reading);
     let mut want: Vec<u32> = vec![n - 1];
     want.extend(0..n);
     for (circ, idx) in per_circuit(&got) {
         assert_eq!(idx, want, "circuit {circ:#x}");
     }
     assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
-    let end = tokio::time::timeout(Duration::from_secs(5), ba.reader.read_cells(&mut got))
-        .await
-        .expect("the link's end follows its cells");
-    assert!(matches!(end, Err(Error::Closed)), "{end:?}");
+    let end = end_of(&mut ba.reader, Duration::from_secs(5)).await;
+    assert!(matches!(end, Error::Closed), "{end:?}");
 }

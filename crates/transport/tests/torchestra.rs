@@ -16,7 +16,7 @@ use onionlab_transport::torchestra::{
 use onionlab_transport::{CellReader, CellWriter, LinkEvent, TransportKind};
 
 mod lanes_common;
-use lanes_common::{tcp_link, tcp_relay, TcpRelay};
+use lanes_common::{end_of, shut_down_within, tcp_link, tcp_relay, TcpRelay};
 
 fn cell(circ: u32, i: u32) -> AnyChanCell {
     let mut body = [0u8; 509];
@@ -233,27 +233,13 @@ async fn shutdown_delivers_both_connections_cells_then_the_end() {
     let total = circs.len() * n as usize;
     let sender = async {
         send(&mut ab.writer, &circs, n, &[(circs[0], 0, true)]).await;
-        let started = std::time::Instant::now();
-        tokio::time::timeout(Duration::from_secs(5), ab.writer.shutdown())
-            .await
-            .expect("shutdown returns well before the 10 s drain limit")
-            .expect("shutdown");
-        started.elapsed()
+        shut_down_within(&mut ab.writer, Duration::from_secs(5)).await
     };
     let (took, (got, _)) = tokio::join!(sender, receive(&mut ba.reader, total));
     for c in circs {
         assert_eq!(got[&c], (0..n).collect::<Vec<_>>(), "circuit {c:#x}");
     }
     assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
-    let mut cells = Vec::new();
-    let end = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            if let Err(e) = ba.reader.read_cells(&mut cells).await {
-                return e;
-            }
-        }
-    })
-    .await
-    .expect("the link's end follows its cells");
+    let end = end_of(&mut ba.reader, Duration::from_secs(5)).await;
     assert!(matches!(end, onionlab_transport::Error::Closed), "{end:?}");
 }

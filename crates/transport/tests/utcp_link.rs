@@ -10,7 +10,7 @@ use std::sync::Arc;
 use onionlab_cell::chan::AnyChanCell;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_transport::utcp::{UtcpLink, UtcpSettings, UtcpTransport};
-use onionlab_transport::{CellReader, CellWriter};
+use onionlab_transport::CellReader;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -257,10 +257,7 @@ async fn a_link_shut_down_and_dropped_delivers_every_cell_then_ends() {
         .collect();
     let closing = async move {
         send(&mut ab.writer, cells).await;
-        tokio::time::timeout(std::time::Duration::from_secs(15), ab.writer.shutdown())
-            .await
-            .expect("shutdown is bounded")
-            .expect("shutdown");
+        shut_down_within(&mut ab.writer, std::time::Duration::from_secs(15)).await;
         drop(ab);
     };
     let reading = async {
@@ -280,15 +277,6 @@ async fn a_link_shut_down_and_dropped_delivers_every_cell_then_ends() {
     for (circ, idx) in per_circuit(&got) {
         assert_eq!(idx, (0..n).collect::<Vec<_>>(), "circuit {circ:#x}");
     }
-    let mut more = Vec::new();
-    let end = tokio::time::timeout(std::time::Duration::from_secs(15), async {
-        loop {
-            if let Err(e) = ba.reader.read_cells(&mut more).await {
-                return e;
-            }
-        }
-    })
-    .await
-    .expect("the link's end follows its cells");
+    let end = end_of(&mut ba.reader, std::time::Duration::from_secs(15)).await;
     assert!(matches!(end, onionlab_transport::Error::Closed), "{end:?}");
 }

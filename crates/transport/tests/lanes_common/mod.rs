@@ -167,3 +167,28 @@ pub async fn reused_circuit_id_is_ordered(
     let seen: Vec<Option<u32>> = got.iter().map(|c| index_of(c).map(|x| x.1)).collect();
     assert_eq!(seen, want);
 }
+
+/// Shut `w` down within `limit`; how long it took.
+pub async fn shut_down_within(w: &mut impl CellWriter, limit: Duration) -> Duration {
+    let started = std::time::Instant::now();
+    tokio::time::timeout(limit, w.shutdown())
+        .await
+        .expect("shutdown returns in time")
+        .expect("shutdown");
+    started.elapsed()
+}
+
+/// Read (and drop) cells until the link ends, within `limit`: how it
+/// ended.
+pub async fn end_of(r: &mut impl CellReader, limit: Duration) -> onionlab_transport::Error {
+    let mut cells = Vec::new();
+    tokio::time::timeout(limit, async {
+        loop {
+            if let Err(e) = r.read_cells(&mut cells).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("the link's end follows its cells")
+}
