@@ -1404,8 +1404,13 @@ impl Scenario {
         for v in self.variants() {
             for host in &hosts {
                 crate::run::link_settings(&v, host).map_err(|e| {
+                    // The transport's own error, without the run's prefix.
+                    let why = match e {
+                        crate::run::RunError::Link(e) => e.to_string(),
+                        other => other.to_string(),
+                    };
                     format!(
-                        "the [link] settings of {host} in variant {:?}: {e}: leave the \
+                        "the [link] settings of {host} in variant {:?}: {why}: leave the \
                          combination out with [[exclude]]",
                         v.label
                     )

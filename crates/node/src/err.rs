@@ -17,7 +17,8 @@ pub enum Error {
     /// The transport could not be set up.
     #[error("setting up the transport: {0}")]
     Transport(#[source] onionlab_transport::Error),
-    /// A setting the kernel or the platform cannot honour.
+    /// A setting the relay cannot run with (a kernel's refusal of a link
+    /// setting comes as [`Error::Transport`]).
     #[error("{0}")]
     Setting(String),
     /// The relay is not in the network document.

@@ -143,6 +143,16 @@ pub enum SettingError {
         /// The value given.
         value: f64,
     },
+    /// No socket could be opened to ask the kernel about a TCP congestion
+    /// control.
+    #[error("a TCP socket to check congestion control {name:?}: {source}")]
+    CannotCheck {
+        /// The algorithm.
+        name: String,
+        /// Why no socket.
+        #[source]
+        source: std::io::Error,
+    },
     /// The kernel refuses a TCP congestion control.
     #[error(
         "TCP congestion control {name:?} cannot be set ({source}); this kernel offers: {offered}"

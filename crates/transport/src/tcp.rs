@@ -83,8 +83,13 @@ impl TcpCongestion {
         let Some(name) = self.name() else {
             return Ok(());
         };
-        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .and_then(|probe| probe.set_tcp_congestion(name.as_bytes()))
+        let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .map_err(|source| SettingError::CannotCheck {
+                name: name.to_string(),
+                source,
+            })?;
+        probe
+            .set_tcp_congestion(name.as_bytes())
             .map_err(|source| SettingError::Unavailable {
                 name: name.to_string(),
                 offered: available().join(" "),
