@@ -831,7 +831,8 @@ pub struct LaneReader {
 
 impl CellReader for LaneReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
-        let link = self.end.shared.clone();
+        // Disjoint borrows: the link (shared) and the batch queue (ours).
+        let (link, rx) = (&self.end.shared, &mut self.rx);
         let take = |batch: Batch, out: &mut Vec<AnyChanCell>| {
             link.recv_bytes
                 .fetch_sub(batch.bytes, AtomicOrdering::Relaxed);
@@ -842,7 +843,7 @@ impl CellReader for LaneReader {
             if matches!(failure, Some(Error::Closed)) {
                 // A clean end comes after the cells that arrived before it;
                 // a broken link's cells are not worth waiting for.
-                if let Ok(batch) = self.rx.try_recv() {
+                if let Ok(batch) = rx.try_recv() {
                     *lock(&link.failure) = failure.take();
                     take(batch, out);
                     return Ok(());
@@ -853,7 +854,7 @@ impl CellReader for LaneReader {
             }
             let failed = link.failed.notified();
             tokio::select! {
-                batch = self.rx.recv() => {
+                batch = rx.recv() => {
                     let Some(batch) = batch else { return Err(Error::Closed) };
                     take(batch, out);
                     return Ok(());
