@@ -1,8 +1,9 @@
-//! A TLS connection's send buffer and the task that writes it: what the
-//! transports with several TCP connections per link (pctcp, torchestra)
-//! share. The link's writer encodes cells into a [`SendBuffer`] without
-//! blocking; one [`write_task`] per connection moves the buffer to the
-//! socket, so a blocked connection holds up only its own buffer.
+//! A connection's (or lane's) send buffer and the task that writes it:
+//! what every transport with several connections or streams per link
+//! shares (pctcp, dtls-utcp, torchestra, quic). The link's writer encodes
+//! cells into a [`SendBuffer`] without blocking; one [`write_task`] per
+//! connection or stream moves the buffer to it, so a blocked one holds up
+//! only its own buffer.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
@@ -32,7 +33,30 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Conn for T {}
 pub(crate) type BoxConn = Box<dyn Conn>;
 
 /// How long a closing connection's shutdown may take.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The sending side of a connection or stream, as [`write_task`] drives
+/// it: a byte stream, plus what a stream of a multiplexed connection adds
+/// (QUIC's priorities, and its end that waits for the peer's
+/// acknowledgement).
+pub(crate) trait LaneWrite: AsyncWrite + Unpin + Send {
+    /// Send this stream's data before that of streams with a lower
+    /// `priority` on the same connection; nothing by default (a connection
+    /// of its own has nobody to share with).
+    fn set_priority(&mut self, priority: i32) {
+        let _ = priority;
+    }
+
+    /// End the sending side after what was written, waiting at most
+    /// [`SHUTDOWN_TIMEOUT`].
+    fn finish(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        async {
+            let _ = tokio::time::timeout(SHUTDOWN_TIMEOUT, self.shutdown()).await;
+        }
+    }
+}
+
+impl<T: AsyncWrite + Send> LaneWrite for tokio::io::WriteHalf<T> {}
 
 /// What a connection's writer task reports to its link.
 pub(crate) trait Owner: Send + Sync + 'static {
@@ -68,6 +92,11 @@ pub(crate) struct State {
     closing: bool,
     /// The connection failed: what is queued is dropped.
     pub(crate) dead: bool,
+    /// The circuit scheduler's priority for this buffer's stream, when it
+    /// changed and the writer task has not applied it yet.
+    new_priority: Option<i32>,
+    /// The last priority asked for (0 until one is).
+    priority: i32,
 }
 
 impl SendBuffer {
@@ -131,6 +160,16 @@ impl SendBuffer {
         dropped
     }
 
+    /// Give the stream `priority` ([`LaneWrite::set_priority`]) from its
+    /// next write on.
+    pub(crate) fn set_priority(&self, priority: i32) {
+        let mut st = self.state();
+        if st.priority != priority {
+            st.priority = priority;
+            st.new_priority = Some(priority);
+        }
+    }
+
     /// Shut the connection down once what is queued is written.
     pub(crate) fn close(&self) {
         self.state().closing = true;
@@ -138,25 +177,28 @@ impl SendBuffer {
     }
 }
 
-/// Write `buffer` to `w` until it closes, then shut the connection's
-/// sending side down. `guard` lives as long as the task (a count of open
-/// connections, say).
-pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin + Send>(
+/// Write `buffer` to `w` until it closes, then end the sending side
+/// ([`LaneWrite::finish`]). `guard` lives as long as the task (a count of
+/// open connections, say).
+pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: LaneWrite>(
     owner: Arc<O>,
     buffer: Arc<SendBuffer>,
     mut w: W,
     guard: Option<Arc<G>>,
 ) {
     loop {
-        let (chunk, closing) = {
+        let (chunk, closing, priority) = {
             let mut st = buffer.state();
             if st.dead {
                 return;
             }
             let chunk = st.buf.split();
             st.in_flight = chunk.len();
-            (chunk, st.closing)
+            (chunk, st.closing, st.new_priority.take())
         };
+        if let Some(priority) = priority {
+            w.set_priority(priority);
+        }
         if !chunk.is_empty() {
             let written = async {
                 w.write_all(&chunk).await?;
@@ -180,7 +222,7 @@ pub(crate) async fn write_task<O: Owner, G: Send + Sync, W: AsyncWrite + Unpin +
             continue;
         }
         if closing {
-            let _ = tokio::time::timeout(SHUTDOWN_TIMEOUT, w.shutdown()).await;
+            w.finish().await;
             drop(guard);
             return;
         }

@@ -2,7 +2,9 @@
 //! writer halves. See the module docs of [`crate::quic`] for the layout.
 //!
 //! Sending: [`QuicWriter::queue`] encodes a cell into its circuit's lane
-//! buffer; one task per lane moves the buffer into the lane's QUIC stream.
+//! buffer; one task per lane moves the buffer into the lane's QUIC stream
+//! (the send buffer and its task are the other lane transports' too,
+//! [`crate::sendbuf`]).
 //! Receiving: one task per incoming stream decodes cells and hands batches
 //! to [`QuicReader`] through a bounded channel.
 
@@ -18,7 +20,6 @@ use onionlab_cell::codec::CellCodec;
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Notify};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -28,6 +29,7 @@ use super::{
 };
 use crate::link::StreamCellReader;
 use crate::read_order::{ReadOrder, ReadSlot};
+use crate::sendbuf::{write_task, LaneWrite, LinkTasks, Owner, SendBuffer, SHUTDOWN_TIMEOUT};
 use crate::{CellReader, CellWriter, CircId, Error, Link, Ordering, PeerInfo};
 
 /// Chunks (received STREAM frames) taken from a stream per read.
@@ -39,9 +41,6 @@ const MAX_IDLE_READ_BUF: usize = 1024;
 const MAX_BATCH: usize = 64;
 /// Batches waiting for the reader, at most (then stream tasks wait).
 const READER_QUEUE: usize = 64;
-/// How long a finished lane waits for the peer to acknowledge its data,
-/// and shutdown for all lanes to drain.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// QUIC application error codes.
 const CODE_DONE: u32 = 0;
 const CODE_VIOLATION: u32 = 1;
@@ -59,63 +58,6 @@ pub(crate) struct LinkSpec {
     pub(crate) peer_token: [u8; super::TOKEN_LEN],
 }
 
-/// A lane's send buffer, shared by the writer and the lane's task.
-pub(crate) struct Lane {
-    circ_id: u32,
-    state: Mutex<LaneState>,
-    data: Notify,
-}
-
-#[derive(Default)]
-struct LaneState {
-    /// Encoded cells not yet handed to QUIC.
-    buf: BytesMut,
-    /// Bytes the task is writing now.
-    in_flight: usize,
-    /// Finish the stream once `buf` is empty.
-    closing: bool,
-    /// The stream failed: drop what is queued.
-    dead: bool,
-    /// The circuit scheduler's priority for this lane's stream, when it
-    /// changed and the lane's task has not applied it yet.
-    new_priority: Option<i32>,
-    /// The last priority asked for (quinn's default is 0).
-    priority: i32,
-}
-
-impl Lane {
-    fn new(circ_id: u32) -> Self {
-        Lane {
-            circ_id,
-            state: Mutex::default(),
-            data: Notify::new(),
-        }
-    }
-
-    fn state(&self) -> MutexGuard<'_, LaneState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn buffered(&self) -> usize {
-        let st = self.state();
-        st.buf.len() + st.in_flight
-    }
-
-    fn close(&self) {
-        self.state().closing = true;
-        self.data.notify_one();
-    }
-
-    /// The stream failed: drop what is queued, and queue nothing more.
-    fn kill(&self, memory: &LinkMemory) {
-        let mut st = self.state();
-        st.dead = true;
-        LinkMemory::sub(&memory.send, st.buf.len() + st.in_flight);
-        st.buf = BytesMut::new();
-        st.in_flight = 0;
-    }
-}
-
 /// State shared by a link's reader, writer and tasks.
 pub(crate) struct LinkShared {
     pub(crate) peer: PeerInfo,
@@ -126,7 +68,7 @@ pub(crate) struct LinkShared {
     our_token: [u8; super::TOKEN_LEN],
     peer_token: [u8; super::TOKEN_LEN],
     /// Open send lanes by circuit ID (0: the control stream).
-    lanes: Mutex<HashMap<u32, Arc<Lane>>>,
+    lanes: Mutex<HashMap<u32, Arc<SendBuffer>>>,
     /// Latest receive slot per circuit ID.
     read_order: ReadOrder,
     /// Lane connections (conn-per-circuit mode), to close with the link.
@@ -134,8 +76,8 @@ pub(crate) struct LinkShared {
     /// Packets received by lane connections that ended (so the link's
     /// count of received packets only grows).
     retired_packets: AtomicU64,
-    /// Send-lane tasks, awaited by shutdown.
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// Send-lane tasks, drained by shutdown, aborted when the link ends.
+    tasks: LinkTasks,
     cells: mpsc::Sender<Result<Batch, Error>>,
     /// Signalled when a lane's buffer drained.
     room: Notify,
@@ -271,12 +213,47 @@ impl LinkShared {
     fn release_slot(&self, slot: &ReadSlot) {
         self.read_order.release(slot);
     }
+}
 
-    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        let handle = tokio::spawn(task);
-        let mut tasks = lock(&self.tasks);
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+impl Owner for LinkShared {
+    fn peer_addr(&self) -> SocketAddr {
+        self.peer.addr
+    }
+
+    fn fail(&self, e: Error) {
+        LinkShared::fail(self, e)
+    }
+
+    /// A stream's writing failed: the link fails (the stream code is
+    /// shared, so its errors are named QUIC's here).
+    fn conn_failed(self: &Arc<Self>, _buffer: &Arc<SendBuffer>, e: Error) {
+        let e = match e {
+            Error::Tls { peer, source } => quic_err(peer, source),
+            e => e,
+        };
+        self.fail(e);
+    }
+
+    fn drained(&self, bytes: usize) {
+        LinkMemory::sub(&self.memory.send, bytes);
+        self.room.notify_one();
+    }
+}
+
+/// A lane's QUIC stream as the shared writer task drives it.
+impl LaneWrite for SendStream {
+    fn set_priority(&mut self, priority: i32) {
+        // Only fails on a stream already closed, which the next write
+        // reports.
+        let _ = SendStream::set_priority(self, priority);
+    }
+
+    /// Finish the stream, then wait (at most [`SHUTDOWN_TIMEOUT`]) until
+    /// the peer acknowledged all of it: the link's connection is closed
+    /// only after that, and a close would discard what is unacknowledged.
+    async fn finish(&mut self) {
+        let _ = SendStream::finish(self);
+        let _ = tokio::time::timeout(SHUTDOWN_TIMEOUT, self.stopped()).await;
     }
 }
 
@@ -295,15 +272,17 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         read_order: ReadOrder::default(),
         lane_conns: Mutex::default(),
         retired_packets: AtomicU64::new(0),
-        tasks: Mutex::default(),
+        tasks: LinkTasks::default(),
         cells: tx,
         room: Notify::new(),
         memory: LinkMemory::default(),
     });
     // The control stream: link-level cells only.
-    let control = Arc::new(Lane::new(0));
+    let control = SendBuffer::new(0);
     lock(&shared.lanes).insert(0, control.clone());
-    shared.spawn(lane_task(shared.clone(), control, Some(spec.control_send)));
+    shared
+        .tasks
+        .spawn_writer(lane_task(shared.clone(), control, Some(spec.control_send)));
     tokio::spawn(control_reader(
         shared.clone(),
         StreamCellReader::new(
@@ -348,6 +327,8 @@ impl Drop for LinkEnd {
             "QUIC link done",
         );
         self.shared.close_all(CODE_DONE, b"link closed");
+        // Lane tasks waiting for cells would otherwise wait forever.
+        self.shared.tasks.abort_all();
         self.shared.transport.forget_token(&self.shared.our_token);
     }
 }
@@ -477,15 +458,16 @@ pub(crate) fn accept_lane(
         let _ = send.finish();
         return;
     }
-    let lane = Arc::new(Lane::new(circ_id));
+    let lane = SendBuffer::new(circ_id);
     lanes.insert(circ_id, lane.clone());
     drop(lanes);
-    link.spawn(lane_task(link.clone(), lane, Some(send)));
+    link.tasks
+        .spawn_writer(lane_task(link.clone(), lane, Some(send)));
 }
 
 /// Open a lane we send first on: a stream on the link's connection, or
 /// (conn-per-circuit) a stream on a new connection to the peer.
-async fn open_lane(link: &Arc<LinkShared>, lane: &Lane) -> Result<SendStream, Error> {
+async fn open_lane(link: &Arc<LinkShared>, lane: &SendBuffer) -> Result<SendStream, Error> {
     let circ_id = lane.circ_id;
     let peer = link.addr();
     let (conn, token) = match link.mode {
@@ -521,50 +503,21 @@ async fn open_lane(link: &Arc<LinkShared>, lane: &Lane) -> Result<SendStream, Er
     Ok(send)
 }
 
-/// Move a lane's buffer into its QUIC stream until the lane closes.
-async fn lane_task(link: Arc<LinkShared>, lane: Arc<Lane>, stream: Option<SendStream>) {
-    let mut send = match stream {
+/// Move a lane's buffer into its QUIC stream until the lane closes,
+/// opening the stream first if the peer did not.
+async fn lane_task(link: Arc<LinkShared>, lane: Arc<SendBuffer>, stream: Option<SendStream>) {
+    let send = match stream {
         Some(s) => s,
         None => match open_lane(&link, &lane).await {
             Ok(s) => s,
             Err(e) => {
-                lane.kill(&link.memory);
+                link.drained(lane.kill());
                 link.fail(e);
                 return;
             }
         },
     };
-    loop {
-        let (chunk, closing, priority) = {
-            let mut st = lane.state();
-            let chunk = st.buf.split();
-            st.in_flight = chunk.len();
-            (chunk, st.closing, st.new_priority.take())
-        };
-        if let Some(p) = priority {
-            // Only fails on a stream already closed, which the write
-            // below reports.
-            let _ = send.set_priority(p);
-        }
-        if !chunk.is_empty() {
-            tracing::trace!(circ_id = lane.circ_id, bytes = chunk.len(), "lane write");
-            if let Err(e) = send.write_all(&chunk).await {
-                lane.kill(&link.memory);
-                link.fail(quic_err(link.addr(), e));
-                return;
-            }
-            lane.state().in_flight = 0;
-            LinkMemory::sub(&link.memory.send, chunk.len());
-            link.room.notify_one();
-            continue;
-        }
-        if closing {
-            let _ = send.finish();
-            let _ = tokio::time::timeout(DRAIN_TIMEOUT, send.stopped()).await;
-            return;
-        }
-        lane.data.notified().await;
-    }
+    write_task::<_, (), _>(link, lane, send, None).await
 }
 
 /// Decode the cells of one circuit's incoming stream.
@@ -757,16 +710,17 @@ impl QuicWriter {
     }
 
     /// The lane of `circ_id`, opened if it has none.
-    fn lane(&self, circ_id: u32) -> Arc<Lane> {
+    fn lane(&self, circ_id: u32) -> Arc<SendBuffer> {
         let link = self.link();
         let mut lanes = lock(&link.lanes);
         if let Some(lane) = lanes.get(&circ_id) {
             return lane.clone();
         }
-        let lane = Arc::new(Lane::new(circ_id));
+        let lane = SendBuffer::new(circ_id);
         lanes.insert(circ_id, lane.clone());
         drop(lanes);
-        link.spawn(lane_task(link.clone(), lane.clone(), None));
+        link.tasks
+            .spawn_writer(lane_task(link.clone(), lane.clone(), None));
         lane
     }
 
@@ -802,7 +756,7 @@ impl CellWriter for QuicWriter {
         if destroy {
             self.link().close_lane(circ_id);
         }
-        lane.data.notify_one();
+        lane.wake();
         Ok(())
     }
 
@@ -828,17 +782,14 @@ impl CellWriter for QuicWriter {
 
     async fn shutdown(&mut self) -> Result<(), Error> {
         let link = self.link().clone();
-        let lanes: Vec<Arc<Lane>> = lock(&link.lanes).drain().map(|(_, l)| l).collect();
+        let lanes: Vec<Arc<SendBuffer>> = lock(&link.lanes).drain().map(|(_, l)| l).collect();
         for lane in lanes {
             lane.close();
         }
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&link.tasks));
-        let drain = async {
-            for t in tasks {
-                let _ = t.await;
-            }
-        };
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        // Every lane, the control stream among them, ends at once: the
+        // connection's close, after they are acknowledged, is the link's
+        // end.
+        link.tasks.drain(|| {}).await;
         link.close_all(CODE_DONE, b"link closed");
         Ok(())
     }
@@ -861,12 +812,7 @@ impl CellWriter for QuicWriter {
         if self.link().mode != Mode::StreamPerCircuit {
             return;
         }
-        let lane = self.lane(u32::from(circ_id));
-        let mut st = lane.state();
-        if st.priority != priority {
-            st.priority = priority;
-            st.new_priority = Some(priority);
-        }
+        self.lane(u32::from(circ_id)).set_priority(priority);
     }
 
     async fn writable(&mut self) {

@@ -251,8 +251,9 @@ pub const STREAM_WINDOW: u32 = 768 * 1024;
 pub const CONNECTION_WINDOW: u32 = 16 * 1024 * 1024;
 /// Per-connection send window (bytes).
 pub const SEND_WINDOW: u64 = 8 * 1024 * 1024;
-/// Bytes of encoded cells a lane buffers before it reports no room.
-pub const LANE_HIGH_WATER: usize = 16 * 1024;
+/// Bytes of encoded cells a lane buffers before it reports no room (the
+/// same bound as every lane transport's).
+pub use crate::lanes::LANE_HIGH_WATER;
 /// Default bound on the QUIC and link handshakes.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default interval of keep-alive PINGs on a connection without traffic.
