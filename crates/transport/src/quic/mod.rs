@@ -1306,6 +1306,49 @@ mod tests {
             .unwrap_or(0)
     }
 
+    /// A link dropped without a shutdown lets its state go: its lane tasks
+    /// end (they used to wait for cells forever, holding the link), and so
+    /// do its reading and watching tasks once its connection is closed.
+    #[tokio::test]
+    async fn a_link_dropped_without_shutdown_lets_its_state_go() {
+        use crate::{CellWriter, Incoming, Listener, Transport};
+        use onionlab_cell::chan::{AnyChanMsg, ChanCell, CircId, Relay};
+        use rand::SeedableRng;
+        let keys = |seed| RelaySecretKeys::generate(&mut rand::rngs::StdRng::seed_from_u64(seed));
+        let (a, b) = (keys(1), keys(2));
+        let settings = QuicSettings {
+            // The packet watch notices the closed connection within a tick.
+            idle_timeout: Duration::from_millis(400),
+            keep_alive: Duration::from_millis(100),
+            ..QuicSettings::default()
+        };
+        let loopback: SocketAddr = "127.0.0.1:0".parse().expect("literal");
+        let ta = QuicTransport::relay(&a, vec![], loopback, settings.clone()).expect("relay");
+        let tb = QuicTransport::relay(&b, vec![], loopback, settings).expect("relay");
+        let mut listener = tb.bind(loopback).await.expect("bind");
+        let addr = Listener::local_addr(&listener);
+        let (ab, ba) = tokio::join!(ta.connect(addr, b.public().ed_identity), async {
+            Listener::accept(&mut listener).await?.handshake().await
+        });
+        let (mut ab, _ba) = (ab.expect("connect"), ba.expect("accept"));
+        let cell = ChanCell::new(CircId::new(5), AnyChanMsg::Relay(Relay::new([1; 509])));
+        ab.writer.queue(cell).expect("queue");
+        assert_eq!(ab.writer.open_lanes(), 1);
+        let link = {
+            let tokens = ta.inner.tokens.lock().expect("tokens");
+            tokens.values().next().expect("the link's token").clone()
+        };
+        drop(ab);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while link.upgrade().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "the dropped link's state is still held"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The endpoint's socket gets more buffer than the kernel's default,
     /// as much as the kernel allows up to the request.
     #[test]
