@@ -1323,7 +1323,7 @@ mod tests {
             ..QuicSettings::default()
         };
         let loopback: SocketAddr = "127.0.0.1:0".parse().expect("literal");
-        let ta = QuicTransport::relay(&a, vec![], loopback, settings.clone()).expect("relay");
+        let ta = QuicTransport::relay(&a, vec![], loopback, settings).expect("relay");
         let tb = QuicTransport::relay(&b, vec![], loopback, settings).expect("relay");
         let mut listener = tb.bind(loopback).await.expect("bind");
         let addr = Listener::local_addr(&listener);
