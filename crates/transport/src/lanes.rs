@@ -20,11 +20,11 @@ use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, Destroy, DestroyReason};
 use onionlab_cell::codec::CellCodec;
 use onionlab_ops::LogLimiter;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf};
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use tracing::{debug, info};
 
 use crate::endpoint::BoxFuture;
+use crate::inbox::{Inbox, InboxReader};
 use crate::link::StreamCellReader;
 use crate::liveness::LivenessTiming;
 use crate::liveness::{self, Heard, Liveness};
@@ -117,8 +117,6 @@ pub const LANE_HIGH_WATER: usize = 16 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 /// Most cells per batch handed to the reader.
 const MAX_BATCH: usize = 64;
-/// Batches waiting for the reader, at most (then connection tasks wait).
-const READER_QUEUE: usize = 64;
 /// How long an accepted lane waits for the lane its opener opened before
 /// it for the same circuit ID; a peer that never opens that one broke the
 /// protocol.
@@ -139,7 +137,7 @@ const REFUSED_BACKOFF: Duration = Duration::from_secs(60);
 /// How long a clean end of the main connection waits for the lanes'
 /// reading to end (the closing peer ends them at the same time) before
 /// the link ends.
-const LANE_CLOSE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const LANE_CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 /// Everything needed to start a link after its handshakes.
 pub(crate) struct LinkSpec {
@@ -248,20 +246,13 @@ pub(crate) struct LinkShared {
     read_order: ReadOrder,
     /// The peer closed the main connection cleanly: the link is ending.
     closing: AtomicBool,
-    cells: mpsc::Sender<Batch>,
-    failure: Mutex<Option<Error>>,
-    failed: Notify,
+    /// Cells on their way to the reader, and the link's end.
+    inbox: Inbox,
     room: Notify,
     send_bytes: AtomicUsize,
-    recv_bytes: AtomicUsize,
     /// When the peer was last heard on any connection.
     liveness: Arc<Liveness>,
     tasks: LinkTasks,
-}
-
-struct Batch {
-    cells: Vec<AnyChanCell>,
-    bytes: usize,
 }
 
 /// The socket error behind `e`, if it is one (not a protocol error or
@@ -333,8 +324,7 @@ impl LinkShared {
     fn end(&self, e: Error) {
         let e = self.named(e);
         debug!(peer = %self.addr(), "pctcp link failed: {e}");
-        lock(&self.failure).get_or_insert(e);
-        self.failed.notify_one();
+        self.inbox.fail(e);
         self.tasks.abort_all();
     }
 
@@ -461,7 +451,7 @@ pub(crate) fn start(
     spec: LinkSpec,
     node: Arc<NodeLanes>,
 ) -> (Link<LaneReader, LaneWriter>, Arc<LinkShared>) {
-    let (tx, rx) = mpsc::channel(READER_QUEUE);
+    let (inbox, inbox_reader) = Inbox::new();
     let shared = Arc::new(LinkShared {
         peer: spec.peer.clone(),
         link_version: spec.link_version,
@@ -478,12 +468,9 @@ pub(crate) fn start(
         order: Mutex::default(),
         admitted: Notify::new(),
         lanes_open: AtomicUsize::new(0),
-        cells: tx,
-        failure: Mutex::new(None),
-        failed: Notify::new(),
+        inbox,
         room: Notify::new(),
         send_bytes: AtomicUsize::new(0),
-        recv_bytes: AtomicUsize::new(0),
         liveness: Liveness::new(),
         tasks: LinkTasks::default(),
         read_order: ReadOrder::default(),
@@ -511,7 +498,7 @@ pub(crate) fn start(
         peer: spec.peer,
         link_version: spec.link_version,
         reader: LaneReader {
-            rx,
+            inbox: inbox_reader,
             end: end.clone(),
         },
         writer: LaneWriter {
@@ -592,21 +579,12 @@ async fn read_main(link: Arc<LinkShared>, mut reader: StreamCellReader<Heard<Rea
 
 /// Hand decoded cells to the reader; false if the link is gone.
 async fn deliver(link: &LinkShared, cells: Vec<AnyChanCell>) -> bool {
+    // Counted as full cells (what the node's memory cap needs).
     let bytes = cells.len() * 514;
-    link.recv_bytes.fetch_add(bytes, AtomicOrdering::Relaxed);
-    let sent = match link.cells.try_send(Batch { cells, bytes }) {
-        Ok(()) => true,
-        Err(TrySendError::Full(batch)) => {
-            // Not reading while the node is behind: not the peer's silence.
-            let _paused = link.liveness.pause();
-            link.cells.send(batch).await.is_ok()
-        }
-        Err(TrySendError::Closed(_)) => false,
-    };
-    if !sent {
-        link.recv_bytes.fetch_sub(bytes, AtomicOrdering::Relaxed);
-    }
-    sent
+    // Not reading while the node is behind: not the peer's silence.
+    link.inbox
+        .deliver(cells, bytes, || link.liveness.pause())
+        .await
 }
 
 /// Open a lane to the peer for `lane` and run it: connect (the peer must
@@ -825,48 +803,18 @@ async fn read_lane(
 
 /// Incoming cells of a pctcp link, from every connection.
 pub struct LaneReader {
-    rx: mpsc::Receiver<Batch>,
+    inbox: InboxReader,
     end: Arc<LinkEnd>,
 }
 
 impl CellReader for LaneReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
-        // Disjoint borrows: the link (shared) and the batch queue (ours).
-        let (link, rx) = (&self.end.shared, &mut self.rx);
-        let take = |batch: Batch, out: &mut Vec<AnyChanCell>| {
-            link.recv_bytes
-                .fetch_sub(batch.bytes, AtomicOrdering::Relaxed);
-            out.extend(batch.cells);
-        };
-        loop {
-            let mut failure = lock(&link.failure).take();
-            if matches!(failure, Some(Error::Closed)) {
-                // A clean end comes after the cells that arrived before it;
-                // a broken link's cells are not worth waiting for.
-                if let Ok(batch) = rx.try_recv() {
-                    *lock(&link.failure) = failure.take();
-                    take(batch, out);
-                    return Ok(());
-                }
-            }
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            let failed = link.failed.notified();
-            tokio::select! {
-                batch = rx.recv() => {
-                    let Some(batch) = batch else { return Err(Error::Closed) };
-                    take(batch, out);
-                    return Ok(());
-                }
-                () = failed => {}
-            }
-        }
+        self.inbox.read_cells(&self.end.shared.inbox, out).await
     }
 
     fn buffered_bytes(&self) -> usize {
         let link = &self.end.shared;
-        link.recv_bytes.load(AtomicOrdering::Relaxed) + link.dialer.held().0
+        link.inbox.bytes() + link.dialer.held().0
     }
 }
 

@@ -57,6 +57,7 @@ pub mod any;
 pub mod connector;
 pub mod endpoint;
 mod err;
+mod inbox;
 mod lanes;
 pub mod link;
 pub mod liveness;

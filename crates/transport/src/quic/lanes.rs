@@ -18,8 +18,7 @@ use bytes::{Bytes, BytesMut};
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, ChanMsg};
 use onionlab_cell::codec::CellCodec;
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 use tracing::debug;
 
@@ -27,6 +26,7 @@ use super::{
     quic_err, wire, write_lane_header, Mode, QuicLink, QuicTransport, CONNECTION_WINDOW,
     LANE_HIGH_WATER, STREAM_WINDOW,
 };
+use crate::inbox::{Inbox, InboxReader};
 use crate::link::StreamCellReader;
 use crate::read_order::{ReadOrder, ReadSlot};
 use crate::sendbuf::{write_task, LaneWrite, LinkTasks, Owner, SendBuffer, SHUTDOWN_TIMEOUT};
@@ -39,8 +39,6 @@ const READ_CHUNKS: usize = 32;
 const MAX_IDLE_READ_BUF: usize = 1024;
 /// Most cells per batch handed to the reader.
 const MAX_BATCH: usize = 64;
-/// Batches waiting for the reader, at most (then stream tasks wait).
-const READER_QUEUE: usize = 64;
 /// QUIC application error codes.
 const CODE_DONE: u32 = 0;
 const CODE_VIOLATION: u32 = 1;
@@ -78,17 +76,11 @@ pub(crate) struct LinkShared {
     retired_packets: AtomicU64,
     /// Send-lane tasks, drained by shutdown, aborted when the link ends.
     tasks: LinkTasks,
-    cells: mpsc::Sender<Result<Batch, Error>>,
+    /// Cells on their way to the reader, and the link's end.
+    inbox: Inbox,
     /// Signalled when a lane's buffer drained.
     room: Notify,
     memory: LinkMemory,
-}
-
-/// Decoded cells of one lane on their way to the reader.
-struct Batch {
-    cells: Vec<AnyChanCell>,
-    /// Their encoded size, counted in [`LinkMemory::recv`] until read.
-    bytes: usize,
 }
 
 /// What a link's buffers hold, kept up to date as they change, so that
@@ -97,9 +89,9 @@ struct Batch {
 struct LinkMemory {
     /// Encoded cells in send lanes, open or finishing.
     send: AtomicUsize,
-    /// Decoded cells waiting for the reader, and partial cells in lane
-    /// read buffers.
-    recv: AtomicUsize,
+    /// Partial cells in lane read buffers (decoded cells waiting for the
+    /// reader are the inbox's count).
+    partial: AtomicUsize,
     /// Incoming lanes waiting for room in the reader queue. Their streams
     /// are not read meanwhile, so quinn may hold up to a stream window of
     /// data for each: quinn does not report what it buffers, so that
@@ -116,9 +108,9 @@ impl LinkMemory {
         counter.fetch_sub(bytes, AtomicOrdering::Relaxed);
     }
 
-    /// Receive-side bytes: ours, plus quinn's flow-control bound for the
-    /// lanes not being read.
-    fn received(&self, mode: Mode) -> usize {
+    /// Receive-side bytes: ours (`queued` in the inbox, partial cells),
+    /// plus quinn's flow-control bound for the lanes not being read.
+    fn received(&self, mode: Mode, queued: usize) -> usize {
         let blocked = self.blocked_lanes.load(AtomicOrdering::Relaxed);
         let per_stream = blocked.saturating_mul(STREAM_WINDOW as usize);
         let quinn = match mode {
@@ -127,7 +119,7 @@ impl LinkMemory {
             // Each lane has its own connection.
             Mode::ConnPerCircuit => per_stream,
         };
-        self.recv.load(AtomicOrdering::Relaxed) + quinn
+        queued + self.partial.load(AtomicOrdering::Relaxed) + quinn
     }
 }
 
@@ -147,7 +139,8 @@ impl Drop for BlockedLane<'_> {
     }
 }
 
-/// A lane's partial cell, counted in [`LinkMemory::recv`] while it lives.
+/// A lane's partial cell, counted in [`LinkMemory::partial`] while it
+/// lives.
 struct HeldBytes<'a> {
     counter: &'a AtomicUsize,
     bytes: usize,
@@ -186,7 +179,7 @@ impl LinkShared {
             Error::Protocol { .. } | Error::Cell { .. } => CODE_VIOLATION,
             _ => CODE_DONE,
         };
-        let _ = self.cells.try_send(Err(e));
+        self.inbox.fail(e);
         self.close_all(code, b"link failed");
     }
 
@@ -259,7 +252,7 @@ impl LaneWrite for SendStream {
 
 /// Start a link's tasks and return its halves.
 pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<LinkShared>) {
-    let (tx, rx) = mpsc::channel(READER_QUEUE);
+    let (inbox, inbox_reader) = Inbox::new();
     let shared = Arc::new(LinkShared {
         peer: spec.peer.clone(),
         link_version: spec.link_version,
@@ -273,7 +266,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         lane_conns: Mutex::default(),
         retired_packets: AtomicU64::new(0),
         tasks: LinkTasks::default(),
-        cells: tx,
+        inbox,
         room: Notify::new(),
         memory: LinkMemory::default(),
     });
@@ -302,7 +295,7 @@ pub(crate) fn start(spec: LinkSpec, transport: QuicTransport) -> (QuicLink, Arc<
         peer: spec.peer,
         link_version: spec.link_version,
         reader: QuicReader {
-            rx,
+            inbox: inbox_reader,
             end: end.clone(),
         },
         writer: QuicWriter {
@@ -345,7 +338,15 @@ async fn watch_closed(link: Arc<LinkShared>) {
         ConnectionError::LocallyClosed => Error::Closed,
         other => quic_err(link.addr(), other),
     };
-    let _ = link.cells.send(Err(e)).await;
+    if matches!(e, Error::Closed) {
+        // The cells the lanes decoded before the end (some may wait for
+        // room in the inbox) come before it.
+        link.read_order
+            .reading()
+            .all_ended(crate::lanes::LANE_CLOSE_WAIT)
+            .await;
+    }
+    link.inbox.fail(e);
     link.close_all(CODE_DONE, b"link closed");
 }
 
@@ -588,7 +589,7 @@ async fn read_lane_cells(
     let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
     let mut buf = BytesMut::new();
     let mut held = HeldBytes {
-        counter: &link.memory.recv,
+        counter: &link.memory.partial,
         bytes: 0,
     };
     loop {
@@ -610,41 +611,29 @@ async fn read_lane_cells(
             buf.extend_from_slice(&std::mem::take(chunk));
         }
         held.set(buf.len());
-        let mut batch = Batch {
-            cells: Vec::new(),
-            bytes: 0,
-        };
+        let (mut cells, mut bytes) = (Vec::new(), 0);
         loop {
             let before = buf.len();
             let cell = match wire::next_lane_cell(&mut codec, circ_id, &mut buf, peer) {
                 Ok(Some(cell)) => cell,
                 Ok(None) => break,
-                Err(e) => {
-                    LinkMemory::sub(&link.memory.recv, batch.bytes);
-                    return Err(Some(e));
-                }
+                Err(e) => return Err(Some(e)),
             };
             if matches!(cell.msg(), AnyChanMsg::Destroy(_)) {
                 link.close_lane(circ_id);
             }
-            // The cell's bytes move from the partial buffer to the batch.
-            let size = before - buf.len();
-            held.bytes -= size;
-            batch.bytes += size;
-            batch.cells.push(cell);
-            if batch.cells.len() == MAX_BATCH {
-                let full = std::mem::replace(
-                    &mut batch,
-                    Batch {
-                        cells: Vec::new(),
-                        bytes: 0,
-                    },
-                );
-                deliver(link, full).await?;
+            bytes += before - buf.len();
+            cells.push(cell);
+            if cells.len() == MAX_BATCH {
+                // The cells' bytes move from the partial buffer to the
+                // inbox.
+                held.set(buf.len());
+                deliver(link, std::mem::take(&mut cells), std::mem::take(&mut bytes)).await?;
             }
         }
-        if !batch.cells.is_empty() {
-            deliver(link, batch).await?;
+        held.set(buf.len());
+        if !cells.is_empty() {
+            deliver(link, cells, bytes).await?;
         }
         if buf.capacity() > MAX_IDLE_READ_BUF {
             buf = BytesMut::from(&buf[..]);
@@ -652,41 +641,30 @@ async fn read_lane_cells(
     }
 }
 
-/// Hand a batch to the reader, waiting for room in its queue (counted as
-/// a blocked lane meanwhile). `Err(None)` if the reader is gone.
-async fn deliver(link: &LinkShared, batch: Batch) -> Result<(), Option<Error>> {
-    let bytes = batch.bytes;
-    let sent = match link.cells.try_send(Ok(batch)) {
-        Ok(()) => Ok(()),
-        Err(TrySendError::Closed(_)) => Err(()),
-        Err(TrySendError::Full(item)) => {
-            let _blocked = BlockedLane::new(&link.memory.blocked_lanes);
-            link.cells.send(item).await.map_err(|_| ())
-        }
-    };
-    sent.map_err(|()| {
-        LinkMemory::sub(&link.memory.recv, bytes);
-        None
-    })
+/// Hand a lane's cells (`bytes` of them) to the reader, waiting for room
+/// in its queue (counted as a blocked lane meanwhile). `Err(None)` if the
+/// reader is gone.
+async fn deliver(
+    link: &LinkShared,
+    cells: Vec<AnyChanCell>,
+    bytes: usize,
+) -> Result<(), Option<Error>> {
+    let blocked = || BlockedLane::new(&link.memory.blocked_lanes);
+    match link.inbox.deliver(cells, bytes, blocked).await {
+        true => Ok(()),
+        false => Err(None),
+    }
 }
 
 /// Incoming cells of a QUIC link, from all its lanes.
 pub struct QuicReader {
-    rx: mpsc::Receiver<Result<Batch, Error>>,
+    inbox: InboxReader,
     end: Arc<LinkEnd>,
 }
 
 impl CellReader for QuicReader {
     async fn read_cells(&mut self, out: &mut Vec<AnyChanCell>) -> Result<(), Error> {
-        match self.rx.recv().await {
-            Some(Ok(batch)) => {
-                LinkMemory::sub(&self.end.shared.memory.recv, batch.bytes);
-                out.extend(batch.cells);
-                Ok(())
-            }
-            Some(Err(e)) => Err(e),
-            None => Err(Error::Closed),
-        }
+        self.inbox.read_cells(&self.end.shared.inbox, out).await
     }
 
     /// Decoded cells waiting, partial cells in lane buffers, and a stream
@@ -694,7 +672,7 @@ impl CellReader for QuicReader {
     /// [`crate::quic`]'s memory notes).
     fn buffered_bytes(&self) -> usize {
         let shared = &self.end.shared;
-        shared.memory.received(shared.mode)
+        shared.memory.received(shared.mode, shared.inbox.bytes())
     }
 }
 
