@@ -13,11 +13,44 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
+use onionlab_cell::msg::RelayCmd;
 use onionlab_cell::msg::{AnyRelayMsg, EndReason, Sendme, StreamId, Xoff, Xon};
 use onionlab_cell::relay::MAX_DATA_LEN;
 
 use crate::flow::StreamWindows;
-use crate::xonxoff::{EdgePosition, FlowAction, XonXoffParams, XonXoffReceiver, XonXoffSender};
+use crate::xonxoff::{
+    EdgePosition, FlowAction, XonXoffError, XonXoffParams, XonXoffReceiver, XonXoffSender,
+};
+
+/// How the other end broke the stream protocol (tor-spec section 6, and
+/// proposal 324's XON/XOFF): the circuit closes as a violation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamViolation {
+    /// A BEGIN or RESOLVE (named) on a stream ID in use, or past the
+    /// stream limit.
+    #[error("{0} on a stream ID in use (or too many streams)")]
+    IdInUse(&'static str),
+    /// A message (named) for a stream that is neither open nor recently
+    /// ended.
+    #[error("{0} for an unknown stream")]
+    UnknownStream(&'static str),
+    /// A RESOLVED on a stream that asked for no resolution.
+    #[error("RESOLVED without a RESOLVE")]
+    UnaskedResolved,
+    /// A relay message that has no place on a stream.
+    #[error("unexpected {0} message on a stream")]
+    Unexpected(RelayCmd),
+    /// A stream's window, data or state rule broken (what was wrong).
+    #[error("{0}")]
+    Flow(&'static str),
+    /// An XON or XOFF the sending edge refuses.
+    #[error("{0}")]
+    XonXoff(#[from] XonXoffError),
+    /// Our own control messages for the stream overflowed their queue
+    /// (the peer provoked more than the queue holds).
+    #[error("stream control queue overflow")]
+    ControlOverflow,
+}
 
 /// Limits of one stream.
 #[derive(Debug, Clone)]
@@ -534,7 +567,7 @@ impl StreamMap {
         id: StreamId,
         version: u8,
         xon: Option<u32>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StreamViolation> {
         let half_closed = self.is_half_closed(id);
         match self.streams.get_mut(&u16::from(id)).map(|s| &mut s.flow) {
             Some(StreamFlow::XonXoff { tx, .. }) => {
@@ -560,15 +593,15 @@ impl StreamMap {
                         tracing::debug!(stream = u16::from(id), "ignored: {e}");
                         Ok(())
                     }
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(e.into()),
                 }
             }
-            Some(StreamFlow::Windows(_)) => {
-                Err("XON/XOFF on a circuit without congestion control".into())
-            }
+            Some(StreamFlow::Windows(_)) => Err(StreamViolation::Flow(
+                "XON/XOFF on a circuit without congestion control",
+            )),
             // XON/XOFF may cross our END.
             None if half_closed => Ok(()),
-            None => Err("XON/XOFF for an unknown stream".into()),
+            None => Err(StreamViolation::UnknownStream("XON/XOFF")),
         }
     }
 

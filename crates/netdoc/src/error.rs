@@ -91,7 +91,7 @@ pub enum Error {
         /// The rule's text.
         rule: String,
         /// What is wrong with it.
-        reason: String,
+        reason: crate::policy::RuleError,
     },
     /// A key (in a key file, or given as hex) is malformed.
     #[error("{origin}: {reason}")]

@@ -29,4 +29,4 @@ pub use doc::{
 };
 pub use error::{line_col, Error, Result};
 pub use params::{NetworkParams, ParamsError};
-pub use policy::ExitPolicy;
+pub use policy::{ExitPolicy, RuleError};

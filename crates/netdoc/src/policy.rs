@@ -272,27 +272,27 @@ impl FromStr for PolicyRule {
     /// (surrounding whitespace is ignored).
     fn from_str(s: &str) -> Result<Self> {
         let text = s.trim();
-        let bad = |reason: &str| Error::Policy {
+        let bad = |reason: RuleError| Error::Policy {
             rule: text.to_string(),
-            reason: reason.to_string(),
+            reason,
         };
         let (keyword, pattern) = text
             .split_once(|c: char| c.is_ascii_whitespace())
-            .ok_or_else(|| bad("expected `accept` or `reject`, a space, and ADDR:PORT"))?;
+            .ok_or_else(|| bad(RuleError::NoPattern))?;
         let action = match keyword {
             "accept" => Action::Accept,
             "reject" => Action::Reject,
-            _ => return Err(bad("the rule must start with `accept` or `reject`")),
+            _ => return Err(bad(RuleError::NoAction)),
         };
         let pattern = pattern.trim_start();
         if pattern.contains(|c: char| c.is_whitespace()) {
-            return Err(bad("unexpected space in ADDR:PORT"));
+            return Err(bad(RuleError::SpaceInPattern));
         }
         let (addr, ports) = pattern
             .rsplit_once(':')
-            .ok_or_else(|| bad("expected ADDR:PORT (a missing `:PORT`?)"))?;
-        let addr = parse_addr(addr).map_err(|r| bad(&r))?;
-        let ports = parse_ports(ports).map_err(|r| bad(&r))?;
+            .ok_or_else(|| bad(RuleError::NoPort))?;
+        let addr = parse_addr(addr).map_err(bad)?;
+        let ports = parse_ports(ports).map_err(bad)?;
         Ok(PolicyRule {
             action,
             addr,
@@ -301,8 +301,68 @@ impl FromStr for PolicyRule {
     }
 }
 
+/// What is wrong with an exit-policy rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// No space between the action and the pattern.
+    #[error("expected `accept` or `reject`, a space, and ADDR:PORT")]
+    NoPattern,
+    /// The first word is not an action.
+    #[error("the rule must start with `accept` or `reject`")]
+    NoAction,
+    /// The pattern has a space inside.
+    #[error("unexpected space in ADDR:PORT")]
+    SpaceInPattern,
+    /// The pattern has no `:`.
+    #[error("expected ADDR:PORT (a missing `:PORT`?)")]
+    NoPort,
+    /// A wildcard (`*`, `*4`, `*6`) with a mask.
+    #[error("the wildcard {0} takes no /MASKBITS")]
+    MaskOnWildcard(String),
+    /// A mask that is not a number.
+    #[error("mask {mask:?} is not a number of bits (0-{max})")]
+    MaskNotBits {
+        /// The mask's text.
+        mask: String,
+        /// The address family's bits.
+        max: u8,
+    },
+    /// A mask above the address family's bits.
+    #[error("mask /{mask} is out of range (0-{max})")]
+    MaskOutOfRange {
+        /// The mask's text.
+        mask: String,
+        /// The address family's bits.
+        max: u8,
+    },
+    /// `[` without its `]`.
+    #[error("{0:?}: missing `]` after an IPv6 address")]
+    UnclosedBracket(String),
+    /// Brackets around something else than an IPv6 address.
+    #[error("{0:?} is not an IPv6 address")]
+    NotIpv6(String),
+    /// An IPv6 address without its brackets.
+    #[error("{0:?}: an IPv6 address must be in brackets, as [{0}]")]
+    UnbracketedIpv6(String),
+    /// Nothing before the `:`.
+    #[error("missing address (use * for any)")]
+    NoAddress,
+    /// Neither a wildcard nor an address.
+    #[error("{0:?} is not *, *4, *6, an IPv4 address or a bracketed IPv6 address")]
+    BadAddress(String),
+    /// A port that is not a number.
+    #[error("port {0:?} is not *, a number or a range LO-HI")]
+    NotPort(String),
+    /// A port of 0 or above 65535.
+    #[error("port {0} is out of range (1-65535)")]
+    PortOutOfRange(String),
+    /// A range whose low end is above its high end.
+    #[error("empty port range {0}-{1}")]
+    EmptyPortRange(u16, u16),
+}
+
 /// Parse `ADDR[/MASKBITS]`.
-fn parse_addr(s: &str) -> std::result::Result<AddrPattern, String> {
+fn parse_addr(s: &str) -> std::result::Result<AddrPattern, RuleError> {
     let (host, mask) = match s.split_once('/') {
         Some((h, m)) => (h, Some(m)),
         None => (s, None),
@@ -316,53 +376,61 @@ fn parse_addr(s: &str) -> std::result::Result<AddrPattern, String> {
     if let Some(w) = wildcard {
         return match mask {
             None => Ok(w),
-            Some(_) => Err(format!("the wildcard {host} takes no /MASKBITS")),
+            Some(_) => Err(RuleError::MaskOnWildcard(host.to_string())),
         };
     }
-    let parse_bits = |m: &str, max: u8| -> std::result::Result<u8, String> {
+    let parse_bits = |m: &str, max: u8| -> std::result::Result<u8, RuleError> {
         if m.is_empty() || m.len() > 3 || !m.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("mask {m:?} is not a number of bits (0-{max})"));
+            let mask = m.to_string();
+            return Err(RuleError::MaskNotBits { mask, max });
         }
         match m.parse::<u8>() {
             Ok(b) if b <= max => Ok(b),
-            _ => Err(format!("mask /{m} is out of range (0-{max})")),
+            _ => Err(RuleError::MaskOutOfRange {
+                mask: m.to_string(),
+                max,
+            }),
         }
+    };
+    let out_of_range = |bits: u8, max: u8| RuleError::MaskOutOfRange {
+        mask: bits.to_string(),
+        max,
     };
     if let Some(inner) = host.strip_prefix('[') {
         let inner = inner
             .strip_suffix(']')
-            .ok_or_else(|| format!("{host:?}: missing `]` after an IPv6 address"))?;
+            .ok_or_else(|| RuleError::UnclosedBracket(host.to_string()))?;
         let ip: Ipv6Addr = inner
             .parse()
-            .map_err(|_| format!("{inner:?} is not an IPv6 address"))?;
+            .map_err(|_| RuleError::NotIpv6(inner.to_string()))?;
         let bits = mask.map_or(Ok(128), |m| parse_bits(m, 128))?;
-        return AddrPattern::v6(ip, bits).ok_or_else(|| "mask out of range".into());
+        return AddrPattern::v6(ip, bits).ok_or_else(|| out_of_range(bits, 128));
     }
     let ip: Ipv4Addr = host.parse().map_err(|_| {
         if host.contains(':') {
-            format!("{host:?}: an IPv6 address must be in brackets, as [{host}]")
+            RuleError::UnbracketedIpv6(host.to_string())
         } else if host.is_empty() {
-            "missing address (use * for any)".to_string()
+            RuleError::NoAddress
         } else {
-            format!("{host:?} is not *, *4, *6, an IPv4 address or a bracketed IPv6 address")
+            RuleError::BadAddress(host.to_string())
         }
     })?;
     let bits = mask.map_or(Ok(32), |m| parse_bits(m, 32))?;
-    AddrPattern::v4(ip, bits).ok_or_else(|| "mask out of range".into())
+    AddrPattern::v4(ip, bits).ok_or_else(|| out_of_range(bits, 32))
 }
 
 /// Parse `*`, `PORT` or `LO-HI`.
-fn parse_ports(s: &str) -> std::result::Result<PortRange, String> {
+fn parse_ports(s: &str) -> std::result::Result<PortRange, RuleError> {
     if s == "*" {
         return Ok(PortRange::ALL);
     }
-    let port = |p: &str| -> std::result::Result<u16, String> {
+    let port = |p: &str| -> std::result::Result<u16, RuleError> {
         if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("port {p:?} is not *, a number or a range LO-HI"));
+            return Err(RuleError::NotPort(p.to_string()));
         }
         match p.parse::<u16>() {
             Ok(n) if n >= 1 => Ok(n),
-            _ => Err(format!("port {p} is out of range (1-65535)")),
+            _ => Err(RuleError::PortOutOfRange(p.to_string())),
         }
     };
     let (lo, hi) = match s.split_once('-') {
@@ -372,7 +440,7 @@ fn parse_ports(s: &str) -> std::result::Result<PortRange, String> {
             (p, p)
         }
     };
-    PortRange::new(lo, hi).ok_or_else(|| format!("empty port range {lo}-{hi}"))
+    PortRange::new(lo, hi).ok_or(RuleError::EmptyPortRange(lo, hi))
 }
 
 /// An exit policy: rules tried in order, first match decides, implicit final

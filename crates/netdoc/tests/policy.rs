@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use onionlab_netdoc::policy::{
     canonical_ip, Action, AddrPattern, ExitPolicy, PolicyRule, PortRange,
 };
-use onionlab_netdoc::Error;
+use onionlab_netdoc::{Error, RuleError};
 use proptest::prelude::*;
 
 fn ip(s: &str) -> IpAddr {
@@ -118,6 +118,24 @@ fn syntax_errors() {
         assert!(matches!(err, Error::Policy { .. }), "{text}: {err}");
         assert!(err.to_string().contains(want), "{text}: {err}");
     }
+}
+
+#[test]
+fn a_malformed_rule_says_what_is_wrong_as_a_type() {
+    let reason = |text: &str| match ExitPolicy::parse(text) {
+        Err(Error::Policy { reason, .. }) => reason,
+        other => panic!("{text}: {other:?}"),
+    };
+    assert_eq!(reason("accept *:90-80"), RuleError::EmptyPortRange(90, 80));
+    assert_eq!(reason("accept *:0"), RuleError::PortOutOfRange("0".into()));
+    assert_eq!(
+        reason("accept 1.2.3.4/33:*"),
+        RuleError::MaskOutOfRange {
+            mask: "33".into(),
+            max: 32
+        }
+    );
+    assert_eq!(reason("allow *:*"), RuleError::NoAction);
 }
 
 #[test]

@@ -574,7 +574,7 @@ impl ClientCircuit {
         let handled = self.streams.handle(now, id, msg);
         self.take_stream_events();
         if let Err(e) = handled {
-            self.violation(e);
+            self.violation(e.to_string());
         }
     }
 

@@ -17,7 +17,7 @@ use onionlab_cell::relay;
 
 use super::ClientEvent;
 use crate::err::Error;
-use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind, StreamMap};
+use crate::stream::{StreamConfig, StreamEvent, StreamFlowKind, StreamMap, StreamViolation};
 
 /// Streams of one circuit (or set), and their pending messages.
 #[derive(Debug)]
@@ -159,10 +159,10 @@ impl ClientStreams {
         now: Instant,
         id: StreamId,
         msg: AnyRelayMsg,
-    ) -> Result<(), String> {
+    ) -> Result<(), StreamViolation> {
         match msg {
             AnyRelayMsg::Data(d) => self.on_data(now, id, Bytes::from(Vec::from(d))),
-            AnyRelayMsg::Sendme(_) => self.map.on_sendme(id).map_err(|e| e.to_string()),
+            AnyRelayMsg::Sendme(_) => self.map.on_sendme(id).map_err(StreamViolation::Flow),
             AnyRelayMsg::Xon(x) => {
                 let rate = crate::stream::xon_rate_kbps(x.kbytes_per_sec_ewma());
                 self.on_flow(id, *x.version(), Some(rate))
@@ -175,7 +175,7 @@ impl ClientStreams {
                     Ok(())
                 }
                 Ok(false) => Ok(()),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(StreamViolation::Flow(e)),
             },
             AnyRelayMsg::End(e) => {
                 if self.map.get(id).is_some() {
@@ -194,7 +194,7 @@ impl ClientStreams {
                 } else if self.map.is_half_closed(id) {
                     self.map.on_end(id);
                 } else {
-                    return Err("END for an unknown stream".into());
+                    return Err(StreamViolation::UnknownStream("END"));
                 }
                 Ok(())
             }
@@ -208,36 +208,39 @@ impl ClientStreams {
                     });
                     Ok(())
                 }
-                None => Err("RESOLVED without a RESOLVE".into()),
+                None => Err(StreamViolation::UnaskedResolved),
             },
-            other => Err(format!("unexpected {} message on a stream", other.cmd())),
+            other => Err(StreamViolation::Unexpected(other.cmd())),
         }
     }
 
-    fn on_flow(&mut self, id: StreamId, version: u8, xon: Option<u32>) -> Result<(), String> {
-        self.map
-            .on_xon_xoff(id, version, xon)
-            .map_err(|e| e.to_string())
+    fn on_flow(
+        &mut self,
+        id: StreamId,
+        version: u8,
+        xon: Option<u32>,
+    ) -> Result<(), StreamViolation> {
+        self.map.on_xon_xoff(id, version, xon)
     }
 
-    fn on_data(&mut self, now: Instant, id: StreamId, data: Bytes) -> Result<(), String> {
+    fn on_data(&mut self, now: Instant, id: StreamId, data: Bytes) -> Result<(), StreamViolation> {
         if self.map.get(id).is_none() {
             if !self.map.is_half_closed(id) {
-                return Err("DATA for an unknown stream".into());
+                return Err(StreamViolation::UnknownStream("DATA"));
             }
             return Ok(());
         }
         let (readable, feedback) = self
             .map
             .on_data(id, data, false, now)
-            .map_err(|e| e.to_string())?;
+            .map_err(StreamViolation::Flow)?;
         if readable {
             self.events
                 .push_back(ClientEvent::Stream(StreamEvent::Readable { stream: id }));
         }
         if let Some(f) = feedback {
             self.queue(id, f.into_msg())
-                .map_err(|ControlOverflow| "stream control queue overflow".to_string())?;
+                .map_err(|ControlOverflow| StreamViolation::ControlOverflow)?;
         }
         Ok(())
     }
@@ -296,7 +299,12 @@ impl crate::conflux::set::SetEdge for ClientStreams {
     ) -> Option<Result<(StreamId, AnyRelayMsg), Error>> {
         ClientStreams::next_outgoing(self, window_open)
     }
-    fn handle(&mut self, now: Instant, stream: StreamId, msg: AnyRelayMsg) -> Result<(), String> {
+    fn handle(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        msg: AnyRelayMsg,
+    ) -> Result<(), StreamViolation> {
         ClientStreams::handle(self, now, stream, msg)
     }
 }
@@ -364,16 +372,20 @@ mod tests {
         assert_eq!(s.readable_bytes(id), 5);
         let unknown = StreamId::new(999).expect("nonzero");
         let end = End::new_with_reason(EndReason::DONE);
-        assert!(s
-            .handle(Instant::now(), unknown, end.clone().into())
-            .is_err());
-        assert!(s
-            .handle(
-                Instant::now(),
-                unknown,
-                Data::new(b"x").expect("data").into()
-            )
-            .is_err());
+        assert_eq!(
+            s.handle(Instant::now(), unknown, end.clone().into()),
+            Err(StreamViolation::UnknownStream("END"))
+        );
+        let data = Data::new(b"x").expect("data");
+        assert_eq!(
+            s.handle(Instant::now(), unknown, data.into()),
+            Err(StreamViolation::UnknownStream("DATA"))
+        );
+        let resolved = onionlab_cell::msg::Resolved::new_empty();
+        assert_eq!(
+            s.handle(Instant::now(), id, resolved.into()),
+            Err(StreamViolation::UnaskedResolved)
+        );
         s.handle(Instant::now(), id, end.into()).expect("end");
         assert!(matches!(
             s.poll_event(),

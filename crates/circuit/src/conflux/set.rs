@@ -23,6 +23,7 @@ use super::sched::{LegScheduler, LegSchedulerKind, LegView};
 use super::seq::{SeqError, SeqReceiver, SeqSender};
 use super::{LegInput, LegState};
 use crate::err::Error;
+use crate::stream::StreamViolation;
 
 /// A stream edge a set carries: the client's or the exit's streams.
 pub trait SetEdge {
@@ -35,7 +36,12 @@ pub trait SetEdge {
     ) -> Option<Result<(StreamId, AnyRelayMsg), Error>>;
     /// A stream message from the other end, in order; an error is a
     /// protocol violation.
-    fn handle(&mut self, now: Instant, stream: StreamId, msg: AnyRelayMsg) -> Result<(), String>;
+    fn handle(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        msg: AnyRelayMsg,
+    ) -> Result<(), StreamViolation>;
 }
 
 /// A circuit in leg mode, as the set uses it.
@@ -76,7 +82,7 @@ pub enum SetError {
     Seq(#[from] SeqError),
     /// A stream message broke the protocol.
     #[error("{0}")]
-    Stream(String),
+    Stream(#[from] StreamViolation),
     /// A leg refused a message (it closed, or its queue overflowed), or
     /// the edge could not encode one.
     #[error("{0}")]

@@ -24,6 +24,7 @@ use super::RelayCircEvent;
 use crate::err::Error;
 use crate::stream::{
     StreamConfig, StreamEvent, StreamFeedback, StreamFlowKind, StreamMap, StreamState,
+    StreamViolation,
 };
 
 /// Streams of one exit circuit (or set), and their pending messages.
@@ -47,13 +48,18 @@ impl ExitStreams {
 
     /// BEGIN to `addr:port` on stream `id`: the driver is asked to
     /// connect. An error is a protocol violation.
-    pub(crate) fn begin(&mut self, id: StreamId, addr: &[u8], port: u16) -> Result<(), String> {
+    pub(crate) fn begin(
+        &mut self,
+        id: StreamId,
+        addr: &[u8],
+        port: u16,
+    ) -> Result<(), StreamViolation> {
         let Ok(host) = std::str::from_utf8(addr) else {
             self.refuse(id, EndReason::RESOLVEFAILED);
             return Ok(());
         };
         if !self.map.open_remote(id) {
-            return Err("BEGIN on a stream ID in use (or too many streams)".into());
+            return Err(StreamViolation::IdInUse("BEGIN"));
         }
         self.events.push_back(RelayCircEvent::Connect {
             stream: id,
@@ -66,9 +72,9 @@ impl ExitStreams {
     /// RESOLVE of `query` on stream `id`: the driver is asked to resolve.
     /// The ID stays reserved (and counted against the stream limit) until
     /// the driver answers.
-    pub(crate) fn resolve(&mut self, id: StreamId, query: &[u8]) -> Result<(), String> {
+    pub(crate) fn resolve(&mut self, id: StreamId, query: &[u8]) -> Result<(), StreamViolation> {
         if !self.map.open_remote(id) {
-            return Err("RESOLVE on a stream ID in use (or too many streams)".into());
+            return Err(StreamViolation::IdInUse("RESOLVE"));
         }
         let host = String::from_utf8_lossy(query).into_owned();
         self.events
@@ -89,20 +95,15 @@ impl ExitStreams {
         now: Instant,
         id: StreamId,
         msg: AnyRelayMsg,
-    ) -> Result<(), String> {
+    ) -> Result<(), StreamViolation> {
         match msg {
             AnyRelayMsg::Data(d) => self.on_data(now, id, d),
-            AnyRelayMsg::Sendme(_) => self.map.on_sendme(id).map_err(|e| e.to_string()),
+            AnyRelayMsg::Sendme(_) => self.map.on_sendme(id).map_err(StreamViolation::Flow),
             AnyRelayMsg::Xon(x) => {
                 let kbps = crate::stream::xon_rate_kbps(x.kbytes_per_sec_ewma());
-                self.map
-                    .on_xon_xoff(id, *x.version(), Some(kbps))
-                    .map_err(|e| e.to_string())
+                self.map.on_xon_xoff(id, *x.version(), Some(kbps))
             }
-            AnyRelayMsg::Xoff(x) => self
-                .map
-                .on_xon_xoff(id, *x.version(), None)
-                .map_err(|e| e.to_string()),
+            AnyRelayMsg::Xoff(x) => self.map.on_xon_xoff(id, *x.version(), None),
             AnyRelayMsg::End(e) => {
                 if self.map.get(id).is_some() {
                     self.map.on_end(id);
@@ -114,25 +115,25 @@ impl ExitStreams {
                 } else if self.map.is_half_closed(id) {
                     self.map.on_end(id);
                 } else {
-                    return Err("END for an unknown stream".into());
+                    return Err(StreamViolation::UnknownStream("END"));
                 }
                 Ok(())
             }
-            other => Err(format!("unexpected {} message on a stream", other.cmd())),
+            other => Err(StreamViolation::Unexpected(other.cmd())),
         }
     }
 
-    fn on_data(&mut self, now: Instant, id: StreamId, d: Data) -> Result<(), String> {
+    fn on_data(&mut self, now: Instant, id: StreamId, d: Data) -> Result<(), StreamViolation> {
         if self.map.get(id).is_none() {
             if !self.map.is_half_closed(id) {
-                return Err("DATA for an unknown stream".into());
+                return Err(StreamViolation::UnknownStream("DATA"));
             }
             return Ok(());
         }
         let (readable, feedback) = self
             .map
             .on_data(id, Bytes::from(Vec::from(d)), true, now)
-            .map_err(|e| e.to_string())?;
+            .map_err(StreamViolation::Flow)?;
         if readable {
             self.events
                 .push_back(RelayCircEvent::Stream(StreamEvent::Readable { stream: id }));
@@ -331,7 +332,12 @@ impl crate::conflux::set::SetEdge for ExitStreams {
     }
     /// The set's owner checked at LINK time that this is an exit that
     /// serves streams, so BEGIN and RESOLVE open streams here.
-    fn handle(&mut self, now: Instant, stream: StreamId, msg: AnyRelayMsg) -> Result<(), String> {
+    fn handle(
+        &mut self,
+        now: Instant,
+        stream: StreamId,
+        msg: AnyRelayMsg,
+    ) -> Result<(), StreamViolation> {
         match msg {
             AnyRelayMsg::Begin(b) => self.begin(stream, b.addr(), b.port()),
             AnyRelayMsg::Resolve(r) => self.resolve(stream, r.query()),
@@ -343,6 +349,7 @@ impl crate::conflux::set::SetEdge for ExitStreams {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use onionlab_cell::msg::{Begin, BeginFlags, RelayCmd};
 
     fn streams() -> ExitStreams {
         ExitStreams::new(StreamConfig::default(), StreamFlowKind::Windows)
@@ -360,7 +367,11 @@ mod tests {
             s.poll_event(),
             Some(RelayCircEvent::Connect { port: 443, .. })
         ));
-        assert!(s.begin(id(1), b"example.com", 443).is_err(), "ID in use");
+        assert_eq!(
+            s.begin(id(1), b"example.com", 443),
+            Err(StreamViolation::IdInUse("BEGIN")),
+            "ID in use"
+        );
         s.connected(id(1), None).expect("connected");
         assert!(matches!(s.connected(id(1), None), Err(Error::BadState(_))));
         assert!(matches!(
@@ -405,9 +416,21 @@ mod tests {
     fn client_messages_for_unknown_streams_are_violations() {
         let mut s = streams();
         let data = Data::new(b"x").expect("data");
-        assert!(s.handle(Instant::now(), id(9), data.into()).is_err());
+        assert_eq!(
+            s.handle(Instant::now(), id(9), data.into()),
+            Err(StreamViolation::UnknownStream("DATA"))
+        );
         let end = End::new_with_reason(EndReason::DONE);
-        assert!(s.handle(Instant::now(), id(9), end.into()).is_err());
+        assert_eq!(
+            s.handle(Instant::now(), id(9), end.into()),
+            Err(StreamViolation::UnknownStream("END"))
+        );
+        let begin = Begin::new("a.example", 80, BeginFlags::empty()).expect("begin");
+        assert_eq!(
+            s.handle(Instant::now(), id(9), begin.into()),
+            Err(StreamViolation::Unexpected(RelayCmd::BEGIN)),
+            "a BEGIN is the circuit's to handle, not a stream's"
+        );
         assert!(s.refused(id(9), EndReason::DONE).is_err());
         assert!(s.end(id(9), EndReason::DONE).is_err());
     }

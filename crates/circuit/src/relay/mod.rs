@@ -479,7 +479,7 @@ impl RelayCircuit {
                 let opened = self.exit_state().streams.resolve(id, r.query());
                 self.flush_exit(now);
                 if let Err(e) = opened {
-                    self.violation(e);
+                    self.violation(e.to_string());
                 }
             }
             (Some(id), AnyRelayMsg::Data(d)) => self.on_data(now, tag, id, d),
@@ -525,7 +525,7 @@ impl RelayCircuit {
         let opened = self.exit_state().streams.begin(id, b.addr(), b.port());
         self.flush_exit(now);
         if let Err(e) = opened {
-            self.violation(e);
+            self.violation(e.to_string());
         }
     }
 
@@ -544,7 +544,7 @@ impl RelayCircuit {
         let handled = exit.streams.handle(now, id, msg);
         self.flush_exit(now);
         if let Err(e) = handled {
-            return self.violation(e);
+            return self.violation(e.to_string());
         }
         if let Some(trigger) = trigger {
             self.package_eagerly(now, trigger);
