@@ -129,15 +129,13 @@ impl InboxReader {
                 }
             }
             if let Some(e) = failure {
-                self.ended = true;
-                return Err(e);
+                return Err(self.end(inbox, e));
             }
             let failed = inbox.failed.notified();
             tokio::select! {
                 batch = self.rx.recv() => {
                     let Some(batch) = batch else {
-                        self.ended = true;
-                        return Err(Error::Closed);
+                        return Err(self.end(inbox, Error::Closed));
                     };
                     take(batch, out);
                     return Ok(());
@@ -145,6 +143,18 @@ impl InboxReader {
                 () = failed => {}
             }
         }
+    }
+
+    /// The link ended with `e`: nothing more is read, so what is queued
+    /// is dropped (and no longer counted), and tasks waiting for room
+    /// learn that the reader is gone.
+    fn end(&mut self, inbox: &Inbox, e: Error) -> Error {
+        self.ended = true;
+        self.rx.close();
+        while let Ok(batch) = self.rx.try_recv() {
+            inbox.bytes.fetch_sub(batch.bytes, AtomicOrdering::Relaxed);
+        }
+        e
     }
 }
 
@@ -187,6 +197,11 @@ mod tests {
         inbox.fail(Error::Closed);
         let e = reader.read_cells(&inbox, &mut out).await;
         assert!(matches!(e, Err(Error::Silent { .. })), "{e:?}");
+        // What was queued is dropped with the end, and nothing more is
+        // taken.
+        assert_eq!(inbox.bytes(), 0);
+        assert!(!inbox.deliver(padding(1), 514, || ()).await);
+        assert_eq!(inbox.bytes(), 0);
         let again = reader.read_cells(&inbox, &mut out).await;
         assert!(matches!(again, Err(Error::Closed)), "{again:?}");
     }

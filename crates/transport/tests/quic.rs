@@ -166,6 +166,47 @@ async fn conn_per_circuit_moves_cells_both_ways() {
     relays_exchange_cells_on_lanes(Mode::ConnPerCircuit).await;
 }
 
+/// A peer that shuts the link down while we still send to it: our
+/// lane's write fails as a consequence of its close, and our reader still
+/// gets every cell the peer sent before it, then a clean end (not the
+/// write's error, which would drop the queued cells).
+async fn a_close_while_we_send_still_delivers_the_peers_cells(mode: Mode) {
+    let (mut ab, mut ba, ..) = pair(mode).await;
+    // b floods a on circuit 5; a never reads, so b's lane stays busy.
+    for i in 0..4000 {
+        ba.writer.queue(numbered_cell(5, i)).expect("queue");
+    }
+    for i in 0..10 {
+        ab.writer.queue(numbered_cell(7, i)).expect("queue");
+    }
+    ab.writer.shutdown().await.expect("shutdown");
+    // b's reader looks only now, after the close reached b.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut got = Vec::new();
+    let end = loop {
+        match ba.reader.read_cells(&mut got).await {
+            Ok(()) => {}
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(end, Error::Closed), "{end}");
+    assert_eq!(got.len(), 10, "a's cells before its close");
+    for (i, cell) in got.iter().enumerate() {
+        let want = numbered_cell(7, i as u32);
+        assert_eq!(format!("{cell:?}"), format!("{want:?}"), "cell {i}");
+    }
+}
+
+#[tokio::test]
+async fn stream_per_circuit_close_while_sending_delivers_the_peers_cells() {
+    a_close_while_we_send_still_delivers_the_peers_cells(Mode::StreamPerCircuit).await;
+}
+
+#[tokio::test]
+async fn conn_per_circuit_close_while_sending_delivers_the_peers_cells() {
+    a_close_while_we_send_still_delivers_the_peers_cells(Mode::ConnPerCircuit).await;
+}
+
 #[tokio::test]
 async fn clients_stay_anonymous_and_wrong_identities_are_refused() {
     let (r, tr) = relay(3, Mode::StreamPerCircuit);

@@ -172,6 +172,18 @@ impl LinkShared {
         self.peer.addr
     }
 
+    /// A lane failed with `e`: the link's failure, unless the link's
+    /// connection was closed (by the peer, cleanly or not, or by us): a
+    /// lane's writing then fails as a consequence, and `watch_closed`
+    /// reports the end itself, after the cells that came before it.
+    fn fail_unless_closed(&self, e: Error) {
+        if self.conn.close_reason().is_some() {
+            debug!(peer = %self.addr(), "lane failed as its link closed: {e}");
+            return;
+        }
+        self.fail(e);
+    }
+
     /// Report a broken link to the reader and close the connection.
     fn fail(&self, e: Error) {
         debug!(peer = %self.addr(), "QUIC link failed: {e}");
@@ -218,13 +230,14 @@ impl Owner for LinkShared {
     }
 
     /// A stream's writing failed: the link fails (the stream code is
-    /// shared, so its errors are named QUIC's here).
+    /// shared, so its errors are named QUIC's here), unless its connection
+    /// is closed already, whose end `watch_closed` reports.
     fn conn_failed(self: &Arc<Self>, _buffer: &Arc<SendBuffer>, e: Error) {
         let e = match e {
             Error::Tls { peer, source } => quic_err(peer, source),
             e => e,
         };
-        self.fail(e);
+        self.fail_unless_closed(e);
     }
 
     fn drained(&self, bytes: usize) {
@@ -338,6 +351,9 @@ async fn watch_closed(link: Arc<LinkShared>) {
         ConnectionError::LocallyClosed => Error::Closed,
         other => quic_err(link.addr(), other),
     };
+    // Lane connections too (conn-per-circuit): their reading ends now,
+    // not when the peer's close reaches each of them.
+    link.close_all(CODE_DONE, b"link closed");
     if matches!(e, Error::Closed) {
         // The cells the lanes decoded before the end (some may wait for
         // room in the inbox) come before it.
@@ -347,7 +363,6 @@ async fn watch_closed(link: Arc<LinkShared>) {
             .await;
     }
     link.inbox.fail(e);
-    link.close_all(CODE_DONE, b"link closed");
 }
 
 /// Packets received so far on all of the link's connections, open or
@@ -513,7 +528,7 @@ async fn lane_task(link: Arc<LinkShared>, lane: Arc<SendBuffer>, stream: Option<
             Ok(s) => s,
             Err(e) => {
                 link.drained(lane.kill());
-                link.fail(e);
+                link.fail_unless_closed(e);
                 return;
             }
         },
