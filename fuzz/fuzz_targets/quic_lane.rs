@@ -4,7 +4,7 @@
 //! and then the lane's cells, decoded with `CellCodec` as the stream's
 //! reads deliver them.
 //!
-//! The transport's own lane parsing (`quic::lanes::read_lane_cells`, the
+//! The transport's own lane parsing (`lanes::recv::read_lane_cells`, the
 //! preamble check in `quic::accept_one`) is private and runs on quinn
 //! streams, so this target re-states its rules on the public pieces:
 //! * circuit ID 0 has no lane; every cell on a lane must carry the lane's

@@ -5,7 +5,9 @@
 //! connection or stream moves the buffer to it, so a blocked one holds up
 //! only its own buffer.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -57,6 +59,40 @@ pub(crate) trait LaneWrite: AsyncWrite + Unpin + Send {
 }
 
 impl<T: AsyncWrite + Send> LaneWrite for tokio::io::WriteHalf<T> {}
+
+/// [`LaneWrite`] for a boxed stream: the lane framework holds lanes of
+/// any kind ([`BoxLaneWrite`]).
+pub(crate) trait DynLaneWrite: AsyncWrite + Unpin + Send {
+    /// [`LaneWrite::set_priority`].
+    fn set_priority_boxed(&mut self, priority: i32);
+    /// [`LaneWrite::finish`].
+    fn finish_boxed(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+impl<T: LaneWrite> DynLaneWrite for T {
+    fn set_priority_boxed(&mut self, priority: i32) {
+        self.set_priority(priority)
+    }
+
+    fn finish_boxed(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(self.finish())
+    }
+}
+
+/// Any lane's sending half.
+pub(crate) type BoxLaneWrite = Box<dyn DynLaneWrite>;
+
+// For any lifetime of the box's object: the Send check of a task that
+// holds one asks for that.
+impl<'a> LaneWrite for Box<dyn DynLaneWrite + 'a> {
+    fn set_priority(&mut self, priority: i32) {
+        (**self).set_priority_boxed(priority)
+    }
+
+    fn finish(&mut self) -> impl Future<Output = ()> + Send {
+        (**self).finish_boxed()
+    }
+}
 
 /// What a connection's writer task reports to its link.
 pub(crate) trait Owner: Send + Sync + 'static {
@@ -387,6 +423,15 @@ impl LinkTasks {
     /// is longer); then abort every task still running: a closed link
     /// leaves no task behind.
     pub(crate) async fn drain(&self, close_main: impl FnOnce()) {
+        self.drain_and(close_main, true).await
+    }
+
+    /// [`LinkTasks::drain`], but waiting for the readers only if
+    /// `linger`: a socket closed with unread input answers with a reset,
+    /// which may destroy what the peer has not read yet, so byte-stream
+    /// links keep reading until the peer closes; connections whose
+    /// streams' ends were acknowledged (QUIC) lose nothing.
+    pub(crate) async fn drain_and(&self, close_main: impl FnOnce(), linger: bool) {
         let writers = std::mem::take(&mut self.lists().writers);
         let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
         finish(writers, deadline).await;
@@ -394,8 +439,10 @@ impl LinkTasks {
         let last = deadline.max(tokio::time::Instant::now() + LAST_WAIT);
         let main_writer = self.lists().main_writer.take();
         finish(main_writer.into_iter().collect(), last).await;
-        let readers = std::mem::take(&mut self.lists().readers);
-        finish(readers, last).await;
+        if linger {
+            let readers = std::mem::take(&mut self.lists().readers);
+            finish(readers, last).await;
+        }
         self.abort_all();
     }
 }

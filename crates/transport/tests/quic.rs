@@ -129,13 +129,13 @@ async fn relays_exchange_cells_on_lanes(mode: Mode) {
     // Replies travel on the lanes the other side opened, and the
     // responder can open a lane too (circuit 9).
     exchange(&mut ba, &mut ab, &[0x8000_0001, 7, 9], 300).await;
-    assert_eq!(ab.writer.open_lanes(), 5, "4 opened by us, 1 by the peer");
+    assert_eq!(ab.writer.send_lanes(), 5, "4 opened by us, 1 by the peer");
 
     // A DESTROY closes the lane; a new circuit with the same ID gets a
     // new stream, read after the old one's end.
     let destroy = ChanCell::new(CircId::new(7), Destroy::new(DestroyReason::FINISHED).into());
     ab.writer.queue(destroy).expect("destroy");
-    assert_eq!(ab.writer.open_lanes(), 4);
+    assert_eq!(ab.writer.send_lanes(), 4);
     ab.writer.queue(relay_cell(7, 42)).expect("reuse");
     let mut got = Vec::new();
     while got.len() < 2 {
@@ -154,6 +154,36 @@ async fn relays_exchange_cells_on_lanes(mode: Mode) {
         }
     };
     assert!(matches!(end, Error::Closed), "{end}");
+}
+
+/// A circuit the peer destroyed on its lane stays closed here: a late
+/// cell for it (not a CREATE) is dropped instead of opening a new stream
+/// the peer would only have to refuse; a CREATE2 for the same ID opens
+/// one.
+#[tokio::test]
+async fn a_late_cell_for_a_destroyed_circuit_opens_no_lane() {
+    use onionlab_cell::chan::{Create2, HandshakeType};
+    let (mut ab, mut ba, ..) = pair(Mode::StreamPerCircuit).await;
+    exchange(&mut ab, &mut ba, &[9], 3).await;
+    let destroy = ChanCell::new(CircId::new(9), Destroy::new(DestroyReason::FINISHED).into());
+    ba.writer.queue(destroy).expect("destroy");
+    let mut got = Vec::new();
+    while got.is_empty() {
+        ab.reader.read_cells(&mut got).await.expect("read");
+    }
+    assert!(matches!(got[0].msg(), AnyChanMsg::Destroy(_)));
+    assert_eq!(
+        ab.writer.send_lanes(),
+        0,
+        "the lane closed with its circuit"
+    );
+    ab.writer.queue(relay_cell(9, 1)).expect("late cell");
+    assert_eq!(ab.writer.send_lanes(), 0, "no lane for a destroyed circuit");
+    let create = Create2::new(HandshakeType::NTOR, vec![7; 84]);
+    ab.writer
+        .queue(ChanCell::new(CircId::new(9), create.into()))
+        .expect("create");
+    assert_eq!(ab.writer.send_lanes(), 1, "a new circuit gets a lane");
 }
 
 #[tokio::test]

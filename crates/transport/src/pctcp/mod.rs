@@ -81,7 +81,7 @@ use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
+use crate::lanes::{self, Lane, LaneDialer, LaneHeader, LaneRules, LinkShared, LinkSpec, MainConn};
 pub use crate::lanes::{
     LaneReader as PctcpReader, LaneSettings as PctcpSettings, LaneWriter as PctcpWriter,
     DEFAULT_MAX_LANES, MAX_LANES_PER_LINK,
@@ -91,7 +91,6 @@ use crate::any::AnyLink;
 use crate::any::{SettingInfo, TransportInfo};
 use crate::endpoint::{BoxFuture, Endpoints};
 use crate::link;
-use crate::sendbuf::BoxConn;
 use crate::tcp_share::mode::{self, Accept, TcpMode};
 use crate::tcp_share::wire::{
     encode_link_answer, parse_link_answer, LinkPreamble, LINK_ANSWER_LEN, TOKEN_LEN,
@@ -155,7 +154,7 @@ async fn connect(
     Ok(start(
         transport,
         LinkSpec {
-            conn: Box::new(tls),
+            main: MainConn::stream(Box::new(tls)),
             leftover: negotiated.leftover,
             link_version: negotiated.link_version,
             peer: PeerInfo {
@@ -168,7 +167,7 @@ async fn connect(
                 transport: transport.clone(),
                 target: Some(addr),
             }),
-            liveness: transport.liveness_timing(),
+            liveness: Some(transport.liveness_timing()),
         },
     ))
 }
@@ -180,6 +179,37 @@ fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWri
     link
 }
 
+/// pctcp's rules in the lane framework: lanes are connections of their
+/// own, numbered, and the main connection carries the circuits above the
+/// caps.
+pub(crate) const LANE_RULES: LaneRules = LaneRules {
+    name: "pctcp",
+    main_carries_circuits: true,
+    lane_errors_end_circuit: true,
+    priorities: false,
+    linger: true,
+};
+
+/// The lane preamble naming `h` (dtls-utcp's lanes start with it too).
+pub(crate) fn encode_header(h: &LaneHeader) -> Vec<u8> {
+    wire::encode_lane_preamble(&wire::LanePreamble {
+        token: h.token,
+        circ_id: h.circ_id,
+        seq: h.seq,
+        prev: h.prev,
+    })
+}
+
+/// What a lane preamble names.
+pub(crate) fn header_of(p: &wire::LanePreamble) -> LaneHeader {
+    LaneHeader {
+        token: p.token,
+        circ_id: p.circ_id,
+        seq: p.seq,
+        prev: p.prev,
+    }
+}
+
 /// pctcp's lanes: TLS over TCP to the peer's lane address.
 struct TcpDialer {
     transport: TlsTransport,
@@ -188,6 +218,14 @@ struct TcpDialer {
 }
 
 impl LaneDialer for TcpDialer {
+    fn rules(&self) -> LaneRules {
+        LANE_RULES
+    }
+
+    fn header(&self, header: &LaneHeader) -> Vec<u8> {
+        encode_header(header)
+    }
+
     fn can_open(&self) -> bool {
         self.target.is_some()
     }
@@ -195,16 +233,21 @@ impl LaneDialer for TcpDialer {
     fn open(
         &self,
         peer: SocketAddr,
-        identity: Ed25519Identity,
-    ) -> BoxFuture<'_, Result<BoxConn, Error>> {
+        identity: Option<Ed25519Identity>,
+        _circ_id: u32,
+    ) -> BoxFuture<'_, Result<Lane, Error>> {
         Box::pin(async move {
+            let identity = identity.ok_or_else(|| Error::Protocol {
+                peer,
+                detail: "a lane to an anonymous peer".into(),
+            })?;
             let target = self.target.ok_or_else(|| Error::Protocol {
                 peer,
                 detail: "a lane to a peer that accepts none".into(),
             })?;
             let tls = self.transport.connect_tls(target, identity).await?;
             keepalive_off(&tls);
-            Ok(Box::new(tls) as BoxConn)
+            Ok(Lane::stream(Box::new(tls)))
         })
     }
 }
@@ -231,7 +274,7 @@ async fn accept_lane(mut a: Accept) -> Result<(), Error> {
         return Err(e);
     }
     keepalive_off(&a.tls);
-    lanes::accept_lane(&link, p, Box::new(a.tls));
+    lanes::accept_numbered(&link, &header_of(&p), Lane::stream(Box::new(a.tls)));
     Ok(())
 }
 
@@ -258,7 +301,7 @@ async fn accept_link(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
     let link = start(
         &transport,
         LinkSpec {
-            conn: Box::new(tls),
+            main: MainConn::stream(Box::new(tls)),
             leftover: negotiated.leftover,
             link_version: negotiated.link_version,
             peer: PeerInfo { identity, addr },
@@ -268,7 +311,7 @@ async fn accept_link(a: Accept, p: LinkPreamble) -> Result<AnyLink, Error> {
                 transport: transport.clone(),
                 target: lane_target,
             }),
-            liveness: transport.liveness_timing(),
+            liveness: Some(transport.liveness_timing()),
         },
     );
     Ok(AnyLink::erase(KIND, link))

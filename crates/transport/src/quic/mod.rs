@@ -129,6 +129,9 @@ pub(crate) mod wire;
 #[doc(hidden)]
 pub mod fuzzing {
     pub use super::wire::*;
+    /// A lane's cells, parsed as every lane transport's (QUIC's among
+    /// them) are.
+    pub use crate::lanes::wire::{lane_end, next_lane_cell};
 }
 
 use std::collections::HashMap;
@@ -157,7 +160,8 @@ use crate::{Error, Link, Ordering, PeerInfo, TransportKind};
 
 use gate::{GateCounters, HandshakeGate, HandshakeLimits, Verdict};
 
-use lanes::{LinkShared, LinkSpec};
+use crate::lanes::{Lane, LinkShared};
+use lanes::{LinkSpec, QuicConns, QuicLaneRead};
 pub use lanes::{QuicReader, QuicWriter};
 use wire::Preamble;
 
@@ -615,7 +619,7 @@ fn idle_timeout(timeout: Duration) -> quinn::IdleTimeout {
 }
 
 /// Links of one endpoint by the token a peer names in lane connections.
-type TokenMap = Mutex<HashMap<[u8; TOKEN_LEN], Weak<LinkShared>>>;
+type TokenMap = Mutex<HashMap<[u8; TOKEN_LEN], (Weak<LinkShared>, Weak<QuicConns>)>>;
 
 /// The QUIC transport of one node.
 #[derive(Clone)]
@@ -924,12 +928,12 @@ impl QuicTransport {
 
     fn finish_link(&self, spec: LinkSpec) -> QuicLink {
         let token = spec.our_token;
-        let (link, shared) = lanes::start(spec, self.clone());
+        let (link, shared, conns) = lanes::start(spec, self.clone());
         self.inner
             .tokens
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(token, Arc::downgrade(&shared));
+            .insert(token, (Arc::downgrade(&shared), Arc::downgrade(&conns)));
         link
     }
 
@@ -1066,8 +1070,10 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
             return Err(Error::Framing { peer: addr, source });
         }
     };
-    let link = lock(tokens).get(&token).and_then(Weak::upgrade);
-    let Some(link) = link else {
+    let link = lock(tokens)
+        .get(&token)
+        .and_then(|(link, conns)| Some((link.upgrade()?, conns.upgrade()?)));
+    let Some((link, conns)) = link else {
         conn.close(VarInt::from_u32(1), b"unknown link");
         return Err(Error::Protocol {
             peer: addr,
@@ -1081,7 +1087,14 @@ async fn accept_one(incoming: quinn::Incoming, tokens: &TokenMap) -> Result<Acce
             detail: "lane connection from another identity than its link's".into(),
         });
     }
-    lanes::accept_lane(&link, circ_id, send, recv, Some(conn));
+    let lane = Lane {
+        read: Box::new(QuicLaneRead::new(
+            recv,
+            Some(conns.lane_conn(conn, circ_id)),
+        )),
+        write: Box::new(send),
+    };
+    crate::lanes::accept_in_order(&link, circ_id, lane);
     Ok(Accepted::Lane)
 }
 
@@ -1263,23 +1276,6 @@ impl crate::Incoming for QuicIncomingLink {
     }
 }
 
-/// Write a lane's header on a stream we opened: in conn-per-circuit mode
-/// the lane magic and the receiver's link token first.
-pub(crate) async fn write_lane_header(
-    send: &mut quinn::SendStream,
-    peer: SocketAddr,
-    circ_id: u32,
-    lane_token: Option<&[u8; TOKEN_LEN]>,
-) -> Result<(), Error> {
-    let mut header = Vec::with_capacity(4 + TOKEN_LEN + 4);
-    if let Some(token) = lane_token {
-        header.extend_from_slice(LANE_MAGIC);
-        header.extend_from_slice(token);
-    }
-    header.extend_from_slice(&circ_id.to_be_bytes());
-    send.write_all(&header).await.map_err(|e| quic_err(peer, e))
-}
-
 /// Read a lane's circuit ID from a stream the peer opened (never 0).
 pub(crate) async fn read_lane_header(
     recv: &mut quinn::RecvStream,
@@ -1333,14 +1329,14 @@ mod tests {
         let (mut ab, _ba) = (ab.expect("connect"), ba.expect("accept"));
         let cell = ChanCell::new(CircId::new(5), AnyChanMsg::Relay(Relay::new([1; 509])));
         ab.writer.queue(cell).expect("queue");
-        assert_eq!(ab.writer.open_lanes(), 1);
-        let link = {
+        assert_eq!(ab.writer.send_lanes(), 1);
+        let (link, conns) = {
             let tokens = ta.inner.tokens.lock().expect("tokens");
             tokens.values().next().expect("the link's token").clone()
         };
         drop(ab);
         let deadline = Instant::now() + Duration::from_secs(5);
-        while link.upgrade().is_some() {
+        while link.upgrade().is_some() || conns.upgrade().is_some() {
             assert!(
                 Instant::now() < deadline,
                 "the dropped link's state is still held"

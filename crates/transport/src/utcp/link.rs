@@ -27,12 +27,11 @@ use tracing::debug;
 
 use super::socket::{IncomingLanes, UtcpSession, UtcpSocket};
 use crate::endpoint::BoxFuture;
-use crate::lanes::{self, LaneDialer, LinkShared, LinkSpec};
+use crate::lanes::{self, Lane, LaneDialer, LaneHeader, LaneRules, LinkShared, LinkSpec, MainConn};
 use crate::lanes::{LaneReader, LaneSettings, LaneWriter, NodeLanes};
 use crate::link::{self, Role};
 use crate::liveness::LivenessTiming;
 use crate::pctcp::wire;
-use crate::sendbuf::BoxConn;
 use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{Error, Link, PeerInfo};
 
@@ -289,7 +288,7 @@ impl UtcpTransport {
         let session = Arc::new(session);
         let (link, shared) = lanes::start(
             LinkSpec {
-                conn: Box::new(control),
+                main: MainConn::stream(Box::new(control)),
                 leftover: negotiated.leftover,
                 link_version: negotiated.link_version,
                 peer: PeerInfo {
@@ -301,7 +300,7 @@ impl UtcpTransport {
                 // Lanes go to relays only, as pctcp's: a relay never opens
                 // one to a client.
                 dialer: Box::new(SessionDialer(session)),
-                liveness: self.settings.liveness,
+                liveness: Some(self.settings.liveness),
             },
             self.node.clone(),
         );
@@ -340,7 +339,25 @@ impl UtcpIncoming {
 struct SessionDialer(Arc<UtcpSession>);
 
 impl LaneDialer for SessionDialer {
-    fn held(&self) -> (usize, usize) {
+    /// pctcp's: lanes are connections of their own (user-space TCP in
+    /// the session), numbered, and the control lane carries the circuits
+    /// above the caps.
+    fn rules(&self) -> LaneRules {
+        LaneRules {
+            name: "dtls-utcp",
+            main_carries_circuits: true,
+            lane_errors_end_circuit: true,
+            priorities: false,
+            linger: true,
+        }
+    }
+
+    /// pctcp's lane preamble.
+    fn header(&self, header: &LaneHeader) -> Vec<u8> {
+        crate::pctcp::encode_header(header)
+    }
+
+    fn held(&self, _blocked_lanes: usize) -> (usize, usize) {
         (self.0.held().recv(), self.0.held().send())
     }
 
@@ -354,16 +371,17 @@ impl LaneDialer for SessionDialer {
         true
     }
 
-    fn take_now(&self) -> Option<Result<BoxConn, Error>> {
-        Some(self.0.open_lane().map(|l| Box::new(l) as BoxConn))
+    fn take_now(&self) -> Option<Result<Lane, Error>> {
+        Some(self.0.open_lane().map(|l| Lane::stream(Box::new(l))))
     }
 
     fn open(
         &self,
         _peer: SocketAddr,
-        _identity: Ed25519Identity,
-    ) -> BoxFuture<'_, Result<BoxConn, Error>> {
-        Box::pin(async move { Ok(Box::new(self.0.open_lane()?) as BoxConn) })
+        _identity: Option<Ed25519Identity>,
+        _circ_id: u32,
+    ) -> BoxFuture<'_, Result<Lane, Error>> {
+        Box::pin(async move { Ok(Lane::stream(Box::new(self.0.open_lane()?))) })
     }
 
     fn named(&self, e: Error) -> Error {
@@ -395,7 +413,11 @@ async fn accept_lanes(link: Arc<LinkShared>, mut incoming: IncomingLanes, token:
             }),
         };
         match preamble {
-            Ok(p) if p.token == token => lanes::accept_lane(&link, p, Box::new(lane)),
+            Ok(p) if p.token == token => lanes::accept_numbered(
+                &link,
+                &crate::pctcp::header_of(&p),
+                Lane::stream(Box::new(lane)),
+            ),
             Ok(_) => link.fail_with(Error::Protocol {
                 peer,
                 detail: "a lane naming another link".into(),
