@@ -258,18 +258,22 @@ impl LinkShared {
         self.tasks.spawn_writer(task);
     }
 
+    /// Stop routing `lane`'s circuit to it, if it is still the circuit's
+    /// lane.
+    fn unroute(&self, lane: &Arc<SendBuffer>) {
+        let mut lanes = lock(&self.lanes);
+        if lanes
+            .get(&lane.circ_id)
+            .is_some_and(|l| Arc::ptr_eq(l, lane))
+        {
+            lanes.remove(&lane.circ_id);
+        }
+    }
+
     /// Our send lane `lane` is dead: drop what it holds and stop routing
     /// its circuit to it (if it is still the circuit's lane).
     fn drop_send_lane(&self, lane: &Arc<SendBuffer>) {
-        {
-            let mut lanes = lock(&self.lanes);
-            if lanes
-                .get(&lane.circ_id)
-                .is_some_and(|l| Arc::ptr_eq(l, lane))
-            {
-                lanes.remove(&lane.circ_id);
-            }
-        }
+        self.unroute(lane);
         self.send_bytes
             .fetch_sub(lane.kill(), AtomicOrdering::Relaxed);
         self.room.notify_one();
@@ -353,15 +357,7 @@ impl LinkShared {
     /// Finish our send lane `lane` after what it holds, and stop routing
     /// its circuit to it (if it is still the circuit's lane).
     fn close_send_lane(&self, lane: &Arc<SendBuffer>) {
-        {
-            let mut lanes = lock(&self.lanes);
-            if lanes
-                .get(&lane.circ_id)
-                .is_some_and(|l| Arc::ptr_eq(l, lane))
-            {
-                lanes.remove(&lane.circ_id);
-            }
-        }
+        self.unroute(lane);
         lane.close();
     }
 
