@@ -27,6 +27,6 @@ pub mod policy;
 pub use doc::{
     Flags, NetworkDocument, RelayEntry, TransportAddress, CLOCK_SKEW_ALLOWANCE, DEFAULT_LIFETIME,
 };
-pub use error::{line_col, Error, Result};
+pub use error::{line_col, Error, Result, RuleError};
 pub use params::{NetworkParams, ParamsError};
-pub use policy::{ExitPolicy, RuleError};
+pub use policy::ExitPolicy;

@@ -44,7 +44,7 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeSeq;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, RuleError};
 
 /// The address a connection to `ip` actually reaches, for policy checks:
 /// an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`, RFC 4291 section
@@ -299,66 +299,6 @@ impl FromStr for PolicyRule {
             ports,
         })
     }
-}
-
-/// What is wrong with an exit-policy rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RuleError {
-    /// No space between the action and the pattern.
-    #[error("expected `accept` or `reject`, a space, and ADDR:PORT")]
-    NoPattern,
-    /// The first word is not an action.
-    #[error("the rule must start with `accept` or `reject`")]
-    NoAction,
-    /// The pattern has a space inside.
-    #[error("unexpected space in ADDR:PORT")]
-    SpaceInPattern,
-    /// The pattern has no `:`.
-    #[error("expected ADDR:PORT (a missing `:PORT`?)")]
-    NoPort,
-    /// A wildcard (`*`, `*4`, `*6`) with a mask.
-    #[error("the wildcard {0} takes no /MASKBITS")]
-    MaskOnWildcard(String),
-    /// A mask that is not a number.
-    #[error("mask {mask:?} is not a number of bits (0-{max})")]
-    MaskNotBits {
-        /// The mask's text.
-        mask: String,
-        /// The address family's bits.
-        max: u8,
-    },
-    /// A mask above the address family's bits.
-    #[error("mask /{mask} is out of range (0-{max})")]
-    MaskOutOfRange {
-        /// The mask's text.
-        mask: String,
-        /// The address family's bits.
-        max: u8,
-    },
-    /// `[` without its `]`.
-    #[error("{0:?}: missing `]` after an IPv6 address")]
-    UnclosedBracket(String),
-    /// Brackets around something else than an IPv6 address.
-    #[error("{0:?} is not an IPv6 address")]
-    NotIpv6(String),
-    /// An IPv6 address without its brackets.
-    #[error("{0:?}: an IPv6 address must be in brackets, as [{0}]")]
-    UnbracketedIpv6(String),
-    /// Nothing before the `:`.
-    #[error("missing address (use * for any)")]
-    NoAddress,
-    /// Neither a wildcard nor an address.
-    #[error("{0:?} is not *, *4, *6, an IPv4 address or a bracketed IPv6 address")]
-    BadAddress(String),
-    /// A port that is not a number.
-    #[error("port {0:?} is not *, a number or a range LO-HI")]
-    NotPort(String),
-    /// A port of 0 or above 65535.
-    #[error("port {0} is out of range (1-65535)")]
-    PortOutOfRange(String),
-    /// A range whose low end is above its high end.
-    #[error("empty port range {0}-{1}")]
-    EmptyPortRange(u16, u16),
 }
 
 /// Parse `ADDR[/MASKBITS]`.

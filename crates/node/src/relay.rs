@@ -766,7 +766,11 @@ fn on_link_event(st: &mut State, now: Instant, chan: ChannelId, event: LinkEvent
 /// a per-connection transport; on a per-circuit one, each circuit's lane
 /// (a full lane holds back only its own circuit), with the scheduler's
 /// priority handed to transports whose lanes share a connection.
-fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Result<(), String> {
+fn fill_writer(
+    st: &mut State,
+    chan: ChannelId,
+    writer: &mut AnyWriter,
+) -> Result<(), onionlab_transport::Error> {
     let now = Instant::now();
     // Circuits the classifier (or the exit, through us) moved between the
     // link's connections: before their next cells.
@@ -791,7 +795,7 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
                 let Some(cell) = st.node.poll_transmit(now, chan) else {
                     break;
                 };
-                writer.queue(cell).map_err(|e| e.to_string())?;
+                writer.queue(cell)?;
             }
             if !writer.has_room() {
                 // Circuits wait for the connection: a congestion signal
@@ -811,7 +815,7 @@ fn fill_writer(st: &mut State, chan: ChannelId, writer: &mut AnyWriter) -> Resul
                 if let Some(id) = cell.circid() {
                     writer.set_lane_priority(id, st.node.lane_priority(now, chan, id));
                 }
-                writer.queue(cell).map_err(|e| e.to_string())?;
+                writer.queue(cell)?;
             }
         }
     }

@@ -170,7 +170,7 @@ pub enum SettingError {
 
 /// What is wrong with a transport's own framing bytes: the preambles and
 /// answers that open pctcp, torchestra and QUIC links and lanes, a lane's
-/// header, and torchestra's switch cells (the parsers in `pctcp::wire`,
+/// header, and torchestra's switch cells (the parsers in `lanes::wire`,
 /// `quic::wire` and `torchestra::switch`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {

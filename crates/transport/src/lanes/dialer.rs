@@ -13,9 +13,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, ReadHalf};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::info;
 
+use super::wire::LaneHeader;
 use crate::endpoint::BoxFuture;
 use crate::sendbuf::{BoxConn, BoxLaneWrite};
-use crate::tcp_share::wire::TOKEN_LEN;
 use crate::Error;
 
 /// Default [`LaneSettings::max_lanes`]: well under the usual 1024
@@ -188,22 +188,6 @@ pub(crate) trait LaneDialer: Send + Sync {
 
     /// Both the link's reader and writer are gone.
     fn dropped(&self) {}
-}
-
-/// What the header of a lane we open names: its link, its circuit, and
-/// its place among the lanes we opened for that circuit ID (numbered
-/// lanes; a transport whose peer takes lanes in the order they were
-/// opened writes the circuit ID only).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LaneHeader {
-    /// The receiver's link token.
-    pub(crate) token: [u8; TOKEN_LEN],
-    /// The lane's circuit.
-    pub(crate) circ_id: u32,
-    /// The lane's number among those we opened on this link (from 1).
-    pub(crate) seq: u64,
-    /// The number of our previous lane for the same circuit ID (0: none).
-    pub(crate) prev: u64,
 }
 
 /// A lane's receiving half as its reader drives it: a byte stream's read

@@ -30,11 +30,12 @@ use onionlab_cell::codec::CellCodec;
 use tokio::sync::{oneshot, Notify};
 use tracing::{debug, info};
 
-pub(crate) use dialer::{Lane, LaneDialer, LaneHeader, LaneRead, LaneRules, MainConn, NodeLanes};
+pub(crate) use dialer::{Lane, LaneDialer, LaneRead, LaneRules, MainConn, NodeLanes};
 pub use dialer::{LaneSettings, DEFAULT_MAX_LANES};
 pub use recv::LaneReader;
 pub(crate) use recv::{accept_in_order, accept_numbered};
 pub use send::LaneWriter;
+pub(crate) use wire::LaneHeader;
 
 use crate::inbox::Inbox;
 use crate::link::StreamCellReader;

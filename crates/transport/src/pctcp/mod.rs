@@ -73,8 +73,6 @@
 //! connection's failure fails the whole link: the node then destroys the
 //! link's circuits, and the applications see their streams fail.
 
-pub mod wire;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -146,7 +144,7 @@ async fn connect(
     expected: Ed25519Identity,
 ) -> Result<Link<PctcpReader, PctcpWriter>, Error> {
     let (mut tls, our_token, answer) =
-        mode::open_link(transport, addr, expected, wire::MODE_PCTCP, LINK_ANSWER_LEN).await?;
+        mode::open_link(transport, addr, expected, MODE_PCTCP, LINK_ANSWER_LEN).await?;
     let peer_token =
         parse_link_answer(&answer).map_err(|source| Error::Framing { peer: addr, source })?;
     let negotiated = link::handshake(&mut tls, transport.initiator_role(), addr).await?;
@@ -179,6 +177,9 @@ fn start(transport: &TlsTransport, spec: LinkSpec) -> Link<PctcpReader, PctcpWri
     link
 }
 
+/// Mode byte of a pctcp link on the shared TCP endpoint.
+const MODE_PCTCP: u8 = 1;
+
 /// pctcp's rules in the lane framework: lanes are connections of their
 /// own, numbered, and the main connection carries the circuits above the
 /// caps.
@@ -189,26 +190,6 @@ pub(crate) const LANE_RULES: LaneRules = LaneRules {
     priorities: false,
     linger: true,
 };
-
-/// The lane preamble naming `h` (dtls-utcp's lanes start with it too).
-pub(crate) fn encode_header(h: &LaneHeader) -> Vec<u8> {
-    wire::encode_lane_preamble(&wire::LanePreamble {
-        token: h.token,
-        circ_id: h.circ_id,
-        seq: h.seq,
-        prev: h.prev,
-    })
-}
-
-/// What a lane preamble names.
-pub(crate) fn header_of(p: &wire::LanePreamble) -> LaneHeader {
-    LaneHeader {
-        token: p.token,
-        circ_id: p.circ_id,
-        seq: p.seq,
-        prev: p.prev,
-    }
-}
 
 /// pctcp's lanes: TLS over TCP to the peer's lane address.
 struct TcpDialer {
@@ -223,7 +204,7 @@ impl LaneDialer for TcpDialer {
     }
 
     fn header(&self, header: &LaneHeader) -> Vec<u8> {
-        encode_header(header)
+        lanes::wire::encode_lane_preamble(header)
     }
 
     fn can_open(&self) -> bool {
@@ -255,17 +236,17 @@ impl LaneDialer for TcpDialer {
 /// How pctcp shares the TCP endpoint: its links' mode byte, and its
 /// lanes' magic.
 pub(crate) static TCP_MODE: TcpMode = TcpMode {
-    link_mode: wire::MODE_PCTCP,
+    link_mode: MODE_PCTCP,
     accept_link: |a, p| Box::pin(accept_link(a, p)),
-    join_magics: &[*wire::LANE_MAGIC],
+    join_magics: &[*lanes::wire::LANE_MAGIC],
     accept_join: |a| Box::pin(accept_lane(a)),
 };
 
 /// Hand a lane connection (its first 4 bytes read) to its link. The lane
 /// must prove what its link's peer proved.
 async fn accept_lane(mut a: Accept) -> Result<(), Error> {
-    let bytes = a.read_preamble(wire::LANE_PREAMBLE_LEN).await?;
-    let p = wire::parse_lane_preamble(&bytes).map_err(|source| Error::Framing {
+    let bytes = a.read_preamble(lanes::wire::LANE_PREAMBLE_LEN).await?;
+    let p = lanes::wire::parse_lane_preamble(&bytes).map_err(|source| Error::Framing {
         peer: a.addr,
         source,
     })?;
@@ -274,7 +255,7 @@ async fn accept_lane(mut a: Accept) -> Result<(), Error> {
         return Err(e);
     }
     keepalive_off(&a.tls);
-    lanes::accept_numbered(&link, &header_of(&p), Lane::stream(Box::new(a.tls)));
+    lanes::accept_numbered(&link, &p, Lane::stream(Box::new(a.tls)));
     Ok(())
 }
 
@@ -352,13 +333,13 @@ mod tests {
         let token = b.tokens().live()[0];
         let lane = async {
             let mut tls = d.connect_tls(addr, b_id).await.expect("tls");
-            let p = wire::LanePreamble {
+            let p = crate::lanes::wire::LaneHeader {
                 token,
                 circ_id: 5,
                 seq: 1,
                 prev: 0,
             };
-            tls.write_all(&wire::encode_lane_preamble(&p))
+            tls.write_all(&crate::lanes::wire::encode_lane_preamble(&p))
                 .await
                 .expect("write");
             tls

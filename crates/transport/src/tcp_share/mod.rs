@@ -20,7 +20,9 @@ pub mod wire;
 pub mod fuzzing {
     pub use super::claims;
     pub use super::wire::*;
-    pub use crate::pctcp::wire::*;
+    pub use crate::lanes::wire::{
+        encode_lane_preamble, parse_lane_preamble, LaneHeader, LANE_MAGIC, LANE_PREAMBLE_LEN,
+    };
     pub use crate::torchestra::wire::*;
 }
 

@@ -31,7 +31,6 @@ use crate::lanes::{self, Lane, LaneDialer, LaneHeader, LaneRules, LinkShared, Li
 use crate::lanes::{LaneReader, LaneSettings, LaneWriter, NodeLanes};
 use crate::link::{self, Role};
 use crate::liveness::LivenessTiming;
-use crate::pctcp::wire;
 use crate::tcp_share::wire::TOKEN_LEN;
 use crate::{Error, Link, PeerInfo};
 
@@ -352,9 +351,9 @@ impl LaneDialer for SessionDialer {
         }
     }
 
-    /// pctcp's lane preamble.
+    /// The byte-stream lane preamble (pctcp's too).
     fn header(&self, header: &LaneHeader) -> Vec<u8> {
-        crate::pctcp::encode_header(header)
+        lanes::wire::encode_lane_preamble(header)
     }
 
     fn held(&self, _blocked_lanes: usize) -> (usize, usize) {
@@ -396,13 +395,12 @@ impl LaneDialer for SessionDialer {
 /// (and this link's token); a lane that does not is reset.
 async fn accept_lanes(link: Arc<LinkShared>, mut incoming: IncomingLanes, token: [u8; TOKEN_LEN]) {
     while let Some(mut lane) = incoming.next().await {
-        let mut bytes = [0u8; wire::LANE_PREAMBLE_LEN];
+        let mut bytes = [0u8; lanes::wire::LANE_PREAMBLE_LEN];
         let read = tokio::time::timeout(PREAMBLE_TIMEOUT, lane.read_exact(&mut bytes)).await;
         let peer = link.peer.addr;
         let preamble = match read {
-            Ok(Ok(_)) => {
-                wire::parse_lane_preamble(&bytes).map_err(|source| Error::Framing { peer, source })
-            }
+            Ok(Ok(_)) => lanes::wire::parse_lane_preamble(&bytes)
+                .map_err(|source| Error::Framing { peer, source }),
             Ok(Err(e)) => Err(Error::Protocol {
                 peer,
                 detail: format!("reading a lane preamble: {e}"),
@@ -413,11 +411,9 @@ async fn accept_lanes(link: Arc<LinkShared>, mut incoming: IncomingLanes, token:
             }),
         };
         match preamble {
-            Ok(p) if p.token == token => lanes::accept_numbered(
-                &link,
-                &crate::pctcp::header_of(&p),
-                Lane::stream(Box::new(lane)),
-            ),
+            Ok(p) if p.token == token => {
+                lanes::accept_numbered(&link, &p, Lane::stream(Box::new(lane)))
+            }
             Ok(_) => link.fail_with(Error::Protocol {
                 peer,
                 detail: "a lane naming another link".into(),
