@@ -60,4 +60,27 @@ pub enum Error {
         /// How many layers the circuit has.
         n_layers: usize,
     },
+
+    /// A datagram cell's counter that the receiving end already accepted,
+    /// or that is too far below the highest it accepted: a duplicate or a
+    /// replay, to be dropped.
+    #[error("datagram cell crypto: counter {counter} replayed or too old")]
+    DgramReplay {
+        /// The cell's counter.
+        counter: u64,
+    },
+
+    /// A datagram cell that reached the end of its path and that no
+    /// hop's seal opens: a relay on the path changed it or made it up.
+    #[error("datagram cell crypto: no hop's seal opens the cell")]
+    DgramUnrecognised,
+
+    /// A datagram circuit used every counter of a direction.
+    #[error("datagram cell crypto: counters exhausted")]
+    DgramCountersExhausted,
+
+    /// AES-GCM refused to seal (it only does for inputs longer than GCM
+    /// allows, which a cell never is).
+    #[error("datagram cell crypto: sealing failed")]
+    DgramSeal,
 }

@@ -75,7 +75,25 @@ impl RelaySecretKeys {
         rng: &mut R,
         client_msg: &[u8],
     ) -> Result<([u8; crate::ntor::SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
-        crate::ntor::server_handshake_with_public(
+        self.ntor_server_handshake_as(rng, client_msg)
+    }
+
+    /// [`ntor_server_handshake`](Self::ntor_server_handshake), expanding
+    /// into keys of another kind (the datagram circuits'
+    /// [`HopKeys`](crate::dgram::HopKeys)).
+    ///
+    /// # Errors
+    ///
+    /// As [`server_handshake`](crate::ntor::server_handshake).
+    pub fn ntor_server_handshake_as<
+        K: crate::ntor::ExpandedKeys,
+        R: rand::Rng + rand::CryptoRng,
+    >(
+        &self,
+        rng: &mut R,
+        client_msg: &[u8],
+    ) -> Result<([u8; crate::ntor::SERVER_HANDSHAKE_LEN], K), Error> {
+        crate::ntor::server_handshake_with_public_as(
             rng,
             &self.node_id,
             &self.onion,

@@ -1,5 +1,6 @@
 //! Cryptography of the onion-routing core: relay identities, the ntor
-//! handshake (client and server), KDF-RFC5869 and the tor1 relay-cell crypto.
+//! handshake (client and server), KDF-RFC5869, the tor1 relay-cell crypto,
+//! and the per-cell crypto of circuits over datagram links ([`dgram`]).
 //!
 //! Built on `tor-llcrypto` primitives. Arti keeps the ntor server side and the
 //! relay-side layer crypto private, so those are written here.
@@ -10,6 +11,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod dgram;
 pub mod identity;
 pub mod kdf;
 pub mod ntor;

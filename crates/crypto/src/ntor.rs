@@ -54,6 +54,33 @@ const ID_LEN: usize = 20;
 /// Length of a curve25519 public key.
 const KEY_LEN: usize = 32;
 
+/// Keys a handshake's output expands into: tor1's ([`LayerKeys`]) or the
+/// datagram circuits' ([`HopKeys`](crate::dgram::HopKeys)), each under its
+/// own `m_expand`, so one handshake never gives both the same bytes.
+pub trait ExpandedKeys: Sized {
+    /// The HKDF `info` (ntor's `m_expand`) of these keys.
+    const M_EXPAND: &'static [u8];
+    /// Bytes of key material (at most [`MAX_KEY_MATERIAL_LEN`]).
+    const LEN: usize;
+    /// The keys from [`Self::LEN`] bytes of material.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLength`] for material of another length.
+    fn from_material(material: &[u8]) -> Result<Self, Error>;
+}
+
+/// The most key material an [`ExpandedKeys`] may ask for.
+pub const MAX_KEY_MATERIAL_LEN: usize = 128;
+
+impl ExpandedKeys for LayerKeys {
+    const M_EXPAND: &'static [u8] = M_EXPAND;
+    const LEN: usize = LAYER_KEY_MATERIAL_LEN;
+    fn from_material(material: &[u8]) -> Result<Self, Error> {
+        LayerKeys::from_kdf_output(material)
+    }
+}
+
 /// Everything both sides agree on once the DH outputs are known.
 struct Transcript<'a> {
     /// `ID`.
@@ -67,11 +94,11 @@ struct Transcript<'a> {
 }
 
 /// What both sides derive from `secret_input`.
-struct Derived {
+struct Derived<K> {
     /// `AUTH`.
     auth: [u8; 32],
     /// The hop keys.
-    keys: LayerKeys,
+    keys: K,
 }
 
 /// `H(secret_input, t)`, feeding `secret_input` piecewise.
@@ -94,16 +121,24 @@ fn h_secret_input(
 
 /// The common core: from the two DH outputs (first `EXP(Y,x)`, then
 /// `EXP(B,x)`) and the public transcript, compute AUTH and the keys.
-fn derive(dh1: &SharedSecret, dh2: &SharedSecret, tr: &Transcript<'_>) -> Result<Derived, Error> {
+fn derive<K: ExpandedKeys>(
+    dh1: &SharedSecret,
+    dh2: &SharedSecret,
+    tr: &Transcript<'_>,
+) -> Result<Derived<K>, Error> {
     // KEY_SEED = H(secret_input, t_key) is the HKDF PRK; keys = expand.
     let (_key_seed, hk) = h_secret_input(T_KEY, dh1, dh2, tr).finalize();
-    let mut material = zeroize::Zeroizing::new([0u8; LAYER_KEY_MATERIAL_LEN]);
-    hk.expand(M_EXPAND, &mut material[..])
+    let mut material = zeroize::Zeroizing::new([0u8; MAX_KEY_MATERIAL_LEN]);
+    let material = material.get_mut(..K::LEN).ok_or(Error::KdfOutputTooLong {
+        requested: K::LEN,
+        max: MAX_KEY_MATERIAL_LEN,
+    })?;
+    hk.expand(K::M_EXPAND, material)
         .map_err(|_| Error::KdfOutputTooLong {
-            requested: LAYER_KEY_MATERIAL_LEN,
+            requested: K::LEN,
             max: crate::kdf::KDF_RFC5869_MAX_OUTPUT,
         })?;
-    let keys = LayerKeys::from_kdf_output(&material[..])?;
+    let keys = K::from_material(material)?;
 
     let (verify, _) = h_secret_input(T_VERIFY, dh1, dh2, tr).finalize();
     let mut a = HkdfExtract::<Sha256>::new(Some(T_MAC));
@@ -180,6 +215,16 @@ impl NtorClient {
     /// bytes, [`Error::NtorDegenerateKey`] if `Y` gives an all-zero DH
     /// output, [`Error::NtorBadAuth`] if AUTH does not verify.
     pub fn finish(self, reply: &[u8]) -> Result<LayerKeys, Error> {
+        self.finish_as(reply)
+    }
+
+    /// [`finish`](Self::finish), expanding into keys of another kind (the
+    /// datagram circuits' [`HopKeys`](crate::dgram::HopKeys)).
+    ///
+    /// # Errors
+    ///
+    /// As [`finish`](Self::finish).
+    pub fn finish_as<K: ExpandedKeys>(self, reply: &[u8]) -> Result<K, Error> {
         let reply: &[u8; SERVER_HANDSHAKE_LEN] =
             reply.try_into().map_err(|_| Error::BadLength {
                 what: "ntor server handshake",
@@ -203,7 +248,7 @@ impl NtorClient {
             x: self.x_pub.as_bytes(),
             y: &y,
         };
-        let derived = derive(&xy, &xb, &tr)?;
+        let derived = derive::<K>(&xy, &xb, &tr)?;
         let auth_ok = CtByteArray::from(derived.auth) == CtByteArray::from(their_auth);
         if !contributory {
             return Err(Error::NtorDegenerateKey { side: "client" });
@@ -290,6 +335,22 @@ pub fn server_handshake_with_public<R: rand::Rng + rand::CryptoRng>(
     onion_public: &PublicKey,
     client_msg: &[u8],
 ) -> Result<([u8; SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
+    server_handshake_with_public_as(rng, node_id, onion_secret, onion_public, client_msg)
+}
+
+/// [`server_handshake_with_public`], expanding into keys of another kind
+/// (the datagram circuits' [`HopKeys`](crate::dgram::HopKeys)).
+///
+/// # Errors
+///
+/// As [`server_handshake`].
+pub fn server_handshake_with_public_as<K: ExpandedKeys, R: rand::Rng + rand::CryptoRng>(
+    rng: &mut R,
+    node_id: &RsaIdentity,
+    onion_secret: &StaticSecret,
+    onion_public: &PublicKey,
+    client_msg: &[u8],
+) -> Result<([u8; SERVER_HANDSHAKE_LEN], K), Error> {
     server_core(
         StaticSecret::random_from_rng(rng),
         node_id,
@@ -300,13 +361,13 @@ pub fn server_handshake_with_public<R: rand::Rng + rand::CryptoRng>(
 }
 
 /// The server side, given every input explicitly.
-fn server_core(
+fn server_core<K: ExpandedKeys>(
     y: StaticSecret,
     node_id: &RsaIdentity,
     onion_secret: &StaticSecret,
     our_b: &PublicKey,
     client_msg: &[u8],
-) -> Result<([u8; SERVER_HANDSHAKE_LEN], LayerKeys), Error> {
+) -> Result<([u8; SERVER_HANDSHAKE_LEN], K), Error> {
     let msg: &[u8; CLIENT_HANDSHAKE_LEN] = client_msg.try_into().map_err(|_| Error::BadLength {
         what: "ntor client handshake",
         expected: CLIENT_HANDSHAKE_LEN,
@@ -342,7 +403,7 @@ fn server_core(
         x: &x,
         y: y_pub.as_bytes(),
     };
-    let derived = derive(&xy, &xb, &tr)?;
+    let derived = derive::<K>(&xy, &xb, &tr)?;
     let mut reply = [0u8; SERVER_HANDSHAKE_LEN];
     reply[..KEY_LEN].copy_from_slice(y_pub.as_bytes());
     reply[KEY_LEN..].copy_from_slice(&derived.auth);
@@ -633,7 +694,7 @@ mod test {
             x: &create[52..].try_into().unwrap(),
             y: &y,
         };
-        let d = derive(&xy, &xb, &tr).unwrap();
+        let d = derive::<LayerKeys>(&xy, &xb, &tr).unwrap();
         let mut reply = [0u8; SERVER_HANDSHAKE_LEN];
         reply[32..].copy_from_slice(&d.auth);
         assert_eq!(
