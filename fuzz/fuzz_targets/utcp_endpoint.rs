@@ -23,8 +23,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use onionlab_utcp::endpoint::{COOKIE_LEN, HELLO, RETRY};
-use onionlab_utcp::{Certificate, Endpoint, EndpointConfig, SessionConfig, Settings};
+use onionlab_dtls::endpoint::{COOKIE_LEN, HELLO, RETRY};
+use onionlab_utcp::{Certificate, Endpoint, EndpointConfig, LaneConfig, SessionConfig, Settings};
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
 
 fn addr(i: u8) -> SocketAddr {
@@ -41,24 +41,22 @@ fn certificate() -> Certificate {
 fn config(identity: Option<Arc<Keypair>>, accept: bool) -> EndpointConfig {
     EndpointConfig {
         session: SessionConfig {
-            utcp: Settings {
+            carrier: LaneConfig::new(Settings {
                 max_lanes: 4,
                 rx_buffer: 16 * 1024,
                 tx_buffer: 16 * 1024,
                 ..Settings::default()
-            },
+            }),
             datagram: 1280,
             identity,
             expect_peer: None,
             handshake_timeout: Duration::from_secs(10),
             certificate: Some(certificate()),
-            lane_budget: None,
-            anonymous_max_lanes: onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept,
         max_sessions: 6,
         max_handshakes: 4,
-        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
+        max_handshakes_per_ip: onionlab_dtls::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }
 
@@ -104,11 +102,11 @@ fuzz_target!(|data: &[u8]| {
                 }
                 if lane.is_none() {
                     lane = client
-                        .with_lanes(relay_addr, now, |m| m.open(now).ok())
+                        .with_carrier(relay_addr, now, |m| m.open(now).ok())
                         .flatten();
                 }
                 if let Some(id) = lane {
-                    let _ = client.with_lanes(relay_addr, now, |m| m.send(id, bytes, now));
+                    let _ = client.with_carrier(relay_addr, now, |m| m.send(id, bytes, now));
                 }
                 while client.poll_event().is_some() {}
                 continue;

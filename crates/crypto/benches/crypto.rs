@@ -1,6 +1,8 @@
-//! Throughput of the per-cell relay crypto and of the ntor handshake.
+//! Throughput of the per-cell relay crypto (tor1's and the datagram
+//! cells') and of the ntor handshake.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use onionlab_crypto::dgram::{self, ClientLayers, HopKeys, Inbound};
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_crypto::ntor::{server_handshake, NtorClient};
 use onionlab_crypto::relay_crypto::{ClientCircuitCrypto, LayerKeys, RelayLayer};
@@ -136,5 +138,58 @@ fn ntor(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, relay_layer, client_circuit, ntor);
+fn hop_keys(seed: u8) -> HopKeys {
+    let material: Vec<u8> = (0..dgram::HOP_KEY_MATERIAL_LEN as u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(seed))
+        .collect();
+    HopKeys::from_kdf_output(&material).unwrap()
+}
+
+/// The datagram cells' crypto, as the tor1 groups above measure tor1's: a
+/// relay passing on a cell for a later hop, and the three-hop round trips.
+fn datagram(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dgram");
+    g.throughput(Throughput::Elements(1));
+    let plaintext = [0x5a; dgram::PLAINTEXT_LEN];
+    let ks = [hop_keys(10), hop_keys(20), hop_keys(30)];
+    let mut client = ClientLayers::new();
+    for k in &ks {
+        client.add_hop(k.clone());
+    }
+    let mut relays: Vec<dgram::RelayLayer> =
+        ks.iter().cloned().map(dgram::RelayLayer::new).collect();
+    // A cell for the exit, as the guard sees it: try to open (fails), peel.
+    let to_exit = client.seal(2, &plaintext).unwrap();
+    g.bench_function("relay_inbound_forward", |bench| {
+        bench.iter(|| black_box(relays[0].inbound(black_box(to_exit.clone())).unwrap()))
+    });
+    g.bench_function("relay_outbound", |bench| {
+        bench.iter(|| black_box(relays[0].outbound(black_box(to_exit.clone()))))
+    });
+    // Client seals for the exit, all three relays take it in turn.
+    g.bench_function("client_seal+relays_inbound_to_exit", |bench| {
+        bench.iter(|| {
+            let mut cell = client.seal(2, &plaintext).unwrap();
+            for r in &mut relays[..2] {
+                match r.inbound(cell).unwrap() {
+                    Inbound::Forward(next) => cell = next,
+                    Inbound::Ours { .. } => unreachable!("a cell for the exit"),
+                }
+            }
+            black_box(relays[2].inbound(cell).unwrap())
+        })
+    });
+    // The exit seals for the client, the others wrap, the client opens.
+    g.bench_function("relays_seal+client_open_from_exit", |bench| {
+        bench.iter(|| {
+            let mut cell = relays[2].seal(&plaintext).unwrap();
+            cell = relays[1].outbound(cell);
+            cell = relays[0].outbound(cell);
+            black_box(client.open(cell).unwrap())
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, relay_layer, client_circuit, ntor, datagram);
 criterion_main!(benches);

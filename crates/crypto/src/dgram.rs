@@ -28,11 +28,10 @@
 //! AES that `tor-llcrypto`'s counter mode is built on.
 
 use aes::cipher::{Array, BlockCipherDecrypt, BlockCipherEncrypt, KeyInit};
-use aes::Aes128;
+use aes::{Aes128, Aes128Enc};
 use aes_gcm::aead::AeadInOut;
 use aes_gcm::Aes128Gcm;
-use cipher::{KeyIvInit, StreamCipher};
-use tor_llcrypto::cipher::aes::Aes128Ctr;
+use cipher::{InnerIvInit, StreamCipher};
 use zeroize::Zeroize;
 
 use crate::Error;
@@ -85,24 +84,16 @@ pub struct HopKeys {
     hf: Aes128,
     /// Header block cipher, towards the client.
     hb: Aes128,
-    /// Body CTR key, towards the exit.
-    kf: [u8; 16],
-    /// Body CTR key, towards the client.
-    kb: [u8; 16],
+    /// Body CTR block cipher, towards the exit: its key schedule is
+    /// computed once per hop, and each cell's counter mode starts from a
+    /// copy of it.
+    kf: Aes128Enc,
+    /// Body CTR block cipher, towards the client.
+    kb: Aes128Enc,
     /// Seals cells the client sends to this hop.
     af: Aes128Gcm,
     /// Seals cells this hop sends to the client.
     ab: Aes128Gcm,
-}
-
-impl Drop for HopKeys {
-    fn drop(&mut self) {
-        // The block ciphers and GCM states are the `aes` crate's, which
-        // wipe their round keys on drop with its `zeroize` feature; the
-        // CTR keys are ours.
-        self.kf.zeroize();
-        self.kb.zeroize();
-    }
 }
 
 impl HopKeys {
@@ -125,18 +116,19 @@ impl HopKeys {
             k.copy_from_slice(&b[i * 16..(i + 1) * 16]);
             k
         };
-        let (mut hf, mut hb, mut af, mut ab) = (key(0), key(1), key(4), key(5));
+        let mut k = [key(0), key(1), key(2), key(3), key(4), key(5)];
+        // Every cipher state here is the `aes` crate's, which wipes its
+        // round keys on drop (its `zeroize` feature); the copies of the
+        // raw keys are wiped below.
         let keys = HopKeys {
-            hf: Aes128::new(&Array::from(hf)),
-            hb: Aes128::new(&Array::from(hb)),
-            kf: key(2),
-            kb: key(3),
-            af: Aes128Gcm::new(&Array::from(af)),
-            ab: Aes128Gcm::new(&Array::from(ab)),
+            hf: Aes128::new(&Array::from(k[0])),
+            hb: Aes128::new(&Array::from(k[1])),
+            kf: Aes128Enc::new(&Array::from(k[2])),
+            kb: Aes128Enc::new(&Array::from(k[3])),
+            af: Aes128Gcm::new(&Array::from(k[4])),
+            ab: Aes128Gcm::new(&Array::from(k[5])),
         };
-        for k in [&mut hf, &mut hb, &mut af, &mut ab] {
-            k.zeroize();
-        }
+        k.zeroize();
         Ok(keys)
     }
 }
@@ -179,12 +171,18 @@ impl HopKeys {
 
     /// `B ^= CTR(K, iv)` with this direction's body key.
     fn apply_layer(&self, way: Way, iv: &[u8; HEADER_LEN], body: &mut [u8; BODY_LEN]) {
-        let key = match way {
+        let cipher = match way {
             Way::Forward => &self.kf,
             Way::Backward => &self.kb,
         };
-        let mut ctr = Aes128Ctr::new(&Array::from(*key), &Array::from(*iv));
-        ctr.apply_keystream(body);
+        // The same counter mode as tor-llcrypto's `Aes128Ctr` (big-endian
+        // 128-bit counter), started from the hop's expanded key rather than
+        // expanding the key again for every cell.
+        let core = ctr::CtrCore::<Aes128Enc, ctr::flavors::Ctr128BE>::inner_iv_init(
+            cipher.clone(),
+            &Array::from(*iv),
+        );
+        ctr::Ctr128BE::<Aes128Enc>::from_core(core).apply_keystream(body);
     }
 
     /// `AES(H, block)`.

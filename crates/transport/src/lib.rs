@@ -55,6 +55,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 pub mod addrs;
 pub mod any;
 pub mod connector;
+pub mod datagram;
 pub mod endpoint;
 mod err;
 mod inbox;
@@ -75,6 +76,7 @@ pub mod tcp;
 pub mod tcp_share;
 pub mod tls;
 pub mod torchestra;
+mod udp;
 pub mod utcp;
 
 pub use any::TransportKind;

@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use onionlab_dtls::endpoint::{DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_SESSIONS};
 use onionlab_transport::utcp::{UtcpSession, UtcpSocket};
-use onionlab_utcp::endpoint::{DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_SESSIONS};
-use onionlab_utcp::{EndpointConfig, SessionConfig, Settings};
+use onionlab_utcp::{EndpointConfig, LaneConfig, SessionConfig, Settings};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
 
@@ -23,19 +23,21 @@ fn identity(k: &Keypair) -> Ed25519Identity {
 fn config(identity: Option<Arc<Keypair>>, accept: bool) -> EndpointConfig {
     EndpointConfig {
         session: SessionConfig {
-            utcp: Settings::default(),
+            carrier: LaneConfig {
+                utcp: Settings::default(),
+                lane_budget: None,
+                anonymous_max_lanes: onionlab_utcp::DEFAULT_ANONYMOUS_MAX_LANES,
+            },
             datagram: 1280,
             identity,
             expect_peer: None,
             handshake_timeout: Duration::from_secs(5),
             certificate: None,
-            lane_budget: None,
-            anonymous_max_lanes: onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept,
         max_sessions: DEFAULT_MAX_SESSIONS,
         max_handshakes: DEFAULT_MAX_HANDSHAKES,
-        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
+        max_handshakes_per_ip: onionlab_dtls::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }
 

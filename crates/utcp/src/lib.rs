@@ -2,11 +2,11 @@
 //! `dtls-utcp` transport (seed 002: Reardon and Goldberg, "Improving Tor
 //! using a TCP-over-DTLS Tunnel", 2009). Sans-IO throughout: a [`Mux`]
 //! holds one DTLS session's lanes (one TCP connection each, run by
-//! smoltcp) and is fed TORTP segments ([`tortp`]) and time; a [`Session`]
-//! wraps it in DTLS 1.3 with the relays' identities bound inside, fed
-//! datagrams and time; an [`Endpoint`] sorts one UDP socket's datagrams
-//! to its sessions, behind a stateless cookie. The transport crate owns
-//! the socket.
+//! smoltcp) and is fed TORTP segments ([`tortp`]) and time; it is what an
+//! `onionlab_dtls` session carries ([`carrier`]), so a [`Session`] is DTLS
+//! 1.3 with the relays' identities bound inside, fed datagrams and time,
+//! and an [`Endpoint`] sorts one UDP socket's datagrams to its sessions,
+//! behind a stateless cookie. The transport crate owns the socket.
 //!
 //! smoltcp is used as it comes; what it lacks against Linux TCP, and what
 //! that costs, is measured and written down in `docs/dtls-utcp.md`:
@@ -16,17 +16,29 @@
 //! ignores the peer's), and it holds at most 32 out-of-order ranges (the
 //! largest `assembler-max-segment-count` feature).
 
-pub mod endpoint;
+pub mod carrier;
 pub mod mux;
-pub mod session;
 pub mod tortp;
 
 use std::time::Duration;
 
-pub use endpoint::{Endpoint, EndpointConfig, EndpointEvent, EndpointStats};
+pub use carrier::{LaneConfig, DEFAULT_ANONYMOUS_MAX_LANES};
 pub use mux::{LaneBudget, LaneEvent, LaneState, Mux, MuxStats, Role};
-pub use session::{Certificate, Session, SessionConfig, SessionEvent};
+pub use onionlab_dtls::{Certificate, EndpointStats, RECORD_OVERHEAD};
 pub use tortp::{LaneId, Segment, TortpError};
+
+/// A dtls-utcp session: DTLS 1.3 carrying a [`Mux`]'s lanes.
+pub type Session = onionlab_dtls::Session<Mux>;
+/// How a dtls-utcp session starts.
+pub type SessionConfig = onionlab_dtls::SessionConfig<Mux>;
+/// What a dtls-utcp session reports.
+pub type SessionEvent = onionlab_dtls::SessionEvent<LaneEvent>;
+/// A UDP socket's dtls-utcp sessions.
+pub type Endpoint = onionlab_dtls::Endpoint<Mux>;
+/// How a dtls-utcp endpoint runs its sessions.
+pub type EndpointConfig = onionlab_dtls::EndpointConfig<Mux>;
+/// What a dtls-utcp endpoint reports.
+pub type EndpointEvent = onionlab_dtls::EndpointEvent<LaneEvent>;
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]
@@ -52,27 +64,6 @@ pub enum Error {
     /// The TCP stack refused an operation.
     #[error("user-space TCP: {0}")]
     Stack(String),
-    /// DTLS failed; the session is over.
-    #[error("DTLS: {0}")]
-    Dtls(String),
-    /// A session with this address exists already.
-    #[error("a session with {0} exists already")]
-    SessionExists(std::net::SocketAddr),
-    /// The endpoint has as many sessions as it may.
-    #[error("{0} sessions are open, the most an endpoint may have")]
-    TooManySessions(usize),
-    /// The relay proved an identity other than the one expected; the
-    /// session is over.
-    #[error("the peer proved identity {got}, not the expected {expected}")]
-    WrongIdentity {
-        /// What it proved.
-        got: tor_llcrypto::pk::ed25519::Ed25519Identity,
-        /// What we expected.
-        expected: tor_llcrypto::pk::ed25519::Ed25519Identity,
-    },
-    /// The peer did not prove the identity it had to; the session is over.
-    #[error("dtls-utcp authentication: {0}")]
-    Auth(String),
 }
 
 /// The user-space TCP's congestion control (smoltcp's); in configuration

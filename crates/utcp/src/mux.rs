@@ -46,13 +46,7 @@ const IP_TCP_HEADERS: usize = 40;
 const TORTP_SAVING: usize = IP_TCP_HEADERS - crate::tortp::HEADER_LEN;
 
 /// Which side of the DTLS session we are: lane numbers are per side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// We began the session (its DTLS client).
-    Initiator,
-    /// The peer began it.
-    Responder,
-}
+pub use onionlab_dtls::Role;
 
 /// A lane's state as the application sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -555,6 +549,11 @@ impl Mux {
     /// (`None`: nothing until input).
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.lanes.values().filter_map(|l| l.poll_at).min()
+    }
+
+    /// Whether [`poll_transmit`](Self::poll_transmit) has a segment.
+    pub fn has_transmit(&self) -> bool {
+        !self.out.is_empty()
     }
 
     /// The next TORTP segment to send to the peer.

@@ -8,10 +8,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onionlab_utcp::endpoint::{is_client_hello, COOKIE_LEN, HELLO, RETRY};
+use onionlab_dtls::endpoint::{is_client_hello, COOKIE_LEN, HELLO, RETRY};
+use onionlab_dtls::Error;
 use onionlab_utcp::{
-    Endpoint, EndpointConfig, EndpointEvent, Error, LaneBudget, LaneEvent, LaneId, SessionConfig,
-    Settings,
+    Endpoint, EndpointConfig, EndpointEvent, LaneBudget, LaneConfig, LaneEvent, LaneId,
+    SessionConfig, Settings,
 };
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
 
@@ -63,19 +64,21 @@ fn config_with(
 ) -> EndpointConfig {
     EndpointConfig {
         session: SessionConfig {
-            utcp: Settings::default(),
+            carrier: LaneConfig {
+                utcp: Settings::default(),
+                lane_budget,
+                anonymous_max_lanes,
+            },
             datagram: 1280,
             identity,
             expect_peer: None,
             handshake_timeout: Duration::from_secs(10),
             certificate: None,
-            lane_budget,
-            anonymous_max_lanes,
         },
         accept,
         max_sessions: 64,
         max_handshakes,
-        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
+        max_handshakes_per_ip: onionlab_dtls::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }
 
@@ -198,7 +201,7 @@ impl Net {
     /// The lane `from` opened to `to`, as `to` numbers it.
     fn opened_lane(&self, at: SocketAddr, peer: SocketAddr) -> Option<LaneId> {
         self.events.iter().find_map(|(a, e)| match e {
-            EndpointEvent::Lane {
+            EndpointEvent::Carrier {
                 peer: p,
                 event: LaneEvent::Accepted(id),
             } if *a == at && *p == peer => Some(*id),
@@ -225,7 +228,7 @@ fn a_client_and_a_relay_run_a_lane_through_their_endpoints() {
     let now = net.now;
     let lane = net
         .node(c)
-        .with_lanes(r, now, |m| m.open(now))
+        .with_carrier(r, now, |m| m.open(now))
         .expect("session")
         .expect("lane");
     net.run_for(Duration::from_millis(200));
@@ -233,7 +236,7 @@ fn a_client_and_a_relay_run_a_lane_through_their_endpoints() {
     let now = net.now;
     let sent = net
         .node(c)
-        .with_lanes(r, now, |m| m.send(lane, &data, now))
+        .with_carrier(r, now, |m| m.send(lane, &data, now))
         .expect("session")
         .expect("send");
     assert_eq!(sent, data.len());
@@ -243,7 +246,7 @@ fn a_client_and_a_relay_run_a_lane_through_their_endpoints() {
     let now = net.now;
     let n = net
         .node(r)
-        .with_lanes(c, now, |m| m.recv(theirs, &mut got, now))
+        .with_carrier(c, now, |m| m.recv(theirs, &mut got, now))
         .expect("session")
         .expect("recv");
     assert_eq!(&got[..n], &data[..]);
@@ -433,19 +436,21 @@ fn limits_and_duplicates_are_refused_at_connect() {
     ));
     let bad = EndpointConfig {
         session: SessionConfig {
-            utcp: Settings::default(),
+            carrier: LaneConfig {
+                utcp: Settings::default(),
+                lane_budget: None,
+                anonymous_max_lanes: onionlab_utcp::DEFAULT_ANONYMOUS_MAX_LANES,
+            },
             datagram: 1280,
             identity: None,
             expect_peer: None,
             handshake_timeout: Duration::from_secs(10),
             certificate: None,
-            lane_budget: None,
-            anonymous_max_lanes: onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept: true,
         max_sessions: 8,
         max_handshakes: 8,
-        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
+        max_handshakes_per_ip: onionlab_dtls::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
     };
     assert!(matches!(
         Endpoint::new(bad, 1, now),
@@ -500,14 +505,14 @@ fn a_forged_client_hello_does_not_end_a_session() {
     let now = net.now;
     let lane = net
         .node(c)
-        .with_lanes(r, now, |m| m.open(now))
+        .with_carrier(r, now, |m| m.open(now))
         .expect("session")
         .expect("lane");
     net.run_for(Duration::from_millis(200));
     let now = net.now;
     let sent = net
         .node(c)
-        .with_lanes(r, now, |m| m.send(lane, b"still here", now))
+        .with_carrier(r, now, |m| m.send(lane, b"still here", now))
         .expect("session")
         .expect("send");
     assert_eq!(sent, 10);
@@ -557,7 +562,7 @@ fn lanes_stay_within_the_node_budget_and_the_anonymous_limit() {
         for _ in 0..4 {
             let id = net
                 .node(addr(i))
-                .with_lanes(r, now, |m| m.open(now))
+                .with_carrier(r, now, |m| m.open(now))
                 .expect("session")
                 .expect("a lane of ours");
             opened.push((addr(i), id));
@@ -572,7 +577,7 @@ fn lanes_stay_within_the_node_budget_and_the_anonymous_limit() {
             *a != r
                 && matches!(
                     e,
-                    EndpointEvent::Lane {
+                    EndpointEvent::Carrier {
                         event: LaneEvent::Closed { reset: true, .. },
                         ..
                     }

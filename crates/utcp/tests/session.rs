@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onionlab_utcp::{Error, Session, SessionConfig, SessionEvent, Settings};
+use onionlab_dtls::Error;
+use onionlab_utcp::{LaneConfig, Session, SessionConfig, SessionEvent, Settings};
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair};
 
 fn keypair(seed: u8) -> Arc<Keypair> {
@@ -19,14 +20,12 @@ fn identity(k: &Keypair) -> Ed25519Identity {
 
 fn config(identity: Option<Arc<Keypair>>, expect: Option<Ed25519Identity>) -> SessionConfig {
     SessionConfig {
-        utcp: Settings::default(),
+        carrier: LaneConfig::new(Settings::default()),
         datagram: 1280,
         identity,
         expect_peer: expect,
         handshake_timeout: Duration::from_secs(10),
         certificate: None,
-        lane_budget: None,
-        anonymous_max_lanes: onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES,
     }
 }
 
@@ -117,7 +116,7 @@ fn transfer(net: &mut Net, len: usize) -> Vec<u8> {
     let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
     let lane = net
         .a
-        .mux()
+        .carrier()
         .expect("authenticated")
         .open(net.now)
         .expect("lane");
@@ -131,13 +130,13 @@ fn transfer(net: &mut Net, len: usize) -> Vec<u8> {
         if sent < len {
             sent += net
                 .a
-                .mux()
+                .carrier()
                 .expect("mux")
                 .send(lane, &data[sent..], now)
                 .expect("send");
             net.a.flush(now).expect("flush");
         }
-        if let Some(mux) = net.b.mux() {
+        if let Some(mux) = net.b.carrier() {
             if mux.lane_state(lane).is_some() {
                 let n = mux.recv(lane, &mut buf, now).expect("recv");
                 got.extend_from_slice(&buf[..n]);
@@ -191,7 +190,7 @@ fn a_relay_with_the_wrong_identity_is_refused() {
         }
         other => panic!("the wrong identity was accepted: {other:?}"),
     }
-    assert!(net.a.mux().is_none(), "lanes without authentication");
+    assert!(net.a.carrier().is_none(), "lanes without authentication");
 }
 
 #[test]

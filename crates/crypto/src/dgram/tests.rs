@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
+use cipher::KeyIvInit;
 use proptest::prelude::*;
+use tor_llcrypto::cipher::aes::Aes128Ctr;
 
 use super::*;
 

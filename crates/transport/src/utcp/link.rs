@@ -18,9 +18,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use onionlab_crypto::identity::RelaySecretKeys;
-use onionlab_utcp::endpoint::{DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_SESSIONS};
-use onionlab_utcp::session::DEFAULT_ANONYMOUS_MAX_LANES;
-use onionlab_utcp::{EndpointConfig, LaneBudget, SessionConfig, Settings};
+use onionlab_dtls::endpoint::{
+    DEFAULT_MAX_HANDSHAKES, DEFAULT_MAX_HANDSHAKES_PER_IP, DEFAULT_MAX_SESSIONS,
+};
+use onionlab_utcp::{
+    EndpointConfig, LaneBudget, LaneConfig, SessionConfig, Settings, DEFAULT_ANONYMOUS_MAX_LANES,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::debug;
@@ -90,7 +93,7 @@ impl UtcpSettings {
     /// at least 548 bytes (what IPv4's minimum MTU of 576 carries) for
     /// the handshake's flights.
     pub fn with_lane_tcp(mut self, tcp: Settings) -> Self {
-        self.datagram = (tcp.max_segment + onionlab_utcp::session::RECORD_OVERHEAD).max(548);
+        self.datagram = (tcp.max_segment + onionlab_utcp::RECORD_OVERHEAD).max(548);
         self.utcp = tcp;
         self
     }
@@ -431,18 +434,20 @@ fn endpoint_config(
 ) -> EndpointConfig {
     EndpointConfig {
         session: SessionConfig {
-            utcp: settings.utcp.clone(),
+            carrier: LaneConfig {
+                utcp: settings.utcp.clone(),
+                lane_budget: Some(budget.clone()),
+                anonymous_max_lanes: DEFAULT_ANONYMOUS_MAX_LANES,
+            },
             datagram: settings.datagram,
             identity,
             expect_peer: None,
             handshake_timeout: settings.handshake_timeout,
             certificate: None,
-            lane_budget: Some(budget.clone()),
-            anonymous_max_lanes: DEFAULT_ANONYMOUS_MAX_LANES,
         },
         accept,
         max_sessions: DEFAULT_MAX_SESSIONS,
         max_handshakes: DEFAULT_MAX_HANDSHAKES,
-        max_handshakes_per_ip: onionlab_utcp::endpoint::DEFAULT_MAX_HANDSHAKES_PER_IP,
+        max_handshakes_per_ip: DEFAULT_MAX_HANDSHAKES_PER_IP,
     }
 }

@@ -13,7 +13,7 @@ pub mod socket;
 
 pub use link::{UtcpIncoming, UtcpLink, UtcpSettings, UtcpTransport};
 /// Bytes a DTLS record adds to a lane's segment in a datagram.
-pub use onionlab_utcp::session::RECORD_OVERHEAD;
+pub use onionlab_utcp::RECORD_OVERHEAD;
 
 /// The lanes' largest segment that fills a link of `mtu` bytes: less the
 /// IPv4 and UDP headers (28 bytes) and a DTLS record's overhead, as TCP's

@@ -40,10 +40,6 @@ const ACCEPT_QUEUE: usize = 64;
 /// Lanes the peer opened waiting for [`UtcpSession::accept_lane`], at
 /// most (more are dropped at once: reset when their first bytes arrive).
 const LANE_QUEUE: usize = 1024;
-/// Datagrams taken per wake before the driver sends what they caused.
-const RECV_BATCH: usize = 64;
-/// Largest datagram read.
-const MAX_DATAGRAM: usize = 65_536;
 
 /// A UDP socket with its sessions (see the module docs). Dropping it
 /// stops its driver: every session and lane on it ends.
@@ -184,17 +180,7 @@ impl UtcpSocket {
         let accepts = config.accept;
         let endpoint = Endpoint::new(config, rand::random(), Instant::now())
             .map_err(|e| Error::Config(format!("dtls-utcp endpoint: {e}")))?;
-        let io = |source| Error::Io {
-            what: "binding the dtls-utcp UDP socket",
-            source,
-        };
-        let std_socket = std::net::UdpSocket::bind(addr).map_err(io)?;
-        std_socket.set_nonblocking(true).map_err(io)?;
-        let socket = UdpSocket::from_std(std_socket).map_err(io)?;
-        let local = socket.local_addr().map_err(|source| Error::Io {
-            what: "the dtls-utcp socket's address",
-            source,
-        })?;
+        let (socket, local) = crate::udp::bind(addr, "binding the dtls-utcp UDP socket")?;
         let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
         let shared = Arc::new(Shared {
             socket,
@@ -265,9 +251,9 @@ impl Drop for UtcpSocket {
     }
 }
 
-fn protocol(peer: SocketAddr, e: onionlab_utcp::Error) -> Error {
+fn protocol(peer: SocketAddr, e: onionlab_dtls::Error) -> Error {
     match e {
-        onionlab_utcp::Error::WrongIdentity { got, expected } => Error::WrongIdentity {
+        onionlab_dtls::Error::WrongIdentity { got, expected } => Error::WrongIdentity {
             peer,
             got: hex::encode(got.as_bytes()),
             expected: hex::encode(expected.as_bytes()),
@@ -315,7 +301,7 @@ impl UtcpSession {
         }
         let now = Instant::now();
         st.endpoint
-            .with_lanes(self.peer, now, |m| m.has_room())
+            .with_carrier(self.peer, now, |m| m.has_room())
             .unwrap_or(false)
     }
 
@@ -336,14 +322,17 @@ impl UtcpSession {
             let now = Instant::now();
             let id = st
                 .endpoint
-                .with_lanes(self.peer, now, |m| m.open(now))
+                .with_carrier(self.peer, now, |m| m.open(now))
                 .ok_or(Error::Closed)?
                 .map_err(|e| match e {
                     onionlab_utcp::Error::TooManyLanes(_) => Error::Utcp {
                         peer: self.peer,
                         source: io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string()),
                     },
-                    e => protocol(self.peer, e),
+                    e => Error::Protocol {
+                        peer: self.peer,
+                        detail: format!("dtls-utcp: {e}"),
+                    },
                 })?;
             st.session(self.peer, self.generation)
                 .ok_or(Error::Closed)?
@@ -541,7 +530,7 @@ impl Drop for LaneStream {
 
 /// The driver: datagrams in, timers, lanes' buffers moved, datagrams out.
 async fn drive(shared: Arc<Shared>) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut buf = vec![0u8; crate::udp::MAX_DATAGRAM];
     loop {
         let (deadline, out, unwanted) = {
             let mut st = lock(&shared);
@@ -582,13 +571,9 @@ async fn drive(shared: Arc<Shared>) {
                 Ok((n, from)) => {
                     let mut st = lock(&shared);
                     let now = Instant::now();
-                    st.take_datagram(from, &buf[..n], now, &shared);
-                    for _ in 1..RECV_BATCH {
-                        match shared.socket.try_recv_from(&mut buf) {
-                            Ok((n, from)) => st.take_datagram(from, &buf[..n], now, &shared),
-                            Err(_) => break,
-                        }
-                    }
+                    crate::udp::take_batch(&shared.socket, &mut buf, (from, n), |from, d| {
+                        st.take_datagram(from, d, now, &shared)
+                    });
                 }
                 // An ICMP error for an earlier datagram, on Linux: the
                 // session concerned learns by its own timers.
@@ -620,11 +605,11 @@ impl State {
                 EndpointEvent::Authenticated { peer, identity } => {
                     self.authenticated(peer, identity, shared)
                 }
-                EndpointEvent::Lane {
+                EndpointEvent::Carrier {
                     peer,
                     event: LaneEvent::Accepted(id),
                 } => self.lane_accepted(peer, id, shared),
-                EndpointEvent::Lane {
+                EndpointEvent::Carrier {
                     peer,
                     event:
                         LaneEvent::Closed {
@@ -746,7 +731,7 @@ impl State {
             };
             let (lanes, held) = (&mut io.lanes, &io.held);
             self.endpoint
-                .with_lanes(peer, now, |mux| move_session(mux, lanes, held, now));
+                .with_carrier(peer, now, |mux| move_session(mux, lanes, held, now));
         }
         // Closing lanes and sessions may have produced events.
         self.take_events(shared);

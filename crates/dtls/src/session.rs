@@ -1,6 +1,6 @@
-//! One DTLS 1.3 session between two nodes, carrying a [`Mux`]'s lanes,
-//! with the relay identities bound inside it. Sans-IO: fed datagrams and
-//! time, it returns datagrams.
+//! One DTLS 1.3 session between two nodes, carrying a [`Carrier`]'s
+//! messages, with the relay identities bound inside it. Sans-IO: fed
+//! datagrams and time, it returns datagrams.
 //!
 //! DTLS is `dimpl` (pure Rust, sans-IO), which authenticates only with
 //! ECDSA certificates. Each side presents a self-signed P-256
@@ -9,7 +9,8 @@
 //! first:
 //!
 //! - a relay: `AUTH`, its Ed25519 identity and its signature over
-//!   [`AUTH_LABEL`], its role (0: the session's initiator, 1: responder),
+//!   the carrier's [`Carrier::AUTH_LABEL`], its role (0: the session's
+//!   initiator, 1: responder),
 //!   the session's exported keying material and the SHA-256 of its own
 //!   certificate then of the peer's: bound to this session, this
 //!   direction and these two certificates;
@@ -18,7 +19,8 @@
 //! The initiator refuses the session unless the responder's `AUTH`
 //! verifies with the identity it expected; the responder accepts `ANON`
 //! (a client) or a verifying `AUTH` (a relay, whose identity it reports).
-//! Segments before the peer's message are dropped (TCP sends them again).
+//! Carried messages before the peer's message are dropped (dtls-utcp's
+//! TCP sends them again; a datagram link loses them).
 //!
 //! DTLS does not resend application data, so the first message is sent
 //! again (after 250 ms, doubling up to 2 s) until the peer answers
@@ -34,17 +36,12 @@ use std::time::{Duration, Instant};
 use dimpl::{Config, Dtls, DtlsCertificate, Output};
 use tor_llcrypto::pk::ed25519::{Ed25519Identity, Keypair, PublicKey, Signature};
 
-use crate::{Error, LaneEvent, Mux, Role, Settings};
-
-/// Default [`SessionConfig::anonymous_max_lanes`].
-pub const DEFAULT_ANONYMOUS_MAX_LANES: usize = 64;
-
-/// What a relay's `AUTH` signature covers first.
-pub const AUTH_LABEL: &[u8] = b"onionlab dtls-utcp auth v1\0";
+use crate::{Carrier, Error, Role};
 
 const MSG_AUTH: u8 = 1;
 const MSG_ANON: u8 = 2;
-const MSG_SEGMENT: u8 = 3;
+/// A carrier's message (dtls-utcp: a TORTP segment; datagram: a cell).
+const MSG_CARRIED: u8 = 3;
 const MSG_AUTH_OK: u8 = 4;
 /// First wait before the first message is sent again.
 const FIRST_RESEND: Duration = Duration::from_millis(250);
@@ -56,11 +53,10 @@ const AUTH_LEN: usize = 1 + 32 + 64;
 pub const RECORD_OVERHEAD: usize = 5 + 1 + 16 + 1;
 
 /// How a session starts.
-#[derive(Clone)]
-pub struct SessionConfig {
-    /// The lanes' TCP settings. Their `max_segment` must fit one record of
-    /// one datagram: at most `datagram - 23`.
-    pub utcp: Settings,
+pub struct SessionConfig<C: Carrier> {
+    /// The carrier's settings. Its messages must fit one record of one
+    /// datagram: at most `datagram - RECORD_OVERHEAD` bytes.
+    pub carrier: C::Config,
     /// Largest UDP payload sent.
     pub datagram: usize,
     /// Our identity (relays); `None`: a client, which only initiates.
@@ -76,13 +72,42 @@ pub struct SessionConfig {
     /// costs no key generation (a flood of handshakes would otherwise buy
     /// one each). A client's sessions each present a fresh one (unlinkable).
     pub certificate: Option<Certificate>,
-    /// The node's budget of lanes across its sessions (`None`: only the
-    /// per-session [`Settings::max_lanes`]).
-    pub lane_budget: Option<crate::LaneBudget>,
-    /// Most lanes of a session with an anonymous peer (a client), below
-    /// `utcp.max_lanes`: a client needs a lane per circuit through this
-    /// guard, a handful, and each lane holds its buffers.
-    pub anonymous_max_lanes: usize,
+}
+
+// Not derived: a derive would ask `C: Clone` of the carrier itself.
+impl<C: Carrier> Clone for SessionConfig<C> {
+    fn clone(&self) -> Self {
+        SessionConfig {
+            carrier: self.carrier.clone(),
+            datagram: self.datagram,
+            identity: self.identity.clone(),
+            expect_peer: self.expect_peer,
+            handshake_timeout: self.handshake_timeout,
+            certificate: self.certificate.clone(),
+        }
+    }
+}
+
+impl<C: Carrier> SessionConfig<C> {
+    /// Check the settings: the datagram holds a record, and the carrier's
+    /// messages fit one.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Settings`] or [`Error::Carrier`].
+    pub fn check(&self) -> Result<(), Error> {
+        let Some(max_message) = self
+            .datagram
+            .checked_sub(RECORD_OVERHEAD)
+            .filter(|&m| m > 0)
+        else {
+            return Err(Error::Settings(format!(
+                "a {}-byte datagram holds no record",
+                self.datagram
+            )));
+        };
+        C::check(&self.carrier, max_message).map_err(|e| Error::Carrier(e.to_string()))
+    }
 }
 
 /// A self-signed P-256 certificate and its key, for DTLS.
@@ -102,19 +127,19 @@ impl Certificate {
 
 /// What a session reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SessionEvent {
-    /// The peer proved its identity (`Some`) or is a client (`None`); lanes
-    /// may be opened from now on.
+pub enum SessionEvent<E> {
+    /// The peer proved its identity (`Some`) or is a client (`None`); the
+    /// carrier runs from now on.
     Authenticated(Option<Ed25519Identity>),
-    /// Something happened to a lane.
-    Lane(LaneEvent),
+    /// The carrier's event.
+    Carrier(E),
 }
 
-/// One peer's DTLS session and lanes (see the module docs).
-pub struct Session {
+/// One peer's DTLS session and its carrier (see the module docs).
+pub struct Session<C: Carrier> {
     dtls: Dtls,
     role: Role,
-    config: SessionConfig,
+    config: SessionConfig<C>,
     own_cert_hash: [u8; 32],
     peer_cert_hash: Option<[u8; 32]>,
     keying: Option<Vec<u8>>,
@@ -130,13 +155,13 @@ pub struct Session {
     /// again; anything else is an error).
     peer_first: Option<Vec<u8>>,
     peer: Option<Option<Ed25519Identity>>,
-    malformed_segments: u64,
-    mux: Option<Mux>,
+    malformed_messages: u64,
+    carrier: Option<C>,
     seed: u64,
     dtls_timeout: Option<Instant>,
     out: VecDeque<Vec<u8>>,
-    events: VecDeque<SessionEvent>,
-    early_segments_dropped: u64,
+    events: VecDeque<SessionEvent<C::Event>>,
+    early_messages_dropped: u64,
     stale_plaintext_dropped: u64,
     buf: Vec<u8>,
 }
@@ -162,9 +187,15 @@ fn session_certificate() -> Result<DtlsCertificate, Error> {
     })
 }
 
-impl Session {
-    /// Begin a session to a peer (we send the first flight).
-    pub fn initiate(config: SessionConfig, seed: u64, now: Instant) -> Result<Session, Error> {
+impl<C: Carrier> Session<C> {
+    /// Begin a session to a peer (we send the first flight); `seed` goes
+    /// to the carrier (take it from a CSPRNG outside tests).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Settings`] without the identity to expect, or settings out
+    /// of range; [`Error::Dtls`] if DTLS cannot start.
+    pub fn initiate(config: SessionConfig<C>, seed: u64, now: Instant) -> Result<Self, Error> {
         if config.expect_peer.is_none() {
             return Err(Error::Settings(
                 "a session is initiated to a relay whose identity is known".into(),
@@ -174,21 +205,20 @@ impl Session {
     }
 
     /// Answer a session a peer began (its first datagram comes next).
-    pub fn respond(config: SessionConfig, seed: u64, now: Instant) -> Result<Session, Error> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Settings`] without an identity of our own, or settings out
+    /// of range; [`Error::Dtls`] if DTLS cannot start.
+    pub fn respond(config: SessionConfig<C>, seed: u64, now: Instant) -> Result<Self, Error> {
         if config.identity.is_none() {
             return Err(Error::Settings("only relays accept sessions".into()));
         }
         Session::new(config, Role::Responder, seed, now)
     }
 
-    fn new(config: SessionConfig, role: Role, seed: u64, now: Instant) -> Result<Session, Error> {
-        config.utcp.check()?;
-        if config.utcp.max_segment + RECORD_OVERHEAD > config.datagram {
-            return Err(Error::Settings(format!(
-                "max_segment {} does not fit a {}-byte datagram",
-                config.utcp.max_segment, config.datagram
-            )));
-        }
+    fn new(config: SessionConfig<C>, role: Role, seed: u64, now: Instant) -> Result<Self, Error> {
+        config.check()?;
         let dtls_config = Config::builder()
             .mtu(config.datagram)
             // Full queues are fatal in dimpl; we drain after every call.
@@ -221,13 +251,13 @@ impl Session {
             auth_deadline,
             peer_first: None,
             peer: None,
-            malformed_segments: 0,
-            mux: None,
+            malformed_messages: 0,
+            carrier: None,
             seed,
             dtls_timeout: None,
             out: VecDeque::new(),
             events: VecDeque::new(),
-            early_segments_dropped: 0,
+            early_messages_dropped: 0,
             stale_plaintext_dropped: 0,
             buf: vec![0; 2048],
         };
@@ -257,14 +287,14 @@ impl Session {
         self.pump(now)
     }
 
-    /// Run the timers due by `now` (DTLS retransmissions, the lanes' TCP
+    /// Run the timers due by `now` (DTLS retransmissions, the carrier's
     /// timers). An error ends the session.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
         self.dtls
             .handle_timeout(now)
             .map_err(|e| Error::Dtls(format!("{e:?}")))?;
-        if let Some(mux) = self.mux.as_mut() {
-            mux.handle_timeout(now);
+        if let Some(carrier) = self.carrier.as_mut() {
+            carrier.handle_timeout(now);
         }
         let authenticated = self.peer.is_some() && self.resend_at.is_none() && self.first.is_some();
         if !authenticated && now >= self.auth_deadline {
@@ -284,10 +314,10 @@ impl Session {
 
     /// When [`handle_timeout`](Self::handle_timeout) must next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let lanes = self.mux.as_ref().and_then(Mux::poll_timeout);
+        let carrier = self.carrier.as_ref().and_then(C::poll_timeout);
         let authenticated = self.peer.is_some() && self.resend_at.is_none() && self.first.is_some();
         let deadline = (!authenticated).then_some(self.auth_deadline);
-        [self.dtls_timeout, lanes, self.resend_at, deadline]
+        [self.dtls_timeout, carrier, self.resend_at, deadline]
             .into_iter()
             .flatten()
             .min()
@@ -299,17 +329,17 @@ impl Session {
     }
 
     /// The next event.
-    pub fn poll_event(&mut self) -> Option<SessionEvent> {
+    pub fn poll_event(&mut self) -> Option<SessionEvent<C::Event>> {
         self.events.pop_front()
     }
 
-    /// The lanes, once the peer is authenticated. After calling into them,
-    /// call [`flush`](Self::flush) to send what they produced.
-    pub fn mux(&mut self) -> Option<&mut Mux> {
-        self.mux.as_mut()
+    /// The carrier, once the peer is authenticated. After calling into
+    /// it, call [`flush`](Self::flush) to send what it produced.
+    pub fn carrier(&mut self) -> Option<&mut C> {
+        self.carrier.as_mut()
     }
 
-    /// Send what the lanes produced since the last call.
+    /// Send what the carrier produced since the last call.
     pub fn flush(&mut self, now: Instant) -> Result<(), Error> {
         self.pump(now)
     }
@@ -320,9 +350,10 @@ impl Session {
         self.peer
     }
 
-    /// Segments that arrived before the peer's identity and were dropped.
-    pub fn early_segments_dropped(&self) -> u64 {
-        self.early_segments_dropped
+    /// Carried messages that arrived before the peer's identity and were
+    /// dropped.
+    pub fn early_messages_dropped(&self) -> u64 {
+        self.early_messages_dropped
     }
 
     /// Plaintext records after authentication, dropped (see
@@ -331,13 +362,14 @@ impl Session {
         self.stale_plaintext_dropped
     }
 
-    /// Segments from the authenticated peer that were not TORTP, dropped.
-    pub fn malformed_segments(&self) -> u64 {
-        self.malformed_segments
+    /// Messages from the authenticated peer that the carrier refused as
+    /// malformed, dropped.
+    pub fn malformed_messages(&self) -> u64 {
+        self.malformed_messages
     }
 
-    /// Move everything along: DTLS output, our first message, the lanes'
-    /// segments into records.
+    /// Move everything along: DTLS output, our first message, the
+    /// carrier's messages into records.
     fn pump(&mut self, now: Instant) -> Result<(), Error> {
         loop {
             self.drain_dtls(now)?;
@@ -352,19 +384,19 @@ impl Session {
                 continue;
             }
             let mut sent = false;
-            while let Some(seg) = self.mux.as_mut().and_then(Mux::poll_transmit) {
-                let mut msg = Vec::with_capacity(1 + seg.len());
-                msg.push(MSG_SEGMENT);
-                msg.extend_from_slice(&seg);
+            while let Some(carried) = self.carrier.as_mut().and_then(C::poll_message) {
+                let mut msg = Vec::with_capacity(1 + carried.len());
+                msg.push(MSG_CARRIED);
+                msg.extend_from_slice(&carried);
                 // Each record drained at once: dimpl's queues are finite
                 // and a full one ends the session.
                 self.send_record(&msg)?;
                 self.drain_dtls(now)?;
                 sent = true;
             }
-            if let Some(mux) = self.mux.as_mut() {
-                while let Some(e) = mux.poll_event() {
-                    self.events.push_back(SessionEvent::Lane(e));
+            if let Some(carrier) = self.carrier.as_mut() {
+                while let Some(e) = carrier.poll_event() {
+                    self.events.push_back(SessionEvent::Carrier(e));
                 }
             }
             if !sent {
@@ -412,8 +444,8 @@ impl Session {
 
     /// What a message signed by the `signer` role covers.
     fn signed_content(&self, signer: Role, signer_cert: &[u8; 32], other: &[u8; 32]) -> Vec<u8> {
-        let mut m = Vec::with_capacity(AUTH_LABEL.len() + 1 + 88 + 64);
-        m.extend_from_slice(AUTH_LABEL);
+        let mut m = Vec::with_capacity(C::AUTH_LABEL.len() + 1 + 88 + 64);
+        m.extend_from_slice(C::AUTH_LABEL);
         m.push(u8::from(signer == Role::Responder));
         m.extend_from_slice(self.keying.as_deref().unwrap_or_default());
         m.extend_from_slice(signer_cert);
@@ -442,20 +474,20 @@ impl Session {
             return Err(Error::Auth("an empty record".into()));
         };
         match (kind, self.peer.is_some()) {
-            (MSG_SEGMENT, true) => {
-                // A segment shows the peer accepted our first message.
+            (MSG_CARRIED, true) => {
+                // A carried message shows the peer accepted our first one.
                 self.resend_at = None;
-                if let Some(mux) = self.mux.as_mut() {
+                if let Some(carrier) = self.carrier.as_mut() {
                     // Only the authenticated peer can send a malformed
-                    // segment; it harms none of its lanes.
-                    if mux.handle_segment(body, now).is_err() {
-                        self.malformed_segments += 1;
+                    // message; the carrier drops it and goes on.
+                    if carrier.handle_message(body, now).is_err() {
+                        self.malformed_messages += 1;
                     }
                 }
                 Ok(())
             }
-            (MSG_SEGMENT, false) => {
-                self.early_segments_dropped += 1;
+            (MSG_CARRIED, false) => {
+                self.early_messages_dropped += 1;
                 Ok(())
             }
             (MSG_AUTH_OK, _) if body.is_empty() && self.first.is_some() => {
@@ -522,15 +554,9 @@ impl Session {
 
     fn authenticated(&mut self, peer: Option<Ed25519Identity>, now: Instant) -> Result<(), Error> {
         self.peer = Some(peer);
-        let mut utcp = self.config.utcp.clone();
-        if peer.is_none() {
-            utcp.max_lanes = utcp.max_lanes.min(self.config.anonymous_max_lanes.max(1));
-        }
-        let mut mux = Mux::new(utcp, self.role, self.seed, now)?;
-        if let Some(b) = &self.config.lane_budget {
-            mux.set_budget(b.clone());
-        }
-        self.mux = Some(mux);
+        let carrier = C::start(&self.config.carrier, self.role, peer, self.seed, now)
+            .map_err(|e| Error::Carrier(e.to_string()))?;
+        self.carrier = Some(carrier);
         self.events.push_back(SessionEvent::Authenticated(peer));
         Ok(())
     }

@@ -54,7 +54,7 @@ use std::time::Instant;
 
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
-use crate::{Certificate, Error, LaneEvent, Mux, Session, SessionConfig, SessionEvent};
+use crate::{Carrier, Certificate, Error, Session, SessionConfig, SessionEvent};
 
 /// Default [`EndpointConfig::max_sessions`].
 pub const DEFAULT_MAX_SESSIONS: usize = 4096;
@@ -74,15 +74,11 @@ pub const COOKIE_LEN: usize = 16;
 /// How long a cookie's window lasts; a cookie is good in its window and
 /// the next.
 pub const COOKIE_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
-/// What the cookie's MAC covers first.
-const COOKIE_LABEL: &[u8] = b"onionlab dtls-utcp cookie v1\0";
-
 /// How an endpoint runs its sessions.
-#[derive(Clone)]
-pub struct EndpointConfig {
+pub struct EndpointConfig<C: Carrier> {
     /// Every session's settings (`expect_peer` is set per connection;
     /// without a certificate the endpoint makes one).
-    pub session: SessionConfig,
+    pub session: SessionConfig<C>,
     /// Whether peers may open sessions to this endpoint (a relay's
     /// advertised port); needs `session.identity`.
     pub accept: bool,
@@ -94,23 +90,36 @@ pub struct EndpointConfig {
     pub max_handshakes_per_ip: usize,
 }
 
-/// What an endpoint reports.
+// Not derived: a derive would ask `C: Clone` of the carrier itself.
+impl<C: Carrier> Clone for EndpointConfig<C> {
+    fn clone(&self) -> Self {
+        EndpointConfig {
+            session: self.session.clone(),
+            accept: self.accept,
+            max_sessions: self.max_sessions,
+            max_handshakes: self.max_handshakes,
+            max_handshakes_per_ip: self.max_handshakes_per_ip,
+        }
+    }
+}
+
+/// What an endpoint reports; `E` is its carrier's event.
 #[derive(Debug)]
-pub enum EndpointEvent {
+pub enum EndpointEvent<E> {
     /// The session with `peer` is authenticated both ways: a relay's
-    /// proven identity, or `None` for a client. Lanes may be opened.
+    /// proven identity, or `None` for a client. Its carrier runs.
     Authenticated {
         /// The peer's address.
         peer: SocketAddr,
         /// Its identity.
         identity: Option<Ed25519Identity>,
     },
-    /// Something happened to one of the session's lanes.
-    Lane {
+    /// The carrier of the session with `peer` reports.
+    Carrier {
         /// The peer's address.
         peer: SocketAddr,
         /// What.
-        event: LaneEvent,
+        event: E,
     },
     /// The session with `peer` ended and is forgotten.
     Closed {
@@ -139,8 +148,8 @@ pub struct EndpointStats {
     pub sessions_failed: u64,
 }
 
-struct Entry {
-    session: Session,
+struct Entry<C: Carrier> {
+    session: Session<C>,
     authenticated: bool,
     /// A session we initiated: the peer's cookie once it sent `RETRY`
     /// (our ClientHellos then go as `HELLO`), and our last ClientHello,
@@ -151,11 +160,11 @@ struct Entry {
 }
 
 /// The sessions of one UDP socket (see the module docs).
-pub struct Endpoint {
-    config: EndpointConfig,
-    sessions: HashMap<SocketAddr, Entry>,
+pub struct Endpoint<C: Carrier> {
+    config: EndpointConfig<C>,
+    sessions: HashMap<SocketAddr, Entry<C>>,
     out: VecDeque<(SocketAddr, Vec<u8>)>,
-    events: VecDeque<EndpointEvent>,
+    events: VecDeque<EndpointEvent<C::Event>>,
     next_seed: u64,
     stats: EndpointStats,
     cookie_key: ring::hmac::Key,
@@ -184,17 +193,17 @@ pub fn is_client_hello(datagram: &[u8]) -> bool {
 /// would make the 17-byte `RETRY` an amplifier.
 pub const MIN_CLIENT_HELLO: usize = 100;
 
-impl Endpoint {
-    /// An endpoint with no sessions; `seed` seeds its sessions' TCP
-    /// initial sequence numbers.
+impl<C: Carrier> Endpoint<C> {
+    /// An endpoint with no sessions; `seed` seeds its sessions' carriers
+    /// (dtls-utcp: the lanes' TCP initial sequence numbers).
     ///
     /// # Errors
     ///
-    /// [`Error::Settings`] for settings out of range or an accepting
-    /// endpoint without an identity; [`Error::Dtls`] if no certificate
-    /// can be made.
-    pub fn new(mut config: EndpointConfig, seed: u64, now: Instant) -> Result<Endpoint, Error> {
-        config.session.utcp.check()?;
+    /// [`Error::Settings`] or [`Error::Carrier`] for settings out of range
+    /// or an accepting endpoint without an identity; [`Error::Dtls`] if no
+    /// certificate can be made.
+    pub fn new(mut config: EndpointConfig<C>, seed: u64, now: Instant) -> Result<Self, Error> {
+        config.session.check()?;
         if config.accept && config.session.identity.is_none() {
             return Err(Error::Settings("only relays accept sessions".into()));
         }
@@ -393,8 +402,8 @@ impl Endpoint {
 
     /// The cookie of `peer` in `window`.
     fn cookie(&self, peer: SocketAddr, window: u64) -> [u8; COOKIE_LEN] {
-        let mut m = Vec::with_capacity(COOKIE_LABEL.len() + 8 + 16 + 2);
-        m.extend_from_slice(COOKIE_LABEL);
+        let mut m = Vec::with_capacity(C::COOKIE_LABEL.len() + 8 + 16 + 2);
+        m.extend_from_slice(C::COOKIE_LABEL);
         m.extend_from_slice(&window.to_be_bytes());
         match peer.ip() {
             std::net::IpAddr::V4(ip) => m.extend_from_slice(&ip.octets()),
@@ -454,28 +463,28 @@ impl Endpoint {
     }
 
     /// The next event.
-    pub fn poll_event(&mut self) -> Option<EndpointEvent> {
+    pub fn poll_event(&mut self) -> Option<EndpointEvent<C::Event>> {
         self.events.pop_front()
     }
 
-    /// Run `f` on the lanes of the session with `peer` (once
-    /// authenticated), then send what they produced. `None`: no such
+    /// Run `f` on the carrier of the session with `peer` (once
+    /// authenticated), then send what it produced. `None`: no such
     /// session, or not authenticated yet.
-    pub fn with_lanes<R>(
+    pub fn with_carrier<R>(
         &mut self,
         peer: SocketAddr,
         now: Instant,
-        f: impl FnOnce(&mut Mux) -> R,
+        f: impl FnOnce(&mut C) -> R,
     ) -> Option<R> {
         let entry = self.sessions.get_mut(&peer)?;
-        let r = f(entry.session.mux()?);
+        let r = f(entry.session.carrier()?);
         let flushed = entry.session.flush(now);
         self.finish(peer, flushed);
         Some(r)
     }
 
-    /// Forget the session with `peer` (its lanes end without a word: the
-    /// peer's lanes time out); false if there was none.
+    /// Forget the session with `peer` (without a word: the peer notices by
+    /// its own timers); false if there was none.
     pub fn close(&mut self, peer: SocketAddr) -> bool {
         self.sessions.remove(&peer).is_some()
     }
@@ -542,14 +551,14 @@ impl Endpoint {
                     entry.authenticated = true;
                     EndpointEvent::Authenticated { peer, identity }
                 }
-                SessionEvent::Lane(event) => EndpointEvent::Lane { peer, event },
+                SessionEvent::Carrier(event) => EndpointEvent::Carrier { peer, event },
             });
         }
     }
 }
 
-impl Entry {
-    fn new(session: Session, initiated: bool) -> Entry {
+impl<C: Carrier> Entry<C> {
+    fn new(session: Session<C>, initiated: bool) -> Self {
         Entry {
             session,
             authenticated: false,

@@ -1,0 +1,191 @@
+//! The end-to-end transport over a set of datagram circuits
+//! (`docs/datagram.md` section 4): one user-space TCP per stream
+//! (`onionlab_utcp::Mux`, smoltcp) between the client and the exit, its
+//! segments carried in SEGMENT messages on the set's circuits, each
+//! segment on the circuit the leg scheduler picks (mUDP-OR: round robin
+//! with `cells_per_leg`, or random). The circuits may lose, duplicate and
+//! reorder segments; the TCP recovers, reorders and controls congestion.
+//!
+//! A set is 1 to m circuits to one exit, joined by a 32-byte nonce the
+//! client sends in a LINK message on each (as Conflux links its legs).
+//! A stream is a lane: its first bytes from the client are its target
+//! (one length byte, then `host:port`), the exit's first byte back is its
+//! answer (0: connected; else tor-spec's END reason), then the stream's
+//! bytes both ways.
+
+use std::time::Instant;
+
+use onionlab_circuit::conflux::sched::{LegScheduler, LegSchedulerKind, LegView};
+use onionlab_utcp::{Mux, Role, Settings};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+
+use crate::wire::{RelayCommand, RelayMsg, MSG_DATA_LEN};
+use crate::{CircuitId, Error};
+
+/// Bytes of a set's nonce.
+pub const NONCE_LEN: usize = 32;
+
+/// The lanes' TCP settings for segments that fit a relay message: the
+/// given settings with `max_segment` set to [`MSG_DATA_LEN`].
+pub fn segment_settings(base: &Settings) -> Settings {
+    Settings {
+        max_segment: MSG_DATA_LEN,
+        ..base.clone()
+    }
+}
+
+/// One end of a set: its streams' TCP and the circuits it sends on.
+pub struct E2eSet {
+    mux: Mux,
+    legs: Vec<CircuitId>,
+    sched: LegScheduler<CircuitId>,
+}
+
+impl std::fmt::Debug for E2eSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("E2eSet")
+            .field("legs", &self.legs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl E2eSet {
+    /// A set's end: the client's (`Role::Initiator`) or the exit's;
+    /// `dispatch` is mUDP-OR's round robin or random.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Transport`] for settings the TCP refuses;
+    /// [`Error::Settings`] for a leg scheduler that needs the legs' RTT or
+    /// windows, which datagram circuits do not have.
+    pub fn new(
+        settings: &Settings,
+        role: Role,
+        dispatch: LegSchedulerKind,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Self, Error> {
+        if !matches!(
+            dispatch,
+            LegSchedulerKind::RoundRobin { .. } | LegSchedulerKind::Random
+        ) {
+            return Err(Error::Settings(format!(
+                "leg scheduler {dispatch:?}: datagram sets take round robin or random"
+            )));
+        }
+        Ok(E2eSet {
+            mux: Mux::new(segment_settings(settings), role, seed, now)?,
+            legs: Vec::new(),
+            sched: LegScheduler::new(dispatch, StdRng::seed_from_u64(seed ^ 0x5eed)),
+        })
+    }
+
+    /// Send on `circuit` too.
+    pub fn add_leg(&mut self, circuit: CircuitId) {
+        if !self.legs.contains(&circuit) {
+            self.legs.push(circuit);
+        }
+    }
+
+    /// Stop sending on `circuit` (it ended); `true` if no leg is left.
+    pub fn remove_leg(&mut self, circuit: CircuitId) -> bool {
+        self.legs.retain(|&c| c != circuit);
+        self.legs.is_empty()
+    }
+
+    /// The circuits it sends on.
+    pub fn legs(&self) -> &[CircuitId] {
+        &self.legs
+    }
+
+    /// The streams.
+    pub fn mux(&mut self) -> &mut Mux {
+        &mut self.mux
+    }
+
+    /// A SEGMENT message's data from any of the set's circuits.
+    pub fn handle_segment(&mut self, data: &[u8], now: Instant) {
+        // A malformed segment harms no stream; the TCP counts it.
+        let _ = self.mux.handle_segment(data, now);
+    }
+
+    /// The next segment to send and the circuit it goes on; `None` when
+    /// nothing is to be sent or no leg is left.
+    pub fn poll_transmit(&mut self) -> Option<(CircuitId, RelayMsg)> {
+        if self.legs.is_empty() || !self.mux.has_transmit() {
+            return None;
+        }
+        let views: Vec<LegView<CircuitId>> = self
+            .legs
+            .iter()
+            .map(|&leg| LegView {
+                leg,
+                // Datagram circuits have no window of their own: the
+                // end-to-end TCP's is the only one.
+                can_send: true,
+                window_room: u64::MAX,
+                rtt_us: None,
+                cwnd: 0,
+                inflight: 0,
+                in_slow_start: false,
+                sendme_delay_us: None,
+            })
+            .collect();
+        // The leg first: a segment taken from the TCP must go out, and a
+        // leg chosen must carry one (round robin counts it).
+        let leg = self.sched.choose(&views)?;
+        let segment = self.mux.poll_transmit()?;
+        Some((
+            leg,
+            RelayMsg {
+                command: RelayCommand::Segment,
+                data: segment,
+            },
+        ))
+    }
+}
+
+/// A LINK message joining a circuit to the set of `nonce`.
+pub fn link_msg(nonce: &[u8; NONCE_LEN]) -> RelayMsg {
+    RelayMsg {
+        command: RelayCommand::Link,
+        data: nonce.to_vec(),
+    }
+}
+
+/// A stream's opening bytes: its target's length and `host:port`.
+///
+/// # Errors
+///
+/// [`Error::Protocol`] for a target over 255 bytes.
+pub fn stream_preamble(target: &str) -> Result<Vec<u8>, Error> {
+    let len = u8::try_from(target.len()).map_err(|_| Error::Protocol("a target over 255 bytes"))?;
+    let mut out = vec![len];
+    out.extend_from_slice(target.as_bytes());
+    Ok(out)
+}
+
+/// A stream's target, once its opening bytes are all in `buf`: the target
+/// and how many bytes it took; `Ok(None)` if more are needed.
+///
+/// # Errors
+///
+/// [`Error::Protocol`] for a target that is not UTF-8 `host:port`.
+pub fn parse_stream_preamble(buf: &[u8]) -> Result<Option<(String, usize)>, Error> {
+    let Some((&len, rest)) = buf.split_first() else {
+        return Ok(None);
+    };
+    let len = usize::from(len);
+    let Some(target) = rest.get(..len) else {
+        return Ok(None);
+    };
+    let target = std::str::from_utf8(target).map_err(|_| Error::Protocol("a target not UTF-8"))?;
+    let ok = target
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0));
+    if !ok {
+        return Err(Error::Protocol("a target not host:port"));
+    }
+    Ok(Some((target.to_string(), 1 + len)))
+}
