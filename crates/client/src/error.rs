@@ -51,6 +51,9 @@ pub enum Error {
         #[source]
         source: onionlab_transport::Error,
     },
+    /// Datagram sets cannot run with these settings.
+    #[error("datagram transport: {0}")]
+    Datagram(String),
     /// The async runtime could not be started.
     #[error("starting the async runtime: {0}")]
     Runtime(#[source] std::io::Error),

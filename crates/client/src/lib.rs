@@ -65,6 +65,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 mod channel;
+mod dgram;
 mod error;
 pub use onionlab_client_core::path;
 mod refresh;
@@ -104,6 +105,8 @@ pub struct Client {
     listener: TcpListener,
     local_addr: SocketAddr,
     state: Shared,
+    /// With the `datagram` transport: the datagram sets streams go on.
+    datagram: Option<dgram::Shared>,
 }
 
 impl std::fmt::Debug for Client {
@@ -175,11 +178,36 @@ impl Client {
             legs = cfg.legs(),
             "client ready"
         );
+        // With the `datagram` transport, what its sets run with: the
+        // paths and timeouts, and the end-to-end TCP's settings.
+        let datagram = (settings.link.transport
+            == onionlab_transport::Choice::Only(onionlab_transport::TransportKind::DATAGRAM))
+        .then(|| (settings.policy.clone(), settings.link.utcp.clone()));
         let state = State::new_shared(settings, cfg)?;
+        let datagram = match datagram {
+            Some((policy, tcp)) => {
+                let socket = state
+                    .borrow()
+                    .connector()
+                    .endpoints()
+                    .get::<std::sync::Arc<onionlab_transport::datagram::DatagramSocket>>(
+                        onionlab_transport::endpoint::EndpointKind::DGRAM,
+                        "datagram",
+                    )
+                    .map_err(|source| Error::Setting {
+                        what: "the client's datagram socket",
+                        source,
+                    })?
+                    .clone();
+                Some(dgram::State::new_shared(socket, policy, tcp)?)
+            }
+            None => None,
+        };
         Ok(Client {
             listener,
             local_addr,
             state,
+            datagram,
         })
     }
 
@@ -206,8 +234,15 @@ impl Client {
 
     async fn run_inner(self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let Client {
-            listener, state, ..
+            listener,
+            state,
+            datagram,
+            ..
         } = self;
+        let datagram_driver = datagram
+            .as_ref()
+            .map(|d| tokio::task::spawn_local(dgram::drive(d.clone())));
+        let hs_timeout = state.borrow().settings.socks_handshake_timeout;
         let housekeeping = {
             let state = state.clone();
             tokio::task::spawn_local(async move {
@@ -241,9 +276,13 @@ impl Client {
                         let _ = sock.set_nodelay(true);
                         let guard = ConnCount::new(active.clone());
                         let state = state.clone();
+                        let datagram = datagram.clone();
                         tokio::task::spawn_local(async move {
                             let _guard = guard;
-                            stream::serve(state, sock, peer).await;
+                            match datagram {
+                                Some(d) => dgram::serve(d, sock, peer, hs_timeout).await,
+                                None => stream::serve(state, sock, peer).await,
+                            }
                         });
                     }
                     Err(e) => {
@@ -259,6 +298,9 @@ impl Client {
             }
         }
         tracing::info!("shutting down");
+        if let Some(d) = datagram_driver {
+            d.abort();
+        }
         housekeeping.abort();
         timer.abort();
         if let Some(r) = refresh {

@@ -17,9 +17,10 @@
 //! endpoint kind, each on `host:base_port+i` of its protocol (TLS on
 //! that TCP port, QUIC on the same UDP port) and a second endpoint of one
 //! protocol `relays` ports further (dtls-utcp on UDP port
-//! `base_port+relays+i`; see
+//! `base_port+relays+i`, the datagram endpoint on `base_port+2*relays+i`;
+//! see
 //! [`EndpointAddrs::on_ports`](onionlab_transport::addrs::EndpointAddrs::on_ports)),
-//! and advertises all of them (`tls`, `quic`, `utcp`) in the document; its
+//! and advertises all of them (`tls`, `quic`, `utcp`, `dgram`) in the document; its
 //! configuration lists them in `[listen]` and leaves `link.transport` at
 //! `"auto"`. Configurations are written by serialising
 //! [`RelayConfig`] and [`ClientConfig`] values, with only what differs
@@ -422,8 +423,9 @@ fn relay_toml(
 # them private. network: the signed network document, a file or a
 # directory URL such as \"http://127.0.0.1:7000/network.doc\"; it must be
 # signed with network_key. [listen]: where the endpoints listen, by the
-# document's names: tls (TCP: TLS, pctcp, torchestra), quic and utcp (UDP:
-# QUIC and dtls-utcp); remove quic or utcp to run without it.
+# document's names: tls (TCP: TLS, pctcp, torchestra), quic, utcp and
+# dgram (UDP: QUIC, dtls-utcp, datagram circuits); remove quic, utcp or
+# dgram to run without it.
 #
 # Every other setting is at its default and left out. docs/settings.md
 # lists each with its C tor counterpart: the circuit scheduler, queue
@@ -516,7 +518,8 @@ relays/<nick>/relay.toml
 
 Relays listen on {host} ports {first}-{last} (relay i on port {first}+i),
 TLS on the TCP port and QUIC on the same UDP port, dtls-utcp on the UDP
-port {n} further; the document advertises all three.
+port {n} further, datagram circuits {n} further again; the document
+advertises all four.
 Guards: {guards}
 Exits:  {exits}
 Exits have the policy `accept *:*` but, like tor's exits, refuse private,

@@ -128,6 +128,9 @@ fn init_writes_loadable_files() {
         assert_eq!(entry.address(quic), Some(relay.listen));
         let utcp = std::net::SocketAddr::new(relay.listen.ip(), port + summary.relays.len() as u16);
         assert_eq!(entry.address(utcp_name), Some(utcp));
+        let dgram =
+            std::net::SocketAddr::new(relay.listen.ip(), port + 2 * summary.relays.len() as u16);
+        assert_eq!(entry.address(EndpointKind::DGRAM.doc_name()), Some(dgram));
 
         // Each relay config loads, its keys match the document, and its
         // network source (relative to its directory) is the same document.

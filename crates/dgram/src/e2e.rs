@@ -13,7 +13,7 @@
 //! answer (0: connected; else tor-spec's END reason), then the stream's
 //! bytes both ways.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use onionlab_circuit::conflux::sched::{LegScheduler, LegSchedulerKind, LegView};
 use onionlab_utcp::{Mux, Role, Settings};
@@ -26,11 +26,17 @@ use crate::{CircuitId, Error};
 /// Bytes of a set's nonce.
 pub const NONCE_LEN: usize = 32;
 
+/// Keep-alive probes on an idle stream: a peer that forgot it answers
+/// with a reset, so a stream whose reset was lost ends anyway.
+pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
 /// The lanes' TCP settings for segments that fit a relay message: the
-/// given settings with `max_segment` set to [`MSG_DATA_LEN`].
+/// given settings with `max_segment` set to [`MSG_DATA_LEN`] and
+/// keep-alive at [`STREAM_KEEP_ALIVE`].
 pub fn segment_settings(base: &Settings) -> Settings {
     Settings {
         max_segment: MSG_DATA_LEN,
+        keep_alive: Some(STREAM_KEEP_ALIVE),
         ..base.clone()
     }
 }
@@ -104,6 +110,11 @@ impl E2eSet {
         &mut self.mux
     }
 
+    /// When the TCP's timers must next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.mux.poll_timeout()
+    }
+
     /// A SEGMENT message's data from any of the set's circuits.
     pub fn handle_segment(&mut self, data: &[u8], now: Instant) {
         // A malformed segment harms no stream; the TCP counts it.
@@ -150,6 +161,14 @@ impl E2eSet {
 pub fn link_msg(nonce: &[u8; NONCE_LEN]) -> RelayMsg {
     RelayMsg {
         command: RelayCommand::Link,
+        data: nonce.to_vec(),
+    }
+}
+
+/// The exit's answer to a LINK message: the set's nonce again.
+pub fn linked_msg(nonce: &[u8; NONCE_LEN]) -> RelayMsg {
+    RelayMsg {
+        command: RelayCommand::Linked,
         data: nonce.to_vec(),
     }
 }

@@ -8,17 +8,26 @@
 //! - [`link`]: what a datagram link's DTLS session carries ([`CellLink`]);
 //! - [`relay`]: a relay's circuits ([`DgramRelay`]);
 //! - [`client`]: a client's circuits ([`DgramClient`]);
-//! - [`e2e`]: the end-to-end TCP over a set of circuits ([`e2e::E2eSet`]).
+//! - [`e2e`]: the end-to-end TCP over a set of circuits ([`e2e::E2eSet`]);
+//! - [`streams`]: a set's streams, both ends;
+//! - [`proxy`]: the client's sets ([`Proxy`]);
+//! - [`exit`]: the exit's sets ([`ExitSets`]).
 
 pub mod client;
 pub mod e2e;
+pub mod exit;
 pub mod link;
+pub mod proxy;
 pub mod relay;
+pub mod streams;
 pub mod wire;
 
 pub use client::{ClientOutput, ClientSettings, DgramClient, HopSpec};
+pub use exit::{ExitSetSettings, ExitSets};
 pub use link::{CellLink, CellLinkConfig, CellLinkEvent, CellLinkStats};
+pub use proxy::{Proxy, ProxyOutput, ProxySettings};
 pub use relay::{DgramRelay, RelayOutput, RelaySettings, RelayStats};
+pub use streams::{Recv, StreamEvent, StreamKey, StreamStatus};
 
 /// A datagram link (one peer's DTLS session), as the driver numbers them.
 pub type LinkId = u64;

@@ -10,9 +10,15 @@
 //! its token bucket allows has the excess dropped and counted, and cells
 //! queued to send beyond `send_queue` are dropped and counted (the
 //! end-to-end congestion control sees a loss).
+//!
+//! Alive or not: a side that has sent nothing for `heartbeat` sends a
+//! one-byte heartbeat record, and a peer silent for `dead_after` is
+//! reported ([`CellLinkEvent::Silent`]) so that the link's circuits end
+//! (a killed relay is noticed in seconds, as a closed TCP connection
+//! would be).
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use onionlab_dtls::{Carrier, Role};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
@@ -38,7 +44,20 @@ pub struct CellLinkConfig {
     pub peer_rate: u32,
     /// Cells a peer may send at once above its rate (the bucket's size).
     pub peer_burst: u32,
+    /// After this long without sending, a heartbeat goes out.
+    pub heartbeat: Duration,
+    /// A peer silent this long is reported dead.
+    pub dead_after: Duration,
 }
+
+/// Default [`CellLinkConfig::heartbeat`].
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Default [`CellLinkConfig::dead_after`]: a few heartbeats lost in a row
+/// on a lossy path do not end a link.
+pub const DEFAULT_DEAD_AFTER: Duration = Duration::from_secs(5);
+
+/// A heartbeat record's one byte (a cell is never one byte long).
+const HEARTBEAT: u8 = 0;
 
 impl Default for CellLinkConfig {
     fn default() -> Self {
@@ -48,6 +67,8 @@ impl Default for CellLinkConfig {
             // on the lab's links, far above what one client needs.
             peer_rate: 100_000,
             peer_burst: 10_000,
+            heartbeat: DEFAULT_HEARTBEAT,
+            dead_after: DEFAULT_DEAD_AFTER,
         }
     }
 }
@@ -63,6 +84,8 @@ pub struct CellLinkStats {
     pub send_dropped: u64,
     /// Cells from the peer over its rate, dropped.
     pub over_rate: u64,
+    /// Heartbeats sent.
+    pub heartbeats_out: u64,
 }
 
 /// What a datagram link reports.
@@ -70,6 +93,9 @@ pub struct CellLinkStats {
 pub enum CellLinkEvent {
     /// A cell from the peer (its bytes are the circuit layer's to parse).
     Cell(CellBytes),
+    /// Nothing came from the peer for `dead_after`: the link is dead
+    /// (reported once; the driver ends the session).
+    Silent,
 }
 
 /// One session's cells (see the module docs).
@@ -83,6 +109,13 @@ pub struct CellLink {
     tokens: f64,
     filled_at: Instant,
     stats: CellLinkStats,
+    /// When the peer was last heard, and we last sent.
+    heard_at: Instant,
+    sent_at: Instant,
+    /// Cells sent when `sent_at` was last set.
+    sent_count: u64,
+    heartbeat_due: bool,
+    silent: bool,
 }
 
 impl CellLink {
@@ -137,6 +170,12 @@ impl Carrier for CellLink {
                 "send_queue and peer_rate must be positive".into(),
             ));
         }
+        if config.heartbeat.is_zero() || config.dead_after <= config.heartbeat {
+            return Err(Error::Settings(format!(
+                "heartbeat {:?} must be positive and below dead_after {:?}",
+                config.heartbeat, config.dead_after
+            )));
+        }
         Ok(())
     }
 
@@ -154,10 +193,19 @@ impl Carrier for CellLink {
             tokens: f64::from(config.peer_burst.max(1)),
             filled_at: now,
             stats: CellLinkStats::default(),
+            heard_at: now,
+            sent_at: now,
+            sent_count: 0,
+            heartbeat_due: false,
+            silent: false,
         })
     }
 
     fn handle_message(&mut self, message: &[u8], now: Instant) -> Result<(), Error> {
+        self.heard_at = self.heard_at.max(now);
+        if message == [HEARTBEAT] {
+            return Ok(());
+        }
         let cell: [u8; CELL_LEN] = message.try_into().map_err(|_| WireError::Length {
             what: "datagram cell",
             got: message.len(),
@@ -172,18 +220,49 @@ impl Carrier for CellLink {
     }
 
     fn poll_message(&mut self) -> Option<Vec<u8>> {
-        let cell = self.outbound.pop_front()?;
-        self.stats.cells_out += 1;
-        Some(cell.to_vec())
+        // (The send time is noted at the timer: a session flushes right
+        // after queueing, so "now" is the last call's time.)
+        if let Some(cell) = self.outbound.pop_front() {
+            self.stats.cells_out += 1;
+            self.heartbeat_due = false;
+            return Some(cell.to_vec());
+        }
+        if std::mem::take(&mut self.heartbeat_due) {
+            self.stats.heartbeats_out += 1;
+            return Some(vec![HEARTBEAT]);
+        }
+        None
     }
 
     fn poll_event(&mut self) -> Option<CellLinkEvent> {
         self.events.pop_front()
     }
 
-    fn handle_timeout(&mut self, _now: Instant) {}
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.silent {
+            return;
+        }
+        if now.saturating_duration_since(self.heard_at) >= self.config.dead_after {
+            self.silent = true;
+            self.events.push_back(CellLinkEvent::Silent);
+            return;
+        }
+        // Cells sent since the last look count as sending (as if sent
+        // now: a heartbeat comes at most one interval late).
+        if self.stats.cells_out != self.sent_count {
+            self.sent_count = self.stats.cells_out;
+            self.sent_at = now;
+        }
+        if now.saturating_duration_since(self.sent_at) >= self.config.heartbeat {
+            self.heartbeat_due = true;
+            self.sent_at = now;
+        }
+    }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        None
+        if self.silent {
+            return None;
+        }
+        Some((self.sent_at + self.config.heartbeat).min(self.heard_at + self.config.dead_after))
     }
 }

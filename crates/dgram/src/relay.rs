@@ -163,7 +163,7 @@ enum End {
 struct LinkInfo {
     /// The peer relay's identity (`None`: a client).
     identity: Option<Ed25519Identity>,
-    /// Where it listens, for links we opened.
+    /// Where it listens, for links we opened or reuse to reach it.
     addr: Option<SocketAddr>,
     /// Whether we opened it: our circuit IDs on it have the high bit set.
     initiated: bool,
@@ -239,6 +239,12 @@ impl DgramRelay {
         self.circuits.len()
     }
 
+    /// Links that carry a circuit now (the others may be closed when
+    /// idle for long).
+    pub fn links_in_use(&self) -> std::collections::HashSet<LinkId> {
+        self.ends.keys().map(|(link, _)| *link).collect()
+    }
+
     /// A link is up: a peer's (`addr` `None`) or one we asked for with
     /// [`RelayOutput::Connect`].
     pub fn link_up(
@@ -260,6 +266,33 @@ impl DgramRelay {
         let (Some(addr), Some(identity)) = (addr, identity) else {
             return;
         };
+        self.to.insert((addr, identity), link);
+        for id in self
+            .connecting
+            .remove(&(addr, identity))
+            .unwrap_or_default()
+        {
+            self.send_create(now, id, link);
+        }
+    }
+
+    /// `link`, which the relay `identity` opened to us, is also the way
+    /// to it at `addr` (its advertised address, asked for with
+    /// [`RelayOutput::Connect`]): extensions to it go over that link
+    /// instead of a second one. Its circuit IDs stay the peer's rule (it
+    /// opened the link). Nothing happens if the link's peer is not
+    /// `identity`.
+    pub fn link_known(
+        &mut self,
+        now: Instant,
+        link: LinkId,
+        addr: SocketAddr,
+        identity: Ed25519Identity,
+    ) {
+        match self.links.get_mut(&link) {
+            Some(info) if info.identity == Some(identity) => info.addr = Some(addr),
+            _ => return self.link_failed(addr, identity),
+        }
         self.to.insert((addr, identity), link);
         for id in self
             .connecting
@@ -349,6 +382,14 @@ impl DgramRelay {
             },
         );
         Ok(())
+    }
+
+    /// (Exits) end `circuit` because what the client sent on it broke the
+    /// end-to-end protocol: DESTROY with PROTOCOL both ways.
+    pub fn refuse(&mut self, circuit: CircuitId) {
+        if self.circuits.contains_key(&circuit) {
+            self.violation(circuit);
+        }
     }
 
     /// Run the timers: idle circuits are forgotten, slow extensions end

@@ -176,6 +176,8 @@ pub enum RelayCommand {
     Segment,
     /// Join this circuit to a set of circuits to the same exit (mUDP-OR).
     Link,
+    /// The exit joined the circuit to the set (its answer to every LINK).
+    Linked,
 }
 
 impl RelayCommand {
@@ -186,6 +188,7 @@ impl RelayCommand {
             // Outside tor-spec's relay commands.
             RelayCommand::Segment => 200,
             RelayCommand::Link => 201,
+            RelayCommand::Linked => 202,
         }
     }
 
@@ -195,6 +198,7 @@ impl RelayCommand {
             15 => RelayCommand::Extended2,
             200 => RelayCommand::Segment,
             201 => RelayCommand::Link,
+            202 => RelayCommand::Linked,
             _ => return None,
         })
     }

@@ -47,6 +47,8 @@ struct Pair<A: Carrier, B: Carrier> {
     flight: Vec<(Instant, bool, Vec<u8>)>,
     /// Every datagram a sent, in order.
     sent_by_a: Vec<Vec<u8>>,
+    /// Drop everything b sends (b died).
+    b_dead: bool,
 }
 
 impl<A: Carrier, B: Carrier> Pair<A, B> {
@@ -58,6 +60,7 @@ impl<A: Carrier, B: Carrier> Pair<A, B> {
             b: Session::respond(b, 2, now).expect("respond"),
             flight: Vec::new(),
             sent_by_a: Vec::new(),
+            b_dead: false,
         }
     }
 
@@ -70,7 +73,9 @@ impl<A: Carrier, B: Carrier> Pair<A, B> {
                 self.flight.push((self.now + DELAY, true, d));
             }
             while let Some(d) = self.b.poll_transmit() {
-                self.flight.push((self.now + DELAY, false, d));
+                if !self.b_dead {
+                    self.flight.push((self.now + DELAY, false, d));
+                }
             }
             let next = [
                 self.flight.first().map(|f| f.0),
@@ -134,6 +139,12 @@ fn send_from_a(link: &mut Link, range: std::ops::Range<u32>) {
         assert!(carrier.send(cell(i)), "the send queue is full");
     }
     link.a.flush(now).expect("flush");
+}
+
+/// Whether a reported its peer silent (events since the last call).
+fn silent_at_a(link: &mut Link) -> bool {
+    std::iter::from_fn(|| link.a.poll_event())
+        .any(|e| matches!(e, SessionEvent::Carrier(CellLinkEvent::Silent)))
 }
 
 /// The cells b has received since the last call, by number.
@@ -255,4 +266,50 @@ fn settings_that_cannot_carry_a_cell_are_refused() {
         Session::respond(small, 1, Instant::now()),
         Err(Error::Carrier(_))
     ));
+}
+
+#[test]
+fn an_idle_link_stays_up_on_heartbeats() {
+    let mut link = relays_up(CellLinkConfig::default());
+    link.run(Duration::from_secs(30)).expect("no error");
+    assert!(!silent_at_a(&mut link));
+    let b_silent = std::iter::from_fn(|| link.b.poll_event())
+        .any(|e| matches!(e, SessionEvent::Carrier(CellLinkEvent::Silent)));
+    assert!(!b_silent);
+    for side in [link.a.carrier(), link.b.carrier()] {
+        let beats = side.expect("up").stats().heartbeats_out;
+        // One a second, less the first.
+        assert!((25..=31).contains(&beats), "{beats} heartbeats");
+    }
+}
+
+#[test]
+fn a_busy_link_sends_no_heartbeat() {
+    let mut link = relays_up(CellLinkConfig::default());
+    for i in 0..100 {
+        send_from_a(&mut link, i * 2..i * 2 + 2);
+        link.run(Duration::from_millis(100)).expect("no error");
+    }
+    let a = link.a.carrier().expect("up").stats();
+    assert_eq!(a.cells_out, 200);
+    assert!(a.heartbeats_out <= 1, "{a:?}");
+}
+
+#[test]
+fn a_dead_peer_is_reported_once_within_its_silence_limit() {
+    let mut link = relays_up(CellLinkConfig::default());
+    link.run(Duration::from_secs(3)).expect("no error");
+    assert!(!silent_at_a(&mut link));
+    // b last spoke within a heartbeat (1 s) of dying: a reports it 4 to
+    // 5 s after.
+    link.b_dead = true;
+    link.run(Duration::from_millis(3_900)).expect("no error");
+    assert!(!silent_at_a(&mut link), "reported before 4 s of silence");
+    link.run(Duration::from_millis(1_200)).expect("no error");
+    assert!(
+        silent_at_a(&mut link),
+        "not reported after 5.1 s of silence"
+    );
+    link.run(Duration::from_secs(10)).expect("no error");
+    assert!(!silent_at_a(&mut link), "reported twice");
 }

@@ -111,6 +111,21 @@ impl Exit {
         })
     }
 
+    /// What a connect task needs (for the datagram circuits' exit too).
+    pub(crate) fn job(&self) -> ConnectJob {
+        ConnectJob {
+            targets: self.targets.clone(),
+            timeout: self.connect_timeout,
+            tcp_congestion: self.tcp_congestion.clone(),
+            lookups: self.lookups.clone(),
+        }
+    }
+
+    /// Most streams resolving or connecting at once.
+    pub(crate) fn max_pending_connects(&self) -> usize {
+        self.max_pending_connects
+    }
+
     /// Stop the connect or resolve task of `(circ, stream)`, if any.
     pub(crate) fn cancel(&mut self, circ: CircKey, stream: StreamId) {
         if let Some(task) = self.pending.remove(&(circ, stream.into())) {
@@ -267,13 +282,13 @@ async fn resolve(
 }
 
 /// Why the exit could not connect to a target.
-struct ConnectFailed {
+pub(crate) struct ConnectFailed {
     /// The END reason for the client.
-    reason: EndReason,
+    pub(crate) reason: EndReason,
     /// The last connection error, if it came to connecting.
-    error: Option<io::Error>,
+    pub(crate) error: Option<io::Error>,
     /// Why the target's addresses were refused, if they all were.
-    refused: Option<TargetRefusal>,
+    pub(crate) refused: Option<TargetRefusal>,
 }
 
 impl From<EndReason> for ConnectFailed {
@@ -287,7 +302,8 @@ impl From<EndReason> for ConnectFailed {
 }
 
 /// What a connect task needs, cloned out of [`Exit`].
-struct ConnectJob {
+#[derive(Clone)]
+pub(crate) struct ConnectJob {
     targets: Rc<ExitTargets>,
     timeout: Duration,
     tcp_congestion: TcpCongestion,
@@ -304,7 +320,9 @@ async fn connect_tcp(addr: SocketAddr, congestion: &TcpCongestion) -> std::io::R
     socket.connect(addr).await
 }
 
-async fn connect_target(
+/// Resolve `host`, refuse what the exit's rules refuse, and connect to
+/// the first address that answers.
+pub(crate) async fn connect_target(
     host: &str,
     port: u16,
     job: &ConnectJob,
@@ -385,12 +403,7 @@ pub(crate) fn start_connect(
             .exit_refused(now, circ, stream, EndReason::RESOURCELIMIT);
         return;
     }
-    let job = ConnectJob {
-        targets: exit.targets.clone(),
-        timeout: exit.connect_timeout,
-        tcp_congestion: exit.tcp_congestion.clone(),
-        lookups: exit.lookups.clone(),
-    };
+    let job = exit.job();
     let task_shared = shared.clone();
     let task = spawn_local(async move {
         let result = connect_target(&host, port, &job).await;

@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+mod dgram;
 pub mod dos;
 mod err;
 mod exit;

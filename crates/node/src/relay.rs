@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::chan::{AnyChanMsg, DestroyReason};
 use onionlab_cell::msg::{EncodedLinkSpec, LinkSpec};
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::node::{
     ChannelId, ChannelPeer, CircKey, NodeConfig, NodeEvent, RelayNode, TransportBuffer,
 };
@@ -23,6 +24,7 @@ use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter};
 use onionlab_transport::connector::Connector;
+use onionlab_transport::datagram::DatagramSocket;
 use onionlab_transport::endpoint::{EndpointKind, Listeners, PendingLink};
 use onionlab_transport::node_endpoints::RelayEndpoints;
 use onionlab_transport::setup::BindError;
@@ -336,6 +338,7 @@ impl Relay {
             }
         }
         let our_identity = settings.keys.public().ed_identity;
+        let datagram = start_datagram(&settings, &connector, &config);
         info!(
             nickname = %settings.nickname,
             listen = ?listener.local_addrs(),
@@ -424,6 +427,9 @@ impl Relay {
                 },
             }
         }
+        if let Some(task) = datagram {
+            task.abort();
+        }
         // Close every channel: writers flush and shut their TLS down.
         let mut st = shared.borrow_mut();
         let chans: Vec<ChannelId> = st.channels.keys().copied().collect();
@@ -434,6 +440,44 @@ impl Relay {
         info!(nickname = %st.nickname, ?stats, "relay stopped");
         Ok(stats)
     }
+}
+
+/// Start the relay's datagram circuits if it listens on a datagram
+/// address (`docs/datagram.md`); their task, to abort at shutdown.
+fn start_datagram(
+    settings: &RelaySettings,
+    connector: &Connector,
+    config: &NodeConfig,
+) -> Option<JoinHandle<()>> {
+    let socket = connector
+        .endpoints()
+        .get::<Arc<DatagramSocket>>(EndpointKind::DGRAM, "datagram")
+        .ok()?
+        .clone();
+    // The keys again, for the datagram engine (the circuit node owns the
+    // first copy).
+    let keys = RelaySecretKeys::from_bytes(&settings.keys.to_bytes()).ok()?;
+    let dispatch = match config.conflux_scheduler {
+        d @ (LegSchedulerKind::RoundRobin { .. } | LegSchedulerKind::Random) => d,
+        _ => LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
+    };
+    let setup = crate::dgram::DgramSetup {
+        nickname: settings.nickname.clone(),
+        keys: Arc::new(keys),
+        doc: Rc::new(settings.doc.clone()),
+        exit: Exit::new(
+            &settings.exit,
+            &settings.link.tcp_congestion(),
+            &settings.doc,
+            exit::own_addresses(own_ips(&settings.listen)),
+        ),
+        sets: onionlab_dgram::ExitSetSettings {
+            tcp: settings.link.utcp.clone(),
+            dispatch,
+            ..Default::default()
+        },
+    };
+    Some(spawn_local(crate::dgram::serve(socket, setup)))
 }
 
 /// The relay's own IP addresses: those its endpoints listen on.
@@ -790,7 +834,8 @@ fn fill_writer(
         }
     }
     match writer.ordering() {
-        Ordering::PerConnection => {
+        // (No link is unordered: datagram links carry no channel cells.)
+        Ordering::PerConnection | Ordering::Unordered => {
             while writer.has_room() {
                 let Some(cell) = st.node.poll_transmit(now, chan) else {
                     break;

@@ -53,6 +53,12 @@ impl Connector {
         })
     }
 
+    /// The node's endpoints (a relay's datagram socket runs its datagram
+    /// circuits).
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.endpoints
+    }
+
     /// The rule in use.
     pub fn choice(&self) -> Choice {
         self.choice

@@ -91,6 +91,10 @@ pub enum Ordering {
     PerConnection,
     /// Only the cells of one circuit are ordered among themselves.
     PerCircuit,
+    /// Nothing is ordered and nothing is resent: the datagram link
+    /// ([`datagram`]), which carries datagram circuits only and so never
+    /// opens a [`Link`] of channel cells.
+    Unordered,
 }
 
 /// Who is at the other end of a link.

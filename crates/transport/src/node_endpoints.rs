@@ -19,6 +19,7 @@ static SETUPS: &[&EndpointSetup] = &[
     &crate::tls::setup::SETUP,
     &crate::quic::setup::SETUP,
     &crate::utcp::setup::SETUP,
+    &crate::datagram::setup::SETUP,
     #[cfg(feature = "test-transport")]
     &crate::plain::setup::SETUP,
 ];

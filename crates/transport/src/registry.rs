@@ -28,6 +28,7 @@ static REGISTRY: &[&TransportInfo] = &[
     &crate::pctcp::INFO,
     &crate::torchestra::INFO,
     &crate::utcp::INFO,
+    &crate::datagram::INFO,
     #[cfg(feature = "test-transport")]
     &crate::plain::INFO,
 ];
@@ -49,6 +50,9 @@ impl TransportKind {
     pub const TORCHESTRA: TransportKind = TransportKind::of(&crate::torchestra::INFO);
     /// A user-space TCP connection per circuit inside one DTLS session.
     pub const DTLS_UTCP: TransportKind = TransportKind::of(&crate::utcp::INFO);
+    /// Datagram circuits (mUDP-OR): relays forward each cell at once, the
+    /// client's TCP runs end to end.
+    pub const DATAGRAM: TransportKind = TransportKind::of(&crate::datagram::INFO);
 
     /// Every registered transport.
     pub fn all() -> impl Iterator<Item = TransportKind> {
@@ -90,6 +94,9 @@ impl EndpointKind {
     /// The dtls-utcp endpoint (UDP, a port of its own); the document's
     /// `utcp` address.
     pub const UTCP: EndpointKind = EndpointKind::new(&crate::utcp::ENDPOINT);
+    /// The datagram endpoint (UDP, a port of its own); the document's
+    /// `dgram` address.
+    pub const DGRAM: EndpointKind = crate::datagram::DGRAM;
 
     /// Every kind the registered transports use, in registry order.
     pub fn all() -> Vec<EndpointKind> {

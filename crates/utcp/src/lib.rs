@@ -116,6 +116,12 @@ pub struct Settings {
     /// Most lanes at once per session.
     #[serde(skip)]
     pub max_lanes: usize,
+    /// TCP keep-alive on idle lanes (`None`: off, dtls-utcp's lanes,
+    /// whose session has a heartbeat of its own). A peer that forgot the
+    /// lane answers a probe with a reset, so a lane whose reset was lost
+    /// ends anyway.
+    #[serde(skip)]
+    pub keep_alive: Option<Duration>,
 }
 
 /// Longest delayed ACK [`Settings::check`] accepts.
@@ -149,6 +155,7 @@ impl Default for Settings {
             ack_delay: Some(Duration::from_millis(10)),
             nagle: false,
             max_lanes: 512,
+            keep_alive: None,
         }
     }
 }

@@ -335,6 +335,7 @@ impl Mux {
         socket.set_congestion_control(s.congestion.into());
         socket.set_nagle_enabled(s.nagle);
         socket.set_ack_delay(s.ack_delay.map(smoltcp::time::Duration::from));
+        socket.set_keep_alive(s.keep_alive.map(smoltcp::time::Duration::from));
         // A peer that never completes the handshake ends the lane
         // instead of holding it forever (until it is established).
         socket.set_timeout(Some(smoltcp::time::Duration::from(LANE_TIMEOUT)));
@@ -633,6 +634,21 @@ impl Mux {
                 LaneState::PeerClosed
             }
             tcp::State::TimeWait | tcp::State::Closed => LaneState::Closed,
+        })
+    }
+
+    /// Whether the peer closed lane `id` cleanly (its FIN arrived, after
+    /// all its data), whichever side closed first; false for a lane that
+    /// is gone.
+    pub fn peer_finished(&self, id: LaneId) -> bool {
+        self.lanes.get(&id).is_some_and(|l| {
+            matches!(
+                l.socket().state(),
+                tcp::State::CloseWait
+                    | tcp::State::LastAck
+                    | tcp::State::Closing
+                    | tcp::State::TimeWait
+            )
         })
     }
 

@@ -5,12 +5,15 @@
 //! (`onionlab_dgram::CellLink`), nothing resent, nothing ordered.
 //!
 //! Its links carry datagram circuits (`onionlab_dgram`'s `DgramRelay`
-//! and `DgramClient`) and nothing else: tor1 circuits need every cell in
-//! order, so it opens no [`crate::Link`] of channel cells.
-//! [`DatagramSocket`] is the thin async driver of the sans-IO endpoint;
-//! the relays and clients that run datagram circuits on it, and its
-//! registry entry, come with them (`docs/datagram.md` section 8).
+//! and `Proxy`) and nothing else: tor1 circuits need every cell in
+//! order, so it opens no [`crate::Link`] of channel cells (its `open`
+//! says so). [`DatagramSocket`] is the thin async driver of the sans-IO
+//! endpoint; a relay that listens on a `dgram` address runs datagram
+//! circuits on it (`onionlab_node`), and a client whose transport is
+//! `datagram` runs its streams over datagram sets (`onionlab_client`).
 
+pub mod pump;
+pub(crate) mod setup;
 mod socket;
 
 pub use onionlab_dgram::{CellLinkConfig, CellLinkStats};
@@ -26,8 +29,61 @@ use onionlab_dtls::endpoint::{
 use onionlab_dtls::{EndpointConfig, SessionConfig};
 use tor_llcrypto::pk::ed25519::Keypair;
 
+use crate::any::{IpProtocol, OpenFuture, SettingInfo, TransportInfo};
+use crate::endpoint::{EndpointInfo, EndpointKind};
+use crate::{Error, Ordering};
+
 /// Largest UDP payload a datagram link sends: two cells' records fit.
 pub const DATAGRAM: usize = 1200;
+
+/// The datagram endpoint: one UDP socket per node, a port of its own.
+pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
+    doc_name: "dgram",
+    about: "UDP: datagram links (mUDP-OR)",
+    protocol: IpProtocol::Udp,
+};
+
+/// The datagram endpoint's kind.
+pub(crate) const DGRAM: EndpointKind = EndpointKind::new(&ENDPOINT);
+
+/// The registry's description of this transport.
+pub(crate) static INFO: TransportInfo = TransportInfo {
+    name: "datagram",
+    about: "datagram circuits over UDP: relays forward each cell at once, the client's TCP runs end to end to the exit over 1-3 circuits (mUDP-OR; seed 004)",
+    ordering: Ordering::Unordered,
+    endpoint: DGRAM,
+    settings: &[
+        SettingInfo {
+            key: "listen.dgram",
+            default: "none (no datagram circuits)",
+            about: "relays: UDP address of the datagram endpoint",
+        },
+        SettingInfo {
+            key: "legs, leg_scheduler",
+            default: "1, round-robin",
+            about: "clients: circuits per set (1-3), and round-robin or random dispatch of segments",
+        },
+        SettingInfo {
+            key: "link.utcp.*",
+            default: "as dtls-utcp's",
+            about: "the end-to-end user-space TCP (segments sized to fit a cell)",
+        },
+    ],
+    open: open_link,
+};
+
+/// Datagram links carry datagram circuits, never channel cells.
+fn open_link(
+    _: &crate::endpoint::Endpoints,
+    addr: std::net::SocketAddr,
+    _: tor_llcrypto::pk::ed25519::Ed25519Identity,
+) -> OpenFuture<'_> {
+    Box::pin(async move {
+        Err(Error::Config(format!(
+            "datagram links carry datagram circuits only (docs/datagram.md): no channel to {addr}"
+        )))
+    })
+}
 
 /// An endpoint's settings with the defaults: a relay's (`identity`, and
 /// `accept` on its advertised port) or a client's (no identity, never

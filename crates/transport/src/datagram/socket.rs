@@ -210,6 +210,19 @@ impl State {
                     self.cells_queued += 1;
                     LinkEvent::Cell { peer, cell }
                 }
+                // A dead peer (a killed relay): the session ends here, so
+                // that its circuits end now.
+                EndpointEvent::Carrier {
+                    peer,
+                    event: CellLinkEvent::Silent,
+                } => {
+                    self.endpoint.close(peer);
+                    debug!(%peer, "datagram link silent: ended");
+                    LinkEvent::Down {
+                        peer,
+                        reason: "the peer fell silent".into(),
+                    }
+                }
                 EndpointEvent::Closed { peer, error } => {
                     debug!(%peer, "datagram link ended: {error}");
                     LinkEvent::Down {

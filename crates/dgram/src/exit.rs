@@ -1,0 +1,311 @@
+//! The exit's end of datagram sets (`docs/datagram.md` sections 4 and
+//! 5), sans-IO. Fed what the exit's [`DgramRelay`](crate::DgramRelay)
+//! delivers (LINK and SEGMENT messages, circuits that ended) and time, it
+//! joins circuits into sets by their nonce (answering each LINK, repeats
+//! included, with LINKED), runs each set's end-to-end TCP and streams
+//! ([`crate::streams`]), and asks its driver to connect each new stream.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use onionlab_circuit::conflux::sched::LegSchedulerKind;
+use onionlab_utcp::{Role, Settings};
+
+use crate::e2e::{linked_msg, E2eSet, NONCE_LEN};
+use crate::streams::{Recv, SetStreams, StreamEvent, StreamKey};
+use crate::wire::{RelayCommand, RelayMsg};
+use crate::{CircuitId, Error};
+
+/// An exit's limits and end-to-end settings.
+#[derive(Debug, Clone)]
+pub struct ExitSetSettings {
+    /// The end-to-end TCP's settings (its segment size is set to fit a
+    /// message; `max_lanes` bounds a set's streams).
+    pub tcp: Settings,
+    /// How this end spreads segments over a set's circuits.
+    pub dispatch: LegSchedulerKind,
+    /// Sets at most (a LINK for a new one beyond is refused).
+    pub max_sets: usize,
+    /// Circuits in one set at most.
+    pub max_legs: usize,
+}
+
+impl Default for ExitSetSettings {
+    fn default() -> Self {
+        ExitSetSettings {
+            tcp: Settings::default(),
+            dispatch: LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
+            max_sets: 4096,
+            max_legs: 3,
+        }
+    }
+}
+
+struct Set {
+    nonce: [u8; NONCE_LEN],
+    streams: SetStreams,
+}
+
+/// Every set of one exit (see the module docs).
+pub struct ExitSets {
+    settings: ExitSetSettings,
+    sets: HashMap<u64, Set>,
+    by_nonce: HashMap<[u8; NONCE_LEN], u64>,
+    by_circuit: HashMap<CircuitId, u64>,
+    next_set: u64,
+    seed: u64,
+    events: VecDeque<StreamEvent>,
+    /// Circuits whose client broke the protocol.
+    refuse: VecDeque<CircuitId>,
+    /// LINKED answers to send.
+    answers: VecDeque<(CircuitId, RelayMsg)>,
+}
+
+impl std::fmt::Debug for ExitSets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExitSets")
+            .field("sets", &self.sets.len())
+            .field("circuits", &self.by_circuit.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExitSets {
+    /// An exit's sets; `seed` seeds their TCPs' initial sequence numbers
+    /// and leg choices (take it from a CSPRNG outside tests).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Settings`] for a dispatch rule datagram sets cannot run,
+    /// or the TCP's settings' error.
+    pub fn new(settings: ExitSetSettings, seed: u64) -> Result<Self, Error> {
+        // Refuse bad settings now, not at the first LINK.
+        E2eSet::new(
+            &settings.tcp,
+            Role::Responder,
+            settings.dispatch,
+            seed,
+            Instant::now(),
+        )?;
+        Ok(ExitSets {
+            settings,
+            sets: HashMap::new(),
+            by_nonce: HashMap::new(),
+            by_circuit: HashMap::new(),
+            next_set: 1,
+            seed,
+            events: VecDeque::new(),
+            refuse: VecDeque::new(),
+            answers: VecDeque::new(),
+        })
+    }
+
+    /// Sets held.
+    pub fn sets(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// Streams the driver holds, in every set.
+    pub fn streams(&self) -> usize {
+        self.sets.values().map(|s| s.streams.held()).sum()
+    }
+
+    /// A message the client sent on `circuit` (the relay's
+    /// `RelayOutput::Delivered`).
+    pub fn handle_msg(&mut self, now: Instant, circuit: CircuitId, msg: RelayMsg) {
+        match msg.command {
+            RelayCommand::Link => self.on_link(now, circuit, &msg.data),
+            RelayCommand::Segment => {
+                // A segment before its circuit's LINK (lost, or behind)
+                // is dropped: the client resends the LINK until answered,
+                // and the TCP its segment.
+                if let Some(&id) = self.by_circuit.get(&circuit) {
+                    if let Some(set) = self.sets.get_mut(&id) {
+                        set.streams.e2e.handle_segment(&msg.data, now);
+                        set.streams.after_tcp(now, id, true, &mut self.events);
+                    }
+                }
+            }
+            _ => self.refuse.push_back(circuit),
+        }
+    }
+
+    /// `circuit` ended (the relay's `RelayOutput::Closed`): its set sends
+    /// on the others; a set left with none ends, and its streams read as
+    /// reset.
+    pub fn circuit_closed(&mut self, circuit: CircuitId) {
+        let Some(id) = self.by_circuit.remove(&circuit) else {
+            return;
+        };
+        let empty = self
+            .sets
+            .get_mut(&id)
+            .is_some_and(|set| set.streams.e2e.remove_leg(circuit));
+        if empty {
+            if let Some(mut set) = self.sets.remove(&id) {
+                self.by_nonce.remove(&set.nonce);
+                set.streams.fail(id, &mut self.events);
+            }
+        }
+    }
+
+    /// The next circuit whose client broke the protocol: end it (the
+    /// relay's `refuse`).
+    pub fn poll_refused(&mut self) -> Option<CircuitId> {
+        self.refuse.pop_front()
+    }
+
+    /// The next thing for the driver.
+    pub fn poll_event(&mut self) -> Option<StreamEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next message to send and its circuit (for the relay's
+    /// `send_to_client`): LINKED answers, then segments.
+    pub fn poll_transmit(&mut self) -> Option<(CircuitId, RelayMsg)> {
+        if let Some(answer) = self.answers.pop_front() {
+            return Some(answer);
+        }
+        self.sets
+            .values_mut()
+            .find_map(|s| s.streams.e2e.poll_transmit())
+    }
+
+    /// Run the TCPs' timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for (&id, set) in self.sets.iter_mut() {
+            if set.streams.e2e.poll_timeout().is_some_and(|t| t <= now) {
+                set.streams.e2e.mux().handle_timeout(now);
+                set.streams.after_tcp(now, id, true, &mut self.events);
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) must next run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.sets
+            .values()
+            .filter_map(|s| s.streams.e2e.poll_timeout())
+            .min()
+    }
+
+    /// The driver connected `stream`: the answer 0 goes to the client and
+    /// bytes may flow.
+    pub fn connected(&mut self, now: Instant, stream: StreamKey) {
+        self.with_set(now, stream, |s, now| {
+            s.connected(now, stream.lane);
+        });
+        self.events.push_back(StreamEvent::Wake(stream));
+    }
+
+    /// The driver could not connect `stream`: `reason` (tor-spec's END
+    /// reason, not 0) goes to the client, the lane closes, and the
+    /// stream is no longer the driver's.
+    pub fn refused(&mut self, now: Instant, stream: StreamKey, reason: u8) {
+        self.with_set(now, stream, |s, now| s.refused(now, stream.lane, reason));
+    }
+
+    /// Queue the target's bytes on `stream`; how many fit (0: wait for a
+    /// [`StreamEvent::Wake`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Transport`] if the stream cannot send any more.
+    pub fn send(&mut self, now: Instant, stream: StreamKey, data: &[u8]) -> Result<usize, Error> {
+        self.with_set(now, stream, |s, now| s.send(now, stream.lane, data))
+            .unwrap_or_else(|| Err(onionlab_utcp::Error::NoLane(stream.lane).into()))
+    }
+
+    /// Read what the client sent on `stream`.
+    pub fn recv(&mut self, now: Instant, stream: StreamKey, buf: &mut [u8]) -> Recv {
+        self.with_set(now, stream, |s, now| s.recv(now, stream.lane, buf))
+            .unwrap_or(Recv::Reset)
+    }
+
+    /// The target closed its side cleanly: FIN after what is queued.
+    pub fn close(&mut self, now: Instant, stream: StreamKey) {
+        self.with_set(now, stream, |s, now| s.close(now, stream.lane));
+    }
+
+    /// The target's connection failed, or the driver gives up: reset the
+    /// stream and forget it.
+    pub fn abort(&mut self, now: Instant, stream: StreamKey) {
+        self.with_set(now, stream, |s, now| s.abort(now, stream.lane));
+    }
+
+    /// The driver is done with a stream that ended: forget it.
+    pub fn forget(&mut self, stream: StreamKey) {
+        if let Some(set) = self.sets.get_mut(&stream.set) {
+            set.streams.forget(stream.lane);
+        }
+    }
+
+    /// Run `f` on `stream`'s set between two looks at its TCP (a lane
+    /// that just ended is marked before `f` reads it); `None` if the set
+    /// is gone.
+    fn with_set<T>(
+        &mut self,
+        now: Instant,
+        stream: StreamKey,
+        f: impl FnOnce(&mut SetStreams, Instant) -> T,
+    ) -> Option<T> {
+        let set = self.sets.get_mut(&stream.set)?;
+        set.streams
+            .after_tcp(now, stream.set, false, &mut self.events);
+        let out = f(&mut set.streams, now);
+        set.streams
+            .after_tcp(now, stream.set, false, &mut self.events);
+        Some(out)
+    }
+
+    fn on_link(&mut self, now: Instant, circuit: CircuitId, data: &[u8]) {
+        let Ok(nonce) = <[u8; NONCE_LEN]>::try_from(data) else {
+            return self.refuse.push_back(circuit);
+        };
+        let id = match (self.by_circuit.get(&circuit), self.by_nonce.get(&nonce)) {
+            // A repeated LINK (our LINKED was lost).
+            (Some(&a), Some(&b)) if a == b => a,
+            // A circuit already in another set.
+            (Some(_), _) => return self.refuse.push_back(circuit),
+            (None, Some(&id)) => {
+                let Some(set) = self.sets.get_mut(&id) else {
+                    return;
+                };
+                if set.streams.e2e.legs().len() >= self.settings.max_legs {
+                    return self.refuse.push_back(circuit);
+                }
+                set.streams.e2e.add_leg(circuit);
+                id
+            }
+            (None, None) => {
+                if self.sets.len() >= self.settings.max_sets {
+                    return self.refuse.push_back(circuit);
+                }
+                let id = self.next_set;
+                self.next_set += 1;
+                let seed = self.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let Ok(mut e2e) = E2eSet::new(
+                    &self.settings.tcp,
+                    Role::Responder,
+                    self.settings.dispatch,
+                    seed,
+                    now,
+                ) else {
+                    return self.refuse.push_back(circuit);
+                };
+                e2e.add_leg(circuit);
+                self.sets.insert(
+                    id,
+                    Set {
+                        nonce,
+                        streams: SetStreams::new(e2e),
+                    },
+                );
+                self.by_nonce.insert(nonce, id);
+                id
+            }
+        };
+        self.by_circuit.insert(circuit, id);
+        self.answers.push_back((circuit, linked_msg(&nonce)));
+    }
+}

@@ -1,0 +1,232 @@
+//! Datagram circuits (mUDP-OR, `docs/datagram.md`) with real processes
+//! on 127.0.0.1: seven relays (relay6 the exit), a client whose transport
+//! is `datagram` with 1 or 3 circuits per set, and a workload server.
+//!
+//! - 1 MiB each way arrives intact over 1 and 3 circuits, with no loss
+//!   and with 1% loss each way on every link (a lossy UDP forwarder in
+//!   front of every relay's datagram address, which the network document
+//!   advertises instead).
+//! - A relay killed mid-download: over one circuit the application sees
+//!   a reset within seconds, never a clean end; over three circuits the
+//!   download goes on intact on the other two.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use onionlab::testnet::{self, LocalNetwork};
+use onionlab_transport::endpoint::EndpointKind;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpStream, UdpSocket};
+
+const MIB: u64 = 1 << 20;
+/// Kill to reset over one circuit: the link's silence limit (5 s) and
+/// the DESTROYs' way back, with room for a loaded machine.
+const KILL_TO_RESET_LIMIT: Duration = Duration::from_secs(20);
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_onionlab"))
+}
+
+/// A UDP forwarder to `target` that drops each datagram with probability
+/// `loss`, both ways; one upstream socket per source, so replies find
+/// their way back. Its address.
+async fn lossy_forwarder(target: SocketAddr, loss: f64, seed: u64) -> SocketAddr {
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
+    let addr = front.local_addr().expect("address");
+    tokio::spawn(async move {
+        let mut backs: HashMap<SocketAddr, Arc<UdpSocket>> = HashMap::new();
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            let Ok((n, from)) = front.recv_from(&mut buf).await else {
+                continue;
+            };
+            let back = match backs.get(&from) {
+                Some(b) => b.clone(),
+                None => {
+                    let b = Arc::new(UdpSocket::bind("127.0.0.1:0").await.expect("bind"));
+                    b.connect(target).await.expect("connect");
+                    let (b2, f2) = (b.clone(), front.clone());
+                    let mut rng2 = StdRng::seed_from_u64(rng.random());
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 65_536];
+                        while let Ok(n) = b2.recv(&mut buf).await {
+                            if !rng2.random_bool(loss) {
+                                let _ = f2.send_to(&buf[..n], from).await;
+                            }
+                        }
+                    });
+                    backs.insert(from, b.clone());
+                    b
+                }
+            };
+            if !rng.random_bool(loss) {
+                let _ = back.send(&buf[..n]).await;
+            }
+        }
+    });
+    addr
+}
+
+/// Seven relays whose nodes open datagram links; with `loss`, every
+/// relay's datagram address in the document is a lossy forwarder's.
+async fn network(name: &str, loss: f64) -> LocalNetwork {
+    let dir = std::env::temp_dir().join(format!("onionlab-datagram-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut net = LocalNetwork::init(&bin(), &dir, 7, 1).expect("network init");
+    net.remove_when_done();
+    net.set_transport("datagram").expect("transport");
+    net.set_log_filter("info,onionlab_node::dgram=debug,onionlab_client::dgram=debug");
+    if loss > 0.0 {
+        let key = onionlab_netdoc::keys::load_network_key(&dir.join("network-key.secret"))
+            .expect("network key");
+        let mut doc = net.document().expect("document");
+        for (i, relay) in doc.relays.iter_mut().enumerate() {
+            for a in relay.addresses.iter_mut() {
+                if a.transport == EndpointKind::DGRAM.doc_name() {
+                    a.addr = lossy_forwarder(a.addr, loss, i as u64).await;
+                }
+            }
+        }
+        std::fs::write(dir.join("network.doc"), doc.to_signed_text(&key)).expect("document");
+    }
+    net.start_relays().expect("relays start");
+    net
+}
+
+fn log_of(p: &testnet::NodeProcess) -> String {
+    std::fs::read_to_string(&p.log).unwrap_or_default()
+}
+
+async fn one_mib_each_way(legs: usize, loss: f64) {
+    let mut net = network(&format!("bulk-{legs}-{loss}"), loss).await;
+    net.start_client(None, &format!("legs = {legs}"))
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let client_log = || log_of(net.client.as_ref().expect("client"));
+    testnet::download(socks, server, MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}\n{}", client_log()));
+    testnet::upload(socks, server, MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}\n{}", client_log()));
+    let log = client_log();
+    let linked = format!("legs={legs}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("datagram circuit linked") && l.contains(&linked)),
+        "the set never had {legs} linked circuits:\n{log}"
+    );
+    net.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_each_way_over_one_circuit() {
+    one_mib_each_way(1, 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_each_way_over_three_circuits() {
+    one_mib_each_way(3, 0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_each_way_over_one_circuit_through_one_percent_loss() {
+    one_mib_each_way(1, 0.01).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_each_way_over_three_circuits_through_one_percent_loss() {
+    one_mib_each_way(3, 0.01).await;
+}
+
+/// Read `len` bytes of an endless download from `offset`, checking each
+/// against the pattern.
+async fn read_checked(s: &mut TcpStream, offset: &mut u64, len: u64) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut want = vec![0u8; 64 * 1024];
+    let end = *offset + len;
+    while *offset < end {
+        let n = s.read(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        testnet::fill_pattern(*offset, &mut want[..n]);
+        assert!(buf[..n] == want[..n], "wrong bytes at offset {offset}");
+        *offset += n as u64;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
+    let mut net = network("kill-one", 0.0).await;
+    net.start_client(Some(&["relay0", "relay3", "relay6"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let mut s = testnet::endless_download(net.socks_addr(), server)
+        .await
+        .expect("download request");
+    let mut offset = 0;
+    read_checked(&mut s, &mut offset, MIB)
+        .await
+        .expect("before the kill");
+    net.relays[3].kill();
+    let t0 = Instant::now();
+    let mut buf = vec![0u8; 64 * 1024];
+    let ending = tokio::time::timeout(KILL_TO_RESET_LIMIT, async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) => return Err("a clean end: the truncated download looks whole"),
+                Ok(_) => {}
+                Err(_) => return Ok(()),
+            }
+        }
+    })
+    .await;
+    match ending {
+        Ok(Ok(())) => eprintln!("kill to reset: {:?}", t0.elapsed()),
+        Ok(Err(why)) => panic!("{why}"),
+        Err(_) => panic!(
+            "no reset within {KILL_TO_RESET_LIMIT:?}\n{}",
+            log_of(net.client.as_ref().expect("client"))
+        ),
+    }
+    net.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_killed_under_one_of_three_circuits_costs_no_byte() {
+    let mut net = network("kill-three", 0.0).await;
+    let paths = r#"legs = 3
+paths = [["relay0", "relay3", "relay6"], ["relay1", "relay4", "relay6"], ["relay2", "relay5", "relay6"]]"#;
+    net.start_client(None, paths).expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let mut s = testnet::endless_download(net.socks_addr(), server)
+        .await
+        .expect("download request");
+    let mut offset = 0;
+    read_checked(&mut s, &mut offset, MIB)
+        .await
+        .expect("before the kill");
+    net.relays[4].kill();
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        read_checked(&mut s, &mut offset, 4 * MIB),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "stalled at {offset} bytes\n{}",
+            log_of(net.client.as_ref().expect("client"))
+        )
+    })
+    .expect("after the kill");
+    net.stop();
+}
