@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
-use onionlab_utcp::{Role, Settings};
+use onionlab_utcp::{LaneBudget, Role, Settings};
 
 use crate::e2e::{linked_msg, E2eSet, NONCE_LEN};
 use crate::streams::{Recv, SetStreams, StreamEvent, StreamKey};
@@ -20,7 +20,7 @@ use crate::{CircuitId, Error};
 #[derive(Debug, Clone)]
 pub struct ExitSetSettings {
     /// The end-to-end TCP's settings (its segment size is set to fit a
-    /// message; `max_lanes` bounds a set's streams).
+    /// message, its lanes to `max_streams_per_set`).
     pub tcp: Settings,
     /// How this end spreads segments over a set's circuits.
     pub dispatch: LegSchedulerKind,
@@ -28,6 +28,12 @@ pub struct ExitSetSettings {
     pub max_sets: usize,
     /// Circuits in one set at most.
     pub max_legs: usize,
+    /// Streams in one set at most.
+    pub max_streams_per_set: usize,
+    /// Streams in all sets at most: each holds its TCP's buffers (by
+    /// default 320 KiB) from its first segment on, so this bounds the
+    /// exit's memory for streams.
+    pub max_streams: usize,
 }
 
 impl Default for ExitSetSettings {
@@ -37,6 +43,8 @@ impl Default for ExitSetSettings {
             dispatch: LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
             max_sets: 4096,
             max_legs: 3,
+            max_streams_per_set: 64,
+            max_streams: 1024,
         }
     }
 }
@@ -59,6 +67,8 @@ pub struct ExitSets {
     refuse: VecDeque<CircuitId>,
     /// LINKED answers to send.
     answers: VecDeque<(CircuitId, RelayMsg)>,
+    /// Streams of every set, counted against `max_streams`.
+    budget: LaneBudget,
 }
 
 impl std::fmt::Debug for ExitSets {
@@ -78,7 +88,8 @@ impl ExitSets {
     ///
     /// [`Error::Settings`] for a dispatch rule datagram sets cannot run,
     /// or the TCP's settings' error.
-    pub fn new(settings: ExitSetSettings, seed: u64) -> Result<Self, Error> {
+    pub fn new(mut settings: ExitSetSettings, seed: u64) -> Result<Self, Error> {
+        settings.tcp.max_lanes = settings.max_streams_per_set;
         // Refuse bad settings now, not at the first LINK.
         E2eSet::new(
             &settings.tcp,
@@ -88,7 +99,6 @@ impl ExitSets {
             Instant::now(),
         )?;
         Ok(ExitSets {
-            settings,
             sets: HashMap::new(),
             by_nonce: HashMap::new(),
             by_circuit: HashMap::new(),
@@ -97,6 +107,8 @@ impl ExitSets {
             events: VecDeque::new(),
             refuse: VecDeque::new(),
             answers: VecDeque::new(),
+            budget: LaneBudget::new(settings.max_streams),
+            settings,
         })
     }
 
@@ -293,6 +305,7 @@ impl ExitSets {
                 ) else {
                     return self.refuse.push_back(circuit);
                 };
+                e2e.mux().set_budget(self.budget.clone());
                 e2e.add_leg(circuit);
                 self.sets.insert(
                     id,

@@ -576,3 +576,28 @@ fn an_idle_stream_keeps_its_circuits_and_carries_bytes_after_minutes() {
     assert!(sim.client_ends[&k].got == pattern(10_000, 5));
     assert_eq!(sim.client_ends[&k].end, Some(Recv::End));
 }
+
+#[test]
+fn an_exit_takes_at_most_its_streams_per_set() {
+    let mut sim = Sim::new(0.0, 9);
+    sim.exit_hold = true;
+    let paths = sim.paths(1);
+    let set = sim.proxy.start_set(sim.now, paths).unwrap();
+    let limit = ExitSetSettings::default().max_streams_per_set;
+    let keys: Vec<StreamKey> = (0..limit + 6)
+        .map(|_| {
+            sim.proxy
+                .open_stream(sim.now, set, "target.example:443")
+                .unwrap()
+        })
+        .collect();
+    sim.run(Duration::from_secs(5));
+    let count = |want: StreamStatus| {
+        keys.iter()
+            .filter(|k| sim.proxy.status(**k) == want)
+            .count()
+    };
+    assert_eq!(count(StreamStatus::Open), limit);
+    assert_eq!(count(StreamStatus::Failed), 6);
+    assert_eq!(sim.exit.streams(), limit);
+}
