@@ -138,6 +138,7 @@ fn document() -> NetworkDocument {
         nickname: "relay1".into(),
         ed_identity: [1; 32],
         ntor_onion_key: [2; 32],
+        sphinx_key: None,
         addresses: vec![TransportAddress {
             transport: "tls".into(),
             addr: "10.0.0.1:9001".parse().expect("literal"),

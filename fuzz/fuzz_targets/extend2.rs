@@ -46,6 +46,7 @@ fn entry(n: u8, addrs: &[(&str, &str)]) -> RelayEntry {
         nickname: format!("relay{n}"),
         ed_identity: [n; 32],
         ntor_onion_key: [0x40 + n; 32],
+        sphinx_key: None,
         addresses: addrs
             .iter()
             .map(|(t, a)| TransportAddress {

@@ -1,8 +1,9 @@
-//! The client over datagram sets (mUDP-OR, `docs/datagram.md`), when its
-//! transport is `datagram`: SOCKS streams become streams of the
-//! end-to-end TCP over a set of `legs` circuits (1 to 3, distinct guards
-//! and middles, one exit), run by the sans-IO [`Proxy`] on the client's
-//! datagram socket. One set serves every stream whose target its exit's
+//! The client over datagram sets (`docs/datagram.md`), when its
+//! transport is `datagram` (mUDP-OR) or `more` (MORE): SOCKS streams
+//! become streams of the end-to-end TCP over a set of `legs` circuits (1
+//! to 3, distinct guards and middles, one exit), or over Sphinx packets
+//! each on its own route to the set's exit, run by the sans-IO [`Proxy`]
+//! on the client's datagram socket. One set serves every stream whose target its exit's
 //! policy allows, until it fails; a stream that needs another exit gets a
 //! new set.
 //!
@@ -22,6 +23,7 @@ use onionlab_cell::msg::EndReason;
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_client_core::path::{resolve_pinned, select_legs, Target};
 use onionlab_client_core::PolicySettings;
+use onionlab_dgram::more::{MoreRelayInfo, RouteHop};
 use onionlab_dgram::{
     ClientSettings as CircuitSettings, HopSpec, LinkId, Proxy, ProxyOutput, ProxySettings, Recv,
     StreamEvent, StreamKey, StreamStatus,
@@ -58,6 +60,8 @@ pub(crate) struct State {
     /// The set new streams go on, and its exit (an index into the
     /// document's relays).
     current: Option<(u64, usize)>,
+    /// MORE sets instead of circuits.
+    more: bool,
     streams: HashMap<StreamKey, Rc<Notify>>,
     /// Wakes the main loop when a stream's task moved the timers.
     wake: Rc<Notify>,
@@ -86,11 +90,13 @@ fn dispatch(policy: &PolicySettings) -> Result<LegSchedulerKind> {
 
 impl State {
     /// The client's datagram state on `socket`, with `policy`'s paths
-    /// and timeouts and `tcp` for the end-to-end TCP.
+    /// and timeouts and `tcp` for the end-to-end TCP; MORE sets if
+    /// `more`, else mUDP-OR's.
     pub(crate) fn new_shared(
         socket: Arc<DatagramSocket>,
         policy: PolicySettings,
         tcp: onionlab_transport::utcp::LaneTcp,
+        more: bool,
     ) -> Result<Shared> {
         if !(1..=MAX_LEGS).contains(&policy.legs) {
             return Err(Error::Datagram(format!(
@@ -106,8 +112,19 @@ impl State {
             tcp,
             dispatch: dispatch(&policy)?,
         };
-        let proxy =
+        let mut proxy =
             Proxy::new(settings, rand::random()).map_err(|e| Error::Datagram(e.to_string()))?;
+        if more {
+            let relays = more_relays(&policy.network);
+            if relays.len() < 3 {
+                return Err(Error::Datagram(format!(
+                    "MORE routes need 3 relays with a datagram address and a Sphinx key; \
+                     the network document has {}",
+                    relays.len()
+                )));
+            }
+            proxy.set_more_relays(relays);
+        }
         let rng = match policy.path_seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_rng(&mut rand::rng()),
@@ -122,6 +139,7 @@ impl State {
             next_link: 1,
             dialing: HashMap::new(),
             current: None,
+            more,
             streams: HashMap::new(),
             wake: Rc::new(Notify::new()),
         })))
@@ -146,6 +164,9 @@ impl State {
         }
         let paths = self.choose_paths(&doc, target)?;
         let exit = paths[0][paths[0].len() - 1];
+        if self.more {
+            return self.start_more_set(now, &doc, exit);
+        }
         let hops: Vec<Vec<HopSpec>> = paths
             .iter()
             .map(|p| {
@@ -163,6 +184,30 @@ impl State {
         tracing::info!(set, legs = paths.len(), paths = ?names, "datagram set started");
         if let Some((old, _)) = self.current.replace((set, exit)) {
             // No new streams go on the old set; it ends with its last.
+            self.proxy.retire(old);
+        }
+        Ok(set)
+    }
+
+    /// A MORE set to the relay `exit` (the exit of a path chosen as for a
+    /// circuit: its policy allows the target).
+    fn start_more_set(
+        &mut self,
+        now: Instant,
+        doc: &NetworkDocument,
+        exit: usize,
+    ) -> std::result::Result<u64, String> {
+        let info = doc
+            .relays
+            .get(exit)
+            .and_then(more_relay)
+            .ok_or("the exit has no datagram address or Sphinx key")?;
+        let set = self
+            .proxy
+            .start_more_set(now, info)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(set, exit = %doc.relays[exit].nickname, "MORE set started");
+        if let Some((old, _)) = self.current.replace((set, exit)) {
             self.proxy.retire(old);
         }
         Ok(set)
@@ -187,11 +232,13 @@ impl State {
                 .map(|p| resolve_pinned(&doc.relays, p).map_err(|e| e.to_string()))
                 .collect();
         }
+        // Relays a set cannot use: no datagram address, or (MORE) no
+        // Sphinx key.
         let no_dgram: Vec<usize> = (0..doc.relays.len())
             .filter(|&i| {
-                doc.relays[i]
-                    .address(EndpointKind::DGRAM.doc_name())
-                    .is_none()
+                let r = &doc.relays[i];
+                r.address(EndpointKind::DGRAM.doc_name()).is_none()
+                    || (self.more && r.sphinx_key.is_none())
             })
             .collect();
         let legs = select_legs(
@@ -204,6 +251,23 @@ impl State {
         .map_err(|e| e.to_string())?;
         Ok(legs.into_iter().map(|l| l.to_vec()).collect())
     }
+}
+
+/// A relay as MORE routes through it: its datagram address and Sphinx
+/// key, if it has both.
+fn more_relay(r: &onionlab_netdoc::doc::RelayEntry) -> Option<MoreRelayInfo> {
+    Some(MoreRelayInfo {
+        hop: RouteHop {
+            identity: r.public_keys().ed_identity,
+            key: r.sphinx_key?,
+        },
+        addr: r.address(EndpointKind::DGRAM.doc_name())?,
+    })
+}
+
+/// Every relay MORE can route through.
+fn more_relays(doc: &NetworkDocument) -> Vec<MoreRelayInfo> {
+    doc.relays.iter().filter_map(more_relay).collect()
 }
 
 /// Relay `i` as a hop: its datagram address and keys.
@@ -223,6 +287,9 @@ pub(crate) async fn drive(shared: Shared) {
         let st = shared.borrow();
         (st.socket.clone(), st.wake.clone())
     };
+    // What the proxy asked for at its start (MORE's links) goes now, not
+    // at the first event.
+    flush(&shared);
     loop {
         let next = shared.borrow().proxy.poll_timeout();
         let timer = async {
@@ -261,6 +328,11 @@ fn on_link_event(shared: &Shared, ev: LinkEvent) {
                 st.proxy.handle_cell(now, link, &cell[..]);
             }
         }
+        LinkEvent::More { peer, message } => {
+            if let Some(&link) = st.peers.get(&peer) {
+                st.proxy.handle_more(now, link, &message);
+            }
+        }
         LinkEvent::Down { peer, reason } => {
             tracing::info!(%peer, %reason, "datagram link to a guard down");
             if let Some(identity) = st.dialing.remove(&peer) {
@@ -283,6 +355,11 @@ fn flush(shared: &Shared) {
                 if let Some(&peer) = st.links.get(&link) {
                     // A full link drops it, as any datagram path may.
                     let _ = st.socket.send(peer, cell);
+                }
+            }
+            ProxyOutput::SendMore(link, message) => {
+                if let Some(&peer) = st.links.get(&link) {
+                    let _ = st.socket.send_more(peer, message);
                 }
             }
             ProxyOutput::Connect { addr, identity } => {

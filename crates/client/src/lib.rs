@@ -105,7 +105,8 @@ pub struct Client {
     listener: TcpListener,
     local_addr: SocketAddr,
     state: Shared,
-    /// With the `datagram` transport: the datagram sets streams go on.
+    /// With the `datagram` or `more` transport: the datagram sets streams
+    /// go on.
     datagram: Option<dgram::Shared>,
 }
 
@@ -178,11 +179,13 @@ impl Client {
             legs = cfg.legs(),
             "client ready"
         );
-        // With the `datagram` transport, what its sets run with: the
-        // paths and timeouts, and the end-to-end TCP's settings.
-        let datagram = (settings.link.transport
-            == onionlab_transport::Choice::Only(onionlab_transport::TransportKind::DATAGRAM))
-        .then(|| (settings.policy.clone(), settings.link.utcp.clone()));
+        // With the `datagram` or `more` transport, what its sets run
+        // with: the paths and timeouts, the end-to-end TCP's settings, and
+        // which design.
+        let only = |kind| settings.link.transport == onionlab_transport::Choice::Only(kind);
+        let more = only(onionlab_transport::TransportKind::MORE);
+        let datagram = (only(onionlab_transport::TransportKind::DATAGRAM) || more)
+            .then(|| (settings.policy.clone(), settings.link.utcp.clone()));
         let state = State::new_shared(settings, cfg)?;
         let datagram = match datagram {
             Some((policy, tcp)) => {
@@ -199,7 +202,7 @@ impl Client {
                         source,
                     })?
                     .clone();
-                Some(dgram::State::new_shared(socket, policy, tcp)?)
+                Some(dgram::State::new_shared(socket, policy, tcp, more)?)
             }
             None => None,
         };

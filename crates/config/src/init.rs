@@ -330,6 +330,10 @@ pub fn init_network<R: rand::Rng + rand::CryptoRng>(
                 addr,
             });
         }
+        // A relay with a datagram address can run MORE: its Sphinx key.
+        if entry.address(EndpointKind::DGRAM.doc_name()).is_some() {
+            entry.sphinx_key = Some(secret.sphinx_public());
+        }
         entry.flags = Flags { guard, exit };
         entry.bandwidth = opts.bandwidth;
         entry.exit_policy = if exit {

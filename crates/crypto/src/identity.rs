@@ -10,6 +10,9 @@ use zeroize::Zeroize;
 use crate::relay_crypto::LayerKeys;
 use crate::Error;
 
+/// What the derivation of a relay's Sphinx key (MORE) covers first.
+const SPHINX_KEY_LABEL: &[u8] = b"onionlab MORE sphinx key v1";
+
 /// Length of [`RelaySecretKeys::to_bytes`]: Ed25519 seed (32) and x25519
 /// secret (32).
 pub const RELAY_SECRET_KEYS_LEN: usize = 64;
@@ -113,6 +116,29 @@ impl RelaySecretKeys {
         &self.onion
     }
 
+    /// The x25519 secret of the relay's MORE (Sphinx) key: derived from
+    /// the onion key by HKDF-SHA256 under its own label, so that ntor and
+    /// Sphinx never share a Diffie-Hellman key and the relay keeps no
+    /// second secret on disk. Secret: it opens every MORE packet's layer
+    /// for this relay.
+    pub fn sphinx_secret(&self) -> [u8; 32] {
+        let mut scalar = [0u8; 32];
+        // 32 bytes are within HKDF-SHA256's output: this cannot fail.
+        let _ = crate::kdf::kdf_rfc5869(
+            &self.onion.to_bytes(),
+            SPHINX_KEY_LABEL,
+            b"x25519 secret",
+            &mut scalar,
+        );
+        scalar
+    }
+
+    /// The public half of [`sphinx_secret`](Self::sphinx_secret), for the
+    /// network document.
+    pub fn sphinx_public(&self) -> [u8; 32] {
+        PublicKey::from(&StaticSecret::from(self.sphinx_secret())).to_bytes()
+    }
+
     /// Serialize as the 32-byte Ed25519 secret seed followed by the 32-byte
     /// x25519 secret. The result is secret: store it with care.
     pub fn to_bytes(&self) -> [u8; RELAY_SECRET_KEYS_LEN] {
@@ -209,6 +235,19 @@ mod test {
         assert_eq!(k2.to_bytes(), bytes);
         assert_eq!(k.onion_secret().to_bytes(), bytes[32..]);
         assert_eq!(k.ed25519_keypair().to_bytes(), bytes[..32]);
+    }
+
+    #[test]
+    fn the_sphinx_key_follows_from_the_onion_key_alone() {
+        let mut rng = rand::rng();
+        let k = RelaySecretKeys::generate(&mut rng);
+        let again = RelaySecretKeys::from_bytes(&k.to_bytes()).unwrap();
+        assert_eq!(k.sphinx_secret(), again.sphinx_secret());
+        assert_ne!(k.sphinx_secret(), [0u8; 32]);
+        assert_ne!(k.sphinx_secret(), k.onion_secret().to_bytes());
+        assert_ne!(k.sphinx_public(), k.public().onion_key.to_bytes());
+        let other = RelaySecretKeys::generate(&mut rng);
+        assert_ne!(k.sphinx_public(), other.sphinx_public());
     }
 
     #[test]

@@ -30,12 +30,12 @@ pub const NONCE_LEN: usize = 32;
 /// with a reset, so a stream whose reset was lost ends anyway.
 pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
-/// The lanes' TCP settings for segments that fit a relay message: the
-/// given settings with `max_segment` set to [`MSG_DATA_LEN`] and
-/// keep-alive at [`STREAM_KEEP_ALIVE`].
-pub fn segment_settings(base: &Settings) -> Settings {
+/// The lanes' TCP settings for segments of `max_segment` bytes (what a
+/// relay message or a MORE packet holds): the given settings with that
+/// segment size and keep-alive at [`STREAM_KEEP_ALIVE`].
+pub fn segment_settings(base: &Settings, max_segment: usize) -> Settings {
     Settings {
-        max_segment: MSG_DATA_LEN,
+        max_segment,
         keep_alive: Some(STREAM_KEEP_ALIVE),
         ..base.clone()
     }
@@ -72,6 +72,23 @@ impl E2eSet {
         seed: u64,
         now: Instant,
     ) -> Result<Self, Error> {
+        Self::with_segment(settings, role, dispatch, seed, now, MSG_DATA_LEN)
+    }
+
+    /// [`new`](Self::new) with segments of at most `max_segment` bytes
+    /// (a MORE set's are smaller than a relay message's).
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn with_segment(
+        settings: &Settings,
+        role: Role,
+        dispatch: LegSchedulerKind,
+        seed: u64,
+        now: Instant,
+        max_segment: usize,
+    ) -> Result<Self, Error> {
         if !matches!(
             dispatch,
             LegSchedulerKind::RoundRobin { .. } | LegSchedulerKind::Random
@@ -81,7 +98,7 @@ impl E2eSet {
             )));
         }
         Ok(E2eSet {
-            mux: Mux::new(segment_settings(settings), role, seed, now)?,
+            mux: Mux::new(segment_settings(settings, max_segment), role, seed, now)?,
             legs: Vec::new(),
             sched: LegScheduler::new(dispatch, StdRng::seed_from_u64(seed ^ 0x5eed)),
         })
@@ -103,6 +120,11 @@ impl E2eSet {
     /// The circuits it sends on.
     pub fn legs(&self) -> &[CircuitId] {
         &self.legs
+    }
+
+    /// Its streams' lanes.
+    pub fn lanes(&self) -> usize {
+        self.mux.lanes()
     }
 
     /// The streams.

@@ -11,12 +11,14 @@
 //! - [`e2e`]: the end-to-end TCP over a set of circuits ([`e2e::E2eSet`]);
 //! - [`streams`]: a set's streams, both ends;
 //! - [`proxy`]: the client's sets ([`Proxy`]);
-//! - [`exit`]: the exit's sets ([`ExitSets`]).
+//! - [`exit`]: the exit's sets ([`ExitSets`]);
+//! - [`more`]: MORE, a Sphinx packet per segment instead of circuits.
 
 pub mod client;
 pub mod e2e;
 pub mod exit;
 pub mod link;
+pub mod more;
 pub mod proxy;
 pub mod relay;
 pub mod streams;
@@ -108,4 +110,7 @@ pub enum Error {
     /// Settings out of range.
     #[error("datagram settings: {0}")]
     Settings(String),
+    /// A Sphinx packet or SURB could not be built or opened.
+    #[error("sphinx: {0}")]
+    Sphinx(String),
 }

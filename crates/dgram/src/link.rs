@@ -1,5 +1,6 @@
 //! What a datagram link's DTLS session carries (`docs/datagram.md`
-//! section 2): cells, one per record, nothing resent. A session of
+//! section 2): cells, one per record, nothing resent; and MORE's
+//! messages (section 6), told from cells by their length. A session of
 //! `onionlab_dtls` with this carrier is a datagram link: the relay
 //! identities are bound inside it as in dtls-utcp's, and DTLS's record
 //! numbers refuse replayed and forged records; a lost datagram loses its
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 use onionlab_dtls::{Carrier, Role};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
+use crate::more::wire::LINK_MSG_MAX;
 use crate::wire::CELL_LEN;
 use crate::{Error, WireError};
 
@@ -38,11 +40,13 @@ pub type CellBytes = Box<[u8; CELL_LEN]>;
 /// How a datagram link's sessions carry cells.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CellLinkConfig {
-    /// Cells queued to send at most; more are dropped.
+    /// Cells and MORE messages queued to send at most; more are dropped.
     pub send_queue: usize,
-    /// Cells per second a peer may send (the token bucket's rate).
+    /// Cells and MORE messages per second a peer may send (the token
+    /// bucket's rate).
     pub peer_rate: u32,
-    /// Cells a peer may send at once above its rate (the bucket's size).
+    /// Cells and MORE messages a peer may send at once above its rate
+    /// (the bucket's size).
     pub peer_burst: u32,
     /// After this long without sending, a heartbeat goes out.
     pub heartbeat: Duration,
@@ -76,9 +80,9 @@ impl Default for CellLinkConfig {
 /// What a datagram link refused or dropped, since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CellLinkStats {
-    /// Cells handed on.
+    /// Cells and MORE messages handed on.
     pub cells_in: u64,
-    /// Cells sent.
+    /// Cells and MORE messages sent.
     pub cells_out: u64,
     /// Cells not sent: the send queue was full.
     pub send_dropped: u64,
@@ -93,6 +97,8 @@ pub struct CellLinkStats {
 pub enum CellLinkEvent {
     /// A cell from the peer (its bytes are the circuit layer's to parse).
     Cell(CellBytes),
+    /// A MORE message from the peer (its bytes are MORE's to parse).
+    More(Vec<u8>),
     /// Nothing came from the peer for `dead_after`: the link is dead
     /// (reported once; the driver ends the session).
     Silent,
@@ -102,7 +108,8 @@ pub enum CellLinkEvent {
 #[derive(Debug)]
 pub struct CellLink {
     config: CellLinkConfig,
-    outbound: VecDeque<CellBytes>,
+    /// Cells and MORE messages to send.
+    outbound: VecDeque<Vec<u8>>,
     events: VecDeque<CellLinkEvent>,
     /// The peer's token bucket: cells it may still send, and when it was
     /// last filled.
@@ -112,7 +119,7 @@ pub struct CellLink {
     /// When the peer was last heard, and we last sent.
     heard_at: Instant,
     sent_at: Instant,
-    /// Cells sent when `sent_at` was last set.
+    /// Messages sent when `sent_at` was last set.
     sent_count: u64,
     heartbeat_due: bool,
     silent: bool,
@@ -122,11 +129,26 @@ impl CellLink {
     /// Queue `cell` to the peer (sent at the session's next flush);
     /// `false` if the queue was full and the cell was dropped.
     pub fn send(&mut self, cell: CellBytes) -> bool {
+        self.queue(cell.to_vec())
+    }
+
+    /// Queue a MORE message (`more::wire::LinkMsg`'s bytes) to the peer;
+    /// `false` if the queue was full, or the message has a cell's or a
+    /// heartbeat's length or is too long, and it was dropped.
+    pub fn send_more(&mut self, message: Vec<u8>) -> bool {
+        if !is_more_len(message.len()) {
+            self.stats.send_dropped += 1;
+            return false;
+        }
+        self.queue(message)
+    }
+
+    fn queue(&mut self, message: Vec<u8>) -> bool {
         if self.outbound.len() >= self.config.send_queue {
             self.stats.send_dropped += 1;
             return false;
         }
-        self.outbound.push_back(cell);
+        self.outbound.push_back(message);
         true
     }
 
@@ -159,10 +181,10 @@ impl Carrier for CellLink {
     const COOKIE_LABEL: &'static [u8] = COOKIE_LABEL;
 
     fn check(config: &CellLinkConfig, max_message: usize) -> Result<(), Error> {
-        if CELL_LEN > max_message {
+        if CELL_LEN.max(LINK_MSG_MAX) > max_message {
             return Err(Error::Settings(format!(
-                "a {CELL_LEN}-byte cell does not fit one record of a datagram \
-                 ({max_message} bytes at most)"
+                "a {CELL_LEN}-byte cell or a {LINK_MSG_MAX}-byte MORE message does not \
+                 fit one record of a datagram ({max_message} bytes at most)"
             )));
         }
         if config.send_queue == 0 || config.peer_rate == 0 {
@@ -206,26 +228,33 @@ impl Carrier for CellLink {
         if message == [HEARTBEAT] {
             return Ok(());
         }
-        let cell: [u8; CELL_LEN] = message.try_into().map_err(|_| WireError::Length {
-            what: "datagram cell",
-            got: message.len(),
-        })?;
+        let event = match <[u8; CELL_LEN]>::try_from(message) {
+            Ok(cell) => CellLinkEvent::Cell(Box::new(cell)),
+            Err(_) if is_more_len(message.len()) => CellLinkEvent::More(message.to_vec()),
+            Err(_) => {
+                return Err(WireError::Length {
+                    what: "datagram cell or MORE message",
+                    got: message.len(),
+                }
+                .into())
+            }
+        };
         if !self.take_token(now) {
             self.stats.over_rate += 1;
             return Ok(());
         }
         self.stats.cells_in += 1;
-        self.events.push_back(CellLinkEvent::Cell(Box::new(cell)));
+        self.events.push_back(event);
         Ok(())
     }
 
     fn poll_message(&mut self) -> Option<Vec<u8>> {
         // (The send time is noted at the timer: a session flushes right
         // after queueing, so "now" is the last call's time.)
-        if let Some(cell) = self.outbound.pop_front() {
+        if let Some(message) = self.outbound.pop_front() {
             self.stats.cells_out += 1;
             self.heartbeat_due = false;
-            return Some(cell.to_vec());
+            return Some(message);
         }
         if std::mem::take(&mut self.heartbeat_due) {
             self.stats.heartbeats_out += 1;
@@ -265,4 +294,10 @@ impl Carrier for CellLink {
         }
         Some((self.sent_at + self.config.heartbeat).min(self.heard_at + self.config.dead_after))
     }
+}
+
+/// Whether a message of `len` bytes is MORE's: not a cell's or a
+/// heartbeat's length, and not too long.
+fn is_more_len(len: usize) -> bool {
+    len > 1 && len != CELL_LEN && len <= LINK_MSG_MAX
 }

@@ -204,6 +204,7 @@ impl Sim {
                         self.most_linked = self.most_linked.max(legs)
                     }
                     ProxyOutput::LegClosed { .. } => {}
+                    ProxyOutput::SendMore(..) => panic!("a MORE message from circuits"),
                 }
             }
             for i in 0..RELAYS {

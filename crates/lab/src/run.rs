@@ -908,6 +908,10 @@ fn write_network(
         let addr = SocketAddr::new(ip, RELAY_PORT);
         let mut e = RelayEntry::new(r.host.clone(), &keys.public());
         e.addresses = relay_addresses(variant.transport, addr);
+        // A relay with a datagram address can run MORE: its Sphinx key.
+        if e.address(EndpointKind::DGRAM.doc_name()).is_some() {
+            e.sphinx_key = Some(keys.sphinx_public());
+        }
         e.flags = Flags {
             guard: r.guard,
             exit: r.exit,

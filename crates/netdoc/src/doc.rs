@@ -20,6 +20,7 @@
 //! nickname = "relay0"
 //! ed_identity = "<64 hex digits: Ed25519 identity>"
 //! ntor_onion_key = "<64 hex digits: x25519 ntor onion key>"
+//! sphinx_key = "<64 hex digits: x25519 Sphinx key (MORE); optional>"
 //! addresses = [{ transport = "tls", addr = "127.0.0.1:9001" }, { transport = "quic", addr = "127.0.0.1:9001" }]
 //! flags = { guard = true, exit = false }
 //! bandwidth = 1000
@@ -37,7 +38,8 @@
 //!
 //! Fields of a relay: `nickname` (1-19 ASCII letters and digits, unique
 //! regardless of case), `ed_identity` and `ntor_onion_key` (hex, unique
-//! identity), `addresses` (at least one; `transport` names such as `tls`
+//! identity), `sphinx_key` (hex, optional: the relay's key for MORE's
+//! per-packet onions), `addresses` (at least one; `transport` names such as `tls`
 //! (TCP) or `quic` (UDP), 1-32 of `[a-z0-9-]`; names a reader does not know are kept and
 //! ignored by callers), `flags` (`guard`, `exit`; both default to false),
 //! `bandwidth` (weight for path selection in KB/s, default 0) and
@@ -132,6 +134,11 @@ pub struct RelayEntry {
     /// x25519 ntor onion key (`B`).
     #[serde(deserialize_with = "de_hex32")]
     pub ntor_onion_key: [u8; 32],
+    /// x25519 key for MORE's Sphinx packets (derived from the onion key,
+    /// `RelaySecretKeys::sphinx_public`); absent if the relay does not
+    /// run MORE.
+    #[serde(default, deserialize_with = "de_opt_hex32")]
+    pub sphinx_key: Option<[u8; 32]>,
     /// Where the relay listens, per transport.
     pub addresses: Vec<TransportAddress>,
     /// Flags.
@@ -196,12 +203,20 @@ impl RelayEntry {
             nickname: nickname.into(),
             ed_identity,
             ntor_onion_key: keys.onion_key.to_bytes(),
+            sphinx_key: None,
             addresses: Vec::new(),
             flags: Flags::default(),
             bandwidth: 0,
             exit_policy: ExitPolicy::reject_all(),
         }
     }
+}
+
+/// Deserialize an optional field of 32 bytes from 64 hex digits.
+fn de_opt_hex32<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<[u8; 32]>, D::Error> {
+    de_hex32(d).map(Some)
 }
 
 /// Deserialize 32 bytes from 64 hex digits.
@@ -424,6 +439,9 @@ impl NetworkDocument {
                 "ntor_onion_key = \"{}\"",
                 hex::encode(r.ntor_onion_key)
             );
+            if let Some(key) = r.sphinx_key {
+                let _ = writeln!(out, "sphinx_key = \"{}\"", hex::encode(key));
+            }
             let addresses: Vec<String> = r
                 .addresses
                 .iter()

@@ -4,8 +4,13 @@
 //! each set), each stream's target connected under the exit's rules
 //! ([`crate::exit`]) and its bytes moved by a task of its own.
 //!
+//! It also runs MORE on the same socket ([`MoreRelay`]): packets peeled
+//! and sent on, replies delivered to clients' mailboxes, and at an exit
+//! the forward messages for its sets and their replies on SURBs.
+//!
 //! Links it opens go only to relays of the network document, at their
-//! advertised `dgram` address (an EXTEND2 elsewhere fails the circuit).
+//! advertised `dgram` address (an EXTEND2 or a MORE route elsewhere
+//! fails).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use onionlab_cell::msg::EndReason;
 use onionlab_crypto::identity::RelaySecretKeys;
+use onionlab_dgram::more::{MoreOutput, MoreRelay, MoreRelaySettings, SphinxKey};
 use onionlab_dgram::{
     DgramRelay, ExitSetSettings, ExitSets, LinkId, Recv, RelayOutput, RelaySettings, StreamEvent,
     StreamKey,
@@ -53,6 +59,7 @@ type Shared = Rc<RefCell<State>>;
 struct State {
     nickname: String,
     relay: DgramRelay,
+    more: MoreRelay,
     socket: Arc<DatagramSocket>,
     doc: Rc<NetworkDocument>,
     /// At an exit: its sets, and what a connect needs.
@@ -98,9 +105,20 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, setup: DgramSetup) {
         exit = settings.exit,
         "datagram circuits listening"
     );
+    let more = MoreRelay::new(
+        setup.keys.public().ed_identity,
+        SphinxKey::new(setup.keys.sphinx_secret()),
+        datagram_relays(&setup.doc),
+        MoreRelaySettings {
+            exit: exit.is_some(),
+            ..MoreRelaySettings::default()
+        },
+        Instant::now(),
+    );
     let wake = Rc::new(Notify::new());
     let shared: Shared = Rc::new(RefCell::new(State {
         nickname: setup.nickname,
+        more,
         relay: DgramRelay::new(setup.keys, settings, rand::random()),
         socket: socket.clone(),
         doc: setup.doc,
@@ -143,9 +161,25 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, setup: DgramSetup) {
     }
 }
 
-/// Close the links that carried no circuit for [`LINK_IDLE_TIMEOUT`].
+/// Every relay's identity and datagram address in `doc`.
+fn datagram_relays(doc: &NetworkDocument) -> Vec<(Ed25519Identity, SocketAddr)> {
+    doc.relays
+        .iter()
+        .filter_map(|r| {
+            let addr = r.address(EndpointKind::DGRAM.doc_name())?;
+            Some((Ed25519Identity::new(r.ed_identity), addr))
+        })
+        .collect()
+}
+
+/// Close the links that carried no circuit and no MORE message for
+/// [`LINK_IDLE_TIMEOUT`].
 fn close_idle_links(st: &mut State, now: Instant) {
-    let in_use = st.relay.links_in_use();
+    let mut in_use = st.relay.links_in_use();
+    in_use.extend(
+        st.more
+            .links_used_since(now.checked_sub(LINK_SWEEP).unwrap_or(now)),
+    );
     let links: Vec<LinkId> = st.links.keys().copied().collect();
     st.idle_since.retain(|l, _| !in_use.contains(l));
     for link in links {
@@ -163,6 +197,7 @@ fn close_idle_links(st: &mut State, now: Instant) {
         }
         st.idle_since.remove(&link);
         st.relay.link_down(link);
+        st.more.link_down(link);
     }
 }
 
@@ -210,21 +245,29 @@ fn on_link_event(shared: &Shared, ev: LinkEvent) {
             // Ours if we dialled it: then the relay knows where it goes.
             let ours = st.dialing.remove(&peer).is_some();
             st.relay.link_up(now, link, identity, ours.then_some(peer));
+            st.more.link_up(link, identity);
         }
         LinkEvent::Cell { peer, cell } => {
             if let Some(&link) = st.peers.get(&peer) {
                 st.relay.handle_cell(now, link, &cell[..]);
             }
         }
+        LinkEvent::More { peer, message } => {
+            if let Some(&link) = st.peers.get(&peer) {
+                st.more.handle_message(now, link, &message);
+            }
+        }
         LinkEvent::Down { peer, reason } => {
             debug!(nickname = %st.nickname, %peer, %reason, "datagram link down");
             if let Some(identity) = st.dialing.remove(&peer) {
                 st.relay.link_failed(peer, identity);
+                st.more.link_failed(identity);
             }
             if let Some(link) = st.peers.remove(&peer) {
                 st.links.remove(&link);
                 st.idle_since.remove(&link);
                 st.relay.link_down(link);
+                st.more.link_down(link);
             }
         }
     }
@@ -241,7 +284,13 @@ fn flush(shared: &Shared) {
             moved = true;
             on_relay_output(&mut st, now, out);
         }
-        let State { exit, relay, .. } = &mut *st;
+        while let Some(out) = st.more.poll_output() {
+            moved = true;
+            on_more_output(&mut st, now, out);
+        }
+        let State {
+            exit, relay, more, ..
+        } = &mut *st;
         if let Some((sets, ..)) = exit.as_mut() {
             while let Some(circuit) = sets.poll_refused() {
                 moved = true;
@@ -252,6 +301,11 @@ fn flush(shared: &Shared) {
                 // A circuit that just ended: the segment is lost, as on
                 // any datagram path.
                 let _ = relay.send_to_client(circuit, &msg);
+            }
+            while let Some((surb, msg)) = sets.poll_more_reply(now) {
+                moved = true;
+                // A SURB that does not parse is the client's loss.
+                let _ = more.send_reply(now, &surb, &msg);
             }
         }
         while let Some(ev) = st.exit.as_mut().and_then(|(s, ..)| s.poll_event()) {
@@ -297,6 +351,8 @@ fn on_relay_output(st: &mut State, now: Instant, out: RelayOutput) {
                 // That relay opened a link to us from its address: the
                 // same link goes both ways.
                 st.relay.link_known(now, link, addr, identity);
+            } else if st.dialing.get(&addr) == Some(&identity) {
+                // Being connected to for MORE: its Up comes to both.
             } else if let Err(e) = st.socket.connect(addr, identity) {
                 debug!(nickname = %st.nickname, %addr, "datagram link not opened: {e}");
                 st.relay.link_failed(addr, identity);
@@ -311,6 +367,34 @@ fn on_relay_output(st: &mut State, now: Instant, out: RelayOutput) {
         RelayOutput::Closed(circuit) => {
             if let Some((sets, ..)) = st.exit.as_mut() {
                 sets.circuit_closed(circuit);
+            }
+        }
+    }
+}
+
+fn on_more_output(st: &mut State, now: Instant, out: MoreOutput) {
+    match out {
+        MoreOutput::Send(link, message) => {
+            if let Some(&(peer, _)) = st.links.get(&link) {
+                // A full link drops it, as any datagram path may.
+                let _ = st.socket.send_more(peer, message);
+            }
+        }
+        MoreOutput::Connect { addr, identity } => {
+            if st.dialing.get(&addr) == Some(&identity) {
+                // Being connected to for a circuit: its Up comes to both.
+                return;
+            }
+            if let Err(e) = st.socket.connect(addr, identity) {
+                debug!(nickname = %st.nickname, %addr, "datagram link not opened: {e}");
+                st.more.link_failed(identity);
+            } else {
+                st.dialing.insert(addr, identity);
+            }
+        }
+        MoreOutput::Exit(message) => {
+            if let Some((sets, ..)) = st.exit.as_mut() {
+                sets.handle_more(now, &message);
             }
         }
     }

@@ -1,14 +1,17 @@
-//! Datagram circuits (mUDP-OR, `docs/datagram.md`) with real processes
-//! on 127.0.0.1: seven relays (relay6 the exit), a client whose transport
-//! is `datagram` with 1 or 3 circuits per set, and a workload server.
+//! Datagram onion routing (`docs/datagram.md`) with real processes on
+//! 127.0.0.1: seven relays (relay6 the exit), a client whose transport is
+//! `datagram` (mUDP-OR) with 1 or 3 circuits per set, or `more` (MORE: a
+//! Sphinx packet per segment), and a workload server.
 //!
-//! - 1 MiB each way arrives intact over 1 and 3 circuits, with no loss
-//!   and with 1% loss each way on every link (a lossy UDP forwarder in
-//!   front of every relay's datagram address, which the network document
-//!   advertises instead).
+//! - 1 MiB each way arrives intact over 1 and 3 circuits and over MORE,
+//!   with no loss and with 1% loss each way on every link (a lossy UDP
+//!   forwarder in front of every relay's datagram address, which the
+//!   network document advertises instead).
 //! - A relay killed mid-download: over one circuit the application sees
 //!   a reset within seconds, never a clean end; over three circuits the
-//!   download goes on intact on the other two.
+//!   download goes on intact on the other two. Over MORE a killed middle
+//!   costs no byte (routes avoid relays whose link to the client is
+//!   down), and a killed exit resets the download within MORE's timeout.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -73,14 +76,15 @@ async fn lossy_forwarder(target: SocketAddr, loss: f64, seed: u64) -> SocketAddr
     addr
 }
 
-/// Seven relays whose nodes open datagram links; with `loss`, every
-/// relay's datagram address in the document is a lossy forwarder's.
-async fn network(name: &str, loss: f64) -> LocalNetwork {
+/// Seven relays whose nodes open datagram links, for a client of
+/// `transport`; with `loss`, every relay's datagram address in the
+/// document is a lossy forwarder's.
+async fn network_of(transport: &str, name: &str, loss: f64) -> LocalNetwork {
     let dir = std::env::temp_dir().join(format!("onionlab-datagram-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut net = LocalNetwork::init(&bin(), &dir, 7, 1).expect("network init");
     net.remove_when_done();
-    net.set_transport("datagram").expect("transport");
+    net.set_transport(transport).expect("transport");
     net.set_log_filter("info,onionlab_node::dgram=debug,onionlab_client::dgram=debug");
     if loss > 0.0 {
         let key = onionlab_netdoc::keys::load_network_key(&dir.join("network-key.secret"))
@@ -97,6 +101,11 @@ async fn network(name: &str, loss: f64) -> LocalNetwork {
     }
     net.start_relays().expect("relays start");
     net
+}
+
+/// [`network_of`] for mUDP-OR.
+async fn network(name: &str, loss: f64) -> LocalNetwork {
+    network_of("datagram", name, loss).await
 }
 
 fn log_of(p: &testnet::NodeProcess) -> String {
@@ -164,9 +173,11 @@ async fn read_checked(s: &mut TcpStream, offset: &mut u64, len: u64) -> std::io:
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
-    let mut net = network("kill-one", 0.0).await;
+/// Start an endless download through `net`'s client (started with the
+/// path `relay0`, `relay3`, `relay6`), read 1 MiB of it, kill relay
+/// `victim`, and expect the application to see a reset within `limit`,
+/// never a clean end.
+async fn kill_expecting_reset(mut net: LocalNetwork, victim: usize, limit: Duration) {
     net.start_client(Some(&["relay0", "relay3", "relay6"]), "")
         .expect("client starts");
     let server = testnet::workload_server().await.expect("server");
@@ -177,10 +188,10 @@ async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
     read_checked(&mut s, &mut offset, MIB)
         .await
         .expect("before the kill");
-    net.relays[3].kill();
+    net.relays[victim].kill();
     let t0 = Instant::now();
     let mut buf = vec![0u8; 64 * 1024];
-    let ending = tokio::time::timeout(KILL_TO_RESET_LIMIT, async {
+    let ending = tokio::time::timeout(limit, async {
         loop {
             match s.read(&mut buf).await {
                 Ok(0) => return Err("a clean end: the truncated download looks whole"),
@@ -194,7 +205,7 @@ async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
         Ok(Ok(())) => eprintln!("kill to reset: {:?}", t0.elapsed()),
         Ok(Err(why)) => panic!("{why}"),
         Err(_) => panic!(
-            "no reset within {KILL_TO_RESET_LIMIT:?}\n{}",
+            "no reset within {limit:?}\n{}",
             log_of(net.client.as_ref().expect("client"))
         ),
     }
@@ -202,11 +213,23 @@ async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_middle_killed_under_one_of_three_circuits_costs_no_byte() {
-    let mut net = network("kill-three", 0.0).await;
-    let paths = r#"legs = 3
-paths = [["relay0", "relay3", "relay6"], ["relay1", "relay4", "relay6"], ["relay2", "relay5", "relay6"]]"#;
-    net.start_client(None, paths).expect("client starts");
+async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
+    let net = network("kill-one", 0.0).await;
+    kill_expecting_reset(net, 3, KILL_TO_RESET_LIMIT).await;
+}
+
+/// Start an endless download through `net`'s client (configured with
+/// `client_config`), read 1 MiB of it, kill relay `victim`, and expect
+/// `more` MiB more to arrive intact within `limit`.
+async fn kill_expecting_no_loss(
+    mut net: LocalNetwork,
+    client_config: &str,
+    victim: usize,
+    more: u64,
+    limit: Duration,
+) {
+    net.start_client(None, client_config)
+        .expect("client starts");
     let server = testnet::workload_server().await.expect("server");
     let mut s = testnet::endless_download(net.socks_addr(), server)
         .await
@@ -215,18 +238,73 @@ paths = [["relay0", "relay3", "relay6"], ["relay1", "relay4", "relay6"], ["relay
     read_checked(&mut s, &mut offset, MIB)
         .await
         .expect("before the kill");
-    net.relays[4].kill();
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        read_checked(&mut s, &mut offset, 4 * MIB),
-    )
-    .await
-    .unwrap_or_else(|_| {
-        panic!(
-            "stalled at {offset} bytes\n{}",
-            log_of(net.client.as_ref().expect("client"))
-        )
-    })
-    .expect("after the kill");
+    net.relays[victim].kill();
+    tokio::time::timeout(limit, read_checked(&mut s, &mut offset, more * MIB))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "stalled at {offset} bytes\n{}",
+                log_of(net.client.as_ref().expect("client"))
+            )
+        })
+        .expect("after the kill");
     net.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_killed_under_one_of_three_circuits_costs_no_byte() {
+    let net = network("kill-three", 0.0).await;
+    let paths = r#"legs = 3
+paths = [["relay0", "relay3", "relay6"], ["relay1", "relay4", "relay6"], ["relay2", "relay5", "relay6"]]"#;
+    kill_expecting_no_loss(net, paths, 4, 4, Duration::from_secs(60)).await;
+}
+
+async fn more_transfer(loss: f64) {
+    let mut net = network_of("more", &format!("more-{loss}"), loss).await;
+    net.start_client(None, "").expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let client_log = || log_of(net.client.as_ref().expect("client"));
+    testnet::download(socks, server, MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("download: {e}\n{}", client_log()));
+    testnet::upload(socks, server, MIB, None)
+        .await
+        .unwrap_or_else(|e| panic!("upload: {e}\n{}", client_log()));
+    let log = client_log();
+    assert!(log.contains("MORE set started"), "no MORE set:\n{log}");
+    assert!(
+        !log.contains("datagram set started"),
+        "circuits under MORE:\n{log}"
+    );
+    net.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_each_way_over_more() {
+    more_transfer(0.0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_mib_each_way_over_more_through_one_percent_loss() {
+    more_transfer(0.01).await;
+}
+
+/// Kill to reset over MORE: its set's timeout (15 s without a reply),
+/// with room for a loaded machine.
+const MORE_KILL_TO_RESET_LIMIT: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exit_killed_under_more_resets_the_download() {
+    // MORE takes only the exit of a pinned path.
+    let net = network_of("more", "more-kill-exit", 0.0).await;
+    kill_expecting_reset(net, 6, MORE_KILL_TO_RESET_LIMIT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_middle_killed_under_more_costs_no_byte() {
+    let net = network_of("more", "more-kill-middle", 0.0).await;
+    // MORE takes only the exit of a pinned path.
+    let path = r#"path = ["relay0", "relay3", "relay6"]"#;
+    kill_expecting_no_loss(net, path, 3, 2, Duration::from_secs(90)).await;
 }

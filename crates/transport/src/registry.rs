@@ -29,6 +29,7 @@ static REGISTRY: &[&TransportInfo] = &[
     &crate::torchestra::INFO,
     &crate::utcp::INFO,
     &crate::datagram::INFO,
+    &crate::datagram::MORE_INFO,
     #[cfg(feature = "test-transport")]
     &crate::plain::INFO,
 ];
@@ -53,6 +54,8 @@ impl TransportKind {
     /// Datagram circuits (mUDP-OR): relays forward each cell at once, the
     /// client's TCP runs end to end.
     pub const DATAGRAM: TransportKind = TransportKind::of(&crate::datagram::INFO);
+    /// MORE: a Sphinx packet per segment on its own route, no circuits.
+    pub const MORE: TransportKind = TransportKind::of(&crate::datagram::MORE_INFO);
 
     /// Every registered transport.
     pub fn all() -> impl Iterator<Item = TransportKind> {

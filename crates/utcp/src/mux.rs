@@ -557,6 +557,11 @@ impl Mux {
         !self.out.is_empty()
     }
 
+    /// Segments waiting for [`poll_transmit`](Self::poll_transmit).
+    pub fn queued(&self) -> usize {
+        self.out.len()
+    }
+
     /// The next TORTP segment to send to the peer.
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let seg = self.out.pop_front()?;

@@ -39,7 +39,7 @@ pub const DATAGRAM: usize = 1200;
 /// The datagram endpoint: one UDP socket per node, a port of its own.
 pub(crate) static ENDPOINT: EndpointInfo = EndpointInfo {
     doc_name: "dgram",
-    about: "UDP: datagram links (mUDP-OR)",
+    about: "UDP: datagram links (mUDP-OR and MORE)",
     protocol: IpProtocol::Udp,
 };
 
@@ -67,6 +67,28 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
             key: "link.utcp.*",
             default: "as dtls-utcp's",
             about: "the end-to-end user-space TCP (segments sized to fit a cell)",
+        },
+    ],
+    open: open_link,
+};
+
+/// The registry's description of MORE, on the same endpoint: relays run
+/// both designs on their datagram socket; a client's transport picks one.
+pub(crate) static MORE_INFO: TransportInfo = TransportInfo {
+    name: "more",
+    about: "no circuits: every segment of the client's end-to-end TCP goes in a Sphinx packet on its own random route of three relays to the exit, replies on single-use reply blocks (MORE; seed 004)",
+    ordering: Ordering::Unordered,
+    endpoint: DGRAM,
+    settings: &[
+        SettingInfo {
+            key: "listen.dgram",
+            default: "none (no datagram circuits)",
+            about: "relays: UDP address of the datagram endpoint (MORE's too)",
+        },
+        SettingInfo {
+            key: "link.utcp.*",
+            default: "as dtls-utcp's",
+            about: "the end-to-end user-space TCP (397-byte segments, to fit a packet with a reply block)",
         },
     ],
     open: open_link,

@@ -22,7 +22,7 @@ pub(crate) static SETUP: EndpointSetup = EndpointSetup {
 /// The end-to-end TCP's parameters (the lanes' `[link.utcp]`, with
 /// segments that fit a cell) and the link's fixed ones.
 fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
-    let tcp = onionlab_dgram::e2e::segment_settings(&link.utcp);
+    let tcp = onionlab_dgram::e2e::segment_settings(&link.utcp, onionlab_dgram::wire::MSG_DATA_LEN);
     let cells = CellLinkConfig::default();
     vec![
         ("e2e_max_segment", tcp.max_segment.to_string()),
@@ -33,6 +33,14 @@ fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
             tcp.ack_delay.map_or(0, |d| d.as_millis()).to_string(),
         ),
         ("e2e_min_rto_ms", "1000".into()),
+        (
+            "more_e2e_max_segment",
+            onionlab_dgram::more::wire::SEGMENT_LEN.to_string(),
+        ),
+        (
+            "more_packet_bytes",
+            onionlab_dgram::more::sphinx::PACKET_LEN.to_string(),
+        ),
         (
             "e2e_keep_alive_s",
             tcp.keep_alive.map_or(0, |d| d.as_secs()).to_string(),

@@ -41,6 +41,13 @@ pub enum LinkEvent {
         /// The cell's bytes.
         cell: CellBytes,
     },
+    /// A MORE message from an authenticated peer.
+    More {
+        /// The peer's address.
+        peer: SocketAddr,
+        /// The message's bytes.
+        message: Vec<u8>,
+    },
     /// The session with `peer` ended (or never began) and is forgotten.
     Down {
         /// The peer's address.
@@ -147,20 +154,34 @@ impl DatagramSocket {
         Ok(sent)
     }
 
+    /// Queue a MORE message to `peer`, as [`send`](Self::send) a cell.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] if there is no link to `peer`.
+    pub fn send_more(&self, peer: SocketAddr, message: Vec<u8>) -> Result<bool, Error> {
+        let sent = lock(&self.shared)
+            .endpoint
+            .with_carrier(peer, Instant::now(), |link| link.send_more(message))
+            .ok_or(Error::Closed)?;
+        self.shared.wake.notify_one();
+        Ok(sent)
+    }
+
     /// End the link with `peer` (without a word: the peer notices by its
     /// own timers); false if there was none.
     pub fn close(&self, peer: SocketAddr) -> bool {
         lock(&self.shared).endpoint.close(peer)
     }
 
-    /// The next event: a link up or down, or a cell.
+    /// The next event: a link up or down, a cell or a MORE message.
     pub async fn next_event(&self) -> LinkEvent {
         loop {
             let ready = self.shared.events_ready.notified();
             {
                 let mut st = lock(&self.shared);
                 if let Some(e) = st.events.pop_front() {
-                    if matches!(e, LinkEvent::Cell { .. }) {
+                    if matches!(e, LinkEvent::Cell { .. } | LinkEvent::More { .. }) {
                         st.cells_queued -= 1;
                     }
                     return e;
@@ -209,6 +230,17 @@ impl State {
                     }
                     self.cells_queued += 1;
                     LinkEvent::Cell { peer, cell }
+                }
+                EndpointEvent::Carrier {
+                    peer,
+                    event: CellLinkEvent::More(message),
+                } => {
+                    if self.cells_queued >= EVENT_QUEUE {
+                        self.events_dropped += 1;
+                        continue;
+                    }
+                    self.cells_queued += 1;
+                    LinkEvent::More { peer, message }
                 }
                 // A dead peer (a killed relay): the session ends here, so
                 // that its circuits end now.

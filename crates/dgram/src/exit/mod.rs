@@ -5,6 +5,8 @@
 //! included, with LINKED), runs each set's end-to-end TCP and streams
 //! ([`crate::streams`]), and asks its driver to connect each new stream.
 
+mod more;
+
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
@@ -52,6 +54,8 @@ impl Default for ExitSetSettings {
 struct Set {
     nonce: [u8; NONCE_LEN],
     streams: SetStreams,
+    /// A MORE set: no circuits; replies go on the client's SURBs.
+    more: Option<more::MoreExitSet>,
 }
 
 /// Every set of one exit (see the module docs).
@@ -60,6 +64,10 @@ pub struct ExitSets {
     sets: HashMap<u64, Set>,
     by_nonce: HashMap<[u8; NONCE_LEN], u64>,
     by_circuit: HashMap<CircuitId, u64>,
+    /// MORE sets, by their identifier.
+    by_more: HashMap<[u8; crate::more::wire::SET_ID_LEN], u64>,
+    /// SURBs held for every MORE set.
+    more_surbs: usize,
     next_set: u64,
     seed: u64,
     events: VecDeque<StreamEvent>,
@@ -102,6 +110,8 @@ impl ExitSets {
             sets: HashMap::new(),
             by_nonce: HashMap::new(),
             by_circuit: HashMap::new(),
+            by_more: HashMap::new(),
+            more_surbs: 0,
             next_set: 1,
             seed,
             events: VecDeque::new(),
@@ -183,7 +193,7 @@ impl ExitSets {
             .find_map(|s| s.streams.e2e.poll_transmit())
     }
 
-    /// Run the TCPs' timers.
+    /// Run the TCPs' timers; forget MORE sets gone silent.
     pub fn handle_timeout(&mut self, now: Instant) {
         for (&id, set) in self.sets.iter_mut() {
             if set.streams.e2e.poll_timeout().is_some_and(|t| t <= now) {
@@ -191,13 +201,17 @@ impl ExitSets {
                 set.streams.after_tcp(now, id, true, &mut self.events);
             }
         }
+        self.forget_silent_more(now);
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) must next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.sets
             .values()
-            .filter_map(|s| s.streams.e2e.poll_timeout())
+            .flat_map(|s| {
+                let silent = s.more.as_ref().map(more::MoreExitSet::silent_at);
+                s.streams.e2e.poll_timeout().into_iter().chain(silent)
+            })
             .min()
     }
 
@@ -312,6 +326,7 @@ impl ExitSets {
                     Set {
                         nonce,
                         streams: SetStreams::new(e2e),
+                        more: None,
                     },
                 );
                 self.by_nonce.insert(nonce, id);

@@ -18,8 +18,11 @@ use onionlab_utcp::{Role, Settings};
 use rand::RngExt;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
+mod more;
+
 use crate::client::{ClientOutput, ClientSettings, DgramClient, HopSpec};
 use crate::e2e::{link_msg, E2eSet, NONCE_LEN};
+use crate::more::client::{MoreClient, SetAddr};
 use crate::streams::{Recv, SetStreams, StreamEvent, StreamKey, StreamStatus};
 use crate::wire::{RelayCommand, RelayMsg, CELL_LEN};
 use crate::{CircuitId, Error, LinkId};
@@ -52,6 +55,8 @@ impl Default for ProxySettings {
 pub enum ProxyOutput {
     /// Send this cell on this link.
     Transmit(LinkId, Box<[u8; CELL_LEN]>),
+    /// Send this MORE message on this link.
+    SendMore(LinkId, Vec<u8>),
     /// Open a link to this guard, then call [`Proxy::link_up`] or
     /// [`Proxy::link_failed`] (one Connect per guard until then).
     Connect {
@@ -104,6 +109,51 @@ struct ClientSet {
     /// Closed once its last stream's lane is gone (a newer set takes new
     /// streams).
     retiring: bool,
+    /// A MORE set (no circuits: a Sphinx packet per segment).
+    more: Option<MoreSet>,
+}
+
+/// SURBs a MORE client keeps at the exit: refilled when its stock falls
+/// below half of this.
+pub const SURB_TARGET: usize = 64;
+/// A MORE set with streams and no reply for this long probes the exit:
+/// a packet of two SURBs that asks for an answer, which says how many
+/// SURBs the exit holds (the wait doubling to [`PROBE_MAX`] while no
+/// reply comes).
+pub const PROBE_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two probes of a silent MORE set.
+pub const PROBE_MAX: Duration = Duration::from_secs(4);
+/// A MORE set with streams and no reply for this long fails: its exit is
+/// gone (its streams read as reset).
+pub const MORE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A MORE set's end at the client.
+struct MoreSet {
+    /// Where its packets go.
+    addr: SetAddr,
+    /// SURBs the exit holds, as it last said plus those sent since.
+    stock: usize,
+    /// When a reply last came (or the set's first stream opened).
+    heard_at: Instant,
+    /// When the exit is probed if no reply comes, and the wait after.
+    probe_at: Instant,
+    probe_wait: Duration,
+    /// The next refill asks for an answer.
+    probe_due: bool,
+}
+
+impl MoreSet {
+    /// A reply came, with segments (`data`) or only answering a probe, or
+    /// a first stream opened: the exit is alive; the probes' wait starts
+    /// again only after data (an idle set's exit is probed every
+    /// [`PROBE_MAX`]).
+    fn heard(&mut self, now: Instant, data: bool) {
+        self.heard_at = now;
+        if data {
+            self.probe_wait = PROBE_FIRST;
+        }
+        self.probe_at = now + self.probe_wait;
+    }
 }
 
 /// A guard: where it listens and who it is.
@@ -120,6 +170,8 @@ pub struct Proxy {
     links: HashMap<Guard, LinkId>,
     /// Guards being connected to, and the paths waiting for each.
     connecting: HashMap<Guard, WaitingPaths>,
+    /// MORE's routes, links' mailboxes and SURBs.
+    more: MoreClient,
     next_set: u64,
     seed: u64,
     out: VecDeque<ProxyOutput>,
@@ -159,6 +211,7 @@ impl Proxy {
             by_circuit: HashMap::new(),
             links: HashMap::new(),
             connecting: HashMap::new(),
+            more: MoreClient::new(seed),
             next_set: 1,
             seed,
             out: VecDeque::new(),
@@ -196,6 +249,7 @@ impl Proxy {
                 legs: HashMap::new(),
                 waiting: 0,
                 retiring: false,
+                more: None,
             },
         );
         for path in paths {
@@ -270,6 +324,7 @@ impl Proxy {
             }
             s.streams.fail(set, &mut self.events);
         }
+        self.more.forget_set(set);
         for waiting in self.connecting.values_mut() {
             waiting.retain(|(id, _)| *id != set);
         }
@@ -294,6 +349,9 @@ impl Proxy {
             .sets
             .get_mut(&set)
             .ok_or(Error::NoCircuit(CircuitId(0)))?;
+        if let Some(more) = s.more.as_mut().filter(|_| s.streams.e2e.lanes() == 0) {
+            more.heard(now, true);
+        }
         let lane = s.streams.open(now, target)?;
         s.streams.after_tcp(now, set, false, &mut self.events);
         self.pump(now);
@@ -351,6 +409,10 @@ impl Proxy {
         identity: Ed25519Identity,
     ) {
         self.links.insert((addr, identity), link);
+        if self.more.knows(&identity) {
+            let register = self.more.link_up(now, link, identity);
+            self.out.push_back(ProxyOutput::SendMore(link, register));
+        }
         for (set, path) in self
             .connecting
             .remove(&(addr, identity))
@@ -385,6 +447,7 @@ impl Proxy {
     /// A link is gone: its circuits fail.
     pub fn link_down(&mut self, now: Instant, link: LinkId) {
         self.links.retain(|_, l| *l != link);
+        self.more.link_down(link);
         self.client.link_down(link);
         self.drain_client(now);
         self.pump(now);
@@ -428,6 +491,7 @@ impl Proxy {
         for (circuit, nonce) in relink {
             self.send_link(circuit, &nonce);
         }
+        self.more_timers(now);
         self.drain_client(now);
         self.pump(now);
     }
@@ -440,9 +504,16 @@ impl Proxy {
                 Leg::Linked { keepalive_at } => Some(*keepalive_at),
                 Leg::Building => None,
             });
-            relink.chain(s.streams.e2e.poll_timeout())
+            let stall = s
+                .more
+                .as_ref()
+                .filter(|_| s.streams.e2e.lanes() > 0)
+                .map(|m| m.probe_at.min(m.heard_at + MORE_TIMEOUT));
+            relink.chain(s.streams.e2e.poll_timeout()).chain(stall)
         });
-        sets.chain(self.client.poll_timeout()).min()
+        sets.chain(self.client.poll_timeout())
+            .chain(self.more.poll_timeout())
+            .min()
     }
 
     /// What the client asks or tells next.
@@ -493,6 +564,7 @@ impl Proxy {
                 let _ = self.client.send(circuit, hops - 1, &msg);
             }
         }
+        self.pump_more(now);
         self.drain_client(now);
         if self.sets.values().any(|s| s.retiring) {
             self.close_retired();
@@ -587,7 +659,7 @@ impl Proxy {
         let empty = self
             .sets
             .get(&id)
-            .is_some_and(|s| s.legs.is_empty() && s.waiting == 0);
+            .is_some_and(|s| s.more.is_none() && s.legs.is_empty() && s.waiting == 0);
         if empty {
             if let Some(mut set) = self.sets.remove(&id) {
                 set.streams.fail(id, &mut self.events);
