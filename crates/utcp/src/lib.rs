@@ -14,7 +14,10 @@
 //! initial window is 2048 bytes, it retransmits one segment per three
 //! duplicate ACKs (no SACK-based recovery: it sends SACK blocks but
 //! ignores the peer's), and it holds at most 32 out-of-order ranges (the
-//! largest `assembler-max-segment-count` feature).
+//! largest `assembler-max-segment-count` feature). It also drops a whole
+//! segment whose ACK is below what it already had acknowledged, data and
+//! all; the `Mux` gives such a segment the peer's newest ACK instead
+//! (`mux::newest_ack`), since reordering paths deliver them.
 
 pub mod carrier;
 pub mod mux;

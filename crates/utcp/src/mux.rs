@@ -156,6 +156,8 @@ struct Lane {
     reset: bool,
     /// Whether its handshake completed (both sides synchronised).
     synchronized: bool,
+    /// The newest acknowledgement the peer sent, and the window with it.
+    peer_ack: Option<(u32, u16)>,
 }
 
 impl Lane {
@@ -354,6 +356,7 @@ impl Mux {
                 poll_at: None,
                 reset: false,
                 synchronized: false,
+                peer_ack: None,
             },
         );
     }
@@ -397,9 +400,10 @@ impl Mux {
             self.refuse(&seg);
             return Ok(());
         }
-        let Some(lane) = self.lanes.get(&seg.lane) else {
+        let Some(lane) = self.lanes.get_mut(&seg.lane) else {
             return Ok(());
         };
+        let seg = newest_ack(&mut lane.peer_ack, seg);
         let (src_port, dst_port) = if lane.opened_by_us {
             (ACCEPTER_PORT, OPENER_PORT)
         } else {
@@ -765,4 +769,65 @@ fn ip_packet(seg: &Segment<'_>, src_port: u16, dst_port: u16) -> Vec<u8> {
     tcp.options_mut().copy_from_slice(seg.options);
     tcp.payload_mut().copy_from_slice(seg.payload);
     packet
+}
+
+/// `seg` as the lane's stack should see it: if it acknowledges less than
+/// the peer already has (it was overtaken on the way: per-packet routes
+/// and several circuits reorder), it carries the peer's newest
+/// acknowledgement and window instead.
+///
+/// Written here because smoltcp drops a whole segment whose ACK is below
+/// SND.UNA, data and all, and answers nothing, so the sender waits for
+/// its retransmission timeout; RFC 9293 (3.10.7.4) ignores such an ACK
+/// and keeps the data. An old ACK says nothing new, so the newest one in
+/// its place changes nothing else.
+fn newest_ack<'a>(peer_ack: &mut Option<(u32, u16)>, mut seg: Segment<'a>) -> Segment<'a> {
+    if seg.flags & ACK == 0 {
+        return seg;
+    }
+    match *peer_ack {
+        // Older (sequence numbers wrap: compare by distance).
+        Some((ack, window)) if (seg.ack.wrapping_sub(ack) as i32) < 0 => {
+            seg.ack = ack;
+            seg.window = window;
+        }
+        _ => *peer_ack = Some((seg.ack, seg.window)),
+    }
+    seg
+}
+
+#[cfg(test)]
+mod newest_ack_tests {
+    use super::*;
+
+    fn seg(ack: u32, window: u16, flags: u8) -> Segment<'static> {
+        Segment {
+            lane: LaneId::new(1, true).expect("a lane number"),
+            seq: 7,
+            ack,
+            flags,
+            window,
+            options: &[],
+            payload: b"data",
+        }
+    }
+
+    #[test]
+    fn an_overtaken_segment_carries_the_newest_ack_and_keeps_its_data() {
+        let mut newest = None;
+        assert_eq!(newest_ack(&mut newest, seg(100, 10, ACK)).ack, 100);
+        assert_eq!(newest_ack(&mut newest, seg(500, 20, ACK)).ack, 500);
+        // Overtaken on the way: an older ACK, and its old window.
+        let late = newest_ack(&mut newest, seg(300, 5, ACK));
+        assert_eq!(
+            (late.ack, late.window, late.payload),
+            (500, 20, &b"data"[..])
+        );
+        // Across the wrap of sequence numbers.
+        let mut newest = Some((5, 1));
+        assert_eq!(newest_ack(&mut newest, seg(u32::MAX - 10, 9, ACK)).ack, 5);
+        assert_eq!(newest_ack(&mut newest, seg(40, 9, ACK)).ack, 40);
+        // No ACK flag: left alone.
+        assert_eq!(newest_ack(&mut newest, seg(1, 1, SYN)).ack, 1);
+    }
 }
