@@ -3,13 +3,27 @@
 //! unknown address opens a session only if the endpoint accepts them, it
 //! is a DTLS ClientHello, and the handshake limits allow.
 //!
-//! A relay runs two endpoints: one on its advertised UDP port that accepts
-//! sessions, one on an ephemeral port for the sessions it opens. So every
-//! session has its own address pair, two relays may have a session each
-//! way at once (as tor may have two channels), and no rule is needed for
-//! two relays opening sessions to each other at the same moment (the
-//! paper's one socket for all peers would need one). A client runs one
-//! endpoint that accepts nothing.
+//! A dtls-utcp relay runs two endpoints: one on its advertised UDP port
+//! that accepts sessions, one on an ephemeral port for the sessions it
+//! opens. So every session has its own address pair, and two relays may
+//! have a session each way at once (as tor may have two channels). A
+//! datagram relay (mUDP-OR, MORE) runs one endpoint for all its peers, as
+//! the paper's one socket: there two relays that dial each other at the
+//! same moment share one address pair, and a rule picks one dial (see
+//! [Crossed dials](#crossed-dials)). A client runs one endpoint that
+//! accepts nothing.
+//!
+//! # Crossed dials
+//!
+//! A ClientHello from a relay we are dialling and whose session is not
+//! authenticated yet means it dialled us at the same moment. The relay
+//! with the smaller identity keeps its dial and ignores the other's
+//! ClientHellos; the other drops its own dial and answers the peer's as
+//! any responder, once the peer proved its address with a cookie (so a
+//! forged ClientHello cannot make a relay drop a dial). The winner's
+//! ClientHello reaches the loser in the same round trip, so one session
+//! comes up. Without the rule each ClientHello went into the other's
+//! client-side handshake, and both stalled until their handshake timeout.
 //!
 //! # Address validation and handshake limits
 //!
@@ -146,6 +160,9 @@ pub struct EndpointStats {
     pub stray_datagrams: u64,
     /// Sessions that ended with an error.
     pub sessions_failed: u64,
+    /// Dials of ours dropped for the peer's, which crossed them (see the
+    /// module docs).
+    pub dials_yielded: u64,
 }
 
 struct Entry<C: Carrier> {
@@ -157,6 +174,8 @@ struct Entry<C: Carrier> {
     cookie: Option<[u8; COOKIE_LEN]>,
     last_hello: Option<Vec<u8>>,
     initiated: bool,
+    /// The identity a session we initiated expects.
+    dialled: Option<Ed25519Identity>,
 }
 
 /// The sessions of one UDP socket (see the module docs).
@@ -170,6 +189,8 @@ pub struct Endpoint<C: Carrier> {
     cookie_key: ring::hmac::Key,
     /// The origin of the cookie windows.
     epoch: Instant,
+    /// Our identity (relays), for crossed dials.
+    identity: Option<Ed25519Identity>,
 }
 
 /// Whether `datagram` starts with a DTLS handshake record of epoch 0
@@ -222,6 +243,11 @@ impl<C: Carrier> Endpoint<C> {
             config.session.certificate = Some(Certificate::generate()?);
         }
         config.session.expect_peer = None;
+        let identity = config
+            .session
+            .identity
+            .as_ref()
+            .map(|k| Ed25519Identity::from(k.verifying_key()));
         let rng = ring::rand::SystemRandom::new();
         let cookie_key = ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng)
             .map_err(|_| Error::Dtls("no randomness for the cookie secret".into()))?;
@@ -234,6 +260,7 @@ impl<C: Carrier> Endpoint<C> {
             stats: EndpointStats::default(),
             cookie_key,
             epoch: now,
+            identity,
         })
     }
 
@@ -265,7 +292,9 @@ impl<C: Carrier> Endpoint<C> {
         config.expect_peer = Some(expect);
         let seed = self.seed();
         let session = Session::initiate(config, seed, now)?;
-        self.sessions.insert(peer, Entry::new(session, true));
+        let mut entry = Entry::new(session, true);
+        entry.dialled = Some(expect);
+        self.sessions.insert(peer, entry);
         self.collect(peer);
         Ok(())
     }
@@ -284,6 +313,10 @@ impl<C: Carrier> Endpoint<C> {
         if let Some(entry) = self.sessions.get_mut(&from) {
             if datagram.first() == Some(&RETRY) {
                 entry.on_retry(datagram, from, &mut self.out);
+                return;
+            }
+            if self.config.accept && entry.crossed_by(datagram) {
+                self.crossed_dial(from, datagram, now);
                 return;
             }
             // A HELLO of a session still in its handshake (its cookie was
@@ -328,6 +361,30 @@ impl<C: Carrier> Endpoint<C> {
             let result = entry.session.handle_datagram(hello, now);
             self.finish(from, result);
         }
+    }
+
+    /// A ClientHello from a relay we are dialling: see [Crossed
+    /// dials](self#crossed-dials).
+    fn crossed_dial(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
+        let peer = self.sessions.get(&from).and_then(|e| e.dialled);
+        let ours_wins = match (self.identity, peer) {
+            (Some(ours), Some(peer)) => ours.as_bytes() < peer.as_bytes(),
+            _ => true,
+        };
+        if ours_wins {
+            // The peer yields when our ClientHello reaches it.
+            return;
+        }
+        if datagram.first() != Some(&HELLO) {
+            self.send_retry(from, now);
+            return;
+        }
+        if self.validated_hello(from, datagram, now).is_none() {
+            return;
+        }
+        self.sessions.remove(&from);
+        self.stats.dials_yielded += 1;
+        self.handle_datagram(from, datagram, now);
     }
 
     /// A ClientHello from the address of an authenticated session: the
@@ -565,7 +622,16 @@ impl<C: Carrier> Entry<C> {
             cookie: None,
             last_hello: None,
             initiated,
+            dialled: None,
         }
+    }
+
+    /// Whether `datagram` is the peer's ClientHello (bare or as `HELLO`)
+    /// while our own dial to it is still handshaking.
+    fn crossed_by(&self, datagram: &[u8]) -> bool {
+        self.initiated
+            && !self.authenticated
+            && (datagram.first() == Some(&HELLO) || is_client_hello(datagram))
     }
 
     /// A datagram of ours on its way out: a ClientHello is remembered

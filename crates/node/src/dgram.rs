@@ -201,7 +201,8 @@ fn close_idle_links(st: &mut State, now: Instant) {
     }
 }
 
-/// Aborts the stream tasks when the relay's datagram task ends.
+/// Aborts the stream tasks when the relay's datagram task ends, and
+/// logs what the datagram side did (drops and refusals included).
 struct StopTasks(Shared);
 
 impl Drop for StopTasks {
@@ -210,6 +211,14 @@ impl Drop for StopTasks {
             for t in st.tasks.drain(..) {
                 t.abort();
             }
+            info!(
+                nickname = %st.nickname,
+                circuits = ?st.relay.stats(),
+                more = ?st.more.stats(),
+                endpoint = ?st.socket.stats(),
+                events_dropped = st.socket.events_dropped(),
+                "datagram relay stopped"
+            );
         }
     }
 }

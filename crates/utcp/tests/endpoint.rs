@@ -621,3 +621,59 @@ fn one_address_cannot_take_every_half_open_slot() {
         assert!(net.authenticated(c, r).is_some(), "{c} authenticated later");
     }
 }
+
+/// Two relays, each accepting on the address it dials from (one socket,
+/// as the datagram transport's), open sessions to each other at the same
+/// moment: one session comes up between them, authenticated both ways,
+/// within a few round trips.
+#[test]
+fn two_relays_dialling_each_other_at_once_get_one_session() {
+    let (ka, kb) = (keypair(1), keypair(2));
+    let (a, b) = (addr(0), addr(1));
+    let mut net = Net::new();
+    net.nodes.insert(a, endpoint(Some(ka.clone()), true, 8));
+    net.nodes.insert(b, endpoint(Some(kb.clone()), true, 8));
+    let now = net.now;
+    net.node(a).connect(b, identity(&kb), now).expect("a dials");
+    net.node(b).connect(a, identity(&ka), now).expect("b dials");
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.authenticated(a, b), Some(Some(identity(&kb))));
+    assert_eq!(net.authenticated(b, a), Some(Some(identity(&ka))));
+    assert!(net.closed(a, b).is_none() && net.closed(b, a).is_none());
+    assert_eq!(net.node(a).sessions(), 1);
+    assert_eq!(net.node(b).sessions(), 1);
+    // The relay with the larger identity gave its dial up.
+    let yielded = |n: &mut Net, at| n.node(at).stats().dials_yielded;
+    let larger = if identity(&ka).as_bytes() > identity(&kb).as_bytes() {
+        a
+    } else {
+        b
+    };
+    let smaller = if larger == a { b } else { a };
+    assert_eq!(yielded(&mut net, larger), 1);
+    assert_eq!(yielded(&mut net, smaller), 0);
+}
+
+/// A ClientHello forged with the source of a relay we are dialling makes
+/// us drop nothing: it gets a RETRY (which goes to the real relay), and
+/// our dial comes up whichever identity is the smaller.
+#[test]
+fn a_forged_client_hello_does_not_cancel_a_dial() {
+    for (a_seed, b_seed) in [(1, 2), (2, 1)] {
+        let (ka, kb) = (keypair(a_seed), keypair(b_seed));
+        let (a, b) = (addr(0), addr(1));
+        let mut net = Net::new();
+        net.nodes.insert(a, endpoint(Some(ka.clone()), true, 8));
+        net.nodes.insert(b, endpoint(Some(kb.clone()), true, 8));
+        let now = net.now;
+        net.node(a).connect(b, identity(&kb), now).expect("a dials");
+        let hello = client_hello(a, now);
+        net.node(a).handle_datagram(b, &hello, now);
+        net.node(a)
+            .handle_datagram(b, &hello_with(&[7; COOKIE_LEN], &hello), now);
+        net.run_for(Duration::from_millis(500));
+        assert_eq!(net.authenticated(a, b), Some(Some(identity(&kb))));
+        assert_eq!(net.authenticated(b, a), Some(Some(identity(&ka))));
+        assert_eq!(net.node(a).stats().dials_yielded, 0);
+    }
+}
