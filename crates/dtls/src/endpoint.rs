@@ -24,6 +24,12 @@
 //! ClientHello reaches the loser in the same round trip, so one session
 //! comes up. Without the rule each ClientHello went into the other's
 //! client-side handshake, and both stalled until their handshake timeout.
+//! The loser reports the session as the peer's
+//! ([`EndpointEvent::Authenticated`]'s `dialled` is false; its identity
+//! was not checked against the dialled one: the caller does that). A
+//! `HELLO` of the loser's dropped dial still on its way cannot restart
+//! the new session: a `HELLO` restarts an authenticated session only
+//! after a bare ClientHello got a `RETRY` since it came up.
 //!
 //! # Address validation and handshake limits
 //!
@@ -127,6 +133,11 @@ pub enum EndpointEvent<E> {
         peer: SocketAddr,
         /// Its identity.
         identity: Option<Ed25519Identity>,
+        /// Whether we dialled this session. `false` after a crossed dial
+        /// we gave up (see the module docs): the session is the peer's,
+        /// its identity is not checked against the one we dialled, and
+        /// the caller decides whether it stands for our dial.
+        dialled: bool,
     },
     /// The carrier of the session with `peer` reports.
     Carrier {
@@ -176,6 +187,13 @@ struct Entry<C: Carrier> {
     initiated: bool,
     /// The identity a session we initiated expects.
     dialled: Option<Ed25519Identity>,
+    /// Whether we sent a `RETRY` to a ClientHello from the peer since
+    /// this session was authenticated: only then does a `HELLO` restart
+    /// it (a peer that starts over sends a bare ClientHello first), so a
+    /// `HELLO` of the peer's crossed dial still on its way, made with a
+    /// cookie from before, cannot end the session that replaced that
+    /// dial.
+    restart_invited: bool,
 }
 
 /// The sessions of one UDP socket (see the module docs).
@@ -366,10 +384,17 @@ impl<C: Carrier> Endpoint<C> {
     /// A ClientHello from a relay we are dialling: see [Crossed
     /// dials](self#crossed-dials).
     fn crossed_dial(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
-        let peer = self.sessions.get(&from).and_then(|e| e.dialled);
-        let ours_wins = match (self.identity, peer) {
+        let Some(entry) = self.sessions.get_mut(&from) else {
+            return;
+        };
+        // An accepting endpoint has an identity (`new` checks) and a
+        // dial its peer's, so both are known here.
+        let ours_wins = match (self.identity, entry.dialled) {
             (Some(ours), Some(peer)) => ours.as_bytes() < peer.as_bytes(),
-            _ => true,
+            _ => {
+                debug_assert!(false, "a crossed dial without both identities");
+                true
+            }
         };
         if ours_wins {
             // The peer yields when our ClientHello reaches it.
@@ -390,12 +415,23 @@ impl<C: Carrier> Endpoint<C> {
     /// A ClientHello from the address of an authenticated session: the
     /// peer began a new session (it dropped the old one, or restarted).
     /// Without a cookie it gets a `RETRY` (stateless, as any ClientHello);
-    /// with a good one, which only the address's owner can have, the old
-    /// session ends (reported) and the new one begins. A forged one harms
-    /// nothing: the `RETRY` goes to the real peer, which ignores it.
+    /// then a `HELLO` with a good cookie, which only the address's owner
+    /// can have, ends the old session (reported) and the new one begins.
+    /// A forged one harms nothing: the `RETRY` goes to the real peer,
+    /// which ignores it. A `HELLO` before any such `RETRY` is dropped (a
+    /// crossed dial's, see the module docs).
     fn restart(&mut self, from: SocketAddr, datagram: &[u8], now: Instant) {
+        let Some(entry) = self.sessions.get_mut(&from) else {
+            return;
+        };
         if datagram.first() != Some(&HELLO) {
+            entry.restart_invited = true;
             self.send_retry(from, now);
+            return;
+        }
+        if !entry.restart_invited {
+            // No RETRY of ours since the session came up asked for it.
+            self.stats.stray_datagrams += 1;
             return;
         }
         if self.validated_hello(from, datagram, now).is_none() {
@@ -606,7 +642,11 @@ impl<C: Carrier> Endpoint<C> {
             self.events.push_back(match e {
                 SessionEvent::Authenticated(identity) => {
                     entry.authenticated = true;
-                    EndpointEvent::Authenticated { peer, identity }
+                    EndpointEvent::Authenticated {
+                        peer,
+                        identity,
+                        dialled: entry.initiated,
+                    }
                 }
                 SessionEvent::Carrier(event) => EndpointEvent::Carrier { peer, event },
             });
@@ -623,6 +663,7 @@ impl<C: Carrier> Entry<C> {
             last_hello: None,
             initiated,
             dialled: None,
+            restart_invited: false,
         }
     }
 

@@ -246,15 +246,30 @@ fn on_link_event(shared: &Shared, ev: LinkEvent) {
     let mut st = shared.borrow_mut();
     let now = Instant::now();
     match ev {
-        LinkEvent::Up { peer, identity } => {
+        LinkEvent::Up {
+            peer,
+            identity,
+            dialled,
+        } => {
             let link = st.next_link;
             st.next_link += 1;
             st.links.insert(link, (peer, identity));
             st.peers.insert(peer, link);
-            // Ours if we dialled it: then the relay knows where it goes.
-            let ours = st.dialing.remove(&peer).is_some();
-            st.relay.link_up(now, link, identity, ours.then_some(peer));
+            let asked = st.dialing.remove(&peer);
+            // Ours if our dial made it: then the relay knows where it
+            // goes, and the circuit IDs are ours to choose.
+            st.relay
+                .link_up(now, link, identity, dialled.then_some(peer));
             st.more.link_up(link, identity);
+            if let Some(expected) = asked.filter(|_| !dialled) {
+                // The peer's session came instead of our dial (crossed,
+                // or it was opening one as we asked): it stands for our
+                // dial if it is the relay we asked for.
+                st.relay.link_known(now, link, peer, expected);
+                if identity != Some(expected) {
+                    st.more.link_failed(expected);
+                }
+            }
         }
         LinkEvent::Cell { peer, cell } => {
             if let Some(&link) = st.peers.get(&peer) {
@@ -360,13 +375,9 @@ fn on_relay_output(st: &mut State, now: Instant, out: RelayOutput) {
                 // That relay opened a link to us from its address: the
                 // same link goes both ways.
                 st.relay.link_known(now, link, addr, identity);
-            } else if st.dialing.get(&addr) == Some(&identity) {
-                // Being connected to for MORE: its Up comes to both.
-            } else if let Err(e) = st.socket.connect(addr, identity) {
+            } else if let Err(e) = dial(st, addr, identity) {
                 debug!(nickname = %st.nickname, %addr, "datagram link not opened: {e}");
                 st.relay.link_failed(addr, identity);
-            } else {
-                st.dialing.insert(addr, identity);
             }
         }
         RelayOutput::Delivered { circuit, msg } => match st.exit.as_mut() {
@@ -390,15 +401,9 @@ fn on_more_output(st: &mut State, now: Instant, out: MoreOutput) {
             }
         }
         MoreOutput::Connect { addr, identity } => {
-            if st.dialing.get(&addr) == Some(&identity) {
-                // Being connected to for a circuit: its Up comes to both.
-                return;
-            }
-            if let Err(e) = st.socket.connect(addr, identity) {
+            if let Err(e) = dial(st, addr, identity) {
                 debug!(nickname = %st.nickname, %addr, "datagram link not opened: {e}");
                 st.more.link_failed(identity);
-            } else {
-                st.dialing.insert(addr, identity);
             }
         }
         MoreOutput::Exit(message) => {
@@ -407,6 +412,25 @@ fn on_more_output(st: &mut State, now: Instant, out: MoreOutput) {
             }
         }
     }
+}
+
+/// Ask for a link to the relay `identity` at `addr`, unless one is on its
+/// way: our dial (circuits and MORE share it), or the peer's own session
+/// from that address still handshaking (its `Up` then stands for our
+/// dial, see `on_link_event`). `Err`: no link will come.
+fn dial(st: &mut State, addr: SocketAddr, identity: Ed25519Identity) -> Result<(), String> {
+    match st.dialing.get(&addr) {
+        Some(dialled) if *dialled == identity => return Ok(()),
+        Some(_) => return Err("a dial to another relay at that address is under way".into()),
+        None => {}
+    }
+    match st.socket.connect(addr, identity) {
+        Ok(()) => {}
+        Err(_) if !st.peers.contains_key(&addr) && st.socket.has_session(addr) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    st.dialing.insert(addr, identity);
+    Ok(())
 }
 
 /// A new stream's target: connect in the background (bounded), then pump.

@@ -67,7 +67,7 @@ async fn next(s: &DatagramSocket) -> LinkEvent {
 /// Wait for `peer`'s link to come up at `s`.
 async fn up(s: &DatagramSocket) -> (SocketAddr, Option<Ed25519Identity>) {
     match next(s).await {
-        LinkEvent::Up { peer, identity } => (peer, identity),
+        LinkEvent::Up { peer, identity, .. } => (peer, identity),
         other => panic!("expected a link up, got {other:?}"),
     }
 }

@@ -124,6 +124,19 @@ impl Net {
         (net, r, c)
     }
 
+    /// Two relays, `ka`'s at `addr(0)` and `kb`'s at `addr(1)`, each
+    /// accepting on the address it dials from (one socket, as the
+    /// datagram transport's); the first dials the second.
+    fn two_relays(ka: &Arc<Keypair>, kb: &Arc<Keypair>) -> (Net, SocketAddr, SocketAddr) {
+        let (a, b) = (addr(0), addr(1));
+        let mut net = Net::new();
+        net.nodes.insert(a, endpoint(Some(ka.clone()), true, 8));
+        net.nodes.insert(b, endpoint(Some(kb.clone()), true, 8));
+        let now = net.now;
+        net.node(a).connect(b, identity(kb), now).expect("a dials");
+        (net, a, b)
+    }
+
     /// A new client at `at` opens a session to `to`, expecting `expect`.
     fn client_connects(&mut self, at: SocketAddr, to: SocketAddr, expect: Ed25519Identity) {
         self.nodes.insert(at, endpoint(None, false, 8));
@@ -184,9 +197,19 @@ impl Net {
 
     fn authenticated(&self, at: SocketAddr, peer: SocketAddr) -> Option<Option<Ed25519Identity>> {
         self.events.iter().find_map(|(a, e)| match e {
-            EndpointEvent::Authenticated { peer: p, identity } if *a == at && *p == peer => {
-                Some(*identity)
-            }
+            EndpointEvent::Authenticated {
+                peer: p, identity, ..
+            } if *a == at && *p == peer => Some(*identity),
+            _ => None,
+        })
+    }
+
+    /// Whether `at` dialled its authenticated session with `peer`.
+    fn dialled(&self, at: SocketAddr, peer: SocketAddr) -> Option<bool> {
+        self.events.iter().find_map(|(a, e)| match e {
+            EndpointEvent::Authenticated {
+                peer: p, dialled, ..
+            } if *a == at && *p == peer => Some(*dialled),
             _ => None,
         })
     }
@@ -629,12 +652,8 @@ fn one_address_cannot_take_every_half_open_slot() {
 #[test]
 fn two_relays_dialling_each_other_at_once_get_one_session() {
     let (ka, kb) = (keypair(1), keypair(2));
-    let (a, b) = (addr(0), addr(1));
-    let mut net = Net::new();
-    net.nodes.insert(a, endpoint(Some(ka.clone()), true, 8));
-    net.nodes.insert(b, endpoint(Some(kb.clone()), true, 8));
+    let (mut net, a, b) = Net::two_relays(&ka, &kb);
     let now = net.now;
-    net.node(a).connect(b, identity(&kb), now).expect("a dials");
     net.node(b).connect(a, identity(&ka), now).expect("b dials");
     net.run_for(Duration::from_millis(500));
     assert_eq!(net.authenticated(a, b), Some(Some(identity(&kb))));
@@ -652,6 +671,47 @@ fn two_relays_dialling_each_other_at_once_get_one_session() {
     let smaller = if larger == a { b } else { a };
     assert_eq!(yielded(&mut net, larger), 1);
     assert_eq!(yielded(&mut net, smaller), 0);
+    // The smaller's dial made the session; the larger reports it as the
+    // peer's.
+    assert_eq!(net.dialled(smaller, larger), Some(true));
+    assert_eq!(net.dialled(larger, smaller), Some(false));
+}
+
+/// The relay that gives its dial up may have sent a `HELLO` for it (with
+/// a cookie of the other's) that arrives after the other's dial made the
+/// session: it restarts nothing.
+#[test]
+fn a_late_hello_of_a_crossed_dial_restarts_nothing() {
+    let (k1, k2) = (keypair(1), keypair(2));
+    let (smaller, larger) = if identity(&k1).as_bytes() < identity(&k2).as_bytes() {
+        (k1, k2)
+    } else {
+        (k2, k1)
+    };
+    // The larger (the one to give up) dials first, gets a cookie and
+    // sends its HELLO, which is held back.
+    let (mut net, l, w) = Net::two_relays(&larger, &smaller);
+    net.run_for(Duration::from_millis(25));
+    let i = net
+        .flight
+        .iter()
+        .position(|f| f.1 == l && f.3.first() == Some(&HELLO))
+        .expect("the larger's HELLO on its way");
+    let (_, _, _, late) = net.flight.remove(i).expect("index");
+    let now = net.now;
+    net.node(w)
+        .connect(l, identity(&larger), now)
+        .expect("w dials");
+    net.run_for(Duration::from_millis(500));
+    assert_eq!(net.dialled(w, l), Some(true));
+    assert_eq!(net.dialled(l, w), Some(false));
+    assert_eq!(net.node(l).stats().dials_yielded, 1);
+    let now = net.now;
+    net.node(w).handle_datagram(l, &late, now);
+    net.run_for(Duration::from_millis(200));
+    assert!(net.closed(w, l).is_none(), "{:?}", net.closed(w, l));
+    assert!(net.closed(l, w).is_none());
+    assert_eq!(net.node(w).sessions(), 1);
 }
 
 /// A ClientHello forged with the source of a relay we are dialling makes
@@ -661,12 +721,8 @@ fn two_relays_dialling_each_other_at_once_get_one_session() {
 fn a_forged_client_hello_does_not_cancel_a_dial() {
     for (a_seed, b_seed) in [(1, 2), (2, 1)] {
         let (ka, kb) = (keypair(a_seed), keypair(b_seed));
-        let (a, b) = (addr(0), addr(1));
-        let mut net = Net::new();
-        net.nodes.insert(a, endpoint(Some(ka.clone()), true, 8));
-        net.nodes.insert(b, endpoint(Some(kb.clone()), true, 8));
+        let (mut net, a, b) = Net::two_relays(&ka, &kb);
         let now = net.now;
-        net.node(a).connect(b, identity(&kb), now).expect("a dials");
         let hello = client_hello(a, now);
         net.node(a).handle_datagram(b, &hello, now);
         net.node(a)
@@ -675,5 +731,10 @@ fn a_forged_client_hello_does_not_cancel_a_dial() {
         assert_eq!(net.authenticated(a, b), Some(Some(identity(&kb))));
         assert_eq!(net.authenticated(b, a), Some(Some(identity(&ka))));
         assert_eq!(net.node(a).stats().dials_yielded, 0);
+        if identity(&ka).as_bytes() > identity(&kb).as_bytes() {
+            // a would give way to b's real dial: the forged cookie was
+            // checked, and refused.
+            assert_eq!(net.node(a).stats().bad_cookies, 1);
+        }
     }
 }

@@ -33,6 +33,11 @@ pub enum LinkEvent {
         peer: SocketAddr,
         /// Its identity.
         identity: Option<Ed25519Identity>,
+        /// Whether this socket dialled the session; `false` also when
+        /// our dial crossed the peer's and gave way to it
+        /// (`onionlab_dtls::endpoint`'s crossed dials): the peer's
+        /// identity was then not checked against the one dialled.
+        dialled: bool,
     },
     /// A cell from an authenticated peer.
     Cell {
@@ -168,6 +173,13 @@ impl DatagramSocket {
         Ok(sent)
     }
 
+    /// Whether there is a session with `peer`, authenticated or still
+    /// handshaking (its [`LinkEvent::Up`] or [`LinkEvent::Down`] is to
+    /// come if it is not in yet).
+    pub fn has_session(&self, peer: SocketAddr) -> bool {
+        lock(&self.shared).endpoint.has_session(peer)
+    }
+
     /// End the link with `peer` (without a word: the peer notices by its
     /// own timers); false if there was none.
     pub fn close(&self, peer: SocketAddr) -> bool {
@@ -219,7 +231,15 @@ impl State {
     fn take_events(&mut self) {
         while let Some(ev) = self.endpoint.poll_event() {
             let ev = match ev {
-                EndpointEvent::Authenticated { peer, identity } => LinkEvent::Up { peer, identity },
+                EndpointEvent::Authenticated {
+                    peer,
+                    identity,
+                    dialled,
+                } => LinkEvent::Up {
+                    peer,
+                    identity,
+                    dialled,
+                },
                 EndpointEvent::Carrier {
                     peer,
                     event: CellLinkEvent::Cell(cell),

@@ -602,7 +602,7 @@ impl State {
     fn take_events(&mut self, shared: &Arc<Shared>) {
         while let Some(ev) = self.endpoint.poll_event() {
             match ev {
-                EndpointEvent::Authenticated { peer, identity } => {
+                EndpointEvent::Authenticated { peer, identity, .. } => {
                     self.authenticated(peer, identity, shared)
                 }
                 EndpointEvent::Carrier {
