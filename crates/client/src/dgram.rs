@@ -220,10 +220,12 @@ impl State {
         doc: &NetworkDocument,
         target: &Target,
     ) -> std::result::Result<Vec<Vec<usize>>, String> {
-        // As the tor1 client reads them: `path` first, else `paths`.
+        // As the tor1 client reads them: `path` first, else `paths`, all
+        // of them (their number is the set's legs, whatever `legs` says:
+        // the lab writes `paths` alone).
         let pinned: Option<Vec<Vec<String>>> = match (&self.policy.path, &self.policy.paths) {
             (Some(path), _) => Some(vec![path.clone()]),
-            (None, Some(paths)) => Some(paths.iter().take(self.policy.legs).cloned().collect()),
+            (None, Some(paths)) => Some(paths.clone()),
             (None, None) => None,
         };
         if let Some(pinned) = pinned {
@@ -311,7 +313,7 @@ fn on_link_event(shared: &Shared, ev: LinkEvent) {
     let mut st = shared.borrow_mut();
     let now = Instant::now();
     match ev {
-        LinkEvent::Up { peer, identity } => {
+        LinkEvent::Up { peer, identity, .. } => {
             let (Some(expected), Some(_)) = (st.dialing.remove(&peer), identity) else {
                 // Clients never accept: no such session can be ours.
                 st.socket.close(peer);

@@ -224,6 +224,8 @@ async fn a_middle_killed_under_the_only_circuit_resets_the_download() {
 async fn kill_expecting_no_loss(
     mut net: LocalNetwork,
     client_config: &str,
+    // A datagram set's circuits (MORE has none).
+    legs: Option<usize>,
     victim: usize,
     more: u64,
     limit: Duration,
@@ -248,15 +250,25 @@ async fn kill_expecting_no_loss(
             )
         })
         .expect("after the kill");
+    // The set had every circuit asked for (the victim's among them).
+    if let Some(legs) = legs {
+        let log = log_of(net.client.as_ref().expect("client"));
+        let started = format!("legs={legs}");
+        assert!(
+            log.lines()
+                .any(|l| l.contains("datagram set started") && l.contains(&started)),
+            "no set of {legs} circuits:\n{log}"
+        );
+    }
     net.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_middle_killed_under_one_of_three_circuits_costs_no_byte() {
     let net = network("kill-three", 0.0).await;
-    let paths = r#"legs = 3
-paths = [["relay0", "relay3", "relay6"], ["relay1", "relay4", "relay6"], ["relay2", "relay5", "relay6"]]"#;
-    kill_expecting_no_loss(net, paths, 4, 4, Duration::from_secs(60)).await;
+    // `paths` alone, as the lab writes them: their number is the legs.
+    let paths = r#"paths = [["relay0", "relay3", "relay6"], ["relay1", "relay4", "relay6"], ["relay2", "relay5", "relay6"]]"#;
+    kill_expecting_no_loss(net, paths, Some(3), 4, 4, Duration::from_secs(60)).await;
 }
 
 async fn more_transfer(loss: f64) {
@@ -306,5 +318,5 @@ async fn a_middle_killed_under_more_costs_no_byte() {
     let net = network_of("more", "more-kill-middle", 0.0).await;
     // MORE takes only the exit of a pinned path.
     let path = r#"path = ["relay0", "relay3", "relay6"]"#;
-    kill_expecting_no_loss(net, path, 3, 2, Duration::from_secs(90)).await;
+    kill_expecting_no_loss(net, path, None, 3, 2, Duration::from_secs(90)).await;
 }
