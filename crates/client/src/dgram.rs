@@ -67,6 +67,14 @@ pub(crate) struct State {
     wake: Rc<Notify>,
 }
 
+impl Drop for State {
+    /// What the end-to-end TCP did, for the log (resent segments and
+    /// ACKs cost whole cells here).
+    fn drop(&mut self) {
+        tracing::info!(e2e = ?self.proxy.e2e_stats(), "datagram client stopped");
+    }
+}
+
 /// The leg scheduler datagram sets run: the client's (round robin or
 /// random, else an error), else the network's if it is one of those,
 /// else round robin, a cell per circuit in turn (mUDP-OR's default).

@@ -216,6 +216,7 @@ impl Drop for StopTasks {
                 circuits = ?st.relay.stats(),
                 more = ?st.more.stats(),
                 endpoint = ?st.socket.stats(),
+                e2e = ?st.exit.as_ref().map(|(sets, ..)| sets.e2e_stats()),
                 events_dropped = st.socket.events_dropped(),
                 "datagram relay stopped"
             );

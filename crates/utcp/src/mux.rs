@@ -91,6 +91,28 @@ pub struct MuxStats {
     pub segments_dropped: u64,
     /// Lanes refused for [`Settings::max_lanes`].
     pub lanes_refused: u64,
+    /// Segments sent that carried data.
+    pub data_segments_out: u64,
+    /// Of those, segments whose data starts before the end of what the
+    /// lane had sent already: the stack's retransmissions (after a
+    /// timeout, which resends from the oldest unacknowledged byte, or
+    /// three duplicate ACKs).
+    pub data_segments_resent: u64,
+    /// Segments sent with neither data nor SYN, FIN or RST: ACKs and
+    /// window updates.
+    pub acks_out: u64,
+}
+
+impl std::ops::AddAssign for MuxStats {
+    fn add_assign(&mut self, o: MuxStats) {
+        self.segments_in += o.segments_in;
+        self.segments_out += o.segments_out;
+        self.segments_dropped += o.segments_dropped;
+        self.lanes_refused += o.lanes_refused;
+        self.data_segments_out += o.data_segments_out;
+        self.data_segments_resent += o.data_segments_resent;
+        self.acks_out += o.acks_out;
+    }
 }
 
 /// The stack's device: what the stack sends and what it should receive.
@@ -158,6 +180,8 @@ struct Lane {
     synchronized: bool,
     /// The newest acknowledgement the peer sent, and the window with it.
     peer_ack: Option<(u32, u16)>,
+    /// The sequence number after the last data byte sent so far.
+    sent_end: Option<u32>,
 }
 
 impl Lane {
@@ -357,6 +381,7 @@ impl Mux {
                 reset: false,
                 synchronized: false,
                 peer_ack: None,
+                sent_end: None,
             },
         );
     }
@@ -508,6 +533,7 @@ impl Mux {
                     if seg.starts_with_reset() {
                         lane.reset = true;
                     }
+                    count_out(&mut self.stats, &mut lane.sent_end, &seg);
                     self.out.push_back(seg.bytes);
                 }
                 None => debug_assert!(false, "the stack emitted a non-TCP packet"),
@@ -698,6 +724,33 @@ impl Mux {
 /// A TORTP segment made from a packet the stack sent.
 struct OutSegment {
     bytes: Vec<u8>,
+    /// Its sequence number, data length and flags.
+    seq: u32,
+    data_len: u32,
+    flags: u8,
+}
+
+/// Count `seg` in `stats`: data (new or resent, against `sent_end`, the
+/// lane's end of data sent so far) or a bare ACK.
+fn count_out(stats: &mut MuxStats, sent_end: &mut Option<u32>, seg: &OutSegment) {
+    if seg.data_len == 0 {
+        if seg.flags & (SYN | FIN | RST) == 0 {
+            stats.acks_out += 1;
+        }
+        return;
+    }
+    stats.data_segments_out += 1;
+    let end = seg.seq.wrapping_add(seg.data_len);
+    match *sent_end {
+        // Serial-number order (RFC 1982): `seq` before the end sent.
+        Some(e) if (e.wrapping_sub(seg.seq) as i32) > 0 => {
+            stats.data_segments_resent += 1;
+            if (end.wrapping_sub(e) as i32) > 0 {
+                *sent_end = Some(end);
+            }
+        }
+        _ => *sent_end = Some(end),
+    }
 }
 
 impl OutSegment {
@@ -734,7 +787,12 @@ fn tortp_of(lane: LaneId, packet: &[u8]) -> Option<OutSegment> {
     };
     let mut bytes = Vec::with_capacity(seg.encoded_len());
     seg.encode(&mut bytes).ok()?;
-    Some(OutSegment { bytes })
+    Some(OutSegment {
+        bytes,
+        seq: seg.seq,
+        data_len: u32::try_from(seg.payload.len()).ok()?,
+        flags,
+    })
 }
 
 /// The TCP/IPv4 packet the stack expects for `seg` from the peer.
@@ -829,5 +887,42 @@ mod newest_ack_tests {
         assert_eq!(newest_ack(&mut newest, seg(40, 9, ACK)).ack, 40);
         // No ACK flag: left alone.
         assert_eq!(newest_ack(&mut newest, seg(1, 1, SYN)).ack, 1);
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    use super::*;
+
+    #[test]
+    fn resent_data_and_bare_acks_are_counted() {
+        let out = |seq: u32, data_len: u32, flags: u8| OutSegment {
+            bytes: Vec::new(),
+            seq,
+            data_len,
+            flags,
+        };
+        let mut stats = MuxStats::default();
+        let mut end = None;
+        for seg in [
+            out(u32::MAX - 99, 100, ACK), // new, ending past the wrap at 0
+            out(0, 100, ACK | PSH),       // new
+            out(u32::MAX - 99, 100, ACK), // resent after a timeout
+            out(50, 100, ACK),            // resent, half new: the end moves to 150
+            out(150, 0, ACK),             // a bare ACK
+            out(150, 0, ACK | FIN),       // a FIN is no bare ACK
+            out(150, 100, ACK),           // new
+        ] {
+            count_out(&mut stats, &mut end, &seg);
+        }
+        assert_eq!(
+            (
+                stats.data_segments_out,
+                stats.data_segments_resent,
+                stats.acks_out
+            ),
+            (5, 2, 1)
+        );
+        assert_eq!(end, Some(250));
     }
 }

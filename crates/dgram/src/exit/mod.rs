@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
-use onionlab_utcp::{LaneBudget, Role, Settings};
+use onionlab_utcp::{LaneBudget, MuxStats, Role, Settings};
 
 use crate::e2e::{linked_msg, E2eSet, NONCE_LEN};
 use crate::streams::{Recv, SetStreams, StreamEvent, StreamKey};
@@ -77,6 +77,8 @@ pub struct ExitSets {
     answers: VecDeque<(CircuitId, RelayMsg)>,
     /// Streams of every set, counted against `max_streams`.
     budget: LaneBudget,
+    /// The end-to-end TCP counters of the sets that ended.
+    ended: MuxStats,
 }
 
 impl std::fmt::Debug for ExitSets {
@@ -118,6 +120,7 @@ impl ExitSets {
             refuse: VecDeque::new(),
             answers: VecDeque::new(),
             budget: LaneBudget::new(settings.max_streams),
+            ended: MuxStats::default(),
             settings,
         })
     }
@@ -125,6 +128,15 @@ impl ExitSets {
     /// Sets held.
     pub fn sets(&self) -> usize {
         self.sets.len()
+    }
+
+    /// The end-to-end TCP counters of every set, ended or not.
+    pub fn e2e_stats(&self) -> MuxStats {
+        let mut all = self.ended;
+        for set in self.sets.values() {
+            all += set.streams.e2e.stats();
+        }
+        all
     }
 
     /// Streams the driver holds, in every set.
@@ -166,6 +178,7 @@ impl ExitSets {
         if empty {
             if let Some(mut set) = self.sets.remove(&id) {
                 self.by_nonce.remove(&set.nonce);
+                self.ended += set.streams.e2e.stats();
                 set.streams.fail(id, &mut self.events);
             }
         }

@@ -198,6 +198,7 @@ impl ExitSets {
                     self.by_more.remove(&more.id);
                     self.more_surbs -= more.surbs.len();
                 }
+                self.ended += set.streams.e2e.stats();
                 set.streams.fail(id, &mut self.events);
             }
         }

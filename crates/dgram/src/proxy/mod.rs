@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
-use onionlab_utcp::{Role, Settings};
+use onionlab_utcp::{MuxStats, Role, Settings};
 use rand::RngExt;
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
@@ -176,6 +176,8 @@ pub struct Proxy {
     seed: u64,
     out: VecDeque<ProxyOutput>,
     events: VecDeque<StreamEvent>,
+    /// The end-to-end TCP counters of the sets that ended.
+    ended: MuxStats,
 }
 
 impl std::fmt::Debug for Proxy {
@@ -216,7 +218,17 @@ impl Proxy {
             seed,
             out: VecDeque::new(),
             events: VecDeque::new(),
+            ended: MuxStats::default(),
         })
+    }
+
+    /// The end-to-end TCP counters of every set, ended or not.
+    pub fn e2e_stats(&self) -> MuxStats {
+        let mut all = self.ended;
+        for set in self.sets.values() {
+            all += set.streams.e2e.stats();
+        }
+        all
     }
 
     /// Start a set of one circuit per path (guard first, all ending at
@@ -322,6 +334,7 @@ impl Proxy {
                 self.by_circuit.remove(&circuit);
                 self.client.close(circuit);
             }
+            self.ended += s.streams.e2e.stats();
             s.streams.fail(set, &mut self.events);
         }
         self.more.forget_set(set);
@@ -662,6 +675,7 @@ impl Proxy {
             .is_some_and(|s| s.more.is_none() && s.legs.is_empty() && s.waiting == 0);
         if empty {
             if let Some(mut set) = self.sets.remove(&id) {
+                self.ended += set.streams.e2e.stats();
                 set.streams.fail(id, &mut self.events);
                 self.out.push_back(ProxyOutput::SetFailed(id));
             }
