@@ -11,7 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use onionlab_utcp::{LaneEvent, LaneId, LaneState, Mux};
+use onionlab_utcp::{LaneEvent, LaneId, LaneState, Mux, MuxStats};
 
 use crate::e2e::{parse_stream_preamble, stream_preamble, E2eSet};
 use crate::Error;
@@ -207,15 +207,28 @@ impl SetStreams {
         }
     }
 
-    /// The set failed: every stream the driver holds is woken to read
-    /// its reset.
-    pub(crate) fn fail(&mut self, set: u64, events: &mut VecDeque<StreamEvent>) {
-        for (&lane, s) in self.streams.iter_mut() {
+    /// The set failed and is dropped: every stream the driver holds is
+    /// woken to read its reset (from the set's absence). Returns the
+    /// set's end-to-end TCP counters, for the driver's totals.
+    pub(crate) fn fail(self, set: u64, events: &mut VecDeque<StreamEvent>) -> MuxStats {
+        for (&lane, s) in self.streams.iter() {
             if s.held() {
-                *s = Stream::Ended { reset: true };
                 events.push_back(StreamEvent::Wake(StreamKey { set, lane }));
             }
         }
+        self.e2e.stats()
+    }
+
+    /// The end-to-end TCP counters of `ended` sets plus those of the
+    /// sets still held.
+    pub(crate) fn total_stats<'a>(
+        ended: MuxStats,
+        held: impl IntoIterator<Item = &'a SetStreams>,
+    ) -> MuxStats {
+        held.into_iter().fold(ended, |mut all, set| {
+            all += set.e2e.stats();
+            all
+        })
     }
 
     /// After the TCP moved: new and ended lanes, targets and answers

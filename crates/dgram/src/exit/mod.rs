@@ -132,11 +132,7 @@ impl ExitSets {
 
     /// The end-to-end TCP counters of every set, ended or not.
     pub fn e2e_stats(&self) -> MuxStats {
-        let mut all = self.ended;
-        for set in self.sets.values() {
-            all += set.streams.e2e.stats();
-        }
-        all
+        SetStreams::total_stats(self.ended, self.sets.values().map(|s| &s.streams))
     }
 
     /// Streams the driver holds, in every set.
@@ -176,10 +172,9 @@ impl ExitSets {
             .get_mut(&id)
             .is_some_and(|set| set.streams.e2e.remove_leg(circuit));
         if empty {
-            if let Some(mut set) = self.sets.remove(&id) {
+            if let Some(set) = self.sets.remove(&id) {
                 self.by_nonce.remove(&set.nonce);
-                self.ended += set.streams.e2e.stats();
-                set.streams.fail(id, &mut self.events);
+                self.ended += set.streams.fail(id, &mut self.events);
             }
         }
     }

@@ -193,13 +193,12 @@ impl ExitSets {
             .map(|(&id, _)| id)
             .collect();
         for id in silent {
-            if let Some(mut set) = self.sets.remove(&id) {
+            if let Some(set) = self.sets.remove(&id) {
                 if let Some(more) = &set.more {
                     self.by_more.remove(&more.id);
                     self.more_surbs -= more.surbs.len();
                 }
-                self.ended += set.streams.e2e.stats();
-                set.streams.fail(id, &mut self.events);
+                self.ended += set.streams.fail(id, &mut self.events);
             }
         }
     }

@@ -224,11 +224,7 @@ impl Proxy {
 
     /// The end-to-end TCP counters of every set, ended or not.
     pub fn e2e_stats(&self) -> MuxStats {
-        let mut all = self.ended;
-        for set in self.sets.values() {
-            all += set.streams.e2e.stats();
-        }
-        all
+        SetStreams::total_stats(self.ended, self.sets.values().map(|s| &s.streams))
     }
 
     /// Start a set of one circuit per path (guard first, all ending at
@@ -329,13 +325,12 @@ impl Proxy {
 
     /// End a set: its circuits are destroyed, its streams read as reset.
     pub fn close_set(&mut self, set: u64) {
-        if let Some(mut s) = self.sets.remove(&set) {
+        if let Some(s) = self.sets.remove(&set) {
             for &circuit in s.legs.keys() {
                 self.by_circuit.remove(&circuit);
                 self.client.close(circuit);
             }
-            self.ended += s.streams.e2e.stats();
-            s.streams.fail(set, &mut self.events);
+            self.ended += s.streams.fail(set, &mut self.events);
         }
         self.more.forget_set(set);
         for waiting in self.connecting.values_mut() {
@@ -674,9 +669,8 @@ impl Proxy {
             .get(&id)
             .is_some_and(|s| s.more.is_none() && s.legs.is_empty() && s.waiting == 0);
         if empty {
-            if let Some(mut set) = self.sets.remove(&id) {
-                self.ended += set.streams.e2e.stats();
-                set.streams.fail(id, &mut self.events);
+            if let Some(set) = self.sets.remove(&id) {
+                self.ended += set.streams.fail(id, &mut self.events);
                 self.out.push_back(ProxyOutput::SetFailed(id));
             }
         }
