@@ -72,6 +72,11 @@ pub struct RunOptions {
     /// Set (by a signal handler) to stop after the runs under way; what
     /// ran is written out as usual.
     pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Set (by a second signal) to end the runs under way at once: their
+    /// processes are stopped, their namespaces removed, and they are not
+    /// recorded (`--resume` runs them again); `run` then fails with
+    /// [`RunError::Interrupted`].
+    pub abort: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// Why a run failed as a whole (individual transfer failures are records).
@@ -108,6 +113,10 @@ pub enum RunError {
     /// The scenario's `[relay_settings.link]` does not fit the settings.
     #[error("[relay_settings.link]: {0}")]
     LinkTable(#[from] toml::de::Error),
+    /// A second signal ended the runs under way before their workloads
+    /// finished; nothing of them is recorded.
+    #[error("interrupted: the runs under way were ended and not recorded")]
+    Interrupted,
 }
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
@@ -449,6 +458,11 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                 .as_ref()
                 .is_some_and(|f| f.load(Ordering::Relaxed))
     };
+    let interrupted = || {
+        opts.abort
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    };
     let next = AtomicUsize::new(0);
     let finished = AtomicUsize::new(0);
     let mut done = 0;
@@ -458,6 +472,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
         for slot in 0..jobs {
             let tx = tx.clone();
             let (pending, next, finished, stopping) = (&pending, &next, &finished, &stopping);
+            let interrupted = &interrupted;
             let abort = &abort;
             let (variants, short) = (&variants, &short);
             s.spawn(move || loop {
@@ -484,6 +499,10 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                 let seed = repetition_seed(scenario.seed, p.rep);
                 let lab = format!("l{}-{slot}", std::process::id());
                 let variant = &variants[p.variant];
+                let hooks = RunHooks {
+                    status: &status,
+                    interrupted,
+                };
                 let result = run_one(
                     scenario,
                     variant,
@@ -491,7 +510,7 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, RunErro
                     &p.dir,
                     &opts.bin,
                     &lab,
-                    &status,
+                    &hooks,
                 );
                 finished.fetch_add(1, Ordering::Relaxed);
                 // A failed run stops every worker before it takes another.
@@ -1030,7 +1049,15 @@ fn wait_ready(
     }
 }
 
-/// Run repetition `rep` (with `seed`) of `variant` in `dir`; `status`
+/// How a run under way shows what it does and learns it must end.
+struct RunHooks<'a> {
+    /// What the run is doing before its workload (shown after its label).
+    status: &'a dyn Fn(&str),
+    /// True once the run must end at once, unrecorded (a second signal).
+    interrupted: &'a dyn Fn() -> bool,
+}
+
+/// Run repetition `rep` (with `seed`) of `variant` in `dir`; `hooks.status`
 /// hears what it is doing before the workload starts.
 fn run_one(
     scenario: &Scenario,
@@ -1039,8 +1066,9 @@ fn run_one(
     dir: &Path,
     bin: &Path,
     lab: &str,
-    status: &dyn Fn(&str),
+    hooks: &RunHooks,
 ) -> Result<(Vec<TransferRecord>, RepetitionRecord, Sysctls), RunError> {
+    let status = hooks.status;
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(io_err("creating the repetition directory"))?;
     let mut topology = variant.topology.clone();
@@ -1094,7 +1122,14 @@ fn run_one(
 
     // Workload agents, one per client with workloads.
     let cpu_start = cpu_jiffies();
-    let agents = run_agents(scenario, variant, &net, (dir, bin, seed), &server_addrs)?;
+    let agents = run_agents(
+        scenario,
+        variant,
+        &net,
+        (dir, bin, seed),
+        &server_addrs,
+        hooks.interrupted,
+    )?;
     let cpu_end = cpu_jiffies();
     let busy = match (cpu_start, cpu_end) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
@@ -1242,13 +1277,15 @@ fn torchestra_moves(nodes: &Nodes, dir: &Path) -> Vec<(String, u64)> {
 
 /// Start a workload agent per client with workloads and wait for them
 /// all (each stopped past the workloads' deadline); returns them with
-/// their specs.
+/// their specs. Once `interrupted` says so, stops them and fails with
+/// [`RunError::Interrupted`] (the caller's nodes and network go with it).
 fn run_agents(
     scenario: &Scenario,
     variant: &Variant,
     net: &Network,
     (dir, bin, seed): (&Path, &Path, u64),
     server_addrs: &std::collections::HashMap<String, SocketAddr>,
+    interrupted: &dyn Fn() -> bool,
 ) -> Result<Vec<(Proc, AgentSpec)>, RunError> {
     let mut agents = Vec::new();
     let mut deadline = Duration::from_secs(30);
@@ -1298,6 +1335,10 @@ fn run_agents(
             if Instant::now() > wait_until {
                 p.stop();
                 break;
+            }
+            if interrupted() {
+                // Dropping them stops them.
+                return Err(RunError::Interrupted);
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -526,3 +526,124 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
     );
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Ctrl-C twice during a run: the run under way ends within seconds, every
+/// process it started is gone, its namespaces are removed, nothing of it
+/// is recorded, and `lab run` fails saying so.
+#[test]
+fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
+    if !netns_available() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::temp_dir().join(format!("onionlab-lab-abort-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // The quick scenario with downloads enough for minutes.
+    let quick = std::fs::read_to_string(root.join("scenarios/quick.toml")).expect("quick.toml");
+    assert!(quick.contains("count = 3\n") && quick.contains("\"topologies/"));
+    let topologies = root.join("scenarios/topologies");
+    let scenario = quick
+        .replace("count = 3\n", "count = 1000\n")
+        .replace("\"topologies/", &format!("\"{}/", topologies.display()));
+    let scenario_path = dir.join("abort.toml");
+    std::fs::write(&scenario_path, scenario).expect("scenario");
+    let out = dir.join("out");
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["--log", "warn", "lab", "run"])
+        .arg(&scenario_path)
+        .args(["--reps", "1", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start lab run");
+    let pid = lab.id();
+    // Under way: the workload agent has started (its spec is written just
+    // before), and its thousand downloads take minutes.
+    let agent = out.join("raw/rep000-v00/agent-op.json");
+    let started = std::time::Instant::now();
+    while !agent.exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(90),
+            "no workload agent started within 90 s"
+        );
+        assert!(
+            lab.try_wait().expect("lab run").is_none(),
+            "lab run ended early"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The run's namespaces, by inode: every process it started is in one.
+    let prefix = format!("olab-l{pid}-");
+    let lab_namespaces = || -> Vec<(String, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.filter_map(|e| {
+                    let e = e.ok()?;
+                    let name = e.file_name().into_string().ok()?;
+                    let inode = std::fs::metadata(e.path()).ok()?.ino();
+                    name.starts_with(&prefix).then_some((name, inode))
+                })
+                .collect()
+            })
+            .unwrap_or_default()
+    };
+    let inodes: Vec<u64> = lab_namespaces().iter().map(|n| n.1).collect();
+    assert!(!inodes.is_empty(), "no namespace named {prefix}*");
+    let interrupt = || {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    };
+    interrupt();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    interrupt();
+    let interrupted = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = lab.try_wait().expect("lab run") {
+            break s;
+        }
+        if interrupted.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = lab.kill();
+            panic!("lab run still going 60 s after the second SIGINT");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut lab.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert!(!status.success(), "an interrupted run exited 0: {stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            e.file_name().to_str()?.parse::<u32>().ok()?;
+            let ns = std::fs::read_link(e.path().join("ns/net")).ok()?;
+            let inode: u64 = ns
+                .to_str()?
+                .strip_prefix("net:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            inodes.contains(&inode).then_some(cmd)
+        })
+        .collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    let namespaces = lab_namespaces();
+    assert!(
+        namespaces.is_empty(),
+        "namespaces left behind: {namespaces:?}"
+    );
+    let journal = std::fs::read_to_string(out.join("repetitions.jsonl")).unwrap_or_default();
+    assert_eq!(
+        journal.lines().count(),
+        0,
+        "the ended run was recorded: {journal}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use clap::Subcommand;
@@ -128,6 +128,33 @@ pub enum LabCommand {
 }
 
 /// The scenario file NAME names: a path, or a bundled scenario's name.
+/// `lab run`'s SIGINT/SIGTERM handling, as (stop, abort) flags. The first
+/// signal sets `stop`: the runs under way finish (their processes and
+/// namespaces are cleaned up) and what ran is written with its report. The
+/// second sets `abort`: the runs under way end at once, cleaned up the same
+/// way and not recorded. A third ends the process at once.
+fn stop_flags() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let abort = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // Registered first, so it sees `abort` before this signal sets it.
+        signal_hook::flag::register_conditional_shutdown(sig, 1, abort.clone())
+            .map_err(|e| Error::Usage(format!("installing a signal handler: {e}")))?;
+        let (stop, abort) = (stop.clone(), abort.clone());
+        // SAFETY: the action only swaps and stores atomics, which is
+        // async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(sig, move || {
+                if stop.swap(true, Ordering::SeqCst) {
+                    abort.store(true, Ordering::SeqCst);
+                }
+            })
+        }
+        .map_err(|e| Error::Usage(format!("installing a signal handler: {e}")))?;
+    }
+    Ok((stop, abort))
+}
+
 fn scenario_path(name: &str) -> Result<PathBuf> {
     let p = PathBuf::from(name);
     if p.exists() {
@@ -281,15 +308,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", s.name)));
             let bin = std::env::current_exe()
                 .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
-            // SIGINT/SIGTERM: finish the repetition under way (its
-            // processes and namespaces are cleaned up), write what ran and
-            // the report. A second signal ends the process at once.
-            let stop = Arc::new(AtomicBool::new(false));
-            for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-                signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
-                    .and_then(|_| signal_hook::flag::register(sig, stop.clone()))
-                    .map_err(|e| Error::Usage(format!("installing a signal handler: {e}")))?;
-            }
+            let (stop, abort) = stop_flags()?;
             let opts = RunOptions {
                 out: out.clone(),
                 bin,
@@ -302,6 +321,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
                 jobs: usize::from(jobs),
                 progress: true,
                 stop: Some(stop),
+                abort: Some(abort),
             };
             let outcome = run(&s, &opts).map_err(|e| {
                 let kept =
