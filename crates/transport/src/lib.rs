@@ -83,6 +83,7 @@ pub use any::TransportKind;
 pub use err::{Error, SettingError, WireError};
 pub use registry::Choice;
 pub use settings::LinkSettings;
+pub use udp::UDP_SOCKET_BUFFER;
 
 /// How a transport orders cells (see the crate docs, point 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

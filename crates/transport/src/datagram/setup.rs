@@ -46,6 +46,8 @@ fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
             tcp.keep_alive.map_or(0, |d| d.as_secs()).to_string(),
         ),
         ("link_send_queue_cells", cells.send_queue.to_string()),
+        // Asked of the kernel, which caps it at net.core.rmem_max / wmem_max.
+        ("udp_socket_buffer", crate::UDP_SOCKET_BUFFER.to_string()),
         ("link_peer_rate_cells_per_s", cells.peer_rate.to_string()),
         ("link_heartbeat_ms", cells.heartbeat.as_millis().to_string()),
         (

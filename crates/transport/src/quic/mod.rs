@@ -64,7 +64,7 @@
 //! | keep-alive / idle timeout | [`DEFAULT_KEEP_ALIVE`] / [`DEFAULT_IDLE_TIMEOUT`] ([`QuicSettings`]) | idle channels stay open like tor's; a peer that vanished is noticed within the idle timeout |
 //! | stateless reset key | derived from the relay's identity key | a relay that restarts resets its peers' old connections at their next packet |
 //! | congestion control | [`Congestion`], Cubic by default | quinn's implementations |
-//! | UDP socket buffers | [`UDP_SOCKET_BUFFER`] each way (capped by the kernel) | one socket serves every peer; the kernel's 208 KiB default drops bursts TCP's autotuned buffers absorb |
+//! | UDP socket buffers | [`UDP_SOCKET_BUFFER`](crate::UDP_SOCKET_BUFFER) each way (capped by the kernel) | one socket serves every peer; the kernel's 208 KiB default drops bursts TCP's autotuned buffers absorb |
 //! | initial MTU, initial window | [`QuicSettings::initial_mtu`] (1200 by default), [`INITIAL_WINDOW_PACKETS`] packets | as large as TCP's packets and initial window when the path's MTU is known (the lab) |
 //!
 //! # Dead peers
@@ -567,36 +567,6 @@ fn transport_config(settings: &QuicSettings) -> Arc<TransportConfig> {
     Arc::new(t)
 }
 
-/// Socket buffers asked of the kernel for a QUIC endpoint's UDP socket,
-/// each direction. The kernel's default (`net.core.rmem_default`, about
-/// 208 KiB) is far below what TCP's autotuning gives a TLS link
-/// (`net.ipv4.tcp_rmem`, up to 32 MiB here), and one endpoint serves every
-/// peer: with the default, a burst the process does not read at once is
-/// dropped by the host and seen by QUIC as loss (the lab counts such drops
-/// as `udp_rcvbuf_errors`). The kernel caps the request at
-/// `net.core.rmem_max` / `wmem_max`.
-pub const UDP_SOCKET_BUFFER: usize = 8 << 20;
-
-/// A UDP socket bound to `addr` with [`UDP_SOCKET_BUFFER`] buffers (best
-/// effort: a kernel that refuses the size leaves its default).
-fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )?;
-    for (what, r) in [
-        ("receive", socket.set_recv_buffer_size(UDP_SOCKET_BUFFER)),
-        ("send", socket.set_send_buffer_size(UDP_SOCKET_BUFFER)),
-    ] {
-        if let Err(e) = r {
-            debug!("QUIC UDP {what} buffer left at the kernel's default: {e}");
-        }
-    }
-    socket.bind(&addr.into())?;
-    Ok(socket.into())
-}
-
 /// quinn's own idle timeout for a link whose [`QuicSettings::idle_timeout`]
 /// is `link_timeout`: four times as long, at least a minute. A link is
 /// judged over all its connections together (`lanes::watch_packets`):
@@ -682,7 +652,7 @@ impl QuicTransport {
         server.transport_config(transport_config(&settings));
         server.migration(false);
         let endpoint_config = relay_endpoint_config(keys);
-        let endpoint = udp_socket(listen)
+        let endpoint = crate::udp::socket(listen)
             .and_then(|socket| {
                 let runtime = quinn::default_runtime()
                     .ok_or_else(|| std::io::Error::other("no async runtime"))?;
@@ -804,7 +774,7 @@ impl QuicTransport {
         if let Some(e) = cell.get() {
             return Ok(e.clone());
         }
-        let e = udp_socket(any)
+        let e = crate::udp::socket(any)
             .and_then(|socket| {
                 let runtime = quinn::default_runtime()
                     .ok_or_else(|| std::io::Error::other("no async runtime"))?;
@@ -1295,13 +1265,6 @@ pub(crate) async fn read_lane_header(
 mod tests {
     use super::*;
 
-    fn sysctl(name: &str) -> usize {
-        std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0)
-    }
-
     /// A link dropped without a shutdown lets its state go: its lane tasks
     /// end (they used to wait for cells forever, holding the link), and so
     /// do its reading and watching tasks once its connection is closed.
@@ -1342,22 +1305,6 @@ mod tests {
                 "the dropped link's state is still held"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// The endpoint's socket gets more buffer than the kernel's default,
-    /// as much as the kernel allows up to the request.
-    #[test]
-    fn udp_sockets_get_large_buffers() {
-        let s = udp_socket("127.0.0.1:0".parse().expect("addr")).expect("socket");
-        let got = socket2::SockRef::from(&s)
-            .recv_buffer_size()
-            .expect("SO_RCVBUF");
-        let (default, max) = (sysctl("rmem_default"), sysctl("rmem_max"));
-        // Linux doubles the value asked (for bookkeeping) after capping it.
-        let expected = 2 * UDP_SOCKET_BUFFER.min(max);
-        if max > default {
-            assert_eq!(got, expected, "rmem_default {default}, rmem_max {max}");
         }
     }
 }

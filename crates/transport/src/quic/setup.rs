@@ -25,6 +25,8 @@ fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
     vec![
         ("initial_mtu", mtu.to_string()),
         ("initial_window_bytes", (10 * u64::from(mtu)).to_string()),
+        // Asked of the kernel, which caps it at net.core.rmem_max / wmem_max.
+        ("udp_socket_buffer", crate::UDP_SOCKET_BUFFER.to_string()),
     ]
 }
 

@@ -31,6 +31,8 @@ fn wire(link: &LinkSettings) -> Vec<(&'static str, String)> {
             lanes.ack_delay.map_or(0, |d| d.as_millis()).to_string(),
         ),
         ("initial_window_bytes", "2048".into()),
+        // Asked of the kernel, which caps it at net.core.rmem_max / wmem_max.
+        ("udp_socket_buffer", crate::UDP_SOCKET_BUFFER.to_string()),
         ("min_rto_ms", "1000".into()),
         (
             "sack",
