@@ -127,7 +127,6 @@ pub enum LabCommand {
     },
 }
 
-/// The scenario file NAME names: a path, or a bundled scenario's name.
 /// `lab run`'s SIGINT/SIGTERM handling, as (stop, abort) flags. The first
 /// signal sets `stop`: the runs under way finish (their processes and
 /// namespaces are cleaned up) and what ran is written with its report. The
@@ -155,6 +154,7 @@ fn stop_flags() -> Result<(Arc<AtomicBool>, Arc<AtomicBool>)> {
     Ok((stop, abort))
 }
 
+/// The scenario file NAME names: a path, or a bundled scenario's name.
 fn scenario_path(name: &str) -> Result<PathBuf> {
     let p = PathBuf::from(name);
     if p.exists() {
