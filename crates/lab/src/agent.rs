@@ -8,11 +8,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::{Workload, WorkloadKind};
 use crate::traffic::{self, OP_DOWNLOAD, OP_ECHO, OP_PROBE, OP_UPLOAD};
+use crate::workload::{Workload, WorkloadKind};
 
 /// What one agent does (written by the runner as JSON).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentSpec {
     /// The client's SOCKS port (inside the client's host).
     pub socks: SocketAddr,

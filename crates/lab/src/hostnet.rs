@@ -66,7 +66,7 @@ pub struct HostTcp {
 
 /// Kernel TCP settings a variant may set on every host (`None`: the
 /// kernel's own, recorded).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelTcp {
     /// `net.ipv4.tcp_slow_start_after_idle`.
     pub slow_start_after_idle: Option<bool>,

@@ -13,10 +13,12 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::TransferRecord;
-use crate::run::{RepetitionRecord, RunError};
+use crate::error::{io_err, Error};
+use crate::run::RepetitionRecord;
 use crate::scenario::Scenario;
 
 /// The commit onionlab was built from (12 hex digits, `-dirty` with
@@ -85,7 +87,7 @@ impl Redo {
 pub struct Journal {
     out: PathBuf,
     /// Held for the journal's life: one `lab run` per directory.
-    _lock: fs::File,
+    _lock: Flock<fs::File>,
     records_file: fs::File,
     reps_file: fs::File,
     done: BTreeSet<(u32, String)>,
@@ -95,18 +97,13 @@ pub struct Journal {
     pub repetitions: Vec<RepetitionRecord>,
 }
 
-fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RunError {
-    let what = what.into();
-    move |source| RunError::Io { what, source }
-}
-
-fn start_err(msg: String) -> RunError {
-    RunError::Start(msg)
+fn start_err(msg: String) -> Error {
+    Error::Start(msg)
 }
 
 impl Journal {
     /// Start a run in `out`, which must not exist or be empty.
-    pub fn create(out: &Path, scenario: &Scenario, repetitions: u32) -> Result<Journal, RunError> {
+    pub fn create(out: &Path, scenario: &Scenario, repetitions: u32) -> Result<Journal, Error> {
         if out.exists()
             && fs::read_dir(out)
                 .map_err(io_err("reading the output directory"))?
@@ -151,7 +148,7 @@ impl Journal {
         scenario: &Scenario,
         repetitions: u32,
         redo: Redo,
-    ) -> Result<Journal, RunError> {
+    ) -> Result<Journal, Error> {
         same_file(
             &out.join("scenario.toml"),
             scenario.text.as_bytes(),
@@ -267,7 +264,7 @@ impl Journal {
 
     /// The raw directory of a run, emptied if an interrupted attempt left
     /// it behind.
-    pub fn fresh_raw_dir(&self, rep: u32, variant_index: usize) -> Result<PathBuf, RunError> {
+    pub fn fresh_raw_dir(&self, rep: u32, variant_index: usize) -> Result<PathBuf, Error> {
         let dir = self
             .out
             .join(format!("raw/rep{rep:03}-v{variant_index:02}"));
@@ -283,7 +280,7 @@ impl Journal {
         &mut self,
         records: Vec<TransferRecord>,
         rep: RepetitionRecord,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), Error> {
         for rec in &records {
             let line = serde_json::to_string(rec).unwrap_or_default();
             writeln!(self.records_file, "{line}").map_err(io_err("writing records.jsonl"))?;
@@ -310,7 +307,7 @@ impl Journal {
         repetitions: u32,
         resumed: bool,
         (redone_saturated, redone_shared): (usize, usize),
-    ) -> Result<(), RunError> {
+    ) -> Result<(), Error> {
         let segment = Segment {
             started_unix_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -347,11 +344,11 @@ pub fn segments(dir: &Path) -> Vec<Segment> {
     read_complete_lines(&dir.join(SEGMENTS_FILE)).unwrap_or_default()
 }
 
-fn create(path: &Path) -> Result<fs::File, RunError> {
+fn create(path: &Path) -> Result<fs::File, Error> {
     fs::File::create(path).map_err(io_err(format!("creating {}", path.display())))
 }
 
-fn open_append(path: &Path) -> Result<fs::File, RunError> {
+fn open_append(path: &Path) -> Result<fs::File, Error> {
     fs::OpenOptions::new()
         .append(true)
         .open(path)
@@ -359,7 +356,7 @@ fn open_append(path: &Path) -> Result<fs::File, RunError> {
 }
 
 /// Write `text` to `path` through a temporary file renamed over it.
-fn replace_file(path: &Path, text: &str) -> Result<(), RunError> {
+fn replace_file(path: &Path, text: &str) -> Result<(), Error> {
     let tmp = path.with_extension("jsonl.tmp");
     let mut f = create(&tmp)?;
     f.write_all(text.as_bytes())
@@ -368,7 +365,7 @@ fn replace_file(path: &Path, text: &str) -> Result<(), RunError> {
     fs::rename(&tmp, path).map_err(io_err(format!("replacing {}", path.display())))
 }
 
-fn append_segment(out: &Path, segment: &Segment) -> Result<(), RunError> {
+fn append_segment(out: &Path, segment: &Segment) -> Result<(), Error> {
     let mut f = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -380,8 +377,7 @@ fn append_segment(out: &Path, segment: &Segment) -> Result<(), RunError> {
 
 /// An exclusive lock on the run directory, so that two `lab run`s cannot
 /// write one directory at once.
-fn lock_dir(out: &Path) -> Result<fs::File, RunError> {
-    use std::os::fd::AsRawFd;
+fn lock_dir(out: &Path) -> Result<Flock<fs::File>, Error> {
     let path = out.join(".lock");
     let f = fs::OpenOptions::new()
         .create(true)
@@ -389,16 +385,13 @@ fn lock_dir(out: &Path) -> Result<fs::File, RunError> {
         .write(true)
         .open(&path)
         .map_err(io_err(format!("opening {}", path.display())))?;
-    // SAFETY: flock(2) on a descriptor we own.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(start_err(format!(
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|_| {
+        start_err(format!(
             "another lab run is using {} (it holds {})",
             out.display(),
             path.display()
-        )));
-    }
-    Ok(f)
+        ))
+    })
 }
 
 /// The finished runs, checked against the scenario as it now expands: every
@@ -409,7 +402,7 @@ fn check_done(
     done: &[RepetitionRecord],
     scenario: &Scenario,
     repetitions: u32,
-) -> Result<BTreeSet<(u32, String)>, RunError> {
+) -> Result<BTreeSet<(u32, String)>, Error> {
     let labels: BTreeSet<String> = scenario.variants().into_iter().map(|v| v.label).collect();
     let mut set = BTreeSet::new();
     for r in done {
@@ -455,16 +448,10 @@ fn traces_digest(scenario: &Scenario) -> Option<String> {
     for w in traced {
         h.update(format!("{}:{:?}\n", w.name, w.trace).as_bytes());
     }
-    Some(
-        h.finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-            + "\n",
-    )
+    Some(hex::encode(h.finalize()) + "\n")
 }
 
-fn same_file(path: &Path, expected: &[u8], what: &str) -> Result<(), RunError> {
+fn same_file(path: &Path, expected: &[u8], what: &str) -> Result<(), Error> {
     let old = fs::read(path).map_err(|e| {
         start_err(format!(
             "cannot resume: {} is not a run directory ({}: {e})",
@@ -485,7 +472,7 @@ fn same_file(path: &Path, expected: &[u8], what: &str) -> Result<(), RunError> {
 /// The records of a JSON-lines file, without a last line cut short by an
 /// interruption. A bad line anywhere else is an error: the file is not
 /// ours, or was edited.
-fn read_complete_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, RunError> {
+fn read_complete_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Error> {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -85,15 +85,7 @@ fn base_name(name: &str) -> &str {
 /// (`loss guard-middle`).
 pub fn default_short(name: &str, names: &[&str]) -> String {
     let base = base_name(name);
-    let short = match base {
-        "transport" | "scheduler" => "",
-        "congestion" => "cc",
-        "tcp_congestion" => "tcp",
-        "circuit_cc" => "circuit cc",
-        "ctor_scheduler" => "tor sched",
-        "exit_packaging" => "packaging",
-        other => other,
-    };
+    let short = crate::matrix::short_name(base);
     let shared = names.iter().filter(|n| base_name(n) == base).count() > 1;
     match name.split_once(':') {
         Some((_, rest)) if shared => {

@@ -6,16 +6,24 @@
 
 pub mod agent;
 pub mod ctor;
+pub mod engine;
 mod error;
 pub mod hostnet;
 pub mod journal;
 pub mod labels;
+pub mod matrix;
+pub mod plan;
+pub mod process;
 pub mod run;
 pub mod rundata;
 pub mod scenario;
 pub mod stream;
 pub mod summary;
 pub mod traffic;
+pub mod variant;
+pub mod workload;
 
 pub use error::{Error, Result};
-pub use scenario::{Scenario, Variant, Workload, WorkloadKind};
+pub use scenario::Scenario;
+pub use variant::Variant;
+pub use workload::{Workload, WorkloadKind};

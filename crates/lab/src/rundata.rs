@@ -32,9 +32,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::agent::TransferRecord;
+use crate::error::Error;
 use crate::journal::Segment;
 use crate::run::RepetitionRecord;
-use crate::summary::ReportError;
 
 /// The stored-run format this build writes and reads.
 pub const STORED_FORMAT: u32 = 1;
@@ -105,15 +105,15 @@ pub struct JoinedRun {
     pub commits: Vec<String>,
 }
 
-fn read_err(path: &Path, source: std::io::Error) -> ReportError {
-    ReportError::Read {
+fn read_err(path: &Path, source: std::io::Error) -> Error {
+    Error::Read {
         path: path.display().to_string(),
         source,
     }
 }
 
-fn stored_err(path: &Path, message: impl Into<String>) -> ReportError {
-    ReportError::Stored {
+fn stored_err(path: &Path, message: impl Into<String>) -> Error {
+    Error::Stored {
         path: path.display().to_string(),
         message: message.into(),
     }
@@ -126,15 +126,12 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// Parses JSON lines; a line that is not a `T` is an error naming the file
 /// and line (a cut-short last line too: a run directory's journal has
 /// complete lines once a run is done).
-fn parse_jsonl<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    text: &str,
-) -> Result<Vec<T>, ReportError> {
+fn parse_jsonl<T: serde::de::DeserializeOwned>(path: &Path, text: &str) -> Result<Vec<T>, Error> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| ReportError::Record {
+            serde_json::from_str(l).map_err(|e| Error::Record {
                 path: path.display().to_string(),
                 line: i + 1,
                 message: e.to_string(),
@@ -151,11 +148,7 @@ pub fn is_stored(dir: &Path) -> bool {
 /// The text of `name` of the run at `dir`: `None` if an optional file is
 /// absent. A stored run's files are decompressed and checked against the
 /// manifest.
-fn file_text(
-    dir: &Path,
-    manifest: Option<&Manifest>,
-    name: &str,
-) -> Result<Option<String>, ReportError> {
+fn file_text(dir: &Path, manifest: Option<&Manifest>, name: &str) -> Result<Option<String>, Error> {
     let Some(manifest) = manifest else {
         let path = dir.join(name);
         return match fs::read_to_string(&path) {
@@ -213,7 +206,7 @@ impl RunData {
     /// file that differs from its manifest, a stored run from a dirty tree,
     /// or records of variants its scenario does not have: each names the
     /// file.
-    pub fn load(path: &Path) -> Result<RunData, ReportError> {
+    pub fn load(path: &Path) -> Result<RunData, Error> {
         if !path.is_dir() {
             return Err(stored_err(
                 path,
@@ -240,7 +233,7 @@ impl RunData {
         };
         let m = manifest.as_ref();
         let text = |name: &str| file_text(path, m, name);
-        let required = |name: &str| -> Result<String, ReportError> {
+        let required = |name: &str| -> Result<String, Error> {
             text(name)?.ok_or_else(|| stored_err(&path.join(name), "missing"))
         };
         let scenario_toml = required("scenario.toml")?;
@@ -270,7 +263,7 @@ impl RunData {
     }
 
     /// Refuses data from a source tree with uncommitted changes.
-    fn check_clean(&self) -> Result<(), ReportError> {
+    fn check_clean(&self) -> Result<(), Error> {
         match self.segments.iter().find(|s| s.commit.ends_with("-dirty")) {
             Some(s) => Err(stored_err(
                 &self.source.join("segments.jsonl"),
@@ -286,7 +279,7 @@ impl RunData {
 
     /// Every record's variant must be one of the scenario's (a run of
     /// another version of the scenario is not this run).
-    fn check_variants(&self) -> Result<(), ReportError> {
+    fn check_variants(&self) -> Result<(), Error> {
         let Some(known) = crate::labels::variants_of_text(&self.scenario_toml) else {
             return Err(stored_err(
                 &self.source.join("scenario.toml"),
@@ -359,7 +352,7 @@ impl RunData {
     ///
     /// Both runs have a variant of the same label (which one's would a
     /// table mean?).
-    pub fn join(&mut self, other: RunData) -> Result<(), ReportError> {
+    pub fn join(&mut self, other: RunData) -> Result<(), Error> {
         let mine = self.variants();
         if let Some(v) = other.variants().iter().find(|v| mine.contains(v)) {
             return Err(stored_err(
@@ -461,7 +454,7 @@ pub struct Stored {
 /// # Errors
 ///
 /// As [`RunData::load`], and writing `out`.
-pub fn store(run: &Path, out: &Path) -> Result<Stored, ReportError> {
+pub fn store(run: &Path, out: &Path) -> Result<Stored, Error> {
     if is_stored(run) {
         return Err(stored_err(run, "already a stored run"));
     }
@@ -542,7 +535,7 @@ pub fn store(run: &Path, out: &Path) -> Result<Stored, ReportError> {
 /// # Errors
 ///
 /// As [`RunData::load`], and writing `out`.
-pub fn unpack(stored: &Path, out: &Path) -> Result<(), ReportError> {
+pub fn unpack(stored: &Path, out: &Path) -> Result<(), Error> {
     if !is_stored(stored) {
         return Err(stored_err(stored, "not a stored run (no stored.json)"));
     }

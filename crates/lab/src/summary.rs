@@ -22,46 +22,8 @@ use std::path::Path;
 use onionlab_report::{Design, Metric, ReportFiles, ReportInput, RunComparison, VariantCounts};
 
 use crate::agent::TransferRecord;
+use crate::error::Error;
 use crate::run::RepetitionRecord;
-
-/// Why a report could not be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ReportError {
-    /// A file of the run could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A line of a records file is not a record.
-    #[error("{path}:{line}: {message}")]
-    Record {
-        /// The file.
-        path: String,
-        /// 1-based line.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// Writing the report failed.
-    #[error(transparent)]
-    Report(#[from] onionlab_report::Error),
-    /// Two runs cannot be compared.
-    #[error("{0}")]
-    Mismatch(String),
-    /// A run (directory or stored) is missing, incomplete, changed since
-    /// it was stored, or not fit to be stored.
-    #[error("{path}: {message}")]
-    Stored {
-        /// The file or folder.
-        path: String,
-        /// What is wrong.
-        message: String,
-    },
-}
 
 /// Whether a failed transfer failed its end-to-end check.
 pub fn is_checksum_failure(r: &TransferRecord) -> bool {
@@ -474,7 +436,7 @@ pub fn machine_meta() -> Vec<(String, String)> {
 
 /// The report input of the run at `dir` (a run directory or a stored
 /// run), from its records.
-pub fn input_of_dir(dir: &Path) -> Result<ReportInput, ReportError> {
+pub fn input_of_dir(dir: &Path) -> Result<ReportInput, Error> {
     Ok(input_of_run(&crate::rundata::RunData::load(dir)?))
 }
 
@@ -540,13 +502,13 @@ pub fn input_of_run(data: &crate::rundata::RunData) -> ReportInput {
 /// (Re)write the report of the run at `dir` into `out` (default: the run
 /// directory's `report/`; a stored run needs `out`, as the repository's
 /// copy is not written to).
-pub fn report_dir(dir: &Path, out: Option<&Path>) -> Result<ReportFiles, ReportError> {
+pub fn report_dir(dir: &Path, out: Option<&Path>) -> Result<ReportFiles, Error> {
     let data = crate::rundata::RunData::load(dir)?;
     let out = match (out, data.manifest.is_some()) {
         (Some(o), _) => o.to_path_buf(),
         (None, false) => dir.join("report"),
         (None, true) => {
-            return Err(ReportError::Stored {
+            return Err(Error::Stored {
                 path: dir.display().to_string(),
                 message: "a stored run's report is written elsewhere: give --out DIR".into(),
             })
@@ -557,10 +519,10 @@ pub fn report_dir(dir: &Path, out: Option<&Path>) -> Result<ReportFiles, ReportE
 
 /// Compares run `b` with run `a` of the same scenario ([`onionlab_report::compare_runs`]);
 /// the text starts with a warning when the scenario files differ.
-pub fn compare_dirs(a: &Path, b: &Path) -> Result<RunComparison, ReportError> {
+pub fn compare_dirs(a: &Path, b: &Path) -> Result<RunComparison, Error> {
     let (ia, ib) = (input_of_dir(a)?, input_of_dir(b)?);
     if ia.title != ib.title {
-        return Err(ReportError::Mismatch(format!(
+        return Err(Error::Mismatch(format!(
             "{} is a run of {:?}, {} of {:?}: compare runs of one scenario",
             a.display(),
             ia.title,

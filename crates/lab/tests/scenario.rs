@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use onionlab_lab::scenario::parse_size;
-use onionlab_lab::scenario::Implementation;
+use onionlab_lab::variant::Implementation;
+use onionlab_lab::workload::parse_size;
 use onionlab_lab::{Error, Scenario};
 
 fn scenarios_dir() -> PathBuf {
@@ -392,7 +392,7 @@ fn bad_transport_congestion_and_block_values() {
     assert_error(
         &format!("{BASE}\n[matrix]\n\"congestion:guard-middle\" = [\"bbr\"]\n"),
         31,
-        "unknown matrix parameter",
+        "congestion takes no hosts or pairs",
     );
 }
 
@@ -445,7 +445,6 @@ fn kernel_tcp_settings_are_matrix_parameters() {
 /// nothing when off; C tor variants refuse it.
 #[test]
 fn tcp_pacing_is_a_matrix_parameter_for_onionlab_nodes() {
-    use onionlab_lab::run::link_settings;
     let s = parse(&format!(
         "{BASE}\n[matrix]\ntcp_pacing = [\"off\", \"on\"]\n"
     ))
@@ -453,8 +452,8 @@ fn tcp_pacing_is_a_matrix_parameter_for_onionlab_nodes() {
     let v = s.variants();
     assert_eq!(v[1].label, "tcp_pacing=on");
     for host in ["guard", "client"] {
-        assert!(!link_settings(&v[0], host).expect("valid").tcp.pacing);
-        assert!(link_settings(&v[1], host).expect("valid").tcp.pacing);
+        assert!(!v[0].link_settings(host).expect("valid").tcp.pacing);
+        assert!(v[1].link_settings(host).expect("valid").tcp.pacing);
     }
     assert!(!parse(BASE).expect("valid").variants()[0].tcp_pacing);
     assert_error(
@@ -578,7 +577,7 @@ fn host_rates_and_queues_are_matrix_parameters() {
 #[test]
 fn configs_follow_the_transport() {
     use onionlab_config::{ConfigFile, Congestion, RelayConfig, TransportChoice};
-    use onionlab_lab::run::{relay_addresses, relay_config};
+    use onionlab_lab::plan::{relay_addresses, relay_config};
     use onionlab_transport::tcp::TcpCongestion;
 
     let key = {
@@ -785,7 +784,7 @@ fn report_settings_name_and_compare_the_variants() {
 #[test]
 fn relay_settings_are_checked_and_written() {
     use onionlab_config::{ConfigFile, RelayConfig};
-    use onionlab_lab::run::relay_config;
+    use onionlab_lab::plan::relay_config;
     let text = format!(
         "{BASE}\n[relay_settings]\ntorchestra = {{ thresh_light = 0.4, window_ms = 500 }}\nlink.quic.keep_alive_ms = 1000\n\n[matrix]\ntransport = [\"torchestra\"]\n"
     );
@@ -905,11 +904,7 @@ fn the_lab_writes_dtls_utcp_lanes_at_parity() {
     let lanes: Vec<_> = s
         .variants()
         .iter()
-        .map(|v| {
-            onionlab_lab::run::link_settings(v, "client")
-                .expect("valid")
-                .utcp
-        })
+        .map(|v| v.link_settings("client").expect("valid").utcp)
         .collect();
     // 1500-byte links: 1500 - 28 (IPv4, UDP) - 23 (DTLS record) = 1449;
     // the scenario's buffer, to clients too.
@@ -920,9 +915,7 @@ fn the_lab_writes_dtls_utcp_lanes_at_parity() {
     // The scenario may set what the lab would.
     let text = text.replace("rx_buffer = 131072", "max_segment = 1200");
     let v = &parse(&text).expect("valid").variants()[0];
-    let lane = onionlab_lab::run::link_settings(v, "guard")
-        .expect("valid")
-        .utcp;
+    let lane = v.link_settings("guard").expect("valid").utcp;
     assert_eq!(lane.max_segment, 1200);
 }
 
@@ -931,7 +924,7 @@ fn the_lab_writes_dtls_utcp_lanes_at_parity() {
 /// paths.
 #[test]
 fn ctor_is_a_transport_value_with_three_hop_paths() {
-    use onionlab_lab::scenario::Implementation;
+    use onionlab_lab::variant::Implementation;
     let text = format!("{BASE}\n[matrix]\ntransport = [\"tls\", \"ctor\"]\n");
     let v = parse(&text).expect("valid").variants();
     let kinds: Vec<Implementation> = v.iter().map(|v| v.implementation).collect();
@@ -1045,7 +1038,7 @@ fn ctor_scheduler_varies_c_tor_only() {
 #[test]
 fn exit_packaging_is_a_matrix_parameter() {
     use onionlab_circuit::relay::ExitPackaging;
-    use onionlab_lab::run::relay_config;
+    use onionlab_lab::plan::relay_config;
     let matrix =
         "\n[matrix]\ntransport = [\"tls\", \"ctor\"]\nexit_packaging = [\"lazy\", \"eager\"]\n";
     let all = format!("{BASE}{matrix}");
@@ -1090,7 +1083,7 @@ fn exit_packaging_is_a_matrix_parameter() {
 #[test]
 fn legs_and_leg_schedulers_are_matrix_parameters() {
     use onionlab_config::{ClientConfig, NetworkSource};
-    use onionlab_lab::run::{network_params, set_client_paths};
+    use onionlab_lab::plan::{network_params, set_client_paths};
     let blank = || {
         let network = NetworkSource::File("n".into());
         ClientConfig::new(
@@ -1188,7 +1181,7 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
     .expect("C tor's conflux");
     let plan = onionlab_lab::ctor::NetPlan::of_variant(&s, &s.variants()[0]).expect("plan");
     let cfx = plan.conflux.expect("conflux on");
-    assert_eq!((cfx.legs, cfx.ux), (2, "latency"));
+    assert_eq!((cfx.legs, cfx.ux.as_str()), (2, "latency"));
     assert_eq!(plan.clients[0].path, None);
     // One workload: a linked set of its own, beside the test download's.
     assert_eq!(plan.clients[0].isolated_streams, 1);

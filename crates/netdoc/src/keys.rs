@@ -72,10 +72,16 @@ fn decode_hex(text: &str, len: usize) -> std::result::Result<Vec<u8>, String> {
 ///
 /// [`Error::Io`] if the file exists already or cannot be written.
 pub fn save_relay_keys(path: &Path, relay: &RelaySecretKeys) -> Result<()> {
+    write_new_file(path, relay_keys_text(relay).as_bytes(), 0o600)
+}
+
+/// What [`save_relay_keys`] writes: the keys in hex and a newline (for a
+/// caller that writes the file itself, such as the lab's plans).
+pub fn relay_keys_text(relay: &RelaySecretKeys) -> String {
     let mut bytes = relay.to_bytes();
     let text = hex::encode(bytes) + "\n";
     bytes.fill(0);
-    write_new_file(path, text.as_bytes(), 0o600)
+    text
 }
 
 /// Read relay secret keys written by [`save_relay_keys`].

@@ -545,7 +545,34 @@ pub struct Topology {
     /// Path properties used where no override exists.
     pub default_path: PathSpec,
     /// Per directed pair `(src, dst)` overrides.
+    #[serde(with = "override_list")]
     pub overrides: BTreeMap<(HostId, HostId), PathSpec>,
+}
+
+/// Serde of [`Topology::overrides`] as a list of `[src, dst, path]`:
+/// JSON's and TOML's keys are strings, not pairs.
+mod override_list {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::{HostId, PathSpec};
+
+    pub(super) fn serialize<S: Serializer>(
+        map: &BTreeMap<(HostId, HostId), PathSpec>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let list: Vec<(HostId, HostId, &PathSpec)> =
+            map.iter().map(|(&(a, b), p)| (a, b, p)).collect();
+        list.serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<(HostId, HostId), PathSpec>, D::Error> {
+        let list: Vec<(HostId, HostId, PathSpec)> = Vec::deserialize(d)?;
+        Ok(list.into_iter().map(|(a, b, p)| ((a, b), p)).collect())
+    }
 }
 
 #[derive(Deserialize, Default)]

@@ -230,7 +230,7 @@ fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
 }
 
 fn hex_id(id: &Ed25519Identity) -> String {
-    id.as_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(id.as_bytes())
 }
 
 impl Relay {

@@ -10,10 +10,11 @@ use std::fs;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener as StdListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use onionlab_config::{ClientConfig, ConfigFile, RelayConfig};
+use onionlab_lab::process::Proc;
 use onionlab_transport::any::IpProtocol;
 use onionlab_transport::endpoint::EndpointKind;
 
@@ -53,6 +54,9 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
     move |source| Error::Io { what, source }
 }
 
+/// How long a node gets to stop after SIGTERM before SIGKILL.
+const NODE_STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// One node process.
 pub struct NodeProcess {
     /// Nickname (`relay0`...) or `client`.
@@ -61,52 +65,38 @@ pub struct NodeProcess {
     pub addr: SocketAddr,
     /// Its log file.
     pub log: PathBuf,
-    child: Option<Child>,
+    process: Option<Proc>,
 }
 
 impl NodeProcess {
     /// Process ID, while running.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.process.as_ref().map(Proc::pid)
     }
 
     /// User plus system CPU seconds used so far.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        onionlab_lab::run::cpu_seconds(self.pid()?)
+        cpu_seconds(self.pid()?)
     }
 
     /// Whether the process has exited (and with what status).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut()?.try_wait().ok().flatten()
+        self.process.as_mut()?.exited()
     }
 
     /// SIGKILL, as a crash would end it, and reap it. The OS closes its
     /// sockets (TCP peers see FIN or RST; QUIC peers see nothing).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(mut p) = self.process.take() {
+            p.kill();
         }
     }
 
     /// SIGTERM, then SIGKILL after 5 s.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // SAFETY: kill(2) with a PID we own; no memory is touched.
-        unsafe {
-            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        if let Some(mut p) = self.process.take() {
+            p.stop_within(NODE_STOP_GRACE);
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 
@@ -116,7 +106,7 @@ impl Drop for NodeProcess {
     }
 }
 
-pub use onionlab_lab::run::cpu_seconds;
+pub use onionlab_lab::process::cpu_seconds;
 
 /// A local network: the directory `onionlab network init` wrote, and the
 /// processes started from it.
@@ -352,10 +342,8 @@ impl LocalNetwork {
             // child; nothing is allocated after fork.
             unsafe {
                 cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
+                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                        .map_err(io::Error::from)
                 });
             }
         }
@@ -365,14 +353,13 @@ impl LocalNetwork {
             // the child's own limits; nothing is allocated after fork.
             unsafe {
                 cmd.pre_exec(move || {
-                    let lim = libc::rlimit {
-                        rlim_cur: limit as libc::rlim_t,
-                        rlim_max: limit as libc::rlim_t,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    Ok(())
+                    let limit = limit as nix::libc::rlim_t;
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        limit,
+                        limit,
+                    )
+                    .map_err(io::Error::from)
                 });
             }
         }
@@ -381,7 +368,7 @@ impl LocalNetwork {
             name: name.into(),
             addr,
             log,
-            child: Some(child),
+            process: Some(Proc::new(name, child)),
         })
     }
 

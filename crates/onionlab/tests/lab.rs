@@ -1,12 +1,17 @@
 //! `onionlab lab run` end to end on the bundled `quick` scenario: real
-//! relays, client, server and agent processes in emulated-network hosts.
+//! relays, client, server and agent processes in emulated-network hosts;
+//! and the namespace engine's tear-down when a run ends early.
 //! Needs root (network namespaces, TUN): without it the test says SKIPPED,
 //! unless ONIONLAB_REQUIRE_NETNS=1 (CI as root), where that is a failure.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use onionlab_lab::agent::TransferRecord;
+use onionlab_lab::engine::{Engine, Namespaces, RunHooks};
+use onionlab_lab::plan::Plan;
+use onionlab_lab::Scenario;
 
 /// Whether namespaces are available; without them the test is skipped,
 /// unless ONIONLAB_REQUIRE_NETNS=1, where that is a failure.
@@ -21,6 +26,44 @@ fn netns_available() -> bool {
             false
         }
     }
+}
+
+/// The network namespaces whose names start with `prefix`, with their
+/// inodes.
+fn namespaces(prefix: &str) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let name = e.file_name().into_string().ok()?;
+                let inode = std::fs::metadata(e.path()).ok()?.ino();
+                name.starts_with(prefix).then_some((name, inode))
+            })
+            .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The command lines of the processes in the network namespaces `inodes`.
+fn processes_in(inodes: &[u64]) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| {
+            let e = e.ok()?;
+            e.file_name().to_str()?.parse::<u32>().ok()?;
+            let ns = std::fs::read_link(e.path().join("ns/net")).ok()?;
+            let inode: u64 = ns
+                .to_str()?
+                .strip_prefix("net:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            inodes.contains(&inode).then_some(cmd)
+        })
+        .collect()
 }
 
 /// Whether C tor is installed; without it the test is skipped, unless
@@ -527,9 +570,9 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// Ctrl-C twice during a run: the run under way ends within seconds, every
-/// process it started is gone, its namespaces are removed, nothing of it
-/// is recorded, and `lab run` fails saying so.
+/// Two signals during a run (Ctrl-C, then SIGTERM): the run under way
+/// ends within seconds, every process it started is gone, its namespaces
+/// are removed, nothing of it is recorded, and `lab run` fails saying so.
 #[test]
 fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
     if !netns_available() {
@@ -577,29 +620,18 @@ fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
     std::thread::sleep(std::time::Duration::from_secs(3));
     // The run's namespaces, by inode: every process it started is in one.
     let prefix = format!("olab-l{pid}-");
-    let lab_namespaces = || -> Vec<(String, u64)> {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::read_dir("/run/netns")
-            .map(|d| {
-                d.filter_map(|e| {
-                    let e = e.ok()?;
-                    let name = e.file_name().into_string().ok()?;
-                    let inode = std::fs::metadata(e.path()).ok()?.ino();
-                    name.starts_with(&prefix).then_some((name, inode))
-                })
-                .collect()
-            })
-            .unwrap_or_default()
-    };
+    let lab_namespaces = || namespaces(&prefix);
     let inodes: Vec<u64> = lab_namespaces().iter().map(|n| n.1).collect();
     assert!(!inodes.is_empty(), "no namespace named {prefix}*");
-    let interrupt = || {
+    let signal = |sig| {
         // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+        unsafe { libc::kill(pid as libc::pid_t, sig) };
     };
-    interrupt();
+    // Ctrl-C, then a SIGTERM (a service manager's stop): either signal
+    // counts.
+    signal(libc::SIGINT);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    interrupt();
+    signal(libc::SIGTERM);
     let interrupted = std::time::Instant::now();
     let status = loop {
         if let Some(s) = lab.try_wait().expect("lab run") {
@@ -616,23 +648,7 @@ fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
         .expect("stderr");
     assert!(!status.success(), "an interrupted run exited 0: {stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    let left: Vec<String> = std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            e.file_name().to_str()?.parse::<u32>().ok()?;
-            let ns = std::fs::read_link(e.path().join("ns/net")).ok()?;
-            let inode: u64 = ns
-                .to_str()?
-                .strip_prefix("net:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()?;
-            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            inodes.contains(&inode).then_some(cmd)
-        })
-        .collect();
+    let left = processes_in(&inodes);
     assert!(left.is_empty(), "processes left behind: {left:?}");
     let namespaces = lab_namespaces();
     assert!(
@@ -644,6 +660,76 @@ fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
         journal.lines().count(),
         0,
         "the ended run was recorded: {journal}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A panic in the lab while a workload runs (here in the run's hook, a
+/// few seconds into the workload) unwinds through the engine: every
+/// process the run started stops and its namespaces are removed.
+#[test]
+fn a_panic_mid_run_leaves_no_process_or_namespace_behind() {
+    if !netns_available() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = std::env::temp_dir().join(format!("onionlab-engine-panic-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    // The quick scenario with downloads enough for minutes.
+    let quick = std::fs::read_to_string(root.join("scenarios/quick.toml")).expect("quick.toml");
+    assert!(quick.contains("count = 3\n") && quick.contains("\"topologies/"));
+    let topologies = root.join("scenarios/topologies");
+    let text = quick
+        .replace("count = 3\n", "count = 1000\n")
+        .replace("\"topologies/", &format!("\"{}/", topologies.display()));
+    let s = Scenario::from_toml_str(&text, "panic.toml", &dir).expect("scenario");
+    let plan = Plan::of(&s, &s.variants()[0], (0, 1), onionlab_config::unix_now()).expect("plan");
+    let lab = format!("tp{}", std::process::id());
+    let engine = Namespaces {
+        bin: env!("CARGO_BIN_EXE_onionlab").into(),
+        lab: lab.clone(),
+    };
+    let prefix = format!("olab-{lab}-");
+    let seen = std::sync::Mutex::new(Vec::new());
+    let agents_since = std::cell::Cell::new(None::<Instant>);
+    let started = Instant::now();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let status = |_: &str| {};
+        // Called while the agents run: panics 3 s into the workload, once
+        // the run's namespaces are recorded.
+        let interrupted = || {
+            let since = agents_since.get().unwrap_or_else(|| {
+                let now = Instant::now();
+                agents_since.set(Some(now));
+                now
+            });
+            if since.elapsed() > Duration::from_secs(3) {
+                *seen.lock().expect("seen") = namespaces(&prefix);
+                panic!("a test panic mid-run");
+            }
+            assert!(started.elapsed() < Duration::from_secs(120), "no workload");
+            false
+        };
+        let hooks = RunHooks {
+            status: &status,
+            interrupted: &interrupted,
+        };
+        engine.run(&plan, &dir.join("rep"), &hooks)
+    }));
+    assert!(result.is_err(), "the run did not panic");
+    let seen = seen.into_inner().expect("seen");
+    assert!(
+        !seen.is_empty(),
+        "no namespace named {prefix}* while it ran"
+    );
+    let inodes: Vec<u64> = seen.iter().map(|n| n.1).collect();
+    let left = processes_in(&inodes);
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+    let namespaces = namespaces(&prefix);
+    assert!(
+        namespaces.is_empty(),
+        "namespaces left behind: {namespaces:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,7 +6,7 @@ pub enum Error {
     /// The run could not be read (missing, truncated, changed since it was
     /// stored, from a dirty tree...): the message names the file.
     #[error(transparent)]
-    Run(#[from] onionlab_lab::summary::ReportError),
+    Run(#[from] onionlab_lab::Error),
     /// The table asked for does not fit the run (unknown parameter,
     /// baseline, workload or variant).
     #[error("{run}: {message}")]

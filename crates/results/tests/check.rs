@@ -122,8 +122,5 @@ fn one_changed_record_fails_the_check() {
 /// The digest a manifest holds for a file's uncompressed bytes.
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }

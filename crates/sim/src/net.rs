@@ -631,7 +631,7 @@ impl Net {
 fn describe(cell: &AnyChanCell) -> String {
     let circ = cell.circid().map_or(0, u32::from);
     let digest = Sha256::digest(format!("{cell:?}").as_bytes());
-    let short: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let short = hex::encode(&digest[..8]);
     format!("circ {circ:#x} {} {short}", cell.msg().cmd())
 }
 

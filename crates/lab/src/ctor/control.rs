@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::Place;
-use crate::run::{io_err, RunError};
+use crate::error::{io_err, Error};
 
 /// How long a control connection waits for tor before giving up.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -337,9 +337,9 @@ impl CircuitWatch {
         (client, host): (&str, &str),
         control: SocketAddr,
         cookie: &Path,
-    ) -> Result<CircuitWatch, RunError> {
+    ) -> Result<CircuitWatch, Error> {
         let refused = |e: String| {
-            RunError::Start(format!(
+            Error::Start(format!(
                 "tor's control port in {host} (client {client}): {e}"
             ))
         };

@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 
 use onionlab_netem::Network;
 
-use crate::run::{io_err, Proc, RunError};
-use crate::scenario::{Scenario, Variant};
+use crate::error::{io_err, Error};
+use crate::process::Proc;
+use crate::scenario::Scenario;
+use crate::variant::Variant;
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 
 mod control;
@@ -45,11 +47,11 @@ const TEST_FETCH_BYTES: u64 = 16 * 1024;
 ///
 /// # Errors
 ///
-/// [`RunError::Start`] naming what to install if `tor` or `tor-gencert`
+/// [`Error::Start`] naming what to install if `tor` or `tor-gencert`
 /// is missing.
-pub fn tor_version() -> Result<String, RunError> {
+pub fn tor_version() -> Result<String, Error> {
     let missing = |what: &str, e: std::io::Error| {
-        RunError::Start(format!(
+        Error::Start(format!(
             "C tor variants need `{what}` ({e}): install Debian's tor (`apt-get install tor`; \
              scripts/test.sh does it as root)"
         ))
@@ -83,7 +85,7 @@ fn nickname(index: usize, host: &str) -> String {
 }
 
 /// A data directory tor accepts (mode 700).
-fn data_dir(path: &Path) -> Result<(), RunError> {
+fn data_dir(path: &Path) -> Result<(), Error> {
     use std::os::unix::fs::PermissionsExt;
     fs::create_dir_all(path).map_err(io_err(format!("creating {}", path.display())))?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o700))
@@ -92,7 +94,7 @@ fn data_dir(path: &Path) -> Result<(), RunError> {
 
 /// The relay identity fingerprint of a data directory (tor creates the
 /// keys).
-fn fingerprint(dir: &Path, nick: &str) -> Result<String, RunError> {
+fn fingerprint(dir: &Path, nick: &str) -> Result<String, Error> {
     let torrc = dir.join("fingerprint.torrc");
     let text = format!(
         "DataDirectory {}\nORPort 127.0.0.1:1\nAddress 127.0.0.1\nNickname {nick}\nSocksPort 0\nLog err stderr\n",
@@ -113,7 +115,7 @@ fn fingerprint(dir: &Path, nick: &str) -> Result<String, RunError> {
         })
         .filter(|fp| fp.len() == 40)
         .ok_or_else(|| {
-            RunError::Start(format!(
+            Error::Start(format!(
                 "tor --list-fingerprint for {nick} printed no fingerprint: {}{}",
                 text,
                 String::from_utf8_lossy(&out.stderr)
@@ -122,7 +124,7 @@ fn fingerprint(dir: &Path, nick: &str) -> Result<String, RunError> {
 }
 
 /// The authority's v3 identity (creates its keys and certificate).
-fn authority_keys(dir: &Path, dir_addr: SocketAddr) -> Result<String, RunError> {
+fn authority_keys(dir: &Path, dir_addr: SocketAddr) -> Result<String, Error> {
     let keys = dir.join("keys");
     data_dir(&keys)?;
     let mut child = Command::new("tor-gencert")
@@ -144,7 +146,7 @@ fn authority_keys(dir: &Path, dir_addr: SocketAddr) -> Result<String, RunError> 
         .wait_with_output()
         .map_err(io_err("running tor-gencert"))?;
     let cert = fs::read_to_string(keys.join("authority_certificate")).map_err(|e| {
-        RunError::Start(format!(
+        Error::Start(format!(
             "tor-gencert made no certificate ({e}): {}",
             String::from_utf8_lossy(&out.stderr)
         ))
@@ -152,7 +154,7 @@ fn authority_keys(dir: &Path, dir_addr: SocketAddr) -> Result<String, RunError> 
     cert.lines()
         .find_map(|l| l.strip_prefix("fingerprint "))
         .map(|f| f.trim().to_string())
-        .ok_or_else(|| RunError::Start("the authority certificate has no fingerprint".into()))
+        .ok_or_else(|| Error::Start("the authority certificate has no fingerprint".into()))
 }
 
 /// Where a C tor network runs.
@@ -172,7 +174,7 @@ pub enum Place<'a> {
 pub struct PortPool(std::sync::Mutex<Vec<std::net::TcpListener>>);
 
 impl PortPool {
-    fn take(&self) -> Result<u16, RunError> {
+    fn take(&self) -> Result<u16, Error> {
         let l =
             std::net::TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free port"))?;
         let port = l
@@ -189,7 +191,7 @@ impl PortPool {
 }
 
 impl Place<'_> {
-    fn ip(&self, host: &str) -> Result<IpAddr, RunError> {
+    fn ip(&self, host: &str) -> Result<IpAddr, Error> {
         match self {
             Place::Lab(net) => Ok(IpAddr::V4(net.address(host)?)),
             Place::Loopback(_) => Ok(IpAddr::from([127, 0, 0, 1])),
@@ -197,21 +199,21 @@ impl Place<'_> {
     }
 
     /// `fixed` in the lab's hosts; a free port on loopback.
-    fn port(&self, fixed: u16) -> Result<u16, RunError> {
+    fn port(&self, fixed: u16) -> Result<u16, Error> {
         match self {
             Place::Lab(_) => Ok(fixed),
             Place::Loopback(pool) => pool.take(),
         }
     }
 
-    fn tor_command(&self, host: &str) -> Result<Command, RunError> {
+    fn tor_command(&self, host: &str) -> Result<Command, Error> {
         match self {
             Place::Lab(net) => Ok(net.command(host, "tor")?),
             Place::Loopback(_) => Ok(Command::new("tor")),
         }
     }
 
-    fn run_in<R: Send>(&self, host: &str, f: impl FnOnce() -> R + Send) -> Result<R, RunError> {
+    fn run_in<R: Send>(&self, host: &str, f: impl FnOnce() -> R + Send) -> Result<R, Error> {
         match self {
             Place::Lab(net) => Ok(net.run_in(host, f)?),
             Place::Loopback(_) => Ok(f()),
@@ -220,7 +222,7 @@ impl Place<'_> {
 }
 
 /// A relay of a C tor network: its host and roles.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RelayRole {
     /// The host it runs in (its name in logs and records).
     pub host: String,
@@ -231,7 +233,7 @@ pub struct RelayRole {
 }
 
 /// A client of a C tor network.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ClientRole {
     /// Its name.
     pub name: String,
@@ -248,12 +250,12 @@ pub struct ClientRole {
 }
 
 /// C tor's conflux (proposal 329) for every client of a network.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CtorConflux {
     /// Circuits per linked set (consensus parameter `cfx_num_legs_set`).
     pub legs: usize,
     /// The clients' `ConfluxClientUX`, which picks the exit's scheduler.
-    pub ux: &'static str,
+    pub ux: String,
 }
 
 impl CtorConflux {
@@ -283,12 +285,15 @@ impl CtorConflux {
                  circuit_cc = \"vegas\", not {circuit_cc:?}"
             ));
         }
-        Ok(CtorConflux { legs, ux })
+        Ok(CtorConflux {
+            legs,
+            ux: ux.into(),
+        })
     }
 }
 
 /// What a C tor network is made of.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NetPlan {
     /// The relays; the authority runs beside the first.
     pub relays: Vec<RelayRole>,
@@ -663,7 +668,7 @@ fn client_torrc(
 
 /// Start `tor -f torrc` of data directory `dir` in `host`; its stdout
 /// and stderr go to `stdout.log` there.
-fn spawn_tor(place: &Place, host: &str, dir: &Path, name: &str) -> Result<Proc, RunError> {
+fn spawn_tor(place: &Place, host: &str, dir: &Path, name: &str) -> Result<Proc, Error> {
     let log = fs::File::create(dir.join("stdout.log")).map_err(io_err("creating a tor log"))?;
     let err = log.try_clone().map_err(io_err("creating a tor log"))?;
     let mut cmd = place.tor_command(host)?;
@@ -672,10 +677,8 @@ fn spawn_tor(place: &Place, host: &str, dir: &Path, name: &str) -> Result<Proc, 
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
+                .map_err(std::io::Error::from)
         });
     }
     cmd.args(["--defaults-torrc", "/dev/null", "-f"])
@@ -709,11 +712,11 @@ fn plan_nodes(
     place: &Place,
     plan: &NetPlan,
     base: &Path,
-) -> Result<(AuthPlan, Vec<RelayPlan>), RunError> {
+) -> Result<(AuthPlan, Vec<RelayPlan>), Error> {
     let first = plan
         .relays
         .first()
-        .ok_or_else(|| RunError::Start("a C tor network needs a relay".into()))?;
+        .ok_or_else(|| Error::Start("a C tor network needs a relay".into()))?;
     let auth_dir = base.join("auth");
     data_dir(&auth_dir)?;
     let auth_addr = place.ip(&first.host)?;
@@ -728,7 +731,7 @@ fn plan_nodes(
             nick: nickname(i, &r.host),
             dir: rdir,
             addr: place.ip(&r.host)?,
-            or_port: place.port(crate::run::RELAY_PORT)?,
+            or_port: place.port(crate::plan::RELAY_PORT)?,
             fingerprint: String::new(),
             guard: r.guard,
             exit: r.exit,
@@ -741,9 +744,9 @@ fn plan_nodes(
             .iter()
             .map(|p| s.spawn(|| fingerprint(&p.dir, &p.nick)))
             .collect();
-        let join = |h: std::thread::ScopedJoinHandle<'_, Result<String, RunError>>| {
+        let join = |h: std::thread::ScopedJoinHandle<'_, Result<String, Error>>| {
             h.join()
-                .unwrap_or_else(|_| Err(RunError::Start("fingerprint thread panicked".into())))
+                .unwrap_or_else(|_| Err(Error::Start("fingerprint thread panicked".into())))
         };
         (join(auth), each.into_iter().map(join).collect::<Vec<_>>())
     });
@@ -771,7 +774,7 @@ fn write_torrcs(
     base: &Path,
     auth: &AuthPlan,
     relays: &[RelayPlan],
-) -> Result<Vec<ClientPlan>, RunError> {
+) -> Result<Vec<ClientPlan>, Error> {
     let write = |d: &Path, text: String| {
         fs::write(d.join("torrc"), text).map_err(io_err("writing a torrc"))
     };
@@ -800,7 +803,7 @@ fn write_torrcs(
         let cp = ClientPlan {
             name: c.name.clone(),
             host: c.host.clone(),
-            socks: local(place.port(crate::run::SOCKS_PORT)?),
+            socks: local(place.port(crate::plan::SOCKS_PORT)?),
             control,
             dir,
         };
@@ -859,7 +862,7 @@ pub fn start(
     dir: &Path,
     test_server: Option<SocketAddr>,
     status: &dyn Fn(&str),
-) -> Result<CtorNetwork, RunError> {
+) -> Result<CtorNetwork, Error> {
     let base = dir.join("ctor");
     let (auth, relays) = plan_nodes(place, plan, &base)?;
     let clients = write_torrcs(place, plan, &base, &auth, &relays)?;
@@ -907,7 +910,7 @@ fn wait_consensus(
     auth: &AuthPlan,
     relays: &[RelayPlan],
     status: &dyn Fn(&str),
-) -> Result<(), RunError> {
+) -> Result<(), Error> {
     status("C tor authority: waiting for a consensus with every relay");
     let deadline = Instant::now() + READY_TIMEOUT;
     let path = auth.dir.join("cached-consensus");
@@ -922,7 +925,7 @@ fn wait_consensus(
             return Ok(());
         }
         let fail = |why: String| {
-            RunError::Start(format!(
+            Error::Start(format!(
                 "C tor network not ready: {why}; the authority's (host {}) last log lines:{}",
                 auth.host,
                 log_tail(&auth.dir)
@@ -973,10 +976,10 @@ fn wait_ready(
     linked_sets: Option<(usize, usize)>,
     test_server: Option<SocketAddr>,
     status: &dyn Fn(&str),
-) -> Result<(), RunError> {
+) -> Result<(), Error> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let fail = |why: String| {
-        RunError::Start(format!(
+        Error::Start(format!(
             "C tor client {} (host {}) not ready: {why}; the network's data directories \
              are under {} (rerun with ONIONLAB_CTOR_LOG=info for tor's info logs); the \
              client's last log lines:{}",
@@ -1202,7 +1205,7 @@ mod tests {
         let c = CtorConflux::of(2, LegSchedulerKind::LowRtt, "vegas").expect("lowrtt");
         assert_eq!(c.ux, "throughput");
         let c = CtorConflux::of(3, LegSchedulerKind::MinRtt, "vegas").expect("minrtt");
-        assert_eq!((c.legs, c.ux), (3, "latency"));
+        assert_eq!((c.legs, c.ux.as_str()), (3, "latency"));
         assert!(CtorConflux::of(2, LegSchedulerKind::MTor, "vegas").is_err());
         assert!(CtorConflux::of(2, LegSchedulerKind::LowRtt, "fixed").is_err());
     }

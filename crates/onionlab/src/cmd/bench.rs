@@ -244,7 +244,7 @@ pub async fn measure(
             pid: *pid,
             cpu_seconds: a - b,
             cpu_s_per_gib: (a - b) / gib,
-            peak_rss_mib: onionlab_lab::run::peak_rss(*pid)
+            peak_rss_mib: onionlab_lab::process::peak_rss(*pid)
                 .map_or(f64::NAN, |b| b as f64 / 1048576.0),
         })
         .collect();

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use onionlab_lab::run::{run, RunOptions};
 use onionlab_lab::Scenario;
 use onionlab_transport::tcp::TcpCongestion;
@@ -24,37 +24,10 @@ pub enum LabCommand {
     /// Run a scenario: every variant, every repetition, fresh processes
     /// each time (needs root: network namespaces and TUN).
     #[command(after_long_help = onionlab_transport::registry::help_text())]
-    Run {
-        /// The scenario file (or the name of a bundled one, see `lab list`).
-        scenario: String,
-        /// Override the scenario's repetitions.
-        #[arg(long)]
-        reps: Option<u32>,
-        /// Output directory (default: results/NAME-TIMESTAMP).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Continue the run in `--out` (interrupted, or to add repetitions
-        /// with a larger `--reps`): runs only what it lacks. The scenario
-        /// and topology must be unchanged.
-        #[arg(long, requires = "out")]
-        resume: bool,
-        /// With --resume: also run again the repetitions that ran on a
-        /// saturated CPU (flagged in the report; their results measured the
-        /// machine). segments.jsonl records how many.
-        #[arg(long, requires = "resume")]
-        redo_saturated: bool,
-        /// With --resume: also run again the repetitions that ran beside
-        /// others (`--jobs` above 1), so that every repetition ran alone.
-        /// segments.jsonl records how many.
-        #[arg(long, requires = "resume")]
-        redo_shared: bool,
-        /// Runs under way at once (1-8), each in a network of its own. For
-        /// scenarios whose runs wait on their links with the CPU mostly
-        /// idle (loss, long delays, C tor's bootstrap); each run records
-        /// the setting, and runs on a saturated CPU are flagged as always.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
-        jobs: u16,
-    },
+    Run(RunArgs),
+    /// Print the plan of one repetition of one variant (JSON): the hosts,
+    /// links, files and processes the run would deploy. Needs no root.
+    Plan(PlanArgs),
     /// (Re)write the report of a run (a run directory, into DIR/report, or
     /// a stored run, into --out).
     Report {
@@ -125,6 +98,54 @@ pub enum LabCommand {
         #[arg(long)]
         spec: PathBuf,
     },
+}
+
+/// `lab run`'s arguments.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The scenario file (or the name of a bundled one, see `lab list`).
+    scenario: String,
+    /// Override the scenario's repetitions.
+    #[arg(long)]
+    reps: Option<u32>,
+    /// Output directory (default: results/NAME-TIMESTAMP).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Continue the run in `--out` (interrupted, or to add repetitions
+    /// with a larger `--reps`): runs only what it lacks. The scenario
+    /// and topology must be unchanged.
+    #[arg(long, requires = "out")]
+    resume: bool,
+    /// With --resume: also run again the repetitions that ran on a
+    /// saturated CPU (flagged in the report; their results measured the
+    /// machine). segments.jsonl records how many.
+    #[arg(long, requires = "resume")]
+    redo_saturated: bool,
+    /// With --resume: also run again the repetitions that ran beside
+    /// others (`--jobs` above 1), so that every repetition ran alone.
+    /// segments.jsonl records how many.
+    #[arg(long, requires = "resume")]
+    redo_shared: bool,
+    /// Runs under way at once (1-8), each in a network of its own. For
+    /// scenarios whose runs wait on their links with the CPU mostly
+    /// idle (loss, long delays, C tor's bootstrap); each run records
+    /// the setting, and runs on a saturated CPU are flagged as always.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    jobs: u16,
+}
+
+/// `lab plan`'s arguments.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// The scenario file (or the name of a bundled one).
+    scenario: String,
+    /// The variant: its label as `lab check` prints it (full or short),
+    /// or its index from 0 (default: the first).
+    #[arg(long)]
+    variant: Option<String>,
+    /// The repetition (0-based); its seed is the one `lab run` uses.
+    #[arg(long, default_value_t = 0)]
+    rep: u32,
 }
 
 /// `lab run`'s SIGINT/SIGTERM handling, as (stop, abort) flags. The first
@@ -243,109 +264,15 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             | LabCommand::Check { .. }
             | LabCommand::Compare { .. }
             | LabCommand::Table(_)
+            | LabCommand::Plan(_)
     ) {
         quiet_on_closed_stdout();
     }
     match cmd {
-        LabCommand::List => {
-            let list = bundled();
-            if list.is_empty() {
-                return Err(Error::Usage(format!(
-                    "no scenarios in ./{SCENARIO_DIR} (run from the repository root)"
-                )));
-            }
-            for (name, s) in list {
-                match s {
-                    Ok(s) => {
-                        let n = s.variants().len();
-                        let variants = if n == 1 { "variant" } else { "variants" };
-                        println!(
-                            "{name:<28} {} ({n} {variants} x {} repetitions)",
-                            s.description, s.repetitions
-                        )
-                    }
-                    Err(e) => println!("{name:<28} INVALID: {e}"),
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        LabCommand::Check { scenario } => {
-            let s = Scenario::from_file(&scenario_path(&scenario)?)?;
-            println!("{}: {}", s.name, s.description);
-            println!("{} repetitions of each variant:", s.repetitions);
-            let variants = s.variants();
-            let full: Vec<String> = variants.iter().map(|v| v.label.clone()).collect();
-            let short = s.short_labels();
-            let width = short.iter().map(|l| l.chars().count()).max().unwrap_or(0);
-            for (l, f) in short.iter().zip(&full) {
-                if l == f {
-                    println!("  {f}");
-                } else {
-                    println!("  {l:<width$}  ({f})");
-                }
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        LabCommand::Run {
-            scenario,
-            reps,
-            out,
-            resume,
-            redo_saturated,
-            redo_shared,
-            jobs,
-        } => {
-            if redo_shared && jobs > 1 {
-                return Err(Error::Usage(
-                    "--redo-shared runs again what ran beside others: run it with --jobs 1".into(),
-                ));
-            }
-            onionlab_netem::check_privileges()?;
-            let s = Scenario::from_file(&scenario_path(&scenario)?)?;
-            let stamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", s.name)));
-            let bin = std::env::current_exe()
-                .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
-            let (stop, abort) = stop_flags()?;
-            let opts = RunOptions {
-                out: out.clone(),
-                bin,
-                repetitions: reps,
-                resume,
-                redo: onionlab_lab::journal::Redo {
-                    saturated: redo_saturated,
-                    shared: redo_shared,
-                },
-                jobs: usize::from(jobs),
-                progress: true,
-                stop: Some(stop),
-                abort: Some(abort),
-            };
-            let outcome = run(&s, &opts).map_err(|e| {
-                let kept =
-                    std::fs::metadata(out.join("repetitions.jsonl")).is_ok_and(|m| m.len() > 0);
-                let hint = if kept {
-                    format!(
-                        " (the runs completed so far are kept in {}: continue with --resume)",
-                        out.display()
-                    )
-                } else {
-                    String::new()
-                };
-                Error::Usage(format!("lab run: {e}{hint}"))
-            })?;
-            let failed = outcome.records.iter().filter(|r| r.error.is_some()).count();
-            println!(
-                "{} transfers ({} failed) in {} repetitions; raw results in {}",
-                outcome.records.len(),
-                failed,
-                outcome.repetitions.len(),
-                outcome.out.display()
-            );
-            write_report(&outcome.out, None)
-        }
+        LabCommand::List => list_cmd(),
+        LabCommand::Check { scenario } => check_cmd(&scenario),
+        LabCommand::Run(args) => run_scenario_cmd(args),
+        LabCommand::Plan(args) => plan_cmd(&args),
         LabCommand::Report { dir, out } => write_report(&dir, out.as_deref()),
         LabCommand::Table(args) => {
             let text = onionlab_results::table(&args)
@@ -353,81 +280,244 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             print!("{text}");
             Ok(ExitCode::SUCCESS)
         }
-        LabCommand::Store { run, out } => {
-            let s = onionlab_lab::rundata::store(&run, &out)
-                .map_err(|e| Error::Usage(format!("lab store: {e}")))?;
-            println!(
-                "stored {} as {}: {:.1} KiB ({:.1} KiB uncompressed)",
-                run.display(),
-                s.dir.display(),
-                s.bytes as f64 / 1024.0,
-                s.source_bytes as f64 / 1024.0
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        LabCommand::Unpack { stored, out } => {
-            onionlab_lab::rundata::unpack(&stored, &out)
-                .map_err(|e| Error::Usage(format!("lab unpack: {e}")))?;
-            println!(
-                "unpacked {} into {}: continue it with `onionlab lab run SCENARIO --resume --out {}`",
-                stored.display(),
-                out.display(),
-                out.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        LabCommand::Compare { a, b, markdown } => {
-            let c = onionlab_lab::summary::compare_dirs(&a, &b)
-                .map_err(|e| Error::Usage(format!("lab compare: {e}")))?;
-            print!("{}", c.text);
-            if let Some(path) = markdown {
-                std::fs::write(&path, &c.markdown).map_err(|e| {
-                    Error::Usage(format!("lab compare: writing {}: {e}", path.display()))
-                })?;
-                println!("written: {}", path.display());
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        LabCommand::Store { run, out } => store_cmd(&run, &out),
+        LabCommand::Unpack { stored, out } => unpack_cmd(&stored, &out),
+        LabCommand::Compare { a, b, markdown } => compare_cmd(&a, &b, markdown.as_deref()),
         LabCommand::Serve {
             listen,
             tcp_congestion,
-        } => runtime::current_thread()?.block_on(async {
-            let congestion = TcpCongestion::parse(&tcp_congestion)
-                .and_then(|c| c.check_available().map(|()| c))
-                .map_err(|e| Error::Usage(e.to_string()))?;
-            let l = tokio::net::TcpListener::bind(listen)
-                .await
-                .map_err(|source| Error::Write {
-                    path: format!("listening on {listen}"),
-                    source,
-                })?;
-            // Accepted connections inherit it.
-            congestion.apply(&l).map_err(|source| Error::Write {
-                path: format!("TCP_CONGESTION {congestion} on {listen}"),
-                source,
-            })?;
-            tokio::select! {
-                () = onionlab_lab::traffic::serve(l) => {}
-                () = runtime::shutdown_signal() => {}
+        } => serve_cmd(listen, &tcp_congestion),
+        LabCommand::Agent { spec } => agent_cmd(&spec),
+    }
+}
+
+/// `lab list`.
+fn list_cmd() -> Result<ExitCode> {
+    let list = bundled();
+    if list.is_empty() {
+        return Err(Error::Usage(format!(
+            "no scenarios in ./{SCENARIO_DIR} (run from the repository root)"
+        )));
+    }
+    for (name, s) in list {
+        match s {
+            Ok(s) => {
+                let n = s.variants().len();
+                let variants = if n == 1 { "variant" } else { "variants" };
+                println!(
+                    "{name:<28} {} ({n} {variants} x {} repetitions)",
+                    s.description, s.repetitions
+                )
             }
-            Ok(ExitCode::SUCCESS)
-        }),
-        LabCommand::Agent { spec } => {
-            let text = std::fs::read_to_string(&spec).map_err(|source| Error::Write {
-                path: spec.display().to_string(),
-                source,
-            })?;
-            let spec: onionlab_lab::agent::AgentSpec = serde_json::from_str(&text)
-                .map_err(|e| Error::Usage(format!("agent spec: {e}")))?;
-            runtime::multi_thread()?.block_on(async {
-                onionlab_lab::agent::run(&spec)
-                    .await
-                    .map_err(|source| Error::Write {
-                        path: spec.out.display().to_string(),
-                        source,
-                    })
-            })?;
-            Ok(ExitCode::SUCCESS)
+            Err(e) => println!("{name:<28} INVALID: {e}"),
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab check`.
+fn check_cmd(scenario: &str) -> Result<ExitCode> {
+    let s = Scenario::from_file(&scenario_path(scenario)?)?;
+    println!("{}: {}", s.name, s.description);
+    println!("{} repetitions of each variant:", s.repetitions);
+    let variants = s.variants();
+    let full: Vec<String> = variants.iter().map(|v| v.label.clone()).collect();
+    let short = s.short_labels();
+    let width = short.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    for (l, f) in short.iter().zip(&full) {
+        if l == f {
+            println!("  {f}");
+        } else {
+            println!("  {l:<width$}  ({f})");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab plan`: the plan `lab run` would run for one variant and
+/// repetition, as JSON on standard output.
+fn plan_cmd(args: &PlanArgs) -> Result<ExitCode> {
+    let s = Scenario::from_file(&scenario_path(&args.scenario)?)?;
+    let variants = s.variants();
+    let short = s.short_labels();
+    let index = match &args.variant {
+        None => 0,
+        Some(name) => variants
+            .iter()
+            .zip(&short)
+            .position(|(v, l)| &v.label == name || l == name)
+            .or_else(|| name.parse::<usize>().ok().filter(|i| *i < variants.len()))
+            .ok_or_else(|| {
+                Error::Usage(format!(
+                    "lab plan: no variant {name:?} in {} (`onionlab lab check {}` lists them; \
+                     or give an index from 0 to {})",
+                    s.name,
+                    args.scenario,
+                    variants.len() - 1
+                ))
+            })?,
+    };
+    if args.rep >= s.repetitions {
+        return Err(Error::Usage(format!(
+            "lab plan: repetition {} of a scenario of {} (they count from 0)",
+            args.rep, s.repetitions
+        )));
+    }
+    let seed = onionlab_lab::run::repetition_seed(s.seed, args.rep);
+    let plan = onionlab_lab::plan::Plan::of(
+        &s,
+        &variants[index],
+        (args.rep, seed),
+        onionlab_config::unix_now(),
+    )?;
+    let text =
+        serde_json::to_string_pretty(&plan).map_err(|e| Error::Usage(format!("lab plan: {e}")))?;
+    println!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab run`.
+fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
+    let RunArgs {
+        scenario,
+        reps,
+        out,
+        resume,
+        redo_saturated,
+        redo_shared,
+        jobs,
+    } = args;
+    if redo_shared && jobs > 1 {
+        return Err(Error::Usage(
+            "--redo-shared runs again what ran beside others: run it with --jobs 1".into(),
+        ));
+    }
+    onionlab_netem::check_privileges()?;
+    let s = Scenario::from_file(&scenario_path(&scenario)?)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", s.name)));
+    let bin = std::env::current_exe()
+        .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
+    let (stop, abort) = stop_flags()?;
+    let opts = RunOptions {
+        out: out.clone(),
+        bin,
+        repetitions: reps,
+        resume,
+        redo: onionlab_lab::journal::Redo {
+            saturated: redo_saturated,
+            shared: redo_shared,
+        },
+        jobs: usize::from(jobs),
+        progress: true,
+        stop: Some(stop),
+        abort: Some(abort),
+    };
+    let outcome = run(&s, &opts).map_err(|e| {
+        let kept = std::fs::metadata(out.join("repetitions.jsonl")).is_ok_and(|m| m.len() > 0);
+        let hint = if kept {
+            format!(
+                " (the runs completed so far are kept in {}: continue with --resume)",
+                out.display()
+            )
+        } else {
+            String::new()
+        };
+        Error::Usage(format!("lab run: {e}{hint}"))
+    })?;
+    let failed = outcome.records.iter().filter(|r| r.error.is_some()).count();
+    println!(
+        "{} transfers ({} failed) in {} repetitions; raw results in {}",
+        outcome.records.len(),
+        failed,
+        outcome.repetitions.len(),
+        outcome.out.display()
+    );
+    write_report(&outcome.out, None)
+}
+
+/// `lab store`.
+fn store_cmd(run: &Path, out: &Path) -> Result<ExitCode> {
+    let s = onionlab_lab::rundata::store(run, out)
+        .map_err(|e| Error::Usage(format!("lab store: {e}")))?;
+    println!(
+        "stored {} as {}: {:.1} KiB ({:.1} KiB uncompressed)",
+        run.display(),
+        s.dir.display(),
+        s.bytes as f64 / 1024.0,
+        s.source_bytes as f64 / 1024.0
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab unpack`.
+fn unpack_cmd(stored: &Path, out: &Path) -> Result<ExitCode> {
+    onionlab_lab::rundata::unpack(stored, out)
+        .map_err(|e| Error::Usage(format!("lab unpack: {e}")))?;
+    println!(
+        "unpacked {} into {}: continue it with `onionlab lab run SCENARIO --resume --out {}`",
+        stored.display(),
+        out.display(),
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab compare`.
+fn compare_cmd(a: &Path, b: &Path, markdown: Option<&Path>) -> Result<ExitCode> {
+    let c = onionlab_lab::summary::compare_dirs(a, b)
+        .map_err(|e| Error::Usage(format!("lab compare: {e}")))?;
+    print!("{}", c.text);
+    if let Some(path) = markdown {
+        std::fs::write(path, &c.markdown)
+            .map_err(|e| Error::Usage(format!("lab compare: writing {}: {e}", path.display())))?;
+        println!("written: {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lab serve` (internal): the workload server.
+fn serve_cmd(listen: SocketAddr, tcp_congestion: &str) -> Result<ExitCode> {
+    runtime::current_thread()?.block_on(async {
+        let congestion = TcpCongestion::parse(tcp_congestion)
+            .and_then(|c| c.check_available().map(|()| c))
+            .map_err(|e| Error::Usage(e.to_string()))?;
+        let l = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| Error::Write {
+                path: format!("listening on {listen}"),
+                source,
+            })?;
+        // Accepted connections inherit it.
+        congestion.apply(&l).map_err(|source| Error::Write {
+            path: format!("TCP_CONGESTION {congestion} on {listen}"),
+            source,
+        })?;
+        tokio::select! {
+            () = onionlab_lab::traffic::serve(l) => {}
+            () = runtime::shutdown_signal() => {}
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `lab agent` (internal): the workload agent.
+fn agent_cmd(spec: &Path) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(spec).map_err(|source| Error::Write {
+        path: spec.display().to_string(),
+        source,
+    })?;
+    let spec: onionlab_lab::agent::AgentSpec =
+        serde_json::from_str(&text).map_err(|e| Error::Usage(format!("agent spec: {e}")))?;
+    runtime::multi_thread()?.block_on(async {
+        onionlab_lab::agent::run(&spec)
+            .await
+            .map_err(|source| Error::Write {
+                path: spec.out.display().to_string(),
+                source,
+            })
+    })?;
+    Ok(ExitCode::SUCCESS)
 }

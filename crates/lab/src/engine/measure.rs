@@ -1,0 +1,462 @@
+//! What a run measures besides the transfers: the relays' CPU time, the
+//! links', hosts' TCP and drop counters since the workload started, and
+//! what the nodes' logs say (circuit build times, paths, Torchestra's
+//! moves).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use onionlab_netem::Network;
+
+use crate::agent::TransferRecord;
+use crate::error::Error;
+use crate::hostnet::{self, HostDrops, HostTcp, HostTcpCounters};
+use crate::plan::{AgentPlan, Plan};
+use crate::process::{cpu_seconds, Proc};
+use crate::run::{EmulatorTiming, LinkPackets, RepetitionRecord, SATURATED_BUSY_FRACTION};
+
+/// What an engine observed of one run besides the agents' records, after
+/// its processes stopped and its network went down.
+pub(super) struct Observed {
+    /// The run's wall-clock time, from set-up to tear-down.
+    pub(super) wall_s: f64,
+    /// The share of all CPUs busy during the workload.
+    pub(super) busy: f64,
+    /// Each relay's CPU seconds during the workload.
+    pub(super) relay_cpu_s: Vec<(String, f64)>,
+    /// Each relay's peak resident memory.
+    pub(super) relay_peak_rss: Vec<(String, u64)>,
+    /// Each host's TCP set-up.
+    pub(super) tcp: Vec<HostTcp>,
+    /// The machine's TCP module parameters.
+    pub(super) tcp_module_parameters: BTreeMap<String, String>,
+    /// Each host's TCP counters during the workload.
+    pub(super) tcp_counters: Vec<HostTcpCounters>,
+    /// Each host's own drops during the workload.
+    pub(super) host_drops: Vec<HostDrops>,
+    /// Each relay's Torchestra moves.
+    pub(super) torchestra_moves: Vec<(String, u64)>,
+    /// Each onionlab client's first circuit.
+    pub(super) client_paths: Vec<(String, Vec<String>)>,
+    /// The emulated links' counters during the workload.
+    pub(super) counters: onionlab_netem::Counters,
+    /// The (stopped) relays and clients, for their logs and C tor's
+    /// circuit watches.
+    pub(super) nodes: Nodes,
+}
+
+/// The repetition record of a run of `plan` whose agents reported
+/// `records`.
+pub(super) fn repetition_record(
+    plan: &Plan,
+    records: &[TransferRecord],
+    mut seen: Observed,
+) -> RepetitionRecord {
+    let late = &seen.counters.forwarder.release_error;
+    let emulator = EmulatorTiming {
+        late_p50_us: late.p50_us,
+        late_p99_us: late.p99_us,
+        late_max_us: late.max_us,
+        cpu_s: seen.counters.forwarder.cpu_s,
+    };
+    let mut circuit_build_ms = circuit_build_times(&seen.nodes);
+    let mut ctor_streams = Vec::new();
+    for w in std::mem::take(&mut seen.nodes.circuit_watches) {
+        let watched = w.finish();
+        circuit_build_ms.extend(watched.build_ms);
+        ctor_streams.extend(watched.streams);
+    }
+    // A C tor plan with conflux runs linked sets.
+    let conflux = plan.ctor.as_ref().is_some_and(|c| c.conflux.is_some());
+    let conflux_fallback_streams = if conflux {
+        ctor_streams
+            .iter()
+            .filter(|s| s.purpose != "CONFLUX_LINKED")
+            .map(|s| s.streams)
+            .sum()
+    } else {
+        0
+    };
+    let payload_bytes: u64 = records
+        .iter()
+        .filter(|r| r.error.is_none())
+        .map(|r| if r.kind == "echo" { 2 * r.size } else { r.size })
+        .sum();
+    let (links, link_packets) = link_summaries(&seen.counters);
+    // Wire overhead where the payload crosses exactly once: the clients'
+    // access links (both directions: requests, SENDMEs, TLS and TCP/IP
+    // headers, retransmissions) per payload byte delivered.
+    let client_hosts = plan.client_hosts();
+    let on_client = |host: &str| client_hosts.contains(&host);
+    let wire: u64 = links
+        .iter()
+        .filter(|l| on_client(&l.0) || on_client(&l.1))
+        .map(|l| l.2)
+        .sum();
+    RepetitionRecord {
+        variant: plan.variant.clone(),
+        repetition: plan.repetition,
+        seed: plan.seed,
+        wall_s: seen.wall_s,
+        cpu_busy_fraction: seen.busy,
+        cpu_saturated: seen.busy > SATURATED_BUSY_FRACTION,
+        relay_cpu_s: seen.relay_cpu_s,
+        relay_peak_rss: seen.relay_peak_rss,
+        circuit_build_ms,
+        links,
+        link_packets,
+        payload_bytes,
+        wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
+        tcp: seen.tcp,
+        tcp_module_parameters: seen.tcp_module_parameters,
+        tcp_counters: seen.tcp_counters,
+        host_dropped: !seen.host_drops.is_empty(),
+        host_drops: seen.host_drops,
+        jobs: 1,
+        emulator: Some(emulator),
+        ctor_streams,
+        conflux_fallback_streams,
+        torchestra_moves: seen.torchestra_moves,
+        client_paths: seen.client_paths,
+    }
+}
+
+/// Each onionlab client's first circuit (client name, relays in order),
+/// from the `circuit built` lines of the clients' logs
+/// (`client-NAME.log`, `path=A,B,C`).
+pub(super) fn client_paths(nodes: &Nodes) -> Vec<(String, Vec<String>)> {
+    nodes
+        .clients
+        .iter()
+        .filter_map(|(_, log)| {
+            let name = log
+                .file_name()?
+                .to_str()?
+                .strip_prefix("client-")?
+                .strip_suffix(".log")?
+                .to_string();
+            let text = fs::read_to_string(log).ok()?;
+            let path = text
+                .lines()
+                .filter(|l| l.contains("circuit built"))
+                .find_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("path=")))?;
+            Some((name, path.split(',').map(str::to_string).collect()))
+        })
+        .collect()
+}
+
+/// The log line of a relay moving a circuit (`onionlab_node`'s relay logs
+/// it at info, always).
+const TORCHESTRA_MOVE: &str = "torchestra: moving a circuit";
+
+/// Per relay whose log has any, its Torchestra moves (the relays stopped,
+/// their logs complete).
+pub(super) fn torchestra_moves(nodes: &Nodes, dir: &Path) -> Vec<(String, u64)> {
+    nodes
+        .relays
+        .iter()
+        .filter_map(|(_, name)| {
+            let text = fs::read_to_string(dir.join(format!("{name}.log"))).ok()?;
+            let n = text.lines().filter(|l| l.contains(TORCHESTRA_MOVE)).count() as u64;
+            (n > 0).then(|| (name.clone(), n))
+        })
+        .collect()
+}
+
+/// The transfer records the agents wrote (their `out`, relative to the
+/// repetition's directory `dir`), and a failure for every transfer an
+/// agent did not report.
+pub(super) fn agent_records(agents: &[AgentPlan], dir: &Path) -> Vec<TransferRecord> {
+    let mut records = Vec::new();
+    for a in agents {
+        let spec = &a.spec;
+        let text = fs::read_to_string(dir.join(&spec.out)).unwrap_or_default();
+        let mut got: Vec<TransferRecord> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        for (w, _) in &spec.workloads {
+            for index in 0..w.count {
+                if !got.iter().any(|r| r.workload == w.name && r.index == index) {
+                    got.push(TransferRecord {
+                        workload: w.name.clone(),
+                        kind: format!("{:?}", w.kind).to_lowercase(),
+                        index,
+                        size: w.size,
+                        timed_out: true,
+                        stalled: true,
+                        error: Some("no record: the agent did not finish in time".into()),
+                        ..TransferRecord::default()
+                    });
+                }
+            }
+        }
+        records.extend(got);
+    }
+    records
+}
+
+/// Circuit build times from the clients' logs (onionlab's
+/// `circuit built ... ms=` lines; C tor's come from its control port).
+fn circuit_build_times(nodes: &Nodes) -> Vec<f64> {
+    let mut ms = Vec::new();
+    for (_, log) in &nodes.clients {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("circuit built")) {
+            if let Some(v) = line
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("ms="))
+                .and_then(|v| v.parse::<f64>().ok())
+            {
+                ms.push(v);
+            }
+        }
+    }
+    ms
+}
+
+/// Per directed link: (src, dst, delivered bytes, dropped packets), and
+/// its packet counts.
+#[allow(clippy::type_complexity)]
+fn link_summaries(
+    counters: &onionlab_netem::Counters,
+) -> (Vec<(String, String, u64, u64)>, Vec<LinkPackets>) {
+    let links = counters
+        .paths
+        .iter()
+        .map(|p| {
+            (
+                p.src.clone(),
+                p.dst.clone(),
+                p.delivered_bytes,
+                p.drops.total(),
+            )
+        })
+        .collect();
+    let packets = counters
+        .paths
+        .iter()
+        .map(|p| LinkPackets {
+            src: p.src.clone(),
+            dst: p.dst.clone(),
+            packets: p.submitted_packets,
+            lost: p.drops.loss,
+            queue_dropped: p.drops.uplink_queue + p.drops.path_queue + p.drops.downlink_queue,
+        })
+        .collect();
+    (links, packets)
+}
+
+/// The relays and clients of one repetition, whichever implementation
+/// runs them.
+pub(super) struct Nodes {
+    /// Relay processes and their hosts.
+    pub(super) relays: Vec<(Proc, String)>,
+    /// Client processes and their logs.
+    pub(super) clients: Vec<(Proc, PathBuf)>,
+    /// Other processes of the network (C tor's directory authority).
+    pub(super) others: Vec<Proc>,
+    /// C tor clients' control ports, watched for circuit build times
+    /// (onionlab's clients log theirs) and the circuits of their streams.
+    pub(super) circuit_watches: Vec<crate::ctor::CircuitWatch>,
+}
+
+/// The emulated links' counters and the relays' CPU time when the
+/// workload starts: what came before (start-up, C tor's bootstrap and
+/// test downloads) is left out of the repetition's records.
+impl Nodes {
+    /// Stops the clients, then the relays, `servers` and the rest (C
+    /// tor's authority).
+    pub(super) fn stop(&mut self, servers: &mut [Proc]) {
+        for (p, _) in &mut self.clients {
+            p.stop();
+        }
+        let relays = self.relays.iter_mut().map(|(p, _)| p);
+        for p in relays
+            .chain(servers.iter_mut())
+            .chain(self.others.iter_mut())
+        {
+            p.stop();
+        }
+    }
+}
+
+pub(super) struct Baseline {
+    counters: onionlab_netem::Counters,
+    relay_cpu_s: Vec<f64>,
+    tcp: Vec<HostTcpCounters>,
+    drops: Vec<HostDrops>,
+}
+
+impl Baseline {
+    pub(super) fn take(net: &Network, nodes: &Nodes) -> Result<Baseline, Error> {
+        Ok(Baseline {
+            counters: net.counters()?,
+            tcp: read_tcp_counters(net)?,
+            drops: read_host_drops(net)?,
+            relay_cpu_s: nodes
+                .relays
+                .iter()
+                .map(|(p, _)| cpu_seconds(p.child.id()).unwrap_or(f64::NAN))
+                .collect(),
+        })
+    }
+
+    /// Each relay's CPU seconds since the baseline; a relay whose CPU
+    /// time could not be read (it exited) is left out and logged, never
+    /// written as NaN (JSON has none).
+    pub(super) fn relay_cpu_since(&self, nodes: &Nodes) -> Vec<(String, f64)> {
+        nodes
+            .relays
+            .iter()
+            .zip(&self.relay_cpu_s)
+            .filter_map(|((p, n), before)| {
+                let used = cpu_seconds(p.child.id()).map(|now| now - before);
+                match used {
+                    Some(s) if s.is_finite() => Some((n.clone(), s)),
+                    _ => {
+                        tracing::warn!(relay = %n, "no CPU time: the relay process is gone");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Each host's TCP counters since the baseline (hosts that sent
+    /// segments since).
+    pub(super) fn tcp_since(&self, end: Vec<HostTcpCounters>) -> Vec<HostTcpCounters> {
+        end.into_iter()
+            .map(|mut c| {
+                if let Some(b) = self.tcp.iter().find(|b| b.host == c.host) {
+                    c.out_segs = c.out_segs.saturating_sub(b.out_segs);
+                    c.retrans_segs = c.retrans_segs.saturating_sub(b.retrans_segs);
+                    c.timeouts = c.timeouts.saturating_sub(b.timeouts);
+                    c.loss_probes = c.loss_probes.saturating_sub(b.loss_probes);
+                    c.fast_retrans = c.fast_retrans.saturating_sub(b.fast_retrans);
+                }
+                c
+            })
+            .filter(|c| c.out_segs > 0)
+            .collect()
+    }
+
+    /// Each host's own drops since the baseline (hosts that dropped any).
+    pub(super) fn drops_since(&self, end: Vec<HostDrops>) -> Vec<HostDrops> {
+        end.into_iter()
+            .map(|mut d| {
+                if let Some(b) = self.drops.iter().find(|b| b.host == d.host) {
+                    d.tun_tx_dropped = d.tun_tx_dropped.saturating_sub(b.tun_tx_dropped);
+                    d.udp_rcvbuf_errors = d.udp_rcvbuf_errors.saturating_sub(b.udp_rcvbuf_errors);
+                    d.tcp_queue_drops = d.tcp_queue_drops.saturating_sub(b.tcp_queue_drops);
+                }
+                d
+            })
+            .filter(HostDrops::any)
+            .collect()
+    }
+
+    /// Take the baseline's packet and byte counts off `end`'s paths.
+    pub(super) fn subtract_from(&self, end: &mut onionlab_netem::Counters) {
+        for p in &mut end.paths {
+            let Some(b) = self.counters.path(&p.src, &p.dst) else {
+                continue;
+            };
+            p.submitted_packets = p.submitted_packets.saturating_sub(b.submitted_packets);
+            p.submitted_bytes = p.submitted_bytes.saturating_sub(b.submitted_bytes);
+            p.delivered_packets = p.delivered_packets.saturating_sub(b.delivered_packets);
+            p.delivered_bytes = p.delivered_bytes.saturating_sub(b.delivered_bytes);
+            let (d, bd) = (&mut p.drops, &b.drops);
+            d.uplink_queue = d.uplink_queue.saturating_sub(bd.uplink_queue);
+            d.path_queue = d.path_queue.saturating_sub(bd.path_queue);
+            d.downlink_queue = d.downlink_queue.saturating_sub(bd.downlink_queue);
+            d.loss = d.loss.saturating_sub(bd.loss);
+            d.link_down = d.link_down.saturating_sub(bd.link_down);
+            d.overflow = d.overflow.saturating_sub(bd.overflow);
+            d.blocked = d.blocked.saturating_sub(bd.blocked);
+        }
+    }
+}
+
+/// Each host's TCP counters (hosts that sent TCP segments only).
+pub(super) fn read_tcp_counters(net: &Network) -> Result<Vec<HostTcpCounters>, Error> {
+    let mut all = Vec::new();
+    for h in &net.topology().hosts {
+        all.push(net.run_in(&h.name, || hostnet::read_tcp_counters(&h.name))?);
+    }
+    Ok(all)
+}
+
+/// Every host's own packet drops.
+pub(super) fn read_host_drops(net: &Network) -> Result<Vec<HostDrops>, Error> {
+    let mut drops = Vec::new();
+    for h in &net.topology().hosts {
+        drops.push(net.run_in(&h.name, || {
+            hostnet::read_drops(&h.name, onionlab_netem::netns::TUN_NAME)
+        })?);
+    }
+    Ok(drops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onionlab_netem::counters::PathCounters;
+    use onionlab_netem::Counters;
+
+    fn path(src: &str, bytes: u64, loss: u64) -> PathCounters {
+        let mut p = PathCounters {
+            src: src.into(),
+            dst: "b".into(),
+            submitted_packets: bytes / 100,
+            submitted_bytes: bytes,
+            delivered_packets: bytes / 100,
+            delivered_bytes: bytes,
+            ..PathCounters::default()
+        };
+        p.drops.loss = loss;
+        p
+    }
+
+    /// What came before the workload (C tor's bootstrap, say) is taken
+    /// off every count; a path or host first seen after it keeps all.
+    #[test]
+    fn the_baseline_is_taken_off_links_tcp_and_drops() {
+        let tcp = |host: &str, segs: u64| HostTcpCounters {
+            host: host.into(),
+            out_segs: segs,
+            retrans_segs: segs / 10,
+            ..HostTcpCounters::default()
+        };
+        let drops = |host: &str, n: u64| HostDrops {
+            host: host.into(),
+            udp_rcvbuf_errors: n,
+            ..HostDrops::default()
+        };
+        let before = Baseline {
+            counters: Counters {
+                paths: vec![path("a", 50_000, 2)],
+                ..Counters::default()
+            },
+            relay_cpu_s: Vec::new(),
+            tcp: vec![tcp("a", 300), tcp("c", 40)],
+            drops: vec![drops("a", 5)],
+        };
+        let mut end = Counters {
+            paths: vec![path("a", 1_050_000, 3), path("new", 7_000, 0)],
+            ..Counters::default()
+        };
+        before.subtract_from(&mut end);
+        assert_eq!(end.paths[0].delivered_bytes, 1_000_000);
+        assert_eq!(end.paths[0].submitted_packets, 10_000);
+        assert_eq!(end.paths[0].drops.loss, 1);
+        assert_eq!(end.paths[1].delivered_bytes, 7_000);
+        let t = before.tcp_since(vec![tcp("a", 1300), tcp("c", 40)]);
+        assert_eq!(t.len(), 1, "c sent nothing since: left out");
+        assert_eq!((t[0].out_segs, t[0].retrans_segs), (1000, 100));
+        let d = before.drops_since(vec![drops("a", 5), drops("b", 2)]);
+        assert_eq!(d.len(), 1, "a dropped nothing since");
+        assert_eq!((d[0].host.as_str(), d[0].udp_rcvbuf_errors), ("b", 2));
+    }
+}
