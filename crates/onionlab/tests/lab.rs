@@ -570,16 +570,32 @@ fn c_tor_runs_conflux_over_both_pinned_guards() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// Two signals during a run (Ctrl-C, then SIGTERM): the run under way
-/// ends within seconds, every process it started is gone, its namespaces
-/// are removed, nothing of it is recorded, and `lab run` fails saying so.
+/// Ctrl-C twice during a run: the run under way ends within seconds,
+/// every process it started is gone, its namespaces are removed, nothing
+/// of it is recorded, and `lab run` fails saying so.
 #[test]
 fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
-    if !netns_available() {
-        return;
+    if netns_available() {
+        second_signal_ends_the_run(libc::SIGINT);
     }
+}
+
+/// The same with SIGTERM (a service manager's stop) as the second signal.
+#[test]
+fn a_sigterm_after_ctrl_c_ends_the_run_under_way_too() {
+    if netns_available() {
+        second_signal_ends_the_run(libc::SIGTERM);
+    }
+}
+
+/// Sends `lab run` SIGINT, then `second`, while its workload runs, and
+/// checks that the run under way ends and leaves nothing behind.
+fn second_signal_ends_the_run(second: libc::c_int) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::temp_dir().join(format!("onionlab-lab-abort-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "onionlab-lab-abort-{}-{second}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     // The quick scenario with downloads enough for minutes.
@@ -627,11 +643,9 @@ fn a_second_signal_ends_the_run_under_way_and_leaves_nothing_behind() {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(pid as libc::pid_t, sig) };
     };
-    // Ctrl-C, then a SIGTERM (a service manager's stop): either signal
-    // counts.
     signal(libc::SIGINT);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    signal(libc::SIGTERM);
+    signal(second);
     let interrupted = std::time::Instant::now();
     let status = loop {
         if let Some(s) = lab.try_wait().expect("lab run") {

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use onionlab_netem::Network;
 
@@ -19,8 +20,9 @@ use crate::run::{EmulatorTiming, LinkPackets, RepetitionRecord, SATURATED_BUSY_F
 /// What an engine observed of one run besides the agents' records, after
 /// its processes stopped and its network went down.
 pub(super) struct Observed {
-    /// The run's wall-clock time, from set-up to tear-down.
-    pub(super) wall_s: f64,
+    /// When the engine started the run (writing its files); the plan was
+    /// made just before, in milliseconds.
+    pub(super) started: Instant,
     /// The share of all CPUs busy during the workload.
     pub(super) busy: f64,
     /// Each relay's CPU seconds during the workload.
@@ -98,7 +100,8 @@ pub(super) fn repetition_record(
         variant: plan.variant.clone(),
         repetition: plan.repetition,
         seed: plan.seed,
-        wall_s: seen.wall_s,
+        // From set-up to the end of tear-down (C tor's watches included).
+        wall_s: seen.started.elapsed().as_secs_f64(),
         cpu_busy_fraction: seen.busy,
         cpu_saturated: seen.busy > SATURATED_BUSY_FRACTION,
         relay_cpu_s: seen.relay_cpu_s,
@@ -262,9 +265,6 @@ pub(super) struct Nodes {
     pub(super) circuit_watches: Vec<crate::ctor::CircuitWatch>,
 }
 
-/// The emulated links' counters and the relays' CPU time when the
-/// workload starts: what came before (start-up, C tor's bootstrap and
-/// test downloads) is left out of the repetition's records.
 impl Nodes {
     /// Stops the clients, then the relays, `servers` and the rest (C
     /// tor's authority).
@@ -282,6 +282,9 @@ impl Nodes {
     }
 }
 
+/// The emulated links' counters and the relays' CPU time when the
+/// workload starts: what came before (start-up, C tor's bootstrap and
+/// test downloads) is left out of the repetition's records.
 pub(super) struct Baseline {
     counters: onionlab_netem::Counters,
     relay_cpu_s: Vec<f64>,

@@ -79,7 +79,7 @@ impl Engine for Namespaces {
         before.subtract_from(&mut counters);
         let records = agent_records(&plan.agents, dir);
         let seen = Observed {
-            wall_s: t0.elapsed().as_secs_f64(),
+            started: t0,
             busy,
             relay_cpu_s,
             relay_peak_rss,
@@ -131,15 +131,23 @@ impl Namespaces {
     }
 
     /// Starts the plan's processes of `role` and waits until each is
-    /// ready.
+    /// ready: servers and relays all at once, then waiting for each;
+    /// clients one after another, each ready before the next starts (so
+    /// their circuits are not all built at once).
     fn start_role(&self, net: &Network, plan: &Plan, dir: &Path, role: Role) -> Result<Vec<Proc>> {
+        let one_by_one = role == Role::Client;
         let mut started = Vec::new();
         for p in plan.processes_of(role) {
             started.push((self.spawn(net, p, dir)?, p));
+            if one_by_one {
+                if let Some((proc_, p)) = started.last_mut() {
+                    wait_for(net, p, proc_, dir)?;
+                }
+            }
         }
-        for (proc_, p) in &mut started {
-            if let Ready::Listening(addr) = p.ready {
-                wait_ready(net, &p.host, addr, proc_, &dir.join(&p.log))?;
+        if !one_by_one {
+            for (proc_, p) in &mut started {
+                wait_for(net, p, proc_, dir)?;
             }
         }
         Ok(started.into_iter().map(|(proc_, _)| proc_).collect())
@@ -219,6 +227,14 @@ impl Namespaces {
             }
         }
         Ok(agents)
+    }
+}
+
+/// Waits until the plan's process `p`, started as `proc_`, is ready.
+fn wait_for(net: &Network, p: &PlanProcess, proc_: &mut Proc, dir: &Path) -> Result<()> {
+    match p.ready {
+        Ready::Listening(addr) => wait_ready(net, &p.host, addr, proc_, &dir.join(&p.log)),
+        Ready::Started => Ok(()),
     }
 }
 

@@ -10,7 +10,8 @@
 //! An engine ([`crate::engine`]) runs it; `onionlab lab plan` prints it.
 //!
 //! Paths in a plan are relative to the repetition's directory, where an
-//! engine runs every process.
+//! engine runs every process of the plan (C tor's tors, started from
+//! [`Plan::ctor`], use absolute paths under `ctor/` there).
 //!
 //! C tor variants: `tor` makes its own keys when it starts, and the
 //! authority's torrc needs the relays' fingerprints, so a C tor plan holds
@@ -309,26 +310,32 @@ impl Plan {
         }
     }
 
-    /// Writes its files under `dir` (secrets readable by their owner
-    /// only).
+    /// Writes its files under `dir`; a secret is created readable by its
+    /// owner only, and never over an existing file.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] naming the file.
     pub fn write_files(&self, dir: &Path) -> Result<()> {
-        use std::os::unix::fs::PermissionsExt;
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         for f in &self.files {
             let path = dir.join(&f.path);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent)
                     .map_err(io_err(format!("creating {}", parent.display())))?;
             }
-            std::fs::write(&path, &f.text)
-                .map_err(io_err(format!("writing {}", path.display())))?;
-            if f.secret {
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                    .map_err(io_err(format!("restricting {}", path.display())))?;
-            }
+            let written = if f.secret {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&path)
+                    .and_then(|mut file| file.write_all(f.text.as_bytes()))
+            } else {
+                std::fs::write(&path, &f.text)
+            };
+            written.map_err(io_err(format!("writing {}", path.display())))?;
         }
         Ok(())
     }

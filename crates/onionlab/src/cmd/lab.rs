@@ -357,19 +357,20 @@ fn plan_cmd(args: &PlanArgs) -> Result<ExitCode> {
                 ))
             })?,
     };
-    if args.rep >= s.repetitions {
-        return Err(Error::Usage(format!(
-            "lab plan: repetition {} of a scenario of {} (they count from 0)",
-            args.rep, s.repetitions
-        )));
-    }
     let seed = onionlab_lab::run::repetition_seed(s.seed, args.rep);
-    let plan = onionlab_lab::plan::Plan::of(
+    let mut plan = onionlab_lab::plan::Plan::of(
         &s,
         &variants[index],
         (args.rep, seed),
         onionlab_config::unix_now(),
     )?;
+    // Keys stay out of terminals and pastes: the engine writes them.
+    for f in plan.files.iter_mut().filter(|f| f.secret) {
+        f.text = format!(
+            "(secret, {} bytes, written 0600 by the engine)",
+            f.text.len()
+        );
+    }
     let text =
         serde_json::to_string_pretty(&plan).map_err(|e| Error::Usage(format!("lab plan: {e}")))?;
     println!("{text}");
