@@ -18,7 +18,11 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // At run time, not `env!`: a build script compiled for one checkout is
+    // reused for another of the same workspace that shares the target
+    // directory (a worktree, a clean clone), and must look at that one.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let root = Path::new(&manifest_dir).join("../..");
     let root = root.to_string_lossy();
     let commit = match git(&["-C", &root, "rev-parse", "--short=12", "HEAD"]) {
         Some(c) if !c.is_empty() => {
