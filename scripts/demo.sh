@@ -23,4 +23,4 @@ fi
 cargo build --release --locked -p onionlab
 ./target/release/onionlab bench chain --runs 1 --size-mib 256 --small-downloads 10
 echo
-exec ./target/release/onionlab --log warn lab run demo "$@"
+exec ./target/release/onionlab --log warn demo "$@"

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use rand::{Rng as _, SeedableRng};
+use rand_xoshiro::Xoshiro256StarStar;
 use serde::{Deserialize, Serialize};
 
 use crate::traffic::{self, OP_DOWNLOAD, OP_ECHO, OP_PROBE, OP_UPLOAD};
@@ -79,16 +81,18 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// A small deterministic generator for think times (xorshift64*).
-struct Think(u64);
+/// Think times drawn from a seeded stream of a fixed algorithm
+/// (xoshiro256**), so a repetition's seed gives the same pauses everywhere.
+struct Think(Xoshiro256StarStar);
 
 impl Think {
+    fn new(seed: u64) -> Think {
+        Think(Xoshiro256StarStar::seed_from_u64(seed))
+    }
+
+    /// Uniform in [lo, hi).
     fn next_between(&mut self, lo: Duration, hi: Duration) -> Duration {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        let frac = (x >> 11) as f64 / (1u64 << 53) as f64;
+        let frac = (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         lo + (hi - lo).mul_f64(frac)
     }
 }
@@ -113,7 +117,7 @@ async fn run_workload(
     } else {
         w.size
     };
-    let mut think = Think(seed | 1);
+    let mut think = Think::new(seed);
     let mut out = Vec::new();
     tokio::time::sleep(w.start).await;
     for index in 0..w.count {

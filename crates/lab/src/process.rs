@@ -3,12 +3,37 @@
 //! SIGKILL after a grace period), and the CPU time and peak memory of a
 //! process read from `/proc` (with the procfs crate).
 
-use std::process::{Child, ExitStatus};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use procfs::CurrentSI;
+
+/// Makes the process `cmd` starts receive `signal` when the thread that
+/// started it ends, even if this process is killed outright and no Drop
+/// runs: no orphan goes on using CPU and ports. (Start processes from a
+/// long-lived thread, never from a short-lived `spawn_blocking` one.)
+pub fn die_with_parent(cmd: &mut Command, signal: Signal) {
+    // SAFETY: prctl(2) is async-signal-safe and changes only the child;
+    // nothing is allocated after fork.
+    unsafe {
+        cmd.pre_exec(move || nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from));
+    }
+}
+
+/// Limits the open files of the process `cmd` starts to `limit`.
+pub fn limit_open_files(cmd: &mut Command, limit: u64) {
+    // SAFETY: setrlimit(2) is async-signal-safe and touches only the
+    // child's own limits; nothing is allocated after fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, limit, limit)
+                .map_err(std::io::Error::from)
+        });
+    }
+}
 
 /// How long [`Proc::stop`] waits after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(3);

@@ -31,7 +31,7 @@ pub const STREAM_SAMPLE_EVERY: Duration = Duration::from_millis(100);
 /// Unsent bytes the server's socket may hold (`TCP_NOTSENT_LOWAT`): a
 /// record is stamped when the socket can take it, so the stamp is not
 /// older than this much queued data ahead of it on the server host.
-const SERVER_UNSENT_LIMIT: libc::c_int = 16 * 1024;
+const SERVER_UNSENT_LIMIT: u32 = 16 * 1024;
 const END_SEQ: u64 = u64::MAX;
 /// How long the receiver waits for the close after the end record.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
@@ -52,23 +52,8 @@ fn payload() -> [u8; STREAM_RECORD_LEN - HEADER] {
 }
 
 fn limit_unsent(s: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let v = SERVER_UNSENT_LIMIT;
-    // SAFETY: a valid socket descriptor and a c_int option of its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::warn!(
-            "workload server: TCP_NOTSENT_LOWAT: {}",
-            io::Error::last_os_error()
-        );
+    if let Err(e) = socket2::SockRef::from(s).set_tcp_notsent_lowat(SERVER_UNSENT_LIMIT) {
+        tracing::warn!("workload server: TCP_NOTSENT_LOWAT: {e}");
     }
 }
 

@@ -1,4 +1,4 @@
-//! Control socket of a running lab: `net set`, `net down` and counter
+//! Control socket of a running lab: `netem set`, `netem down` and counter
 //! queries from other processes. One JSON request per connection, one JSON
 //! response line back.
 

@@ -46,6 +46,14 @@ pub enum Error {
         /// Underlying OS error.
         source: std::io::Error,
     },
+    /// A route-netlink request (link, address, route) failed.
+    #[error("{op}: {source}")]
+    Netlink {
+        /// What was being done.
+        op: String,
+        /// The error rtnetlink reported.
+        source: rtnetlink::Error,
+    },
     /// The environment lacks something needed (privileges, /dev/net/tun ...).
     #[error("unsupported environment: {0}")]
     Unsupported(String),

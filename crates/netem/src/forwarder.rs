@@ -8,10 +8,11 @@
 //! SCHED_FIFO priority.
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use nix::sys::epoll::EpollEvent;
 
 use crate::counters::{Counters, ForwarderCounters, Histogram};
 use crate::error::{Error, Result};
@@ -52,7 +53,7 @@ pub(crate) enum Command {
 /// Handle to a running forwarder thread.
 pub(crate) struct Forwarder {
     tx: mpsc::Sender<Command>,
-    wake: std::sync::Arc<sys::EventFd>,
+    wake: std::sync::Arc<sys::Waker>,
     thread: Option<JoinHandle<Result<Counters>>>,
 }
 
@@ -60,11 +61,11 @@ impl Forwarder {
     /// Starts the thread; it takes ownership of the TUN fds (index = host id).
     pub(crate) fn spawn(
         topology: &Topology,
-        tuns: Vec<OwnedFd>,
+        tuns: Vec<tun_rs::SyncDevice>,
         opts: ForwarderOptions,
     ) -> Result<Forwarder> {
         let (tx, rx) = mpsc::channel();
-        let wake = std::sync::Arc::new(sys::EventFd::new()?);
+        let wake = std::sync::Arc::new(sys::Waker::new()?);
         let mut state = State::new(topology, tuns, wake.clone(), rx, opts)?;
         let thread = std::thread::Builder::new()
             .name("netem-forwarder".into())
@@ -121,13 +122,13 @@ struct Packet {
 struct State {
     lab: String,
     model: LinkModel<Packet>,
-    tuns: Vec<OwnedFd>,
+    tuns: Vec<tun_rs::SyncDevice>,
     addrs: HashMap<u32, HostId>,
-    wake: std::sync::Arc<sys::EventFd>,
+    wake: std::sync::Arc<sys::Waker>,
     rx: mpsc::Receiver<Command>,
     opts: ForwarderOptions,
-    timer: sys::TimerFd,
-    epoll: sys::Epoll,
+    timer: sys::Timer,
+    poller: sys::Poller,
     pool: Vec<Vec<u8>>,
     buf_size: usize,
     release_error: Histogram,
@@ -139,19 +140,19 @@ struct State {
 impl State {
     fn new(
         topology: &Topology,
-        tuns: Vec<OwnedFd>,
-        wake: std::sync::Arc<sys::EventFd>,
+        tuns: Vec<tun_rs::SyncDevice>,
+        wake: std::sync::Arc<sys::Waker>,
         rx: mpsc::Receiver<Command>,
         opts: ForwarderOptions,
     ) -> Result<State> {
-        let epoll = sys::Epoll::new()?;
-        let timer = sys::TimerFd::new()?;
+        let poller = sys::Poller::new()?;
+        let timer = sys::Timer::new()?;
         let n = tuns.len() as u64;
         for (i, t) in tuns.iter().enumerate() {
-            epoll.add(t.as_raw_fd(), i as u64)?;
+            poller.add(t, i as u64)?;
         }
-        epoll.add(timer.0.as_raw_fd(), n)?;
-        epoll.add(wake.0.as_raw_fd(), n + 1)?;
+        poller.add(&timer.0, n)?;
+        poller.add(&wake.0, n + 1)?;
         Ok(State {
             lab: topology.name.clone(),
             model: LinkModel::new(topology),
@@ -166,7 +167,7 @@ impl State {
             rx,
             opts,
             timer,
-            epoll,
+            poller,
             pool: Vec::new(),
             buf_size: (topology.mtu as usize + 64).max(2048),
             release_error: Histogram::default(),
@@ -184,20 +185,14 @@ impl State {
             }
         }
         let n = self.tuns.len() as u64;
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 64];
+        let mut events = vec![EpollEvent::empty(); 64];
         let mut armed: Option<u64> = None;
         let spin = self.opts.spin.as_nanos() as u64;
         loop {
             self.release();
             let next = self.model.next_deadline();
-            let mut timeout = -1;
-            if let Some(d) = next {
-                let now = sys::monotonic_ns();
-                if d <= now + spin {
-                    timeout = 0;
-                }
-            }
-            let want = if timeout == 0 {
+            let due = next.is_some_and(|d| d <= sys::monotonic_ns() + spin);
+            let want = if due {
                 None
             } else {
                 next.map(|d| d.saturating_sub(spin))
@@ -206,9 +201,9 @@ impl State {
                 self.timer.set(want)?;
                 armed = want;
             }
-            let k = self.epoll.wait(&mut events, timeout)?;
+            let k = self.poller.wait(&mut events, !due)?;
             for ev in events.iter().take(k) {
-                let tok = ev.u64;
+                let tok = ev.data();
                 if tok < n {
                     self.read_tun(tok as usize);
                 } else if tok == n {
@@ -243,12 +238,12 @@ impl State {
     }
 
     fn read_tun(&mut self, src: HostId) {
-        let Some(fd) = self.tuns.get(src).map(|t| t.as_raw_fd()) else {
+        if src >= self.tuns.len() {
             return;
-        };
+        }
         for _ in 0..self.opts.batch {
             let mut buf = self.pool.pop().unwrap_or_else(|| vec![0u8; self.buf_size]);
-            let len = match sys::read(fd, &mut buf) {
+            let len = match self.tuns[src].recv(&mut buf) {
                 Ok(len) => len,
                 Err(_) => {
                     self.pool.push(buf);
@@ -288,7 +283,7 @@ impl State {
                     let started = sys::monotonic_ns();
                     self.release_error.record(started.saturating_sub(at));
                     let ok = match self.tuns.get(dst) {
-                        Some(fd) => sys::write(fd.as_raw_fd(), &token.buf[..token.len]).is_ok(),
+                        Some(tun) => tun.send(&token.buf[..token.len]).is_ok(),
                         None => false,
                     };
                     self.write_time

@@ -6,6 +6,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::sched::CloneFlags;
+use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -22,10 +24,9 @@ pub fn ns_name(lab: &str, host: &str) -> String {
 }
 
 /// A host namespace created by this process, with its TUN device.
-#[derive(Debug)]
 pub(crate) struct HostNs {
     pub(crate) ns: OwnedFd,
-    pub(crate) tun: Option<OwnedFd>,
+    pub(crate) tun: Option<tun_rs::SyncDevice>,
     pub(crate) inode: u64,
     pub(crate) bind_path: Option<PathBuf>,
 }
@@ -33,23 +34,19 @@ pub(crate) struct HostNs {
 /// Creates a namespace with lo up and a TUN `olab0` carrying `addr`/32 and
 /// the default route. With `named`, bind-mounts it at /run/netns/`name`.
 pub(crate) fn create_host(name: &str, addr: Ipv4Addr, mtu: u32, named: bool) -> Result<HostNs> {
-    let (ns, tun) = std::thread::spawn(move || -> Result<(OwnedFd, OwnedFd)> {
+    let (ns, tun) = std::thread::spawn(move || -> Result<(OwnedFd, tun_rs::SyncDevice)> {
         sys::unshare_net()?;
         // IPv6 is not emulated; keep the kernel from sending ND/MLD noise.
         for f in ["all", "default"] {
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{f}/disable_ipv6"), "1");
         }
-        sys::if_up("lo")?;
-        let tun = sys::tun_open(TUN_NAME)?;
-        sys::if_configure(TUN_NAME, addr, 32, mtu, 1000)?;
-        sys::if_up(TUN_NAME)?;
-        sys::add_default_route(TUN_NAME)?;
-        let ns = sys::open_ro("/proc/thread-self/ns/net")?;
+        let tun = sys::set_up_host_links(TUN_NAME, addr, mtu)?;
+        let ns = open_ro(Path::new("/proc/thread-self/ns/net"))?;
         Ok((ns, tun))
     })
     .join()
     .map_err(|_| Error::Unsupported("namespace setup thread panicked".into()))??;
-    let inode = sys::inode(ns.as_raw_fd())?;
+    let inode = sys::inode(&ns)?;
     let mut host = HostNs {
         ns,
         tun: Some(tun),
@@ -73,6 +70,18 @@ pub(crate) fn create_host(name: &str, addr: Ipv4Addr, mtu: u32, named: bool) -> 
         host.bind_path = Some(path);
     }
     Ok(host)
+}
+
+/// Opens `path` read-only (close-on-exec, as every file std opens).
+fn open_ro(path: &Path) -> Result<OwnedFd> {
+    std::fs::File::open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| Error::io(format!("open {}", path.display()), e))
+}
+
+/// Sends `sig` to process `pid`; one that has already gone is no error.
+fn signal(pid: i32, sig: Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
 }
 
 /// Processes whose network namespace has inode `inode` (except ourselves).
@@ -106,7 +115,7 @@ pub fn kill_processes_in(inodes: &[u64], grace: Duration) -> usize {
         "terminating processes left in host namespaces"
     );
     for &p in &pids {
-        sys::kill(p, libc::SIGTERM);
+        signal(p, Signal::SIGTERM);
     }
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
@@ -116,7 +125,7 @@ pub fn kill_processes_in(inodes: &[u64], grace: Duration) -> usize {
         std::thread::sleep(Duration::from_millis(20));
     }
     for p in find() {
-        sys::kill(p, libc::SIGKILL);
+        signal(p, Signal::SIGKILL);
     }
     // Wait briefly for the kernel to reap them (they may be our zombies).
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -145,8 +154,8 @@ pub struct HostRecord {
     pub inode: u64,
 }
 
-/// What a running lab leaves on disk so that other processes (`net exec`,
-/// `net set`, `net down`, the next `net up`) can find it.
+/// What a running lab leaves on disk so that other processes (`netem exec`,
+/// `netem set`, `netem down`, the next `netem up`) can find it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabState {
     /// Lab name.
@@ -165,16 +174,15 @@ pub struct LabState {
 
 /// Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat).
 pub fn process_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    Some(stat.starttime)
 }
 
 /// Default directory for the state of `lab`: `/run/onionlab/<lab>` as root,
 /// else `$XDG_RUNTIME_DIR/onionlab/<lab>` or `/tmp/onionlab-<uid>/<lab>`.
 pub fn default_state_dir(lab: &str) -> PathBuf {
-    let (uid, _) = sys::uid_gid();
-    if uid == 0 {
+    let uid = nix::unistd::getuid();
+    if uid.is_root() {
         return PathBuf::from("/run/onionlab").join(lab);
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
@@ -249,8 +257,8 @@ pub fn cleanup_stale(lab: &str, state_dir: &Path) -> Result<Vec<String>> {
         for e in dir.flatten() {
             let n = e.file_name().to_string_lossy().to_string();
             if n.starts_with(&prefix) {
-                if let Ok(fd) = sys::open_ro(&e.path().to_string_lossy()) {
-                    if let Ok(i) = sys::inode(fd.as_raw_fd()) {
+                if let Ok(fd) = open_ro(&e.path()) {
+                    if let Ok(i) = sys::inode(&fd) {
                         inodes.push(i);
                     }
                 }
@@ -283,16 +291,15 @@ pub fn cleanup_stale(lab: &str, state_dir: &Path) -> Result<Vec<String>> {
 /// that are about to exec (like `ip netns exec`).
 pub fn enter_host(state: &LabState, host: &str) -> Result<()> {
     let h = state.host(host)?;
-    let ns = sys::open_ro(&h.ns_path.to_string_lossy())?;
+    let ns = open_ro(&h.ns_path)?;
     if let Some(u) = &state.userns_path {
-        if state.rootless && sys::euid() != 0 {
-            let user = sys::open_ro(&u.to_string_lossy())?;
-            sys::setns(user.as_raw_fd(), libc::CLONE_NEWUSER)
-                .map_err(|e| Error::io("setns(user)", e))?;
+        if state.rootless && !nix::unistd::geteuid().is_root() {
+            let user = open_ro(u)?;
+            nix::sched::setns(user, CloneFlags::CLONE_NEWUSER)
+                .map_err(|e| Error::io("setns(user)", e.into()))?;
         }
     }
-    sys::setns(ns.as_raw_fd(), libc::CLONE_NEWNET)
-        .map_err(|e| Error::io(format!("setns(net) into {host}"), e))?;
+    sys::enter_net(ns).map_err(|e| Error::io(format!("setns(net) into {host}"), e))?;
     Ok(())
 }
 
@@ -303,8 +310,8 @@ pub fn enter_host(state: &LabState, host: &str) -> Result<()> {
 /// Needs unprivileged user namespaces (see docs/netem.md) and a
 /// world-accessible /dev/net/tun.
 pub fn enter_rootless_userns() -> Result<()> {
-    let (uid, gid) = sys::uid_gid();
-    sys::unshare_user().map_err(|e| {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
         Error::Unsupported(format!(
             "unprivileged user namespaces are not available: {e}"
         ))

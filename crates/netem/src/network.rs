@@ -51,7 +51,7 @@ impl std::fmt::Debug for Network {
 /// True if this process can create namespaces and TUN devices: it is root
 /// (possibly inside a user namespace) and /dev/net/tun can be opened.
 pub fn check_privileges() -> Result<()> {
-    if sys::euid() != 0 {
+    if !nix::unistd::geteuid().is_root() {
         return Err(Error::Unsupported(
             "not root: run as root or in rootless mode (onionlab enters a user namespace by itself)".into(),
         ));
@@ -101,7 +101,8 @@ impl Network {
             let ns = netns::create_host(&name, h.address, net.topology.mtu, named)?;
             net.hosts.push(ns);
         }
-        let tuns: Vec<OwnedFd> = net.hosts.iter_mut().filter_map(|h| h.tun.take()).collect();
+        let tuns: Vec<tun_rs::SyncDevice> =
+            net.hosts.iter_mut().filter_map(|h| h.tun.take()).collect();
         net.forwarder = Some(Forwarder::spawn(&net.topology, tuns, opts.forwarder)?);
         net.write_state()?;
         tracing::info!(lab = %net.topology.name, hosts = net.hosts.len(), rootless, "network up");
@@ -162,12 +163,17 @@ impl Network {
 
     /// A command that will run inside `host`'s namespace.
     pub fn command(&self, host: &str, program: impl AsRef<std::ffi::OsStr>) -> Result<Command> {
-        let fd = self.ns_fd(host)?.as_raw_fd();
+        // The command owns a duplicate of the namespace file (close-on-exec),
+        // so it may outlive this network.
+        let ns = self
+            .ns_fd(host)?
+            .try_clone()
+            .map_err(|e| Error::io("dup namespace fd", e))?;
         let mut cmd = Command::new(program);
-        // SAFETY: setns is async-signal-safe; fd stays open (we hold it) until
-        // exec closes it in the child (O_CLOEXEC).
+        // SAFETY: the closure only calls setns(2), which is async-signal-safe,
+        // on a descriptor it owns.
         unsafe {
-            cmd.pre_exec(move || sys::setns(fd, libc::CLONE_NEWNET));
+            cmd.pre_exec(move || sys::enter_net(&ns));
         }
         Ok(cmd)
     }
@@ -179,10 +185,10 @@ impl Network {
         F: FnOnce() -> R + Send,
         R: Send,
     {
-        let fd = self.ns_fd(host)?.as_raw_fd();
+        let ns = self.ns_fd(host)?;
         std::thread::scope(|s| {
             s.spawn(move || -> Result<R> {
-                sys::setns(fd, libc::CLONE_NEWNET).map_err(|e| Error::io("setns(net)", e))?;
+                sys::enter_net(ns).map_err(|e| Error::io("setns(net)", e))?;
                 Ok(f())
             })
             .join()

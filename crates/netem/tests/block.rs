@@ -6,14 +6,14 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use nix::fcntl::{Flock, FlockArg};
 use onionlab_netem::{Block, Network, NetworkOptions, PathUpdate, Topology};
 
 /// The exclusive lock the fidelity tests take, so that namespace tests never
 /// overlap.
-struct Serial(#[allow(dead_code)] std::fs::File);
+struct Serial(#[allow(dead_code)] Flock<std::fs::File>);
 
 fn available() -> Option<Serial> {
     match onionlab_netem::check_privileges() {
@@ -25,9 +25,11 @@ fn available() -> Option<Serial> {
                 .write(true)
                 .open("/run/onionlab/.fidelity-tests.lock")
                 .unwrap();
-            // SAFETY: plain flock on an open fd; released when the file closes.
-            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
-            Some(Serial(f))
+            // Released when the file closes.
+            let lock = Flock::lock(f, FlockArg::LockExclusive)
+                .map_err(|(_, e)| e)
+                .unwrap();
+            Some(Serial(lock))
         }
         Err(e) => {
             let msg = format!("SKIPPED: this test needs root and /dev/net/tun ({e})");

@@ -12,11 +12,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{Flock, FlockArg};
 use onionlab_netem::{Network, NetworkOptions, Topology};
 
 /// Holds an exclusive lock so that the timing-sensitive tests never overlap,
 /// even when a runner starts them in parallel processes.
-struct Serial(#[allow(dead_code)] std::fs::File);
+struct Serial(#[allow(dead_code)] Flock<std::fs::File>);
 
 fn available() -> Option<Serial> {
     match onionlab_netem::check_privileges() {
@@ -28,9 +29,11 @@ fn available() -> Option<Serial> {
                 .write(true)
                 .open("/run/onionlab/.fidelity-tests.lock")
                 .unwrap();
-            // SAFETY: plain flock on an open fd; released when the file closes.
-            assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
-            Some(Serial(f))
+            // Released when the file closes.
+            let lock = Flock::lock(f, FlockArg::LockExclusive)
+                .map_err(|(_, e)| e)
+                .unwrap();
+            Some(Serial(lock))
         }
         Err(e) => {
             let msg = format!("SKIPPED: this test needs root and /dev/net/tun ({e})");

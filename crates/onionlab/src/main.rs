@@ -23,12 +23,18 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Emulated network: hosts in network namespaces joined by a link emulator.
-    #[command(subcommand)]
-    Net(Box<cmd::net::NetCommand>),
-    /// The default experiment (until the lab lands): bulk and light circuits
-    /// sharing a path on the in-memory network, per circuit scheduler.
-    Demo(cmd::demo::DemoArgs),
+    /// The default experiment: the lab's `demo` scenario (`lab run demo`),
+    /// every transport over the same emulated network, with its report.
+    #[command(after_long_help = onionlab_transport::registry::help_text())]
+    Demo(cmd::lab::RunFlags),
+    /// Emulated network: hosts in network namespaces joined by a link
+    /// emulator (`net` is an older name).
+    #[command(subcommand, alias = "net")]
+    Netem(Box<cmd::netem::NetCommand>),
+    /// Circuit schedulers compared on the deterministic in-memory network:
+    /// a bulk and a light circuit share every channel of a 3-hop path
+    /// (simulated time; no root, seconds).
+    Schedulers(cmd::schedulers::SchedulersArgs),
     /// Create a network: keys, node configs and a signed network document.
     #[command(subcommand)]
     Network(cmd::network::NetworkCommand),
@@ -58,8 +64,9 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     cmd::logging::init(cli.log.as_deref());
     let result = match cli.command {
-        Command::Net(c) => cmd::net::run(*c),
-        Command::Demo(a) => cmd::demo::run(a),
+        Command::Demo(flags) => cmd::lab::run_demo(flags),
+        Command::Netem(c) => cmd::netem::run(*c),
+        Command::Schedulers(a) => cmd::schedulers::run(a),
         Command::Network(c) => cmd::network::run(c),
         Command::Relay(a) => cmd::relay::run(a),
         Command::Client(a) => cmd::client::run(a),

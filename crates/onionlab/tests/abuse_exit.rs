@@ -12,7 +12,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use onionlab::testnet::{self, LocalNetwork};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use tokio::net::TcpListener;
 
 const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];

@@ -21,12 +21,12 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onionlab::testnet::{self, LocalNetwork};
 use onionlab_cell::chan::{
     AnyChanCell, AnyChanMsg, ChanCell, CircId, Create2, DestroyReason, HandshakeType,
 };
 use onionlab_crypto::ntor::NtorClient;
 use onionlab_netdoc::NetworkDocument;
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Transport};

@@ -10,8 +10,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use onionlab::testnet::{self, LocalNetwork};
 use onionlab_lab::traffic::{socks_connect, OP_DOWNLOAD};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use tokio::io::AsyncWriteExt;
 
 const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];

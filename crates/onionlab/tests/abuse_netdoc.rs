@@ -8,9 +8,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
-use onionlab::testnet::LocalNetwork;
 use onionlab_netdoc::keys::load_network_key;
 use onionlab_netdoc::NetworkDocument;
+use onionlab_testnet::LocalNetwork;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_onionlab"))

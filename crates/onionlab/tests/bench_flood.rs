@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork};
 use onionlab_cell::chan::{AnyChanCell, ChanCell, CircId, Create2, HandshakeType};
 use onionlab_crypto::ntor::NtorClient;
 use onionlab_netdoc::{NetworkDocument, RelayEntry};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use onionlab_transport::quic::{QuicSettings, QuicTransport};
 use onionlab_transport::tls::TlsTransport;
 use onionlab_transport::{CellReader, CellWriter, Transport};

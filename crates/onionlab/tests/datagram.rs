@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use onionlab_transport::endpoint::EndpointKind;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

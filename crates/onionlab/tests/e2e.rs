@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use onionlab::testnet::{self, LocalNetwork};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MIB: u64 = 1 << 20;

@@ -20,7 +20,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 

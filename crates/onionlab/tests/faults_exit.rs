@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork, NodeProcess};
+use onionlab_testnet::{self as testnet, LocalNetwork, NodeProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

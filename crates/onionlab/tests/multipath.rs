@@ -9,7 +9,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use tokio::io::AsyncReadExt;
 
 const MIB: u64 = 1 << 20;

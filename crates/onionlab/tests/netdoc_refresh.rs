@@ -8,9 +8,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use onionlab::testnet::{self, LocalNetwork};
 use onionlab_netdoc::keys::load_network_key;
 use onionlab_netdoc::NetworkDocument;
+use onionlab_testnet::{self as testnet, LocalNetwork};
 
 const REPLACED: &str = "network document replaced by a newer one";
 const REFUSED_OLDER: &str = "refused a network document: older than the one held";

@@ -12,7 +12,7 @@ use std::fs;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
-use onionlab::testnet::{self, LocalNetwork};
+use onionlab_testnet::{self as testnet, LocalNetwork};
 use onionlab_transport::tcp::{congestion_of, max_pacing_rate, PACING_UNCAPPED};
 
 const PATH: [&str; 3] = ["relay0", "relay1", "relay2"];

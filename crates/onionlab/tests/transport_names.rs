@@ -8,7 +8,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
-use onionlab::testnet::LocalNetwork;
+use onionlab_testnet::LocalNetwork;
 use onionlab_transport::{Choice, TransportKind};
 
 fn bin() -> PathBuf {

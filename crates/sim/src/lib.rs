@@ -12,7 +12,7 @@
 //! seed: nothing the network or the nodes iterate in an order that shows
 //! depends on a hash seed.
 //!
-//! The tests of the circuit layer run on it, and so does `onionlab demo`
+//! The tests of the circuit layer run on it, and so does `onionlab schedulers`
 //! ([`demo`]).
 //!
 //! [`Network`] is the same idea with whole clients: relays listed in a

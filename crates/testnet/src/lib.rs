@@ -4,7 +4,12 @@
 //! checks, CPU and memory readings from `/proc`, and clean shutdown.
 //!
 //! The traffic (workload server, SOCKS transfers with every byte checked)
-//! is the lab's ([`onionlab_lab::traffic`]).
+//! is the lab's ([`onionlab_lab::traffic`]). [`bench`] measures a network
+//! behind any SOCKS5 proxy (`onionlab bench`).
+
+#![warn(missing_docs)]
+
+pub mod bench;
 
 use std::fs;
 use std::io;
@@ -330,38 +335,13 @@ impl LocalNetwork {
         for (k, v) in self.env.get(name).into_iter().flatten() {
             cmd.env(k, v);
         }
-        {
-            use std::os::unix::process::CommandExt;
-            // The node dies with the test process, even when that is
-            // killed (a test harness's timeout) and no Drop runs: no
-            // orphaned relay goes on using CPU and ports. (The signal
-            // comes when the *thread* that started the node ends: start
-            // nodes from the test's thread or a runtime worker, never from
-            // a short-lived `spawn_blocking` thread.)
-            // SAFETY: prctl(2) is async-signal-safe and changes only the
-            // child; nothing is allocated after fork.
-            unsafe {
-                cmd.pre_exec(|| {
-                    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-                        .map_err(io::Error::from)
-                });
-            }
-        }
+        // The node dies with the test process, even when that is killed (a
+        // test harness's timeout) and no Drop runs. (The signal comes when
+        // the *thread* that started the node ends: start nodes from the
+        // test's thread or a runtime worker.)
+        onionlab_lab::process::die_with_parent(&mut cmd, nix::sys::signal::Signal::SIGKILL);
         if let Some(&limit) = self.nofile.get(name) {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: setrlimit(2) is async-signal-safe and touches only
-            // the child's own limits; nothing is allocated after fork.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let limit = limit as nix::libc::rlim_t;
-                    nix::sys::resource::setrlimit(
-                        nix::sys::resource::Resource::RLIMIT_NOFILE,
-                        limit,
-                        limit,
-                    )
-                    .map_err(io::Error::from)
-                });
-            }
+            onionlab_lab::process::limit_open_files(&mut cmd, limit);
         }
         let child = cmd.spawn().map_err(io_err(format!("starting {name}")))?;
         Ok(NodeProcess {

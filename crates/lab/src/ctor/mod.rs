@@ -672,15 +672,7 @@ fn spawn_tor(place: &Place, host: &str, dir: &Path, name: &str) -> Result<Proc, 
     let log = fs::File::create(dir.join("stdout.log")).map_err(io_err("creating a tor log"))?;
     let err = log.try_clone().map_err(io_err("creating a tor log"))?;
     let mut cmd = place.tor_command(host)?;
-    // SAFETY: prctl(2) is async-signal-safe. The tor dies with the thread
-    // that started it, even if this process is killed outright.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)
-                .map_err(std::io::Error::from)
-        });
-    }
+    crate::process::die_with_parent(&mut cmd, nix::sys::signal::Signal::SIGTERM);
     cmd.args(["--defaults-torrc", "/dev/null", "-f"])
         .arg(dir.join("torrc"))
         .stdin(Stdio::null())

@@ -105,6 +105,13 @@ pub enum LabCommand {
 pub struct RunArgs {
     /// The scenario file (or the name of a bundled one, see `lab list`).
     scenario: String,
+    #[command(flatten)]
+    flags: RunFlags,
+}
+
+/// `lab run`'s options, which `onionlab demo` takes too.
+#[derive(Args, Debug)]
+pub struct RunFlags {
     /// Override the scenario's repetitions.
     #[arg(long)]
     reps: Option<u32>,
@@ -334,6 +341,14 @@ fn check_cmd(scenario: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `onionlab demo`: the default experiment, `lab run demo`.
+pub fn run_demo(flags: RunFlags) -> Result<ExitCode> {
+    run_scenario_cmd(RunArgs {
+        scenario: "demo".into(),
+        flags,
+    })
+}
+
 /// `lab plan`: the plan `lab run` would run for one variant and
 /// repetition, as JSON on standard output.
 fn plan_cmd(args: &PlanArgs) -> Result<ExitCode> {
@@ -381,12 +396,15 @@ fn plan_cmd(args: &PlanArgs) -> Result<ExitCode> {
 fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
     let RunArgs {
         scenario,
-        reps,
-        out,
-        resume,
-        redo_saturated,
-        redo_shared,
-        jobs,
+        flags:
+            RunFlags {
+                reps,
+                out,
+                resume,
+                redo_saturated,
+                redo_shared,
+                jobs,
+            },
     } = args;
     if redo_shared && jobs > 1 {
         return Err(Error::Usage(

@@ -1,4 +1,4 @@
-//! `onionlab net ...`: bring an emulated network up and down, run commands
+//! `onionlab netem ...`: bring an emulated network up and down, run commands
 //! in its hosts, change links at run time.
 
 use std::path::{Path, PathBuf};
@@ -18,14 +18,14 @@ use onionlab_netem::{
 
 use crate::error::{Error, Result};
 
-/// Subcommands of `onionlab net`.
+/// Subcommands of `onionlab netem`.
 #[derive(Subcommand, Debug)]
 pub enum NetCommand {
-    /// Create the network of TOPOLOGY and run it until Ctrl-C or `net down`.
+    /// Create the network of TOPOLOGY and run it until Ctrl-C or `netem down`.
     Up(UpArgs),
     /// Run a command inside a host's namespace (like `ip netns exec`).
     Exec(ExecArgs),
-    /// Change a path (`net set A B ...`) or a host's access links (`net set A --up ...`).
+    /// Change a path (`netem set A B ...`) or a host's access links (`netem set A --up ...`).
     Set(SetArgs),
     /// Stop a running network (or remove what a crashed one left behind).
     Down(LabArg),
@@ -44,7 +44,7 @@ pub struct LabArg {
     state_dir: Option<PathBuf>,
 }
 
-/// Arguments of `net up`.
+/// Arguments of `netem up`.
 #[derive(Args, Debug)]
 pub struct UpArgs {
     /// Topology file (TOML, see docs/netem.md).
@@ -69,7 +69,7 @@ pub struct UpArgs {
     no_realtime: bool,
 }
 
-/// Arguments of `net exec`.
+/// Arguments of `netem exec`.
 #[derive(Args, Debug)]
 pub struct ExecArgs {
     #[command(flatten)]
@@ -81,7 +81,7 @@ pub struct ExecArgs {
     command: Vec<String>,
 }
 
-/// Arguments of `net set`.
+/// Arguments of `netem set`.
 #[derive(Args, Debug)]
 pub struct SetArgs {
     #[command(flatten)]
@@ -199,7 +199,7 @@ fn up(args: UpArgs) -> Result<ExitCode> {
             netns::ns_name(&lab, &h.name)
         );
     }
-    println!("ready: lab {lab} (stop with Ctrl-C or `onionlab net down --lab {lab}`)");
+    println!("ready: lab {lab} (stop with Ctrl-C or `onionlab netem down --lab {lab}`)");
     let mut failed = false;
     while !stop.load(Ordering::Relaxed) {
         if server.poll(&net) {
@@ -228,15 +228,7 @@ fn up(args: UpArgs) -> Result<ExitCode> {
 }
 
 fn is_unprivileged() -> bool {
-    // Effective uid from /proc avoids an unsafe libc call here.
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u != "0"))
-        })
-        .unwrap_or(false)
+    !nix::unistd::geteuid().is_root()
 }
 
 /// Finds the state directory of the selected lab.
@@ -279,7 +271,7 @@ fn running_state(arg: &LabArg) -> Result<(String, PathBuf, LabState)> {
         LabState::load(&dir)?.ok_or_else(|| onionlab_netem::Error::NotRunning(lab.clone()))?;
     if !state.is_alive() {
         return Err(Error::Usage(format!(
-            "lab {lab} is not running any more (stale state); clean up with `onionlab net down --lab {lab}`"
+            "lab {lab} is not running any more (stale state); clean up with `onionlab netem down --lab {lab}`"
         )));
     }
     Ok((lab, dir, state))

@@ -1,6 +1,6 @@
-//! `onionlab demo`: the default experiment until the lab exists. A bulk
-//! download and a light ping stream share every channel of a 3-hop path on
-//! the in-memory network, once per circuit scheduler.
+//! `onionlab schedulers`: a bulk download and a light ping stream share
+//! every channel of a 3-hop path on the deterministic in-memory network,
+//! once per circuit scheduler.
 
 use std::time::Duration;
 
@@ -10,9 +10,9 @@ use onionlab_sim::demo::{self, DemoConfig};
 
 use crate::error::{Error, Result};
 
-/// Options of `onionlab demo`.
+/// Options of `onionlab schedulers`.
 #[derive(Args, Debug)]
-pub struct DemoArgs {
+pub struct SchedulersArgs {
     /// MiB the bulk circuit downloads (checked byte for byte).
     #[arg(long, default_value_t = 64)]
     bulk_mib: usize,
@@ -24,8 +24,8 @@ pub struct DemoArgs {
     ping_interval_ms: u64,
 }
 
-/// Run the demo and print a table.
-pub fn run(args: DemoArgs) -> Result<std::process::ExitCode> {
+/// Run the comparison and print a table.
+pub fn run(args: SchedulersArgs) -> Result<std::process::ExitCode> {
     let config = DemoConfig {
         seed: args.seed,
         bulk_bytes: args.bulk_mib * 1024 * 1024,
@@ -33,7 +33,7 @@ pub fn run(args: DemoArgs) -> Result<std::process::ExitCode> {
         ..DemoConfig::default()
     };
     println!(
-        "onionlab demo: in-memory 3-hop network (simulated time, seed {}), \
+        "onionlab schedulers: in-memory 3-hop network (simulated time, seed {}), \
          {} MiB bulk download + {}-byte pings every {} ms on a second circuit \
          sharing every channel",
         config.seed, args.bulk_mib, config.ping_bytes, args.ping_interval_ms
@@ -45,8 +45,8 @@ pub fn run(args: DemoArgs) -> Result<std::process::ExitCode> {
             half_life: Duration::from_secs(30),
         },
     ] {
-        let r =
-            demo::run(&config, scheduler).map_err(|e| Error::Usage(format!("demo failed: {e}")))?;
+        let r = demo::run(&config, scheduler)
+            .map_err(|e| Error::Usage(format!("scheduler comparison failed: {e}")))?;
         reports.push(r);
     }
     println!();
@@ -71,7 +71,7 @@ pub fn run(args: DemoArgs) -> Result<std::process::ExitCode> {
         "Every bulk byte was checked against its generator. Channel capacity here is the \
          simulator's per-tick burst limit, not a real link: per-circuit queues already keep \
          the light circuit out of the bulk queue, and the transport-level head-of-line effects \
-         the papers study need the emulated network (onionlab net) and real transports."
+         the papers study need the emulated network (onionlab netem) and real transports."
     );
     Ok(std::process::ExitCode::SUCCESS)
 }
