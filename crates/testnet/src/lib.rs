@@ -4,7 +4,7 @@
 //! checks, CPU and memory readings from `/proc`, and clean shutdown.
 //!
 //! The traffic (workload server, SOCKS transfers with every byte checked)
-//! is the lab's ([`onionlab_lab::traffic`]). [`bench`] measures a network
+//! is the lab's ([`onionlab_lab::traffic`]). [`bench`](mod@bench) measures a network
 //! behind any SOCKS5 proxy (`onionlab bench`).
 
 #![warn(missing_docs)]
