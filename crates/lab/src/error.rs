@@ -62,6 +62,10 @@ pub enum Error {
     /// The scenario's `[relay_settings.link]` does not fit the settings.
     #[error("[relay_settings.link]: {0}")]
     LinkTable(#[from] toml::de::Error),
+    /// Shadow cannot run what was asked (a network property it has no
+    /// model for, a variant it cannot run), or its files cannot be made.
+    #[error("Shadow: {0}")]
+    Shadow(String),
     /// A second signal ended the runs under way before their workloads
     /// finished; nothing of them is recorded.
     #[error("interrupted: the runs under way were ended and not recorded")]

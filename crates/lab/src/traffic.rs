@@ -147,12 +147,20 @@ pub async fn workload_server_at(ip: IpAddr) -> io::Result<SocketAddr> {
     Ok(addr)
 }
 
+/// The largest write the workload's ends make at once: 65535 bytes, the
+/// most Shadow's TCP takes in one call. A larger write is cut short there,
+/// and tokio, having seen a short write, waits for the socket to become
+/// writable again, which under Shadow never happens while it already is
+/// (docs/shadow.md). The same size under every engine keeps the workload
+/// one workload.
+pub const MAX_WRITE: usize = 65_535;
+
 async fn serve_one(mut s: TcpStream) -> io::Result<()> {
     let _ = s.set_nodelay(true);
     let mut req = [0u8; 9];
     s.read_exact(&mut req).await?;
     let len = u64::from_be_bytes(req[1..9].try_into().unwrap_or([0; 8]));
-    let mut buf = vec![0u8; 256 * 1024];
+    let mut buf = vec![0u8; MAX_WRITE];
     match req[0] {
         OP_DOWNLOAD => {
             let mut off = 0;
@@ -326,7 +334,7 @@ pub async fn transfer(
         if op == OP_DOWNLOAD || op == OP_PROBE {
             return Ok(());
         }
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; MAX_WRITE];
         let mut off = 0u64;
         while off < len {
             let n = (len - off).min(buf.len() as u64) as usize;

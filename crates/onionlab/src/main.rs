@@ -17,6 +17,12 @@ struct Cli {
     /// client config file, else `info`.
     #[arg(long, global = true, env = "ONIONLAB_LOG")]
     log: Option<String>,
+    /// Run as if started in DIR (as `git -C DIR`): relative paths on the
+    /// command line and in the files it reads are taken from there. The
+    /// Shadow engine starts every process with it, since Shadow starts
+    /// them in a folder of its own.
+    #[arg(short = 'C', long = "directory", global = true, value_name = "DIR")]
+    directory: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -63,6 +69,12 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     cmd::logging::init(cli.log.as_deref());
+    if let Some(dir) = &cli.directory {
+        if let Err(e) = std::env::set_current_dir(dir) {
+            eprintln!("onionlab: -C {}: {e}", dir.display());
+            return std::process::ExitCode::FAILURE;
+        }
+    }
     let result = match cli.command {
         Command::Demo(flags) => cmd::lab::run_demo(flags),
         Command::Netem(c) => cmd::netem::run(*c),

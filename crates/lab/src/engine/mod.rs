@@ -4,10 +4,12 @@
 //! and takes everything down again on every way out.
 //!
 //! One engine today: [`Namespaces`], a network namespace per host over
-//! the user-space link emulator.
+//! the user-space link emulator. [`shadow`] writes a plan as a Shadow
+//! simulation, the second engine's first part.
 
 mod measure;
 mod netns;
+pub mod shadow;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -28,6 +28,11 @@ pub enum LabCommand {
     /// Print the plan of one repetition of one variant (JSON): the hosts,
     /// links, files and processes the run would deploy. Needs no root.
     Plan(PlanArgs),
+    /// Write one repetition of every variant as a Shadow simulation
+    /// (DIR/repNNN-vNN/: shadow.yaml, network.gml and the nodes' files),
+    /// without running it; prints what Shadow will do differently. Needs
+    /// no root.
+    ExportShadow(ExportShadowArgs),
     /// (Re)write the report of a run (a run directory, into DIR/report, or
     /// a stored run, into --out).
     Report {
@@ -155,6 +160,29 @@ pub struct PlanArgs {
     rep: u32,
 }
 
+/// `lab export-shadow`'s arguments.
+#[derive(Args, Debug)]
+pub struct ExportShadowArgs {
+    /// The scenario file (or the name of a bundled one).
+    scenario: String,
+    /// Where to write (created; each variant's repetition in a new
+    /// folder under it).
+    dir: PathBuf,
+    /// Only this variant: its label as `lab check` prints it (full or
+    /// short), or its index from 0.
+    #[arg(long)]
+    variant: Option<String>,
+    /// The repetition (0-based); its seed is the one `lab run` uses.
+    #[arg(long, default_value_t = 0)]
+    rep: u32,
+    /// The onionlab binary the simulation runs (default: this one).
+    #[arg(long)]
+    bin: Option<PathBuf>,
+    /// Shadow's worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    parallelism: u32,
+}
+
 /// `lab run`'s SIGINT/SIGTERM handling, as (stop, abort) flags. The first
 /// signal sets `stop`: the runs under way finish (their processes and
 /// namespaces are cleaned up) and what ran is written with its report. The
@@ -272,6 +300,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
             | LabCommand::Compare { .. }
             | LabCommand::Table(_)
             | LabCommand::Plan(_)
+            | LabCommand::ExportShadow(_)
     ) {
         quiet_on_closed_stdout();
     }
@@ -280,6 +309,7 @@ pub fn run_cmd(cmd: LabCommand) -> Result<ExitCode> {
         LabCommand::Check { scenario } => check_cmd(&scenario),
         LabCommand::Run(args) => run_scenario_cmd(args),
         LabCommand::Plan(args) => plan_cmd(&args),
+        LabCommand::ExportShadow(args) => export_shadow_cmd(&args),
         LabCommand::Report { dir, out } => write_report(&dir, out.as_deref()),
         LabCommand::Table(args) => {
             let text = onionlab_results::table(&args)
@@ -354,23 +384,9 @@ pub fn run_demo(flags: RunFlags) -> Result<ExitCode> {
 fn plan_cmd(args: &PlanArgs) -> Result<ExitCode> {
     let s = Scenario::from_file(&scenario_path(&args.scenario)?)?;
     let variants = s.variants();
-    let short = s.short_labels();
     let index = match &args.variant {
         None => 0,
-        Some(name) => variants
-            .iter()
-            .zip(&short)
-            .position(|(v, l)| &v.label == name || l == name)
-            .or_else(|| name.parse::<usize>().ok().filter(|i| *i < variants.len()))
-            .ok_or_else(|| {
-                Error::Usage(format!(
-                    "lab plan: no variant {name:?} in {} (`onionlab lab check {}` lists them; \
-                     or give an index from 0 to {})",
-                    s.name,
-                    args.scenario,
-                    variants.len() - 1
-                ))
-            })?,
+        Some(name) => variant_index(&s, &args.scenario, name)?,
     };
     let seed = onionlab_lab::run::repetition_seed(s.seed, args.rep);
     let mut plan = onionlab_lab::plan::Plan::of(
@@ -389,6 +405,100 @@ fn plan_cmd(args: &PlanArgs) -> Result<ExitCode> {
     let text =
         serde_json::to_string_pretty(&plan).map_err(|e| Error::Usage(format!("lab plan: {e}")))?;
     println!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The index of variant `name` of `s` (read from `scenario`): its label,
+/// full or short, or its index.
+fn variant_index(s: &Scenario, scenario: &str, name: &str) -> Result<usize> {
+    let variants = s.variants();
+    let short = s.short_labels();
+    variants
+        .iter()
+        .zip(&short)
+        .position(|(v, l)| v.label == name || l == name)
+        .or_else(|| name.parse::<usize>().ok().filter(|i| *i < variants.len()))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "no variant {name:?} in {} (`onionlab lab check {scenario}` lists them; \
+                 or give an index from 0 to {})",
+                s.name,
+                variants.len() - 1
+            ))
+        })
+}
+
+/// `lab export-shadow`: each variant's repetition as a Shadow simulation;
+/// a variant Shadow cannot run is listed with the reason, and the command
+/// fails if none could be written.
+fn export_shadow_cmd(args: &ExportShadowArgs) -> Result<ExitCode> {
+    use onionlab_lab::engine::shadow::{export, ShadowOptions, CONFIG_FILE};
+    let s = Scenario::from_file(&scenario_path(&args.scenario)?)?;
+    let variants = s.variants();
+    let chosen: Vec<usize> = match &args.variant {
+        None => (0..variants.len()).collect(),
+        Some(name) => vec![variant_index(&s, &args.scenario, name)?],
+    };
+    let absolute = |p: &Path| -> Result<PathBuf> {
+        std::path::absolute(p)
+            .map_err(|e| Error::Usage(format!("lab export-shadow: {}: {e}", p.display())))
+    };
+    let bin = match &args.bin {
+        Some(b) => absolute(b)?,
+        None => std::env::current_exe()
+            .map_err(|e| Error::Usage(format!("lab export-shadow: this binary's path: {e}")))?,
+    };
+    let opts = ShadowOptions {
+        bin,
+        parallelism: args.parallelism,
+        log: std::env::var("ONIONLAB_LOG").ok(),
+    };
+    let root = absolute(&args.dir)?;
+    let seed = onionlab_lab::run::repetition_seed(s.seed, args.rep);
+    let short = s.short_labels();
+    let (mut written, mut notes) = (Vec::new(), Vec::new());
+    let dirs: Vec<(usize, PathBuf)> = chosen
+        .into_iter()
+        .map(|i| (i, root.join(format!("rep{:03}-v{i:02}", args.rep))))
+        .collect();
+    // Keys are never written over: refuse before writing anything.
+    if let Some((_, dir)) = dirs.iter().find(|(_, d)| d.exists()) {
+        return Err(Error::Usage(format!(
+            "lab export-shadow: {} exists (remove it, or export elsewhere)",
+            dir.display()
+        )));
+    }
+    for (i, dir) in dirs {
+        match export(&s, &variants[i], (args.rep, seed), &dir, &opts) {
+            Ok(e) => {
+                notes.extend(e.notes);
+                written.push((dir, i, e.schedule.stop_at));
+            }
+            Err(e @ onionlab_lab::Error::Shadow(_)) if args.variant.is_none() => {
+                println!("not written: {}: {e}", short[i]);
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    notes.sort();
+    notes.dedup();
+    for n in &notes {
+        println!("note: {n}");
+    }
+    for (dir, i, stop) in &written {
+        println!(
+            "{}: {} ({} simulated s)",
+            dir.display(),
+            short[*i],
+            stop.as_secs()
+        );
+    }
+    if written.is_empty() {
+        return Err(Error::Usage(
+            "lab export-shadow: Shadow can run none of the variants".into(),
+        ));
+    }
+    println!("run one with: cd DIR && shadow {CONFIG_FILE}");
     Ok(ExitCode::SUCCESS)
 }
 
