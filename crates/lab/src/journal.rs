@@ -17,6 +17,7 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::agent::TransferRecord;
+use crate::engine::EngineId;
 use crate::error::{io_err, Error};
 use crate::run::RepetitionRecord;
 use crate::scenario::Scenario;
@@ -55,6 +56,28 @@ pub struct Segment {
     /// --jobs`; `lab run --resume --redo-shared`), not already counted in
     /// `redone_saturated`.
     pub redone_shared: usize,
+    /// The engine that ran it ([`crate::engine::NAMESPACES`] or
+    /// [`crate::engine::SHADOW`]; empty in runs before the field: the
+    /// namespace engine, the only one then).
+    pub engine: String,
+    /// The engine's version where it has one of its own (Shadow's).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub engine_version: String,
+}
+
+impl Segment {
+    /// The engine that ran it.
+    pub fn engine_id(&self) -> EngineId {
+        let name = if self.engine.is_empty() {
+            crate::engine::NAMESPACES
+        } else {
+            &self.engine
+        };
+        EngineId {
+            name: name.to_string(),
+            version: self.engine_version.clone(),
+        }
+    }
 }
 
 /// Which complete runs a resumed run runs again.
@@ -102,8 +125,13 @@ fn start_err(msg: String) -> Error {
 }
 
 impl Journal {
-    /// Start a run in `out`, which must not exist or be empty.
-    pub fn create(out: &Path, scenario: &Scenario, repetitions: u32) -> Result<Journal, Error> {
+    /// Start a run in `out`, which must not exist or be empty, on `engine`.
+    pub fn create(
+        out: &Path,
+        scenario: &Scenario,
+        repetitions: u32,
+        engine: &EngineId,
+    ) -> Result<Journal, Error> {
         if out.exists()
             && fs::read_dir(out)
                 .map_err(io_err("reading the output directory"))?
@@ -134,7 +162,7 @@ impl Journal {
             records: Vec::new(),
             repetitions: Vec::new(),
         };
-        journal.add_segment(repetitions, false, (0, 0))?;
+        journal.add_segment(repetitions, false, (0, 0), engine)?;
         Ok(journal)
     }
 
@@ -142,13 +170,26 @@ impl Journal {
     /// topology (byte for byte: a changed file would silently mix two
     /// experiments). Runs whose repetition record is missing (interrupted)
     /// are forgotten, their transfer records and raw directory removed, and
-    /// run again; so are the complete runs `redo` asks for.
+    /// run again; so are the complete runs `redo` asks for. The run
+    /// continues on the engine that started it (`engine` must be the
+    /// same; another version of it is recorded, with a warning).
     pub fn resume(
         out: &Path,
         scenario: &Scenario,
         repetitions: u32,
         redo: Redo,
+        engine: &EngineId,
     ) -> Result<Journal, Error> {
+        if let Some(last) = segments(out).last() {
+            let before = last.engine_id();
+            if before.name != engine.name {
+                return Err(start_err(format!(
+                    "resume: this run was made on the {} engine; continue it with --engine {} \
+                     (one run's repetitions come from one engine)",
+                    before.name, before.name
+                )));
+            }
+        }
         same_file(
             &out.join("scenario.toml"),
             scenario.text.as_bytes(),
@@ -248,7 +289,7 @@ impl Journal {
             records: by_run.into_values().flatten().collect(),
             repetitions: repetitions_done,
         };
-        journal.add_segment(repetitions, true, (redone_saturated, redone_shared))?;
+        journal.add_segment(repetitions, true, (redone_saturated, redone_shared), engine)?;
         Ok(journal)
     }
 
@@ -300,13 +341,14 @@ impl Journal {
         Ok(())
     }
 
-    /// Record this invocation; `redone` counts the complete runs it runs
-    /// again, (saturated, shared).
+    /// Record this invocation on `engine`; `redone` counts the complete
+    /// runs it runs again, (saturated, shared).
     fn add_segment(
         &self,
         repetitions: u32,
         resumed: bool,
         (redone_saturated, redone_shared): (usize, usize),
+        engine: &EngineId,
     ) -> Result<(), Error> {
         let segment = Segment {
             started_unix_s: std::time::SystemTime::now()
@@ -322,8 +364,18 @@ impl Journal {
                 .unwrap_or_default(),
             redone_saturated,
             redone_shared,
+            engine: engine.name.clone(),
+            engine_version: engine.version.clone(),
         };
         if let Some(last) = segments(&self.out).last() {
+            if last.engine_id() != segment.engine_id() {
+                tracing::warn!(
+                    "resume: this part runs on {}, the previous one ran on {}; segments.jsonl \
+                     records both",
+                    segment.engine_id().describe(),
+                    last.engine_id().describe()
+                );
+            }
             if last.commit != segment.commit || last.kernel != segment.kernel {
                 tracing::warn!(
                     "resume: this part runs commit {} on kernel {}, the previous one ran {} on {}; \
@@ -501,6 +553,10 @@ fn read_complete_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Ve
 mod tests {
     use super::*;
 
+    fn ns() -> EngineId {
+        EngineId::namespaces()
+    }
+
     fn scenario() -> Scenario {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         Scenario::from_file(&root.join("scenarios/quick.toml")).expect("quick.toml")
@@ -543,7 +599,7 @@ mod tests {
     fn a_resumed_run_keeps_complete_runs_and_forgets_interrupted_ones() {
         let out = temp_dir("resume");
         let s = scenario();
-        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let mut j = Journal::create(&out, &s, 2, &ns()).expect("create");
         j.append(vec![transfer(A, 0, 0), transfer(A, 0, 1)], rep(A, 0))
             .expect("append");
         j.append(vec![transfer(B, 0, 0)], rep(B, 0))
@@ -563,7 +619,7 @@ mod tests {
         fs::create_dir_all(&raw).expect("raw");
         fs::write(raw.join("guard.log"), "half a run").expect("log");
 
-        let mut j = Journal::resume(&out, &s, 3, Redo::NOTHING).expect("resume");
+        let mut j = Journal::resume(&out, &s, 3, Redo::NOTHING, &ns()).expect("resume");
         assert!(j.is_done(0, A) && j.is_done(0, B));
         assert!(!j.is_done(1, A));
         assert_eq!(j.runs_done(), 2);
@@ -594,7 +650,7 @@ mod tests {
     fn runs_on_a_saturated_cpu_run_again_only_when_asked() {
         let out = temp_dir("saturated");
         let s = scenario();
-        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let mut j = Journal::create(&out, &s, 2, &ns()).expect("create");
         let busy = RepetitionRecord {
             cpu_saturated: true,
             ..rep(B, 0)
@@ -604,11 +660,11 @@ mod tests {
         j.append(vec![transfer(B, 0, 0), transfer(B, 0, 1)], busy)
             .expect("append");
         drop(j);
-        let j = Journal::resume(&out, &s, 2, Redo::NOTHING).expect("resume");
+        let j = Journal::resume(&out, &s, 2, Redo::NOTHING, &ns()).expect("resume");
         assert!(j.is_done(0, B), "kept without --redo-saturated");
         assert_eq!(segments(&out).last().map(|g| g.redone_saturated), Some(0));
         drop(j);
-        let j = Journal::resume(&out, &s, 2, SATURATED).expect("resume");
+        let j = Journal::resume(&out, &s, 2, SATURATED, &ns()).expect("resume");
         assert!(j.is_done(0, A) && !j.is_done(0, B));
         assert_eq!(j.records.len(), 1, "the saturated run's transfers are gone");
         assert_eq!(segments(&out).last().map(|g| g.redone_saturated), Some(1));
@@ -622,7 +678,7 @@ mod tests {
     fn runs_made_beside_others_run_again_only_when_asked() {
         let out = temp_dir("shared");
         let s = scenario();
-        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let mut j = Journal::create(&out, &s, 2, &ns()).expect("create");
         let beside = |r: RepetitionRecord, jobs, cpu_saturated| RepetitionRecord {
             jobs,
             cpu_saturated,
@@ -637,7 +693,7 @@ mod tests {
         j.append(vec![], beside(rep(B, 1), 1, true))
             .expect("append");
         drop(j);
-        let j = Journal::resume(&out, &s, 2, SATURATED).expect("resume");
+        let j = Journal::resume(&out, &s, 2, SATURATED, &ns()).expect("resume");
         assert!(j.is_done(0, B), "kept without --redo-shared");
         assert!(!j.is_done(1, A) && !j.is_done(1, B));
         let last = segments(&out).last().cloned().expect("a segment");
@@ -647,7 +703,7 @@ mod tests {
             saturated: false,
             shared: true,
         };
-        let j = Journal::resume(&out, &s, 2, shared).expect("resume");
+        let j = Journal::resume(&out, &s, 2, shared, &ns()).expect("resume");
         assert!(j.is_done(0, A) && !j.is_done(0, B));
         assert_eq!(j.records.len(), 1, "the shared run's transfers are gone");
         let last = segments(&out).last().cloned().expect("a segment");
@@ -677,7 +733,7 @@ mod tests {
     fn redoing_saturated_runs_cannot_shrink_a_run() {
         let out = temp_dir("saturated-top");
         let s = scenario();
-        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let mut j = Journal::create(&out, &s, 2, &ns()).expect("create");
         j.append(vec![], rep(A, 0)).expect("append");
         let busy = RepetitionRecord {
             cpu_saturated: true,
@@ -686,7 +742,7 @@ mod tests {
         j.append(vec![], busy).expect("append");
         drop(j);
         // Repetition 1 exists (saturated): --reps 1 would drop it unrun.
-        let e = Journal::resume(&out, &s, 1, SATURATED)
+        let e = Journal::resume(&out, &s, 1, SATURATED, &ns())
             .err()
             .expect("refused")
             .to_string();
@@ -698,16 +754,16 @@ mod tests {
     fn resuming_with_a_changed_scenario_or_elsewhere_is_refused() {
         let out = temp_dir("changed");
         let mut s = scenario();
-        drop(Journal::create(&out, &s, 1).expect("create"));
+        drop(Journal::create(&out, &s, 1, &ns()).expect("create"));
         s.text.push_str("\n# an edit\n");
-        let e = Journal::resume(&out, &s, 1, Redo::NOTHING)
+        let e = Journal::resume(&out, &s, 1, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("scenario differs"), "{e}");
 
         let nowhere = temp_dir("nowhere");
-        let e = Journal::resume(&nowhere, &scenario(), 1, Redo::NOTHING)
+        let e = Journal::resume(&nowhere, &scenario(), 1, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
@@ -716,22 +772,54 @@ mod tests {
     }
 
     #[test]
+    fn a_run_continues_on_the_engine_that_started_it() {
+        let out = temp_dir("engine");
+        let s = scenario();
+        let shadow = |version: &str| EngineId {
+            name: crate::engine::SHADOW.into(),
+            version: version.into(),
+        };
+        drop(Journal::create(&out, &s, 2, &ns()).expect("create"));
+        let e = Journal::resume(&out, &s, 2, Redo::NOTHING, &shadow("Shadow 3.3.0"))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("--engine namespaces"), "{e}");
+        let _ = fs::remove_dir_all(&out);
+
+        drop(Journal::create(&out, &s, 2, &shadow("Shadow 3.3.0")).expect("create"));
+        let e = Journal::resume(&out, &s, 2, Redo::NOTHING, &ns())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("--engine shadow"), "{e}");
+        // Another version of the same engine is recorded beside the first.
+        drop(Journal::resume(&out, &s, 2, Redo::NOTHING, &shadow("Shadow 3.3.1")).expect("resume"));
+        let engines: Vec<String> = segments(&out)
+            .iter()
+            .map(|g| g.engine_id().describe())
+            .collect();
+        assert_eq!(engines, ["shadow (Shadow 3.3.0)", "shadow (Shadow 3.3.1)"]);
+        let _ = fs::remove_dir_all(&out);
+    }
+
+    #[test]
     fn runs_the_scenario_does_not_expand_to_or_beyond_the_repetitions_are_refused() {
         let out = temp_dir("beyond");
         let s = scenario();
-        let mut j = Journal::create(&out, &s, 3).expect("create");
+        let mut j = Journal::create(&out, &s, 3, &ns()).expect("create");
         j.append(vec![], rep(A, 2)).expect("append");
         drop(j);
-        let e = Journal::resume(&out, &s, 2, Redo::NOTHING)
+        let e = Journal::resume(&out, &s, 2, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("already has 3 repetitions"), "{e}");
 
-        let mut j = Journal::resume(&out, &s, 3, Redo::NOTHING).expect("resume");
+        let mut j = Journal::resume(&out, &s, 3, Redo::NOTHING, &ns()).expect("resume");
         j.append(vec![], rep(A, 2)).expect("append");
         drop(j);
-        let e = Journal::resume(&out, &s, 3, Redo::NOTHING)
+        let e = Journal::resume(&out, &s, 3, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
@@ -742,7 +830,7 @@ mod tests {
             serde_json::to_string(&rep("scheduler=fifo", 0)).expect("json") + "\n",
         )
         .expect("write");
-        let e = Journal::resume(&out, &s, 3, Redo::NOTHING)
+        let e = Journal::resume(&out, &s, 3, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
@@ -754,14 +842,14 @@ mod tests {
     fn one_run_directory_takes_one_lab_run_at_a_time() {
         let out = temp_dir("locked");
         let s = scenario();
-        let first = Journal::create(&out, &s, 1).expect("create");
-        let e = Journal::resume(&out, &s, 1, Redo::NOTHING)
+        let first = Journal::create(&out, &s, 1, &ns()).expect("create");
+        let e = Journal::resume(&out, &s, 1, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
         assert!(e.contains("another lab run"), "{e}");
         drop(first);
-        Journal::resume(&out, &s, 1, Redo::NOTHING).expect("free again");
+        Journal::resume(&out, &s, 1, Redo::NOTHING, &ns()).expect("free again");
         let _ = fs::remove_dir_all(&out);
     }
 
@@ -769,11 +857,11 @@ mod tests {
     fn a_run_from_before_segments_is_not_credited_to_this_build() {
         let out = temp_dir("legacy");
         let s = scenario();
-        let mut j = Journal::create(&out, &s, 2).expect("create");
+        let mut j = Journal::create(&out, &s, 2, &ns()).expect("create");
         j.append(vec![], rep(A, 0)).expect("append");
         drop(j);
         fs::remove_file(out.join(SEGMENTS_FILE)).expect("remove");
-        drop(Journal::resume(&out, &s, 2, Redo::NOTHING).expect("resume"));
+        drop(Journal::resume(&out, &s, 2, Redo::NOTHING, &ns()).expect("resume"));
         let segs = segments(&out);
         assert_eq!(segs.len(), 2);
         assert_eq!(segs[0].commit, "unknown");
@@ -785,9 +873,9 @@ mod tests {
     fn a_bad_line_before_the_last_is_an_error_not_a_silent_loss() {
         let out = temp_dir("bad");
         let s = scenario();
-        drop(Journal::create(&out, &s, 1).expect("create"));
+        drop(Journal::create(&out, &s, 1, &ns()).expect("create"));
         fs::write(out.join("repetitions.jsonl"), "not json\n{}\n").expect("write");
-        let e = Journal::resume(&out, &s, 1, Redo::NOTHING)
+        let e = Journal::resume(&out, &s, 1, Redo::NOTHING, &ns())
             .err()
             .expect("refused")
             .to_string();
@@ -800,7 +888,7 @@ mod tests {
         let out = temp_dir("nonempty");
         fs::create_dir_all(&out).expect("dir");
         fs::write(out.join("x"), "x").expect("write");
-        let e = Journal::create(&out, &scenario(), 1)
+        let e = Journal::create(&out, &scenario(), 1, &ns())
             .err()
             .expect("refused")
             .to_string();

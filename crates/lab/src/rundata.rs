@@ -380,8 +380,15 @@ impl RunData {
             format!("`{id}` (scenario `{scenario}`, {done} of {planned} planned repetitions)")
         };
         if self.joined.is_empty() {
+            let engines = self.engines();
+            let on = if engines.iter().any(|e| e.name != crate::engine::NAMESPACES) {
+                let names: Vec<String> = engines.iter().map(|e| e.describe()).collect();
+                format!(", engine {}", names.join(", "))
+            } else {
+                String::new()
+            };
             return format!(
-                "Run {}, commit {}.",
+                "Run {}, commit {}{on}.",
                 part(
                     &self.id(),
                     &self.scenario_name(),
@@ -406,6 +413,19 @@ impl RunData {
             "Runs {}, read together (repetition r of each shares its seed).",
             parts.join(" and ")
         )
+    }
+
+    /// The engines that ran the run, in order, without repeats (the
+    /// namespace engine for segments before engines were recorded).
+    pub fn engines(&self) -> Vec<crate::engine::EngineId> {
+        let mut out: Vec<crate::engine::EngineId> = Vec::new();
+        for s in &self.segments {
+            let e = s.engine_id();
+            if !out.contains(&e) {
+                out.push(e);
+            }
+        }
+        out
     }
 
     /// The commits that made the run, in order, without repeats

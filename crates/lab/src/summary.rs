@@ -465,6 +465,18 @@ pub fn input_of_run(data: &crate::rundata::RunData) -> ReportInput {
             .collect::<Vec<_>>()
             .join(", "),
     ));
+    let engines = data.engines();
+    if engines.iter().any(|e| e.name != crate::engine::NAMESPACES) {
+        let names: Vec<String> = engines.iter().map(|e| e.describe()).collect();
+        meta.push((
+            "engine".into(),
+            format!(
+                "{}: simulated time and Shadow's TCP (Reno); Shadow's seed is the low 32 bits of \
+                 each repetition's; no link, host or relay CPU counters",
+                names.join(", ")
+            ),
+        ));
+    }
     if !data.segments.is_empty() {
         meta.push(("commit".into(), data.commits().join(", ")));
         if data.segments.len() > 1 {

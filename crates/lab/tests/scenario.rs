@@ -502,6 +502,7 @@ fn cubic_hystart_is_a_matrix_parameter() {
         jobs: 2,
         stop: None,
         abort: None,
+        shadow: None,
     };
     let e = onionlab_lab::run::run(&s, &opts).expect_err("refused");
     assert!(e.to_string().contains("--jobs 1"), "{e}");

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use onionlab_lab::engine::shadow::{
-    export, ShadowOptions, CONFIG_FILE, GRAPH_FILE, SIMULATION_START_UNIX,
+    export, Schedule, Shadow, ShadowOptions, CONFIG_FILE, GRAPH_FILE, SIMULATION_START_UNIX,
 };
 use onionlab_lab::plan::{Plan, Role};
 use onionlab_lab::variant::Implementation;
@@ -68,6 +68,8 @@ fn a_repetition_becomes_shadow_hosts_running_the_plans_processes() {
     );
     let mut adapted = v.clone();
     adapted.tcp_congestion = Some("reno".into());
+    let quic: toml::Table = toml::from_str("[link.quic]\nudp_io = \"plain\"").expect("toml");
+    adapted.relay_settings.extend(quic);
     let plan = Plan::of(&s, &adapted, (0, 7), SIMULATION_START_UNIX).expect("plan");
     assert_eq!(e.plan, plan);
     for f in plan.files.iter() {
@@ -189,4 +191,66 @@ fn every_bundled_preset_exports_or_says_why_not() {
         }
     }
     assert!(exported >= 10, "{exported} exported, {refused} refused");
+}
+
+#[test]
+fn quic_endpoints_do_their_udp_io_one_datagram_per_call() {
+    let s = preset("quic-quick");
+    let v = &s.variants()[1];
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let e = export(&s, v, (0, 7), tmp.path(), &options()).expect("export");
+    let configs: Vec<_> = e
+        .plan
+        .files
+        .iter()
+        .filter(|f| f.path.ends_with("relay.toml") || f.path.ends_with("client.toml"))
+        .collect();
+    assert!(configs.len() >= 4, "three relays and a client");
+    for f in configs {
+        let t: toml::Table = toml::from_str(&f.text).expect("a node configuration");
+        assert_eq!(
+            t["link"]["quic"]["udp_io"].as_str(),
+            Some("plain"),
+            "{}",
+            f.path
+        );
+    }
+}
+
+#[test]
+fn processes_of_one_host_start_apart_in_the_plans_order() {
+    let s = preset("quic-quick");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut plan = export(&s, &s.variants()[0], (0, 7), tmp.path(), &options())
+        .expect("export")
+        .plan;
+    // Every process on one host: each role's processes tie, and must not.
+    let host = plan.processes[0].host.clone();
+    for p in &mut plan.processes {
+        p.host = host.clone();
+    }
+    let schedule = Schedule::of(&plan);
+    let order = schedule.start_order(&plan, &host);
+    assert_eq!(order.len(), plan.processes.len());
+    let starts: Vec<_> = order.iter().map(|&i| schedule.starts[i]).collect();
+    assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+    for role in [Role::Server, Role::Relay, Role::Client, Role::Agent] {
+        let of_role: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&i| plan.processes[i].role == role)
+            .collect();
+        assert!(
+            of_role.windows(2).all(|w| w[0] < w[1]),
+            "{role:?}: {of_role:?}"
+        );
+    }
+    assert!(schedule.stop_at >= *starts.last().expect("a start") + plan.workload_deadline);
+}
+
+#[test]
+fn a_missing_shadow_binary_is_a_clear_error() {
+    let e = Shadow::new(Some(PathBuf::from("/nonexistent/shadow")), options()).unwrap_err();
+    assert!(matches!(e, Error::Shadow(_)), "{e}");
+    assert!(e.to_string().contains("/nonexistent/shadow"), "{e}");
 }

@@ -41,11 +41,18 @@ pub(super) struct Observed {
     pub(super) torchestra_moves: Vec<(String, u64)>,
     /// Each onionlab client's first circuit.
     pub(super) client_paths: Vec<(String, Vec<String>)>,
-    /// The emulated links' counters during the workload.
-    pub(super) counters: onionlab_netem::Counters,
-    /// The (stopped) relays and clients, for their logs and C tor's
-    /// circuit watches.
-    pub(super) nodes: Nodes,
+    /// The emulated links' counters during the workload (the namespace
+    /// engine's emulator; Shadow has none).
+    pub(super) counters: Option<onionlab_netem::Counters>,
+    /// The onionlab clients' logs (complete: the clients stopped), for
+    /// their circuit build times.
+    pub(super) client_logs: Vec<PathBuf>,
+    /// C tor clients' control ports, watched for circuit build times and
+    /// the circuits of their streams.
+    pub(super) circuit_watches: Vec<crate::ctor::CircuitWatch>,
+    /// Whether the run's clock was simulated (Shadow): the machine's load
+    /// did not skew its timings, so it is never flagged as saturated.
+    pub(super) simulated: bool,
 }
 
 /// The repetition record of a run of `plan` whose agents reported
@@ -55,16 +62,18 @@ pub(super) fn repetition_record(
     records: &[TransferRecord],
     mut seen: Observed,
 ) -> RepetitionRecord {
-    let late = &seen.counters.forwarder.release_error;
-    let emulator = EmulatorTiming {
-        late_p50_us: late.p50_us,
-        late_p99_us: late.p99_us,
-        late_max_us: late.max_us,
-        cpu_s: seen.counters.forwarder.cpu_s,
-    };
-    let mut circuit_build_ms = circuit_build_times(&seen.nodes);
+    let emulator = seen.counters.as_ref().map(|c| {
+        let late = &c.forwarder.release_error;
+        EmulatorTiming {
+            late_p50_us: late.p50_us,
+            late_p99_us: late.p99_us,
+            late_max_us: late.max_us,
+            cpu_s: c.forwarder.cpu_s,
+        }
+    });
+    let mut circuit_build_ms = circuit_build_times(&seen.client_logs);
     let mut ctor_streams = Vec::new();
-    for w in std::mem::take(&mut seen.nodes.circuit_watches) {
+    for w in std::mem::take(&mut seen.circuit_watches) {
         let watched = w.finish();
         circuit_build_ms.extend(watched.build_ms);
         ctor_streams.extend(watched.streams);
@@ -85,7 +94,11 @@ pub(super) fn repetition_record(
         .filter(|r| r.error.is_none())
         .map(|r| if r.kind == "echo" { 2 * r.size } else { r.size })
         .sum();
-    let (links, link_packets) = link_summaries(&seen.counters);
+    let (links, link_packets) = seen
+        .counters
+        .as_ref()
+        .map(link_summaries)
+        .unwrap_or_default();
     // Wire overhead where the payload crosses exactly once: the clients'
     // access links (both directions: requests, SENDMEs, TLS and TCP/IP
     // headers, retransmissions) per payload byte delivered.
@@ -103,36 +116,46 @@ pub(super) fn repetition_record(
         // From set-up to the end of tear-down (C tor's watches included).
         wall_s: seen.started.elapsed().as_secs_f64(),
         cpu_busy_fraction: seen.busy,
-        cpu_saturated: seen.busy > SATURATED_BUSY_FRACTION,
+        cpu_saturated: !seen.simulated && seen.busy > SATURATED_BUSY_FRACTION,
         relay_cpu_s: seen.relay_cpu_s,
         relay_peak_rss: seen.relay_peak_rss,
         circuit_build_ms,
         links,
         link_packets,
         payload_bytes,
-        wire_overhead: (payload_bytes > 0).then(|| wire as f64 / payload_bytes as f64),
+        // Only where links were counted (not under Shadow).
+        wire_overhead: (payload_bytes > 0 && seen.counters.is_some())
+            .then(|| wire as f64 / payload_bytes as f64),
         tcp: seen.tcp,
         tcp_module_parameters: seen.tcp_module_parameters,
         tcp_counters: seen.tcp_counters,
         host_dropped: !seen.host_drops.is_empty(),
         host_drops: seen.host_drops,
         jobs: 1,
-        emulator: Some(emulator),
+        emulator,
         ctor_streams,
         conflux_fallback_streams,
         torchestra_moves: seen.torchestra_moves,
         client_paths: seen.client_paths,
+        simulator_seed: None,
+    }
+}
+
+/// The share of all CPUs' time busy since `start` ([`crate::process::cpu_jiffies`]).
+pub(super) fn busy_since(start: Option<(u64, u64)>) -> f64 {
+    match (start, crate::process::cpu_jiffies()) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
+        _ => 0.0,
     }
 }
 
 /// Each onionlab client's first circuit (client name, relays in order),
 /// from the `circuit built` lines of the clients' logs
 /// (`client-NAME.log`, `path=A,B,C`).
-pub(super) fn client_paths(nodes: &Nodes) -> Vec<(String, Vec<String>)> {
-    nodes
-        .clients
+pub(super) fn client_paths(client_logs: &[PathBuf]) -> Vec<(String, Vec<String>)> {
+    client_logs
         .iter()
-        .filter_map(|(_, log)| {
+        .filter_map(|log| {
             let name = log
                 .file_name()?
                 .to_str()?
@@ -153,16 +176,17 @@ pub(super) fn client_paths(nodes: &Nodes) -> Vec<(String, Vec<String>)> {
 /// it at info, always).
 const TORCHESTRA_MOVE: &str = "torchestra: moving a circuit";
 
-/// Per relay whose log has any, its Torchestra moves (the relays stopped,
-/// their logs complete).
-pub(super) fn torchestra_moves(nodes: &Nodes, dir: &Path) -> Vec<(String, u64)> {
-    nodes
-        .relays
-        .iter()
-        .filter_map(|(_, name)| {
+/// Per relay whose log (`dir/NAME.log`) has any, its Torchestra moves
+/// (the relays stopped, their logs complete).
+pub(super) fn torchestra_moves<'a>(
+    relays: impl Iterator<Item = &'a str>,
+    dir: &Path,
+) -> Vec<(String, u64)> {
+    relays
+        .filter_map(|name| {
             let text = fs::read_to_string(dir.join(format!("{name}.log"))).ok()?;
             let n = text.lines().filter(|l| l.contains(TORCHESTRA_MOVE)).count() as u64;
-            (n > 0).then(|| (name.clone(), n))
+            (n > 0).then(|| (name.to_string(), n))
         })
         .collect()
 }
@@ -202,9 +226,9 @@ pub(super) fn agent_records(agents: &[AgentPlan], dir: &Path) -> Vec<TransferRec
 
 /// Circuit build times from the clients' logs (onionlab's
 /// `circuit built ... ms=` lines; C tor's come from its control port).
-fn circuit_build_times(nodes: &Nodes) -> Vec<f64> {
+fn circuit_build_times(client_logs: &[PathBuf]) -> Vec<f64> {
     let mut ms = Vec::new();
-    for (_, log) in &nodes.clients {
+    for log in client_logs {
         let text = fs::read_to_string(log).unwrap_or_default();
         for line in text.lines().filter(|l| l.contains("circuit built")) {
             if let Some(v) = line

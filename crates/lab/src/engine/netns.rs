@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use onionlab_netem::{Network, NetworkOptions};
 
 use super::measure::{
-    agent_records, client_paths, read_host_drops, read_tcp_counters, repetition_record,
+    agent_records, busy_since, client_paths, read_host_drops, read_tcp_counters, repetition_record,
     torchestra_moves, Baseline, Nodes, Observed,
 };
-use super::{Engine, Measured, RunHooks, Sysctls};
+use super::{Engine, EngineId, Measured, RunHooks, Sysctls};
 use crate::error::{io_err, Error, Result};
 use crate::hostnet::{self, HostTcp};
 use crate::plan::{Plan, PlanProcess, Program, Ready, Role};
@@ -35,6 +35,10 @@ pub struct Namespaces {
 }
 
 impl Engine for Namespaces {
+    fn id(&self) -> EngineId {
+        EngineId::namespaces()
+    }
+
     fn run(&self, plan: &Plan, dir: &Path, hooks: &RunHooks) -> Result<Measured> {
         let t0 = Instant::now();
         fs::create_dir_all(dir).map_err(io_err("creating the repetition directory"))?;
@@ -73,8 +77,10 @@ impl Engine for Namespaces {
         nodes.stop(&mut servers);
         let host_drops = before.drops_since(read_host_drops(&net)?);
         let tcp_counters = before.tcp_since(read_tcp_counters(&net)?);
-        let torchestra_moves = torchestra_moves(&nodes, dir);
-        let client_paths = client_paths(&nodes);
+        let relay_names = nodes.relays.iter().map(|(_, n)| n.as_str());
+        let torchestra_moves = torchestra_moves(relay_names, dir);
+        let client_logs: Vec<PathBuf> = nodes.clients.iter().map(|(_, l)| l.clone()).collect();
+        let client_paths = client_paths(&client_logs);
         let mut counters = net.shutdown()?;
         before.subtract_from(&mut counters);
         let records = agent_records(&plan.agents, dir);
@@ -89,8 +95,10 @@ impl Engine for Namespaces {
             host_drops,
             torchestra_moves,
             client_paths,
-            counters,
-            nodes,
+            counters: Some(counters),
+            client_logs,
+            circuit_watches: std::mem::take(&mut nodes.circuit_watches),
+            simulated: false,
         };
         let repetition = repetition_record(plan, &records, seen);
         Ok(Measured {
@@ -98,14 +106,6 @@ impl Engine for Namespaces {
             repetition,
             sysctls,
         })
-    }
-}
-
-/// The share of all CPUs' time busy since `start` ([`cpu_jiffies`]).
-fn busy_since(start: Option<(u64, u64)>) -> f64 {
-    match (start, cpu_jiffies()) {
-        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => (b1 - b0) as f64 / (t1 - t0) as f64,
-        _ => 0.0,
     }
 }
 

@@ -5,15 +5,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 
-use onionlab_config::unix_now;
-
 use super::progress::Progress;
 use super::{repetition_seed, RepetitionRecord, RunOptions};
 use crate::agent::TransferRecord;
 use crate::engine::{Engine, Namespaces, RunHooks, Sysctls};
 use crate::error::Result;
 use crate::journal::Journal;
-use crate::plan::Plan;
 use crate::scenario::Scenario;
 use crate::variant::Variant;
 
@@ -122,9 +119,13 @@ impl<'a> Jobs<'a> {
     /// One job, `slot`: runs pending runs one after another until none
     /// is left or the run stops, sending each as it finishes.
     pub(super) fn work(&self, slot: usize, tx: &Sender<Finished<'a>>) {
-        let engine = Namespaces {
+        let namespaces = Namespaces {
             bin: self.opts.bin.clone(),
             lab: format!("l{}-{slot}", std::process::id()),
+        };
+        let engine: &dyn Engine = match &self.opts.shadow {
+            Some(shadow) => shadow,
+            None => &namespaces,
         };
         while !self.stopping() {
             let Some(p) = self.pending.get(self.next.fetch_add(1, Ordering::Relaxed)) else {
@@ -141,7 +142,8 @@ impl<'a> Jobs<'a> {
                 status: &status,
                 interrupted: &interrupted,
             };
-            let result = Plan::of(self.scenario, variant, (p.rep, seed), unix_now())
+            let result = engine
+                .plan(self.scenario, variant, (p.rep, seed))
                 .and_then(|plan| engine.run(&plan, &p.dir, &hooks))
                 .map(|m| (m.records, m.repetition, m.sysctls));
             self.progress.finished_one();

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use self::jobs::{pending_runs, Finished, Jobs};
 use self::progress::Progress;
 use crate::agent::TransferRecord;
-use crate::engine::Sysctls;
+use crate::engine::{Engine, EngineId, Sysctls};
 use crate::error::{io_err, Error};
 use crate::hostnet::{self, HostDrops, HostTcp, HostTcpCounters};
 use crate::journal::Journal;
@@ -65,6 +65,9 @@ pub struct RunOptions {
     /// recorded (`--resume` runs them again); `run` then fails with
     /// [`Error::Interrupted`].
     pub abort: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The Shadow engine to run the plans on (`lab run --engine shadow`);
+    /// none: the namespace engine, on this machine's network namespaces.
+    pub shadow: Option<crate::engine::shadow::Shadow>,
 }
 
 /// Per-repetition measurements besides transfers.
@@ -145,6 +148,10 @@ pub struct RepetitionRecord {
     /// shared (seed 001's loaded toy). C tor clients are not in it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_paths: Vec<(String, Vec<String>)>,
+    /// The simulator's own seed, for runs on the Shadow engine (the low 32
+    /// bits of `seed`: Shadow's seed is 32 bits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulator_seed: Option<u64>,
 }
 
 /// How late the emulator released packets against their scheduled time,
@@ -284,7 +291,21 @@ pub struct RunOutcome {
 /// not yet in the output directory).
 pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, Error> {
     let variants = scenario.variants();
-    if opts.jobs > 1 && variants.iter().any(|v| v.cubic_hystart.is_some()) {
+    let engine = match &opts.shadow {
+        Some(shadow) => {
+            // Refused (a C tor variant, a link Shadow cannot model) before
+            // anything runs; what it runs its own way is said first.
+            for note in shadow.check(scenario, &variants)? {
+                if opts.progress {
+                    eprintln!("note (Shadow): {note}");
+                }
+            }
+            shadow.id()
+        }
+        None => EngineId::namespaces(),
+    };
+    let on_shadow = opts.shadow.is_some();
+    if !on_shadow && opts.jobs > 1 && variants.iter().any(|v| v.cubic_hystart.is_some()) {
         return Err(Error::Start(
             "cubic_hystart changes a machine-wide setting for each run: run this scenario with \
              --jobs 1"
@@ -299,9 +320,9 @@ pub fn run(scenario: &Scenario, opts: &RunOptions) -> Result<RunOutcome, Error> 
         .transpose()?;
     let reps = opts.repetitions.unwrap_or(scenario.repetitions);
     let mut journal = if opts.resume {
-        Journal::resume(&opts.out, scenario, reps, opts.redo)?
+        Journal::resume(&opts.out, scenario, reps, opts.redo, &engine)?
     } else {
-        Journal::create(&opts.out, scenario, reps)?
+        Journal::create(&opts.out, scenario, reps, &engine)?
     };
     let total = reps as usize * variants.len();
     let short = scenario.short_labels();

@@ -144,6 +144,31 @@ pub struct RunFlags {
     /// the setting, and runs on a saturated CPU are flagged as always.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
     jobs: u16,
+    /// What runs the plans: `namespaces`, a network namespace per host on
+    /// this machine over the link emulator (real time, Linux's TCP; needs
+    /// root), or `shadow`, the Shadow simulator (simulated time, Shadow's
+    /// TCP with Reno; no root; `lab export-shadow` shows what it runs
+    /// differently). A run continues on the engine that started it.
+    #[arg(long, value_enum, default_value_t = EngineArg::Namespaces)]
+    engine: EngineArg,
+    /// With --engine shadow: the `shadow` binary (default: `shadow` on
+    /// PATH, else ~/.local/bin/shadow, where
+    /// ../shared/vendor/shadow/build.sh installs it).
+    #[arg(long, value_name = "PATH")]
+    shadow: Option<PathBuf>,
+    /// With --engine shadow: Shadow's worker threads in each run (0: one
+    /// per core).
+    #[arg(long, default_value_t = 0)]
+    shadow_parallelism: u32,
+}
+
+/// `--engine`'s values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineArg {
+    /// Network namespaces over the link emulator.
+    Namespaces,
+    /// The Shadow simulator.
+    Shadow,
 }
 
 /// `lab plan`'s arguments.
@@ -514,6 +539,9 @@ fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
                 redo_saturated,
                 redo_shared,
                 jobs,
+                engine,
+                shadow,
+                shadow_parallelism,
             },
     } = args;
     if redo_shared && jobs > 1 {
@@ -521,14 +549,32 @@ fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
             "--redo-shared runs again what ran beside others: run it with --jobs 1".into(),
         ));
     }
-    onionlab_netem::check_privileges()?;
+    if engine != EngineArg::Shadow && (shadow.is_some() || shadow_parallelism != 0) {
+        return Err(Error::Usage(
+            "--shadow and --shadow-parallelism are for --engine shadow".into(),
+        ));
+    }
+    let bin = std::env::current_exe()
+        .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
+    let shadow = match engine {
+        EngineArg::Namespaces => {
+            onionlab_netem::check_privileges()?;
+            None
+        }
+        EngineArg::Shadow => {
+            let opts = onionlab_lab::engine::shadow::ShadowOptions {
+                bin: bin.clone(),
+                parallelism: shadow_parallelism,
+                log: std::env::var("ONIONLAB_LOG").ok(),
+            };
+            Some(onionlab_lab::engine::shadow::Shadow::new(shadow, opts)?)
+        }
+    };
     let s = Scenario::from_file(&scenario_path(&scenario)?)?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let out = out.unwrap_or_else(|| PathBuf::from(format!("results/{}-{stamp}", s.name)));
-    let bin = std::env::current_exe()
-        .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
     let (stop, abort) = stop_flags()?;
     let opts = RunOptions {
         out: out.clone(),
@@ -543,6 +589,7 @@ fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
         progress: true,
         stop: Some(stop),
         abort: Some(abort),
+        shadow,
     };
     let outcome = run(&s, &opts).map_err(|e| {
         let kept = std::fs::metadata(out.join("repetitions.jsonl")).is_ok_and(|m| m.len() > 0);

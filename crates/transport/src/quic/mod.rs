@@ -120,6 +120,7 @@
 
 pub mod gate;
 mod lanes;
+mod plain_udp;
 pub(crate) mod setup;
 pub(crate) mod wire;
 
@@ -164,6 +165,9 @@ use crate::lanes::{Lane, LinkShared};
 use lanes::{LinkSpec, QuicConns, QuicLaneRead};
 pub use lanes::{QuicReader, QuicWriter};
 use wire::Preamble;
+
+use plain_udp::PlainUdpRuntime;
+pub use plain_udp::UdpIo;
 
 /// Settings every QUIC transport reads.
 const QUIC_SETTINGS: &[SettingInfo] = &[
@@ -430,6 +434,11 @@ pub struct QuicSettings {
     /// as large as TCP's from the start). The initial congestion window is
     /// [`INITIAL_WINDOW_PACKETS`] of these.
     pub initial_mtu: u16,
+    /// The endpoints' UDP I/O: quinn's own, or one plain system call per
+    /// datagram for the Shadow simulator ([`UdpIo`]; the lab's Shadow
+    /// engine sets `plain`).
+    #[serde(default)]
+    pub udp_io: UdpIo,
 }
 
 /// Default [`QuicSettings::initial_mtu`]: 1200 bytes, the least every
@@ -462,7 +471,19 @@ impl Default for QuicSettings {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             handshakes: HandshakeLimits::default(),
             initial_mtu: DEFAULT_INITIAL_MTU,
+            udp_io: UdpIo::Batched,
         }
+    }
+}
+
+/// The quinn runtime for endpoints doing their UDP I/O as `io` says
+/// (inside a tokio runtime).
+fn quinn_runtime(io: UdpIo) -> std::io::Result<Arc<dyn quinn::Runtime>> {
+    match io {
+        UdpIo::Batched => {
+            quinn::default_runtime().ok_or_else(|| std::io::Error::other("no async runtime"))
+        }
+        UdpIo::Plain => Ok(Arc::new(PlainUdpRuntime)),
     }
 }
 
@@ -654,8 +675,7 @@ impl QuicTransport {
         let endpoint_config = relay_endpoint_config(keys);
         let endpoint = crate::udp::socket(listen)
             .and_then(|socket| {
-                let runtime = quinn::default_runtime()
-                    .ok_or_else(|| std::io::Error::other("no async runtime"))?;
+                let runtime = quinn_runtime(settings.udp_io)?;
                 Endpoint::new(endpoint_config, Some(server), socket, runtime)
             })
             .map_err(|source| Error::Io {
@@ -776,8 +796,7 @@ impl QuicTransport {
         }
         let e = crate::udp::socket(any)
             .and_then(|socket| {
-                let runtime = quinn::default_runtime()
-                    .ok_or_else(|| std::io::Error::other("no async runtime"))?;
+                let runtime = quinn_runtime(self.inner.settings.udp_io)?;
                 Endpoint::new(quinn::EndpointConfig::default(), None, socket, runtime)
             })
             .map_err(|source| Error::Io {

@@ -47,8 +47,10 @@ pub struct ShadowOptions {
 }
 
 /// When each role's processes start, and when the simulation stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
+    /// Each of the plan's processes' start, in the plan's order.
+    pub starts: Vec<Duration>,
     /// The agents' start.
     pub agents_at: Duration,
     /// The simulation's end: the agents' start and the plan's workload
@@ -56,16 +58,61 @@ pub struct Schedule {
     pub stop_at: Duration,
 }
 
+/// Between two processes of one host that would start at the same time:
+/// each starts at its own time, so the order of their process ids (and of
+/// their output files) is the plan's.
+const SAME_HOST_GAP: Duration = Duration::from_millis(1);
+
 impl Schedule {
     /// The schedule of `plan`.
     pub fn of(plan: &Plan) -> Schedule {
         let clients = plan.processes_of(Role::Client).count() as u32;
         let agents_at = CLIENTS_AT + CLIENT_GAP * clients.saturating_sub(1) + AGENTS_AFTER;
+        let mut starts: Vec<Duration> = Vec::with_capacity(plan.processes.len());
+        let mut client = 0u32;
+        for (i, p) in plan.processes.iter().enumerate() {
+            let mut start = match p.role {
+                Role::Server => SERVERS_AT,
+                Role::Relay => RELAYS_AT,
+                Role::Client => {
+                    client += 1;
+                    CLIENTS_AT + CLIENT_GAP * (client - 1)
+                }
+                Role::Agent => agents_at,
+            };
+            let earlier_same = plan.processes[..i]
+                .iter()
+                .filter(|q| q.host == p.host && q.role == p.role)
+                .count() as u32;
+            if p.role != Role::Client {
+                start += SAME_HOST_GAP * earlier_same;
+            }
+            starts.push(start);
+        }
+        let last = starts.iter().copied().max().unwrap_or(agents_at);
         Schedule {
+            stop_at: last.max(agents_at) + plan.workload_deadline,
+            starts,
             agents_at,
-            stop_at: agents_at + plan.workload_deadline,
         }
     }
+
+    /// The plan's processes on `host` in the order Shadow starts them
+    /// (their process ids rise in this order), as indices into the plan's
+    /// processes.
+    pub fn start_order(&self, plan: &Plan, host: &str) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..plan.processes.len())
+            .filter(|&i| plan.processes[i].host == host)
+            .collect();
+        order.sort_by_key(|&i| (self.starts[i], i));
+        order
+    }
+}
+
+/// The seed Shadow runs a plan of seed `seed` with: Shadow's seed is 32
+/// bits, so the low 32 bits of the repetition's.
+pub fn shadow_seed(seed: u64) -> u64 {
+    seed & u64::from(u32::MAX)
 }
 
 /// Shadow's configuration of `plan`, whose files are in `dir` (absolute)
@@ -98,14 +145,14 @@ pub fn config(plan: &Plan, dir: &Path, graph_file: &str, opts: &ShadowOptions) -
             json!({
                 "network_node_id": id,
                 "ip_addr": h.address.to_string(),
-                "processes": processes(plan, &h.name, dir, opts, schedule),
+                "processes": processes(plan, &h.name, dir, opts, &schedule),
             }),
         );
     }
     let config = json!({
         "general": {
             "stop_time": seconds(schedule.stop_at),
-            "seed": plan.seed & u64::from(u32::MAX),
+            "seed": shadow_seed(plan.seed),
             "parallelism": opts.parallelism,
             "data_directory": dir.join("shadow.data").to_string_lossy(),
             "model_unblocked_syscall_latency": true,
@@ -128,20 +175,16 @@ pub fn config(plan: &Plan, dir: &Path, graph_file: &str, opts: &ShadowOptions) -
     ))
 }
 
-/// The processes of `host`, each started at its role's time.
-fn processes(plan: &Plan, host: &str, dir: &Path, opts: &ShadowOptions, s: Schedule) -> Vec<Value> {
-    let mut clients = 0u32;
+/// The processes of `host`, each started at its time in `s`.
+fn processes(
+    plan: &Plan,
+    host: &str,
+    dir: &Path,
+    opts: &ShadowOptions,
+    s: &Schedule,
+) -> Vec<Value> {
     let mut out = Vec::new();
-    for p in &plan.processes {
-        let start = match p.role {
-            Role::Server => SERVERS_AT,
-            Role::Relay => RELAYS_AT,
-            Role::Client => {
-                clients += 1;
-                CLIENTS_AT + CLIENT_GAP * (clients - 1)
-            }
-            Role::Agent => s.agents_at,
-        };
+    for (p, start) in plan.processes.iter().zip(&s.starts) {
         if p.host != host {
             continue;
         }
@@ -160,7 +203,7 @@ fn processes(plan: &Plan, host: &str, dir: &Path, opts: &ShadowOptions, s: Sched
             "path": opts.bin.to_string_lossy(),
             "args": args,
             "environment": environment,
-            "start_time": seconds(start),
+            "start_time": seconds(*start),
             "expected_final_state": final_state,
         }));
     }

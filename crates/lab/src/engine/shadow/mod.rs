@@ -6,7 +6,9 @@
 //! and processes as its configuration ([`config()`]). A variant is first
 //! made into what Shadow can run ([`adapt_variant`]); what it cannot run
 //! is refused by name, and what it runs its own way is returned as notes
-//! to show the user, never changed silently.
+//! to show the user, never changed silently. [`Shadow`] is the engine
+//! (`onionlab lab run --engine shadow`): it writes those files for each
+//! run, runs Shadow on them and reads the records and logs back.
 //!
 //! What Shadow's TCP means for the lab: it is Shadow's own implementation
 //! (the legacy stack; the experimental one fails with tokio), with Reno
@@ -18,12 +20,14 @@
 
 pub mod config;
 pub mod graph;
+mod run;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-pub use self::config::{config, Schedule, ShadowOptions, SIMULATION_START_UNIX};
+pub use self::config::{config, shadow_seed, Schedule, ShadowOptions, SIMULATION_START_UNIX};
 pub use self::graph::{graph, Graph};
+pub use self::run::Shadow;
 use crate::error::{io_err, Error, Result};
 use crate::hostnet::KernelTcp;
 use crate::plan::Plan;
@@ -120,7 +124,36 @@ pub fn adapt_variant(scenario: &Scenario, variant: &Variant) -> Result<(Variant,
     adapted.tcp_pacing = false;
     adapted.kernel_tcp = KernelTcp::default();
     adapted.cubic_hystart = None;
+    // quinn's own UDP I/O needs socket options and system calls Shadow
+    // lacks: QUIC endpoints send and receive one datagram per call.
+    set_table_value(
+        &mut adapted.relay_settings,
+        &["link", "quic", "udp_io"],
+        toml::Value::String("plain".into()),
+    );
     Ok((adapted, notes))
+}
+
+/// Sets `value` at the key path `path` of `table`, making the tables on
+/// the way.
+fn set_table_value(table: &mut toml::Table, path: &[&str], value: toml::Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut at = table;
+    for key in parents {
+        let entry = at
+            .entry(key.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        if !entry.is_table() {
+            *entry = toml::Value::Table(toml::Table::new());
+        }
+        let toml::Value::Table(next) = entry else {
+            return;
+        };
+        at = next;
+    }
+    at.insert(last.to_string(), value);
 }
 
 /// One repetition of one variant, written for Shadow.
@@ -138,27 +171,35 @@ pub struct Exported {
     pub notes: Vec<String>,
 }
 
-/// Writes repetition `rep` (seed `seed`) of `variant` into `dir` (absolute,
-/// new or empty) for Shadow: the plan's files, [`GRAPH_FILE`] and
-/// [`CONFIG_FILE`]. `shadow CONFIG_FILE` run in `dir` runs it.
+/// The plan of repetition `rep` (seed `seed`) of `variant` as Shadow runs
+/// it: the variant adapted ([`adapt_variant`]) and the network document
+/// valid from Shadow's start; with the notes of what that changes.
 ///
 /// # Errors
 ///
-/// What [`adapt_variant`], [`Plan::of`], [`graph()`] and [`config()`] refuse;
-/// [`Error::Shadow`] if `dir` holds files; [`Error::Io`] naming a file
-/// that cannot be written.
-pub fn export(
+/// What [`adapt_variant`] and [`Plan::of`] refuse.
+pub fn plan(
     scenario: &Scenario,
     variant: &Variant,
     (rep, seed): (u32, u64),
-    dir: &Path,
-    opts: &ShadowOptions,
-) -> Result<Exported> {
-    let (variant, mut notes) = adapt_variant(scenario, variant)?;
+) -> Result<(Plan, Vec<String>)> {
+    let (variant, notes) = adapt_variant(scenario, variant)?;
     let plan = Plan::of(scenario, &variant, (rep, seed), SIMULATION_START_UNIX)?;
-    let Graph { gml, notes: more } = graph(&plan.topology)?;
-    notes.extend(more);
-    let text = config(&plan, dir, GRAPH_FILE, opts)?;
+    Ok((plan, notes))
+}
+
+/// Writes `plan` (made by [`plan()`]) into `dir` (absolute, new or empty):
+/// the plan's files, [`GRAPH_FILE`] and [`CONFIG_FILE`]; returns its
+/// schedule and the graph's notes. `shadow CONFIG_FILE` run in `dir` runs
+/// it.
+///
+/// # Errors
+///
+/// What [`graph()`] and [`config()`] refuse; [`Error::Shadow`] if `dir`
+/// holds files; [`Error::Io`] naming a file that cannot be written.
+pub fn write(plan: &Plan, dir: &Path, opts: &ShadowOptions) -> Result<(Schedule, Vec<String>)> {
+    let Graph { gml, notes } = graph(&plan.topology)?;
+    let text = config(plan, dir, GRAPH_FILE, opts)?;
     let occupied = fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some());
     if occupied {
         return Err(Error::Shadow(format!(
@@ -172,9 +213,28 @@ pub fn export(
         let path = dir.join(name);
         fs::write(&path, text).map_err(io_err(format!("writing {}", path.display())))?;
     }
+    Ok((Schedule::of(plan), notes))
+}
+
+/// Writes repetition `rep` (seed `seed`) of `variant` into `dir` (absolute,
+/// new or empty) for Shadow ([`plan()`], [`write()`]).
+///
+/// # Errors
+///
+/// What [`plan()`] and [`write()`] refuse.
+pub fn export(
+    scenario: &Scenario,
+    variant: &Variant,
+    (rep, seed): (u32, u64),
+    dir: &Path,
+    opts: &ShadowOptions,
+) -> Result<Exported> {
+    let (plan, mut notes) = plan(scenario, variant, (rep, seed))?;
+    let (schedule, more) = write(&plan, dir, opts)?;
+    notes.extend(more);
     Ok(Exported {
         dir: dir.to_path_buf(),
-        schedule: Schedule::of(&plan),
+        schedule,
         plan,
         notes,
     })

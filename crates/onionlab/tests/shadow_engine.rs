@@ -1,0 +1,141 @@
+//! `onionlab lab run --engine shadow` end to end: the bundled
+//! `quic-quick` scenario (tls, quic and quic-conn-per-circuit, one
+//! repetition) as Shadow simulations, with the records, logs and metadata
+//! a namespace run leaves. Needs the `shadow` binary (built from
+//! `../shared/vendor/shadow/`): without it the test says SKIPPED, unless
+//! ONIONLAB_REQUIRE_SHADOW=1, where that is a failure.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use onionlab_lab::agent::TransferRecord;
+use onionlab_lab::engine::shadow::{Shadow, ShadowOptions};
+use onionlab_lab::run::RepetitionRecord;
+
+/// Whether Shadow is installed; see the module's documentation.
+fn shadow_available() -> bool {
+    let opts = ShadowOptions {
+        bin: PathBuf::from(env!("CARGO_BIN_EXE_onionlab")),
+        parallelism: 0,
+        log: None,
+    };
+    match Shadow::new(None, opts) {
+        Ok(_) => true,
+        Err(e) if std::env::var("ONIONLAB_REQUIRE_SHADOW").as_deref() == Ok("1") => {
+            panic!("ONIONLAB_REQUIRE_SHADOW=1 but Shadow is unavailable: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            false
+        }
+    }
+}
+
+/// The lines of a JSON-lines file.
+fn lines(path: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn quic_quick_runs_on_the_shadow_engine() {
+    if !shadow_available() {
+        return;
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("onionlab-shadow-engine-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let status = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .current_dir(&root)
+        .args([
+            "--log",
+            "warn",
+            "lab",
+            "run",
+            "quic-quick",
+            "--engine",
+            "shadow",
+        ])
+        .args(["--reps", "1", "--out"])
+        .arg(&out)
+        .status()
+        .expect("onionlab runs");
+    assert!(status.success(), "lab run --engine shadow failed: {status}");
+
+    // Every transfer of the three variants arrives whole.
+    let records: Vec<TransferRecord> = lines(&out.join("records.jsonl"))
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a transfer record"))
+        .collect();
+    assert_eq!(records.len(), 9, "three 320 KiB downloads per variant");
+    for r in &records {
+        assert_eq!(r.error, None, "{} {}", r.variant, r.index);
+        assert!(r.ttlb_ms.is_some_and(|t| t > 0.0));
+    }
+    // Simulated time: the first byte after the circuit is up takes one
+    // round trip of the circuit (three 20 ms hops and the exit's 1 ms to
+    // its server, both ways), whatever the machine's load.
+    let ttfb: Vec<f64> = records
+        .iter()
+        .filter(|r| r.index > 0 && r.variant.contains("transport=tls"))
+        .filter_map(|r| r.ttfb_ms)
+        .collect();
+    assert!(!ttfb.is_empty());
+    for t in ttfb {
+        assert!((120.0..130.0).contains(&t), "TTFB {t} ms");
+    }
+
+    // The metadata says which engine ran it, with Shadow's version and seed.
+    let segments = std::fs::read_to_string(out.join("segments.jsonl")).expect("segments");
+    assert!(segments.contains("\"engine\":\"shadow\""), "{segments}");
+    assert!(segments.contains("Shadow 3"), "{segments}");
+    let reps: Vec<RepetitionRecord> = lines(&out.join("repetitions.jsonl"))
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("a repetition record"))
+        .collect();
+    assert_eq!(reps.len(), 3);
+    for r in &reps {
+        assert_eq!(r.simulator_seed, Some(r.seed & u64::from(u32::MAX)));
+        assert!(!r.cpu_saturated);
+        assert_eq!(r.circuit_build_ms.len(), 1, "{}", r.variant);
+        assert_eq!(r.client_paths.len(), 1, "{}", r.variant);
+    }
+    // The processes' logs are where a namespace run has them.
+    let log = std::fs::read_to_string(out.join("raw/rep000-v00/client-op.log")).expect("log");
+    assert!(log.contains("circuit built"), "{log}");
+
+    // The report reads it as any run.
+    let report = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .args(["lab", "report"])
+        .arg(&out)
+        .output()
+        .expect("onionlab runs");
+    assert!(report.status.success(), "{report:?}");
+    let md = std::fs::read_to_string(out.join("report/report.md")).expect("report");
+    assert!(md.contains("Shadow 3"), "the report names the engine");
+
+    // A run continues only on its own engine.
+    let resumed = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+        .current_dir(&root)
+        .args([
+            "lab",
+            "run",
+            "quic-quick",
+            "--reps",
+            "1",
+            "--resume",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("onionlab runs");
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    if onionlab_netem::check_privileges().is_ok() {
+        assert!(!resumed.status.success());
+        assert!(err.contains("--engine shadow"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
