@@ -180,16 +180,6 @@ impl Journal {
         redo: Redo,
         engine: &EngineId,
     ) -> Result<Journal, Error> {
-        if let Some(last) = segments(out).last() {
-            let before = last.engine_id();
-            if before.name != engine.name {
-                return Err(start_err(format!(
-                    "resume: this run was made on the {} engine; continue it with --engine {} \
-                     (one run's repetitions come from one engine)",
-                    before.name, before.name
-                )));
-            }
-        }
         same_file(
             &out.join("scenario.toml"),
             scenario.text.as_bytes(),
@@ -204,6 +194,7 @@ impl Journal {
         if let Some(digest) = traces_digest(scenario) {
             same_file(&out.join(TRACES_FILE), digest.as_bytes(), "traces' content")?;
         }
+        check_engine(out, engine)?;
 
         let mut repetitions_done: Vec<RepetitionRecord> =
             read_complete_lines(&out.join("repetitions.jsonl"))?;
@@ -389,6 +380,23 @@ impl Journal {
         }
         append_segment(&self.out, &segment)
     }
+}
+
+/// Refuses to continue the run in `out` on another engine than the one
+/// that made it (runs from before segments were recorded, or before
+/// engines were, were made by the namespace engine).
+fn check_engine(out: &Path, engine: &EngineId) -> Result<(), Error> {
+    let before = segments(out)
+        .last()
+        .map_or_else(EngineId::namespaces, Segment::engine_id);
+    if before.name == engine.name {
+        return Ok(());
+    }
+    Err(start_err(format!(
+        "resume: this run was made on the {} engine; continue it with --engine {} (one \
+         run's repetitions come from one engine)",
+        before.name, before.name
+    )))
 }
 
 /// The segments of the run in `dir` (none for runs older than the file).

@@ -353,6 +353,19 @@ impl RunData {
     /// Both runs have a variant of the same label (which one's would a
     /// table mean?).
     pub fn join(&mut self, other: RunData) -> Result<(), Error> {
+        let engine_names =
+            |d: &RunData| -> Vec<String> { d.engines().into_iter().map(|e| e.name).collect() };
+        if engine_names(self) != engine_names(&other) {
+            return Err(stored_err(
+                &other.source,
+                format!(
+                    "it ran on {}, {} on {}: runs read together come from one engine",
+                    engine_names(&other).join(", "),
+                    self.source.display(),
+                    engine_names(self).join(", ")
+                ),
+            ));
+        }
         let mine = self.variants();
         if let Some(v) = other.variants().iter().find(|v| mine.contains(v)) {
             return Err(stored_err(
@@ -373,20 +386,25 @@ impl RunData {
         Ok(())
     }
 
+    /// ", engine ..." for a run not made by the namespace engine alone
+    /// (read together, runs share their engine: [`RunData::join`]).
+    fn engine_clause(&self) -> String {
+        let engines = self.engines();
+        if engines.iter().all(|e| e.name == crate::engine::NAMESPACES) {
+            return String::new();
+        }
+        let names: Vec<String> = engines.iter().map(|e| e.describe()).collect();
+        format!(", engine {}", names.join(", "))
+    }
+
     /// The run (or runs, when joined) and their commits and repetitions,
     /// as a caption's first sentence.
     pub fn caption_names(&self) -> String {
         let part = |id: &str, scenario: &str, done: usize, planned: u32| {
             format!("`{id}` (scenario `{scenario}`, {done} of {planned} planned repetitions)")
         };
+        let on = self.engine_clause();
         if self.joined.is_empty() {
-            let engines = self.engines();
-            let on = if engines.iter().any(|e| e.name != crate::engine::NAMESPACES) {
-                let names: Vec<String> = engines.iter().map(|e| e.describe()).collect();
-                format!(", engine {}", names.join(", "))
-            } else {
-                String::new()
-            };
             return format!(
                 "Run {}, commit {}{on}.",
                 part(
@@ -410,7 +428,7 @@ impl RunData {
             })
             .collect();
         format!(
-            "Runs {}, read together (repetition r of each shares its seed).",
+            "Runs {}{on}, read together (repetition r of each shares its seed).",
             parts.join(" and ")
         )
     }

@@ -54,7 +54,6 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
 pub mod addrs;
 pub mod any;
-pub mod capped_tcp;
 pub mod connector;
 pub mod datagram;
 pub mod endpoint;

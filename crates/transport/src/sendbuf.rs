@@ -16,13 +16,14 @@ use bytes::BytesMut;
 use onionlab_cell::chan::{AnyChanCell, AnyChanMsg, Padding};
 use onionlab_cell::codec::CellCodec;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tokio_rustls::TlsStream;
 
 use crate::Error;
 
 /// A TLS-over-TCP connection.
-pub(crate) type Tls = TlsStream<crate::capped_tcp::CappedTcp>;
+pub(crate) type Tls = TlsStream<TcpStream>;
 
 /// A reliable, ordered byte stream carrying a link's cells: a TLS
 /// connection, or a dtls-utcp lane.

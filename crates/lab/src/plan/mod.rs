@@ -146,7 +146,7 @@ impl PlanFile {
 
 /// What a process is to the run: it decides when the engine starts and
 /// stops it and what it measures of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// A workload server.

@@ -196,6 +196,11 @@ const QUIC_SETTINGS: &[SettingInfo] = &[
         default: "8000",
         about: "a link that received no packet on any of its connections for this long is closed",
     },
+    SettingInfo {
+        key: "link.quic.udp_io",
+        default: "batched",
+        about: "UDP I/O of the QUIC endpoints: batched (quinn's) or plain (one datagram per system call, for the Shadow simulator)",
+    },
 ];
 
 /// The QUIC endpoint: one UDP socket for both QUIC transports, which tell

@@ -30,7 +30,7 @@ pub enum UdpIo {
     #[default]
     Batched,
     /// One `sendto`/`recvfrom` per datagram and no socket options
-    /// ([`PlainUdpRuntime`]): what the Shadow simulator can run.
+    /// (`PlainUdpRuntime`): what the Shadow simulator can run.
     Plain,
 }
 
@@ -82,7 +82,20 @@ impl AsyncUdpSocket for PlainUdpSocket {
             .unwrap_or(transmit.contents.len())
             .max(1);
         for datagram in transmit.contents.chunks(size) {
-            self.io.try_send_to(datagram, transmit.destination)?;
+            loop {
+                match self.io.try_send_to(datagram, transmit.destination) {
+                    Ok(_) => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
+                    // As quinn's own path does: a datagram the network
+                    // refuses is lost, not the connection's end (QUIC
+                    // recovers it).
+                    Err(e) => {
+                        tracing::debug!(to = %transmit.destination, "UDP send failed: {e}");
+                        break;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -111,7 +124,10 @@ impl AsyncUdpSocket for PlainUdpSocket {
                 }
                 // Readiness was stale: poll again, which registers.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+                // As quinn's own path does: an error on one datagram (an
+                // ICMP report of an earlier send, say) does not end the
+                // endpoint; the next datagram is read.
+                Err(e) => tracing::debug!("UDP receive failed: {e}"),
             }
         }
     }

@@ -36,8 +36,6 @@ use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncReadExt, ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-
-use crate::capped_tcp::CappedTcp;
 use tokio_rustls::{TlsAcceptor, TlsConnector, TlsStream};
 use tor_llcrypto::pk::ed25519::Ed25519Identity;
 
@@ -94,9 +92,9 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
 };
 
 /// Incoming cells of a TLS link.
-pub type TlsReader = StreamCellReader<ReadHalf<TlsStream<CappedTcp>>>;
+pub type TlsReader = StreamCellReader<ReadHalf<TlsStream<TcpStream>>>;
 /// Outgoing cells of a TLS link.
-pub type TlsWriter = StreamCellWriter<WriteHalf<TlsStream<CappedTcp>>>;
+pub type TlsWriter = StreamCellWriter<WriteHalf<TlsStream<TcpStream>>>;
 /// An open TLS link.
 pub type TlsLink = Link<TlsReader, TlsWriter>;
 
@@ -140,8 +138,8 @@ fn set_pacing(tcp: &TcpStream, on: bool) {
 /// Turn TCP keep-alive off on `tls`'s socket: for the connections of
 /// links whose liveness is judged over all their connections together
 /// ([`crate::liveness`]). Best effort, as turning it on.
-pub(crate) fn keepalive_off(tls: &TlsStream<CappedTcp>) {
-    if let Err(e) = socket2::SockRef::from(tls.get_ref().0.get_ref()).set_keepalive(false) {
+pub(crate) fn keepalive_off(tls: &TlsStream<TcpStream>) {
+    if let Err(e) = socket2::SockRef::from(tls.get_ref().0).set_keepalive(false) {
         tracing::debug!("TCP keep-alive left on: {e}");
     }
 }
@@ -404,7 +402,7 @@ impl TlsTransport {
         &self,
         addr: SocketAddr,
         expected: Ed25519Identity,
-    ) -> Result<TlsStream<CappedTcp>, Error> {
+    ) -> Result<TlsStream<TcpStream>, Error> {
         let tcp = connect_tcp(self.inner.bind, addr, &self.inner.tcp_congestion).await?;
         tcp.set_nodelay(true).map_err(|source| Error::Io {
             what: "TCP_NODELAY",
@@ -423,7 +421,7 @@ impl TlsTransport {
         config.max_fragment_size = Some(MAX_RECORD);
         let connector = TlsConnector::from(Arc::new(config));
         let tls = match connector
-            .connect(ServerName::IpAddress(addr.ip().into()), CappedTcp::new(tcp))
+            .connect(ServerName::IpAddress(addr.ip().into()), tcp)
             .await
         {
             Ok(tls) => tls,
@@ -509,7 +507,7 @@ pub(crate) fn server_config(
     Ok(server)
 }
 
-fn split(tls: TlsStream<CappedTcp>, negotiated: link::Negotiated, peer: PeerInfo) -> TlsLink {
+fn split(tls: TlsStream<TcpStream>, negotiated: link::Negotiated, peer: PeerInfo) -> TlsLink {
     let (r, w) = tokio::io::split(tls);
     let addr = peer.addr;
     Link {
@@ -626,7 +624,7 @@ pub(crate) struct Opened {
     /// The node's TCP endpoint.
     pub(crate) transport: TlsTransport,
     /// The connection.
-    pub(crate) tls: TlsStream<CappedTcp>,
+    pub(crate) tls: TlsStream<TcpStream>,
     /// Its first 4 bytes after TLS.
     pub(crate) first: [u8; 4],
     /// What the peer proved (`None`: an anonymous client).
@@ -651,7 +649,7 @@ impl TlsIncoming {
         let addr = self.addr;
         let tls = self
             .acceptor
-            .accept(CappedTcp::new(self.tcp))
+            .accept(self.tcp)
             .await
             .map_err(|source| Error::Tls { peer: addr, source })?;
         let identity = tls

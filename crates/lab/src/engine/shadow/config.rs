@@ -11,6 +11,7 @@
 //! The file is written as JSON, which YAML 1.2 (Shadow's format) contains,
 //! after a comment header: no YAML writer is needed.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -70,7 +71,8 @@ impl Schedule {
         let agents_at = CLIENTS_AT + CLIENT_GAP * clients.saturating_sub(1) + AGENTS_AFTER;
         let mut starts: Vec<Duration> = Vec::with_capacity(plan.processes.len());
         let mut client = 0u32;
-        for (i, p) in plan.processes.iter().enumerate() {
+        let mut same: HashMap<(&str, Role), u32> = HashMap::new();
+        for p in &plan.processes {
             let mut start = match p.role {
                 Role::Server => SERVERS_AT,
                 Role::Relay => RELAYS_AT,
@@ -80,13 +82,11 @@ impl Schedule {
                 }
                 Role::Agent => agents_at,
             };
-            let earlier_same = plan.processes[..i]
-                .iter()
-                .filter(|q| q.host == p.host && q.role == p.role)
-                .count() as u32;
+            let earlier_same = same.entry((p.host.as_str(), p.role)).or_default();
             if p.role != Role::Client {
-                start += SAME_HOST_GAP * earlier_same;
+                start += SAME_HOST_GAP * *earlier_same;
             }
+            *earlier_same += 1;
             starts.push(start);
         }
         let last = starts.iter().copied().max().unwrap_or(agents_at);
@@ -217,7 +217,7 @@ fn seconds(d: Duration) -> String {
 
 /// Shadow's host names follow hostname(7): lowercase letters, digits,
 /// hyphens and dots, not starting with a hyphen.
-fn check_host_name(name: &str) -> Result<()> {
+pub(super) fn check_host_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name
             .chars()

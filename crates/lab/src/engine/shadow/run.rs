@@ -125,10 +125,13 @@ impl Shadow {
         let group = Pid::from_raw(child.id() as i32);
         let deadline = Instant::now() + wall_limit;
         loop {
-            if let Some(status) = child.try_wait().map_err(io_err("waiting for Shadow"))? {
+            let waited = child.try_wait();
+            if let Ok(Some(status)) = waited {
                 return Ok(status);
             }
-            let give_up = if (hooks.interrupted)() {
+            let give_up = if let Err(e) = waited {
+                Some(io_err("waiting for Shadow")(e))
+            } else if (hooks.interrupted)() {
                 Some(Error::Interrupted)
             } else if Instant::now() > deadline {
                 Some(Error::Shadow(format!(
@@ -147,6 +150,17 @@ impl Shadow {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+impl Shadow {
+    /// The name Shadow gives the processes' executable in its file and
+    /// process names: the file name of the binary's canonical path.
+    fn exe_name(&self) -> String {
+        let bin = fs::canonicalize(&self.opts.bin).unwrap_or_else(|_| self.opts.bin.clone());
+        bin.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -182,6 +196,9 @@ impl Engine for Shadow {
                 other => other,
             })?;
             notes.extend(g.notes);
+            for h in &adapted.topology.hosts {
+                super::config::check_host_name(&h.name)?;
+            }
         }
         notes.sort();
         notes.dedup();
@@ -194,6 +211,8 @@ impl Engine for Shadow {
 
     fn run(&self, plan: &Plan, dir: &Path, hooks: &RunHooks) -> Result<Measured> {
         let started = Instant::now();
+        // Shadow's configuration names the run's folder absolutely.
+        let dir = &std::path::absolute(dir).map_err(io_err(format!("{}", dir.display())))?;
         let (schedule, _) = write(plan, dir, &self.opts)?;
         (hooks.status)(&format!("simulating {} s", schedule.stop_at.as_secs()));
         let wall_limit = WALL_BASE + schedule.stop_at * WALL_PER_SIMULATED;
@@ -201,9 +220,12 @@ impl Engine for Shadow {
         let status = self.simulate(dir, wall_limit, hooks)?;
         let busy = measure::busy_since(cpu_start);
         (hooks.status)("");
-        let ran = processes_ran(plan, &schedule, dir);
-        move_logs(plan, dir, &ran)?;
-        check_final_states(plan, dir, &ran, status)?;
+        let exe = self.exe_name();
+        let ran = processes_ran(plan, &schedule, dir, &exe);
+        // Shadow's own verdict first: a failed move must not hide it.
+        let moved = move_logs(plan, dir, &ran, &exe);
+        check_final_states(plan, dir, (&ran, &exe), status)?;
+        moved?;
         let records = agent_records(&plan.agents, dir);
         let client_logs: Vec<PathBuf> = plan
             .processes_of(Role::Client)
@@ -249,17 +271,17 @@ fn host_dir(dir: &Path, host: &str) -> PathBuf {
     dir.join("shadow.data").join("hosts").join(host)
 }
 
-/// The process ids of Shadow's standard error files in `host_dir`
-/// (`onionlab.PID.stderr`), in rising order.
-fn stderr_pids(host_dir: &Path) -> Vec<u32> {
+/// The process ids of Shadow's standard error files of executable `exe`
+/// in `host_dir` (`EXE.PID.stderr`), in rising order.
+fn stderr_pids(host_dir: &Path, exe: &str) -> Vec<u32> {
     let mut pids: Vec<u32> = fs::read_dir(host_dir)
         .into_iter()
         .flatten()
         .filter_map(|e| {
             let name = e.ok()?.file_name().into_string().ok()?;
-            name.strip_suffix(".stderr")?
-                .rsplit_once('.')?
-                .1
+            name.strip_prefix(exe)?
+                .strip_prefix('.')?
+                .strip_suffix(".stderr")?
                 .parse()
                 .ok()
         })
@@ -280,11 +302,11 @@ struct Ran {
 /// Which of the plan's processes each of Shadow's was, from its output
 /// files: on each host, process ids rise in start order. A process Shadow
 /// did not start has no file, and is not in the list.
-fn processes_ran(plan: &Plan, schedule: &Schedule, dir: &Path) -> Vec<Ran> {
+fn processes_ran(plan: &Plan, schedule: &Schedule, dir: &Path, exe: &str) -> Vec<Ran> {
     let mut ran = Vec::new();
     for h in &plan.topology.hosts {
         let order = schedule.start_order(plan, &h.name);
-        let pids = stderr_pids(&host_dir(dir, &h.name));
+        let pids = stderr_pids(&host_dir(dir, &h.name), exe);
         for (index, pid) in order.into_iter().zip(pids) {
             ran.push(Ran {
                 host: h.name.clone(),
@@ -298,9 +320,9 @@ fn processes_ran(plan: &Plan, schedule: &Schedule, dir: &Path) -> Vec<Ran> {
 
 /// Moves each process's standard error to its log in `dir` (the plan's
 /// name for it, where the namespace engine writes it).
-fn move_logs(plan: &Plan, dir: &Path, ran: &[Ran]) -> Result<()> {
+fn move_logs(plan: &Plan, dir: &Path, ran: &[Ran], exe: &str) -> Result<()> {
     for r in ran {
-        let src = host_dir(dir, &r.host).join(format!("onionlab.{}.stderr", r.pid));
+        let src = host_dir(dir, &r.host).join(format!("{exe}.{}.stderr", r.pid));
         let dst = dir.join(&plan.processes[r.index].log);
         fs::rename(&src, &dst).map_err(io_err(format!(
             "moving {} to {}",
@@ -324,16 +346,16 @@ struct Unexpected {
     actual: String,
 }
 
-/// The processes Shadow's log says ended unexpectedly: its lines
-/// `process 'HOST.EXE.PID' exited with status ...; expected end state was
-/// A but was B`.
-fn unexpected_final_states(log: &str) -> Vec<Unexpected> {
+/// The processes of executable `exe` Shadow's log says ended
+/// unexpectedly: its lines `process 'HOST.EXE.PID' exited with status
+/// ...; expected end state was A but was B`.
+fn unexpected_final_states(log: &str, exe: &str) -> Vec<Unexpected> {
     log.lines()
         .filter_map(|line| {
             let name = line.split("process '").nth(1)?.split('\'').next()?;
-            let mut parts = name.rsplitn(3, '.');
-            let pid = parts.next()?.parse().ok()?;
-            let host = parts.nth(1)?.to_string();
+            let (rest, pid) = name.rsplit_once('.')?;
+            let pid = pid.parse().ok()?;
+            let host = rest.strip_suffix(exe)?.strip_suffix('.')?.to_string();
             let states = line.split("expected end state was ").nth(1)?;
             let (expected, actual) = states.split_once(" but was ")?;
             Some(Unexpected {
@@ -356,9 +378,14 @@ fn unexpected_final_states(log: &str) -> Vec<Unexpected> {
 /// [`Error::Shadow`] for Shadow's own failure (with its log's last lines),
 /// or for a relay, client or server that exited, or an agent that failed
 /// (with its log's last lines).
-fn check_final_states(plan: &Plan, dir: &Path, ran: &[Ran], status: ExitStatus) -> Result<()> {
+fn check_final_states(
+    plan: &Plan,
+    dir: &Path,
+    (ran, exe): (&[Ran], &str),
+    status: ExitStatus,
+) -> Result<()> {
     let log = fs::read_to_string(dir.join(SHADOW_LOG)).unwrap_or_default();
-    let unexpected = unexpected_final_states(&log);
+    let unexpected = unexpected_final_states(&log, exe);
     let mut failures = Vec::new();
     for u in &unexpected {
         let Some(r) = ran.iter().find(|r| r.host == u.host && r.pid == u.pid) else {
@@ -390,7 +417,10 @@ fn check_final_states(plan: &Plan, dir: &Path, ran: &[Ran], status: ExitStatus) 
     if !failures.is_empty() {
         return Err(Error::Shadow(failures.join("\n")));
     }
-    if !status.success() && unexpected.is_empty() {
+    // Shadow exits with an error for tolerated agents too: past them, only
+    // a simulation that finished is a success.
+    let finished = log.contains("Finished simulation");
+    if !status.success() && (unexpected.is_empty() || !finished) {
         return Err(Error::Shadow(format!(
             "shadow failed ({status}); {SHADOW_LOG} ends:\n{}",
             last_lines(&dir.join(SHADOW_LOG))
@@ -419,8 +449,10 @@ mod tests {
                    running\n\
                    00:00:01 [INFO] something else\n\
                    x [ERROR] process 'relay.a.onionlab.1000' exited with status Normal(1); \
+                   expected end state was running but was exited: 1\n\
+                   x [ERROR] process 'other.tor.1000' exited with status Normal(1); \
                    expected end state was running but was exited: 1\n";
-        let got = unexpected_final_states(log);
+        let got = unexpected_final_states(log, "onionlab");
         assert_eq!(
             got,
             [
@@ -441,6 +473,16 @@ mod tests {
     }
 
     #[test]
+    fn an_executable_with_dots_in_its_name_is_read_too() {
+        let log = "x [ERROR] process 'relay.a.onionlab-0.1.1000' exited with status Normal(1); \
+                   expected end state was running but was exited: 1\n";
+        let got = unexpected_final_states(log, "onionlab-0.1");
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].host.as_str(), got[0].pid), ("relay.a", 1000));
+        assert!(unexpected_final_states(log, "onionlab").is_empty());
+    }
+
+    #[test]
     fn output_files_are_read_by_process_id_in_numeric_order() {
         let dir = std::env::temp_dir().join(format!("onionlab-shadow-pids-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -449,12 +491,15 @@ mod tests {
             "onionlab.1000.stderr",
             "onionlab.1012.stderr",
             "onionlab.999.stderr",
+            "tor.1001.stderr",
+            "onionlab-0.1.1003.stderr",
         ] {
             fs::write(dir.join(f), "").unwrap();
         }
         fs::write(dir.join("onionlab.1000.stdout"), "").unwrap();
         fs::write(dir.join("onionlab.1000.shimlog"), "").unwrap();
-        assert_eq!(stderr_pids(&dir), [999, 1000, 1012]);
+        assert_eq!(stderr_pids(&dir, "onionlab"), [999, 1000, 1012]);
+        assert_eq!(stderr_pids(&dir, "onionlab-0.1"), [1003]);
         fs::remove_dir_all(&dir).unwrap();
     }
 }
