@@ -11,7 +11,8 @@
 //! is never flagged as saturated.
 //!
 //! Shadow's logs: each process's standard error is
-//! `shadow.data/hosts/HOST/onionlab.PID.stderr`, with process ids rising
+//! `shadow.data/hosts/HOST/EXE.PID.stderr` (EXE: the binary's file name),
+//! with process ids rising
 //! in start order on each host ([`Schedule::start_order`]); they are moved
 //! to the plan's log names, where the namespace engine writes them.
 
@@ -101,6 +102,15 @@ impl Shadow {
         })
     }
 
+    /// The name Shadow gives the processes' executable in its file and
+    /// process names: the file name of the binary's canonical path.
+    fn exe_name(&self) -> String {
+        let bin = fs::canonicalize(&self.opts.bin).unwrap_or_else(|_| self.opts.bin.clone());
+        bin.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
     /// Runs Shadow on the configuration in `dir` until it exits, at most
     /// `wall_limit`; its output goes to [`SHADOW_LOG`].
     fn simulate(&self, dir: &Path, wall_limit: Duration, hooks: &RunHooks) -> Result<ExitStatus> {
@@ -150,17 +160,6 @@ impl Shadow {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-}
-
-impl Shadow {
-    /// The name Shadow gives the processes' executable in its file and
-    /// process names: the file name of the binary's canonical path.
-    fn exe_name(&self) -> String {
-        let bin = fs::canonicalize(&self.opts.bin).unwrap_or_else(|_| self.opts.bin.clone());
-        bin.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
     }
 }
 
