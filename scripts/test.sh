@@ -5,7 +5,8 @@
 # from Debian if `ip` is missing, for the emulated-network tests; curl from
 # Debian if missing, for the end-to-end SOCKS test; tor from Debian if
 # missing, for the lab's C tor variant; chromium from Debian if missing,
-# for the test that renders the HTML report).
+# for the test that renders the HTML report; Shadow from the vendored
+# source in ../shared if missing, for the Shadow engine's tests).
 # The emulated-network fidelity tests need root, TUN and network namespaces;
 # they run in their own serial step because they measure timing.
 set -euo pipefail
@@ -59,6 +60,32 @@ else
     export ONIONLAB_REQUIRE_BROWSER=1
 fi
 
+# Shadow (the lab's second engine, docs/shadow.md), if missing: built from
+# the vendored source into ~/.local/bin (kept there for the next run on
+# this machine), in the background while the Rust code compiles, and
+# waited for before any test runs (some tests measure timing).
+shadow_installed() {
+    command -v shadow >/dev/null 2>&1 || [ -x "$HOME/.local/bin/shadow" ]
+}
+shadow_source=../shared/vendor/shadow/build.sh
+shadow_log="${TMPDIR:-/tmp}/onionlab-shadow-build.log"
+shadow_build=""
+if ! shadow_installed; then
+    if [ "$(id -u)" = 0 ] && [ -f "$shadow_source" ]; then
+        echo "== building Shadow from ../shared/vendor/shadow in the background (log: $shadow_log)"
+        shadow_build_dir="${TMPDIR:-/tmp}/onionlab-shadow-build"
+        (
+            SHADOW_BUILD_DIR="$shadow_build_dir" bash "$shadow_source" >"$shadow_log" 2>&1
+            rc=$?
+            rm -rf "$shadow_build_dir"
+            exit $rc
+        ) &
+        shadow_build=$!
+    else
+        echo "Shadow is missing and cannot be built here: the Shadow engine's end-to-end tests will be skipped" >&2
+    fi
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 
@@ -75,6 +102,24 @@ cargo check --manifest-path fuzz/Cargo.toml --bins --locked
 # (the lab's end-to-end test and the emulated-network tests need them).
 if [ "$(id -u)" = 0 ]; then
     export ONIONLAB_REQUIRE_NETNS=1
+fi
+
+echo "== building the tests"
+cargo nextest run --workspace --exclude onionlab-netem --locked --no-run
+
+if [ -n "$shadow_build" ]; then
+    echo "== waiting for Shadow's build"
+    if wait "$shadow_build"; then
+        tail -n 1 "$shadow_log"
+    else
+        tail -n 40 "$shadow_log" >&2
+        echo "building Shadow failed (log: $shadow_log)" >&2
+        exit 1
+    fi
+fi
+# Where Shadow is installed, its end-to-end tests must run, not skip.
+if shadow_installed; then
+    export ONIONLAB_REQUIRE_SHADOW=1
 fi
 
 # --no-tests=fail: a step that finds no tests is an error, not a pass.

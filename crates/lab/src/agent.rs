@@ -119,10 +119,14 @@ async fn run_workload(
     };
     let mut think = Think::new(seed);
     let mut out = Vec::new();
+    let began = tokio::time::Instant::now();
     tokio::time::sleep(w.start).await;
     for index in 0..w.count {
         if index > 0 {
             tokio::time::sleep(think.next_between(w.think_min, w.think_max)).await;
+        }
+        if w.until.is_some_and(|until| began.elapsed() >= until) {
+            break;
         }
         let start_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

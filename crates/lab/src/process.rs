@@ -125,6 +125,13 @@ pub fn peak_rss(pid: u32) -> Option<u64> {
     Some(status.vmhwm? * 1024)
 }
 
+/// Memory in use on the machine (MemTotal less MemAvailable), in bytes.
+pub fn machine_memory_in_use() -> Option<u64> {
+    use procfs::Current;
+    let m = procfs::Meminfo::current().ok()?;
+    Some(m.mem_total.saturating_sub(m.mem_available?))
+}
+
 /// (busy, total) time of all CPUs since boot, in ticks.
 pub(crate) fn cpu_jiffies() -> Option<(u64, u64)> {
     let cpu = procfs::KernelStats::current().ok()?.total;

@@ -38,7 +38,7 @@ pub struct Workload {
     pub server: String,
     /// Bytes per transfer.
     pub size: u64,
-    /// Transfers per repetition.
+    /// Transfers per repetition (at most, with `until`).
     pub count: u32,
     /// Pause between transfers: uniform in `[think_min, think_max]`.
     pub think_min: Duration,
@@ -46,6 +46,11 @@ pub struct Workload {
     pub think_max: Duration,
     /// Delay before the first transfer.
     pub start: Duration,
+    /// No transfer starts this long or later after the agent's start
+    /// (a workload that runs for a time, as Shadow's tgen clients do);
+    /// `None`: `count` transfers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<Duration>,
     /// Probe workloads: probes per transfer.
     #[serde(default)]
     pub probes: u32,

@@ -127,3 +127,29 @@ fn the_demo_plan_matches_its_snapshot() {
         path.display()
     );
 }
+
+#[test]
+fn a_timed_workload_bounds_the_deadline_by_its_time() {
+    let s = preset("seed001-shadow-scale");
+    let v = &s.variants()[0];
+    let plan = Plan::of(&s, v, (0, 1), NOW).expect("plan");
+    // The last transfer starts before `until` (120 s) and ends within the
+    // transfer timeout (300 s): the count (unbounded) does not set it.
+    let until = std::time::Duration::from_secs(120);
+    assert!(plan
+        .agents
+        .iter()
+        .all(|a| a.spec.workloads[0].0.until == Some(until)));
+    let deadline = plan.workload_deadline.as_secs();
+    assert!((420..=500).contains(&deadline), "{deadline} s");
+    // The relays' weights in the network document are the scenario's.
+    let doc = plan
+        .files
+        .iter()
+        .find(|f| f.path == "network.doc")
+        .expect("the network document");
+    assert!(
+        doc.text.contains("bandwidth = 15900"),
+        "exitguard1's weight"
+    );
+}

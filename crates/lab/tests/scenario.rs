@@ -1214,3 +1214,49 @@ fn legs_and_leg_schedulers_are_matrix_parameters() {
     );
     assert_error(&both, 15, "either path or paths");
 }
+
+#[test]
+fn a_workload_can_run_for_a_time_instead_of_a_count() {
+    let timed = BASE.replace("count = 2", "think = \"1s-60s\"\nuntil = \"1800s\"");
+    let s = parse(&timed).expect("until without count");
+    let w = &s.workloads[0];
+    assert_eq!(w.until, Some(std::time::Duration::from_secs(1800)));
+    assert_eq!(w.count, u32::MAX, "bounded by its time alone");
+    let both = BASE.replace("count = 2", "count = 2\nuntil = \"60s\"");
+    let s = parse(&both).expect("until with count");
+    assert_eq!(
+        (s.workloads[0].count, s.workloads[0].until.is_some()),
+        (2, true)
+    );
+    // Without `until`, a workload does `count` transfers (default 1).
+    assert_eq!(parse(BASE).expect("base").workloads[0].until, None);
+
+    assert_error(
+        &BASE.replace("count = 2", "start = \"60s\"\nuntil = \"60s\""),
+        29,
+        "must come after start",
+    );
+    assert_error(&BASE.replace("count = 2", "until = \"soon\""), 28, "soon");
+    let stream = BASE
+        .replace("kind = \"download\"", "kind = \"stream\"")
+        .replace("size = \"320KiB\"\n", "")
+        .replace("count = 2", "until = \"60s\"");
+    assert_error(&stream, 27, "not a trace or a stream");
+}
+
+#[test]
+fn a_relay_can_carry_its_weight_in_path_selection() {
+    let s = parse(BASE).expect("base");
+    assert!(
+        s.relays.iter().all(|r| r.bandwidth == 1000),
+        "all alike by default"
+    );
+    let weighted = BASE.replace("host = \"middle\"", "host = \"middle\"\nbandwidth = 2500");
+    let s = parse(&weighted).expect("a weight");
+    assert_eq!(s.relays[1].bandwidth, 2500);
+    assert_error(
+        &BASE.replace("host = \"middle\"", "host = \"middle\"\nbandwidth = 0"),
+        10,
+        "bandwidth must be 1 to",
+    );
+}

@@ -139,3 +139,99 @@ fn quic_quick_runs_on_the_shadow_engine() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Every bundled scenario's Shadow export (each variant's first
+/// repetition) is a configuration Shadow's own parser accepts
+/// (`shadow --show-config`); a variant Shadow cannot run is refused for
+/// a reason docs/shadow.md gives.
+#[test]
+fn every_preset_exports_a_configuration_shadow_accepts() {
+    if !shadow_available() {
+        return;
+    }
+    let shadow = onionlab_lab::engine::shadow::install::installed_shadow().expect("shadow");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::env::temp_dir().join(format!("onionlab-shadow-presets-{}", std::process::id()));
+    let mut scenarios: Vec<PathBuf> = std::fs::read_dir(root.join("scenarios"))
+        .expect("scenarios/")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    scenarios.sort();
+    assert!(scenarios.len() > 10, "{scenarios:?}");
+    let (mut accepted, mut refused) = (0, Vec::new());
+    for s in &scenarios {
+        let _ = std::fs::remove_dir_all(&out);
+        let export = Command::new(env!("CARGO_BIN_EXE_onionlab"))
+            .args(["lab", "export-shadow"])
+            .arg(s)
+            .arg(&out)
+            .output()
+            .expect("onionlab runs");
+        let stdout = String::from_utf8_lossy(&export.stdout);
+        let stderr = String::from_utf8_lossy(&export.stderr);
+        if !export.status.success() {
+            assert!(
+                stderr.contains("Shadow can run none of the variants"),
+                "{}: {stderr}",
+                s.display()
+            );
+            assert_documented_refusals(s, &stdout);
+            refused.push(s.clone());
+            continue;
+        }
+        if stdout.contains("not written: ") {
+            assert_documented_refusals(s, &stdout);
+        }
+        let dirs: Vec<PathBuf> = std::fs::read_dir(&out)
+            .expect("the export")
+            .map(|e| e.expect("an entry").path())
+            .collect();
+        assert!(!dirs.is_empty(), "{}", s.display());
+        for dir in dirs {
+            let parsed = Command::new(&shadow)
+                .args(["--show-config", onionlab_lab::engine::shadow::CONFIG_FILE])
+                .current_dir(&dir)
+                .output()
+                .expect("shadow runs");
+            assert!(
+                parsed.status.success(),
+                "{}: Shadow refuses {}: {}",
+                s.display(),
+                dir.display(),
+                String::from_utf8_lossy(&parsed.stderr)
+            );
+            accepted += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    eprintln!(
+        "{accepted} configurations accepted; refused whole: {}",
+        refused.len()
+    );
+    assert!(accepted > 100, "{accepted}");
+}
+
+/// The reasons docs/shadow.md gives for a variant Shadow cannot run.
+const DOCUMENTED_REFUSALS: [&str; 3] = [
+    "C tor variants do not run on the Shadow engine yet",
+    "has a bottleneck of its own",
+    "has protocols blocked",
+];
+
+/// Checks that every variant `lab export-shadow` did not write (its
+/// `not written: LABEL: REASON` lines) was refused for a documented reason.
+fn assert_documented_refusals(scenario: &std::path::Path, stdout: &str) {
+    let reasons: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("not written: "))
+        .collect();
+    assert!(!reasons.is_empty(), "{}: {stdout}", scenario.display());
+    for r in reasons {
+        assert!(
+            DOCUMENTED_REFUSALS.iter().any(|d| r.contains(d)),
+            "{}: an undocumented refusal: {r}",
+            scenario.display()
+        );
+    }
+}

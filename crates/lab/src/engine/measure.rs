@@ -138,6 +138,7 @@ pub(super) fn repetition_record(
         torchestra_moves: seen.torchestra_moves,
         client_paths: seen.client_paths,
         simulator_seed: None,
+        simulation: None,
     }
 }
 
@@ -198,13 +199,23 @@ pub(super) fn agent_records(agents: &[AgentPlan], dir: &Path) -> Vec<TransferRec
     let mut records = Vec::new();
     for a in agents {
         let spec = &a.spec;
-        let text = fs::read_to_string(dir.join(&spec.out)).unwrap_or_default();
+        let text = fs::read_to_string(dir.join(&spec.out));
+        let finished = text.is_ok();
         let mut got: Vec<TransferRecord> = text
+            .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect();
         for (w, _) in &spec.workloads {
-            for index in 0..w.count {
+            // A workload that runs for a time has as many transfers as
+            // fit: an agent that wrote its records reported all of them,
+            // one that did not fails the workload once.
+            let expected = match w.until {
+                Some(_) if finished => 0,
+                Some(_) => 1,
+                None => w.count,
+            };
+            for index in 0..expected {
                 if !got.iter().any(|r| r.workload == w.name && r.index == index) {
                     got.push(TransferRecord {
                         workload: w.name.clone(),
@@ -485,5 +496,80 @@ mod tests {
         let d = before.drops_since(vec![drops("a", 5), drops("b", 2)]);
         assert_eq!(d.len(), 1, "a dropped nothing since");
         assert_eq!((d[0].host.as_str(), d[0].udp_rcvbuf_errors), ("b", 2));
+    }
+
+    /// A workload that runs for a time has no count to fill up to: a
+    /// finished agent's records are all there is; an agent that wrote
+    /// none fails the workload once, and a counted workload once per
+    /// transfer.
+    #[test]
+    fn missing_records_are_failures_by_count_or_once_for_a_timed_workload() {
+        use crate::workload::{Workload, WorkloadKind};
+        use std::time::Duration;
+        let workload = |name: &str, until: Option<Duration>| Workload {
+            name: name.into(),
+            kind: WorkloadKind::Download,
+            client: "c".into(),
+            server: "s".into(),
+            size: 1000,
+            count: if until.is_some() { u32::MAX } else { 3 },
+            think_min: Duration::ZERO,
+            think_max: Duration::ZERO,
+            start: Duration::ZERO,
+            until,
+            probes: 0,
+            probe_interval: Duration::ZERO,
+            trace: Vec::new(),
+            stream_duration: Duration::ZERO,
+        };
+        let addr: std::net::SocketAddr = "10.0.0.1:80".parse().expect("an address");
+        let agent = |out: &str| AgentPlan {
+            client: "c".into(),
+            host: "c".into(),
+            spec: crate::agent::AgentSpec {
+                socks: addr,
+                workloads: vec![
+                    (workload("timed", Some(Duration::from_secs(60))), addr),
+                    (workload("counted", None), addr),
+                ],
+                seed: 1,
+                stall_threshold: Duration::from_secs(5),
+                transfer_timeout: Duration::from_secs(60),
+                out: out.into(),
+            },
+        };
+        let dir =
+            std::env::temp_dir().join(format!("onionlab-agent-records-{}", std::process::id()));
+        fs::create_dir_all(&dir).expect("a folder");
+        let done = |w: &str, index: u32| TransferRecord {
+            workload: w.into(),
+            index,
+            ttlb_ms: Some(1.0),
+            ..TransferRecord::default()
+        };
+        let lines: String = [done("timed", 0), done("timed", 1), done("counted", 0)]
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("json") + "\n")
+            .collect();
+        fs::write(dir.join("finished.jsonl"), lines).expect("records");
+
+        let finished = agent_records(&[agent("finished.jsonl")], &dir);
+        let failed = |rs: &[TransferRecord], w: &str| {
+            rs.iter()
+                .filter(|r| r.workload == w && r.error.is_some())
+                .count()
+        };
+        assert_eq!(
+            finished.len(),
+            5,
+            "2 timed, 1 counted and 2 counted missing"
+        );
+        assert_eq!(failed(&finished, "timed"), 0);
+        assert_eq!(failed(&finished, "counted"), 2);
+
+        let silent = agent_records(&[agent("never-written.jsonl")], &dir);
+        assert_eq!(failed(&silent, "timed"), 1);
+        assert_eq!(failed(&silent, "counted"), 3);
+        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -386,7 +386,11 @@ fn agents(
         }
         for (w, _) in &workloads {
             let per = scenario.transfer_timeout + w.think_max;
-            deadline = deadline.max(w.start + per * w.count + AGENT_SLACK);
+            let by_count = w.start.saturating_add(per.saturating_mul(w.count));
+            // The last transfer starts before `until` and ends by its timeout.
+            let by_time = w.until.map(|u| u + scenario.transfer_timeout);
+            let end = by_time.map_or(by_count, |t| t.min(by_count));
+            deadline = deadline.max(end + AGENT_SLACK);
         }
         let spec = AgentSpec {
             socks: SocketAddr::from(([127, 0, 0, 1], SOCKS_PORT)),

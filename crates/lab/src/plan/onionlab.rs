@@ -52,7 +52,7 @@ pub(super) fn network(
             guard: r.guard,
             exit: r.exit,
         };
-        e.bandwidth = 1000;
+        e.bandwidth = r.bandwidth;
         if r.exit {
             e.exit_policy = ExitPolicy::accept_all();
         }

@@ -152,6 +152,26 @@ pub struct RepetitionRecord {
     /// bits of `seed`: Shadow's seed is 32 bits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub simulator_seed: Option<u64>,
+    /// What the simulation cost, for runs on the Shadow engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulation: Option<SimulationCost>,
+}
+
+/// What one simulated run cost the machine: how a Shadow network's size
+/// turns into wall time and memory.
+#[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
+pub struct SimulationCost {
+    /// Simulated seconds (Shadow's stop time).
+    pub simulated_s: f64,
+    /// Wall seconds the simulator ran.
+    pub wall_s: f64,
+    /// The machine's memory in use at its highest during the simulation,
+    /// above what was in use when it started (MemTotal less MemAvailable,
+    /// sampled every second: Shadow, its processes and their shared
+    /// memory, and anything else the machine ran meanwhile), in bytes.
+    pub peak_memory_bytes: u64,
+    /// Processes Shadow ran.
+    pub processes: usize,
 }
 
 /// How late the emulator released packets against their scheduled time,

@@ -23,6 +23,9 @@
 //! [[relay]]                    # nickname = host name
 //! host = "guard"
 //! guard = true
+//! bandwidth = 2500             # optional: weight in path selection, KB/s as
+//!                              # a consensus's (default 1000, all alike; onionlab
+//!                              # clients only: C tor measures its own)
 //! [[relay]]
 //! host = "exit"
 //! exit = true
@@ -48,6 +51,9 @@
 //! count = 20                   # transfers, one after another
 //! think = "0s"                 # pause between transfers: "2s" or a range "0s-20s"
 //! start = "0s"                 # delay before the first transfer
+//! # until = "1800s"            # optional: no transfer starts this long after
+//!                              # the agents' start (count then bounds it, or
+//!                              # is unbounded if left out); not for trace or stream
 //!
 //! [[workload]]                 # seed 002's latency probes next to other traffic
 //! name = "probe"
@@ -198,7 +204,14 @@ pub struct RelaySpec {
     pub guard: bool,
     /// Exit flag.
     pub exit: bool,
+    /// Its weight in path selection, in KB/s as the network document's
+    /// `bandwidth` ([`DEFAULT_RELAY_BANDWIDTH`] unless the scenario says).
+    pub bandwidth: u64,
 }
+
+/// A relay's weight in path selection when the scenario gives none: all
+/// relays alike.
+pub const DEFAULT_RELAY_BANDWIDTH: u64 = 1000;
 
 /// A client (an onionlab SOCKS proxy plus the workload agent).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use toml::Spanned;
 
 use super::raw::{RawClient, RawRelay, RawServer};
-use super::{ClientSpec, Ctx, RelaySpec, ServerSpec};
+use super::{ClientSpec, Ctx, RelaySpec, ServerSpec, DEFAULT_RELAY_BANDWIDTH};
 use crate::error::Result;
 use crate::matrix;
 
@@ -22,6 +22,10 @@ fn known_host(ctx: &Ctx<'_>, hosts: &HashSet<&str>, h: &Spanned<String>) -> Resu
     }
 }
 
+/// The largest relay `bandwidth` a scenario may give, in KB/s (10 GB/s):
+/// far above any relay, small enough that a network's sum cannot overflow.
+const MAX_RELAY_BANDWIDTH: u64 = 10_000_000;
+
 /// The `[[relay]]` entries: at least 3, one per host, an exit among them.
 pub(super) fn relays(
     ctx: &Ctx<'_>,
@@ -35,10 +39,21 @@ pub(super) fn relays(
         if !used_hosts.insert(host.clone()) {
             return Err(ctx.err(r.host.span(), format!("host {host:?} already runs a relay")));
         }
+        let bandwidth = match &r.bandwidth {
+            None => DEFAULT_RELAY_BANDWIDTH,
+            Some(b) if *b.get_ref() == 0 || *b.get_ref() > MAX_RELAY_BANDWIDTH => {
+                return Err(ctx.err(
+                    b.span(),
+                    format!("bandwidth must be 1 to {MAX_RELAY_BANDWIDTH} (KB/s)"),
+                ))
+            }
+            Some(b) => *b.get_ref(),
+        };
         relays.push(RelaySpec {
             host,
             guard: r.guard,
             exit: r.exit,
+            bandwidth,
         });
     }
     if relays.len() < 3 {

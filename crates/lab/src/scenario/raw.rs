@@ -75,6 +75,8 @@ pub(super) struct RawRelay {
     pub(super) guard: bool,
     #[serde(default)]
     pub(super) exit: bool,
+    #[serde(default)]
+    pub(super) bandwidth: Option<Spanned<u64>>,
 }
 
 /// A `[[client]]`.
@@ -122,4 +124,6 @@ pub(super) struct RawWorkload {
     pub(super) trace: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) duration: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) until: Option<Spanned<String>>,
 }

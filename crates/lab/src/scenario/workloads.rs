@@ -82,7 +82,11 @@ fn workload(ctx: &Ctx<'_>, w: &RawWorkload, wc: &WorkloadContext<'_>) -> Result<
         None => parse_think(default_think).map_err(|m| ctx.err(w.kind.span(), m))?,
         Some(s) => parse_think(s.get_ref()).map_err(|m| ctx.err(s.span(), m))?,
     };
+    let start = ctx.duration(&w.start, Duration::ZERO)?;
+    let until = until_of(ctx, w, kind, start)?;
     let count = match &w.count {
+        // A workload that runs for a time is bounded by its time alone.
+        None if until.is_some() => u32::MAX,
         None => 1,
         Some(c) if *c.get_ref() == 0 => return Err(ctx.err(c.span(), "count must be at least 1")),
         Some(c) => *c.get_ref(),
@@ -113,8 +117,36 @@ fn workload(ctx: &Ctx<'_>, w: &RawWorkload, wc: &WorkloadContext<'_>) -> Result<
         count,
         think_min,
         think_max,
-        start: ctx.duration(&w.start, Duration::ZERO)?,
+        start,
+        until,
     })
+}
+
+/// A workload's `until`: after `start`, for download-like kinds only
+/// (a trace or a stream has its own length).
+fn until_of(
+    ctx: &Ctx<'_>,
+    w: &RawWorkload,
+    kind: WorkloadKind,
+    start: Duration,
+) -> Result<Option<Duration>> {
+    let Some(raw) = &w.until else {
+        return Ok(None);
+    };
+    let until = ctx.duration(&w.until, Duration::ZERO)?;
+    if matches!(kind, WorkloadKind::Trace | WorkloadKind::Stream) {
+        return Err(ctx.err(
+            raw.span(),
+            "`until` is for transfers repeated with think times, not a trace or a stream",
+        ));
+    }
+    if until <= start {
+        return Err(ctx.err(
+            raw.span(),
+            format!("until ({until:?}) must come after start ({start:?})"),
+        ));
+    }
+    Ok(Some(until))
 }
 
 /// A workload's kind and that kind's default size and think time.

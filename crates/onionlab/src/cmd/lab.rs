@@ -152,8 +152,8 @@ pub struct RunFlags {
     #[arg(long, value_enum, default_value_t = EngineArg::Namespaces)]
     engine: EngineArg,
     /// With --engine shadow: the `shadow` binary (default: `shadow` on
-    /// PATH, else ~/.local/bin/shadow, where
-    /// ../shared/vendor/shadow/build.sh installs it).
+    /// PATH, else ~/.local/bin/shadow; if neither exists, the lab builds
+    /// it there from ../shared/vendor/shadow first, 10-20 minutes).
     #[arg(long, value_name = "PATH")]
     shadow: Option<PathBuf>,
     /// With --engine shadow: Shadow's worker threads in each run (0: one
@@ -527,6 +527,30 @@ fn export_shadow_cmd(args: &ExportShadowArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The lab's set-up step for the Shadow engine: `None` if Shadow is
+/// installed, else builds it from the vendored source (with a progress
+/// line; 10-20 minutes) and returns the installed binary.
+fn install_shadow_if_missing() -> Result<Option<PathBuf>> {
+    use onionlab_lab::engine::shadow::install::{install_vendored, installed_shadow};
+    if installed_shadow().is_some() {
+        return Ok(None);
+    }
+    let log = std::env::temp_dir().join("onionlab-shadow-build.log");
+    eprintln!(
+        "Shadow is not installed: building it from the vendored source \
+         (10-20 minutes on two cores; log: {})",
+        log.display()
+    );
+    let started = std::time::Instant::now();
+    let bin = install_vendored(&log)?;
+    eprintln!(
+        "Shadow installed as {} in {:.0} min",
+        bin.display(),
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(Some(bin))
+}
+
 /// `lab run`.
 fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
     let RunArgs {
@@ -566,6 +590,10 @@ fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
                 bin: bin.clone(),
                 parallelism: shadow_parallelism,
                 log: std::env::var("ONIONLAB_LOG").ok(),
+            };
+            let shadow = match shadow {
+                Some(path) => Some(path),
+                None => install_shadow_if_missing()?,
             };
             Some(onionlab_lab::engine::shadow::Shadow::new(shadow, opts)?)
         }

@@ -20,6 +20,7 @@
 
 pub mod config;
 pub mod graph;
+pub mod install;
 mod run;
 
 use std::fs;

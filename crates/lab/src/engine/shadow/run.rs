@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
+use super::install::installed_shadow;
 use super::{adapt_variant, graph, shadow_seed, write, Schedule, ShadowOptions};
 use crate::engine::measure::{agent_records, client_paths, torchestra_moves, Observed};
 use crate::engine::{measure, Engine, EngineId, Measured, RunHooks, SHADOW};
@@ -32,6 +33,7 @@ use crate::error::{io_err, Error, Result};
 use crate::hostnet::HostTcp;
 use crate::plan::{Plan, Role};
 use crate::process::die_with_parent;
+use crate::run::SimulationCost;
 use crate::scenario::Scenario;
 use crate::variant::Variant;
 
@@ -70,7 +72,7 @@ impl Shadow {
     pub fn new(path: Option<PathBuf>, opts: ShadowOptions) -> Result<Shadow> {
         let shadow = match path {
             Some(p) => p,
-            None => find_shadow().ok_or_else(|| {
+            None => installed_shadow().ok_or_else(|| {
                 Error::Shadow(
                     "no `shadow` binary on PATH or in ~/.local/bin (build it with \
                      `bash ../shared/vendor/shadow/build.sh`, or give --shadow PATH)"
@@ -113,7 +115,12 @@ impl Shadow {
 
     /// Runs Shadow on the configuration in `dir` until it exits, at most
     /// `wall_limit`; its output goes to [`SHADOW_LOG`].
-    fn simulate(&self, dir: &Path, wall_limit: Duration, hooks: &RunHooks) -> Result<ExitStatus> {
+    fn simulate(
+        &self,
+        dir: &Path,
+        wall_limit: Duration,
+        hooks: &RunHooks,
+    ) -> Result<(ExitStatus, MemoryPeak)> {
         let log_path = dir.join(SHADOW_LOG);
         let log = fs::File::create(&log_path)
             .map_err(io_err(format!("creating {}", log_path.display())))?;
@@ -134,11 +141,13 @@ impl Shadow {
             .map_err(|e| Error::Shadow(format!("starting {}: {e}", self.shadow.display())))?;
         let group = Pid::from_raw(child.id() as i32);
         let deadline = Instant::now() + wall_limit;
+        let mut memory = MemoryPeak::start();
         loop {
             let waited = child.try_wait();
             if let Ok(Some(status)) = waited {
-                return Ok(status);
+                return Ok((status, memory));
             }
+            memory.sample();
             let give_up = if let Err(e) = waited {
                 Some(io_err("waiting for Shadow")(e))
             } else if (hooks.interrupted)() {
@@ -161,20 +170,6 @@ impl Shadow {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-/// `shadow` on `PATH`, else `~/.local/bin/shadow`.
-fn find_shadow() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("shadow"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let home = std::env::var_os("HOME")?;
-        let p = Path::new(&home).join(".local/bin/shadow");
-        p.is_file().then_some(p)
-    })
 }
 
 impl Engine for Shadow {
@@ -216,7 +211,9 @@ impl Engine for Shadow {
         (hooks.status)(&format!("simulating {} s", schedule.stop_at.as_secs()));
         let wall_limit = WALL_BASE + schedule.stop_at * WALL_PER_SIMULATED;
         let cpu_start = crate::process::cpu_jiffies();
-        let status = self.simulate(dir, wall_limit, hooks)?;
+        let simulating = Instant::now();
+        let (status, memory) = self.simulate(dir, wall_limit, hooks)?;
+        let wall_s = simulating.elapsed().as_secs_f64();
         let busy = measure::busy_since(cpu_start);
         (hooks.status)("");
         let exe = self.exe_name();
@@ -257,11 +254,52 @@ impl Engine for Shadow {
         };
         let mut repetition = measure::repetition_record(plan, &records, seen);
         repetition.simulator_seed = Some(shadow_seed(plan.seed));
+        repetition.simulation = Some(SimulationCost {
+            simulated_s: schedule.stop_at.as_secs_f64(),
+            wall_s,
+            peak_memory_bytes: memory.peak_above_start(),
+            processes: ran.len(),
+        });
         Ok(Measured {
             records,
             repetition,
             sysctls: Default::default(),
         })
+    }
+}
+
+/// The machine's memory in use at its highest since the start, sampled
+/// at most once a second.
+struct MemoryPeak {
+    at_start: u64,
+    peak: u64,
+    last: Instant,
+}
+
+impl MemoryPeak {
+    /// Sampling begins now.
+    fn start() -> MemoryPeak {
+        let now = crate::process::machine_memory_in_use().unwrap_or(0);
+        MemoryPeak {
+            at_start: now,
+            peak: now,
+            last: Instant::now(),
+        }
+    }
+
+    /// Samples if a second has passed since the last sample.
+    fn sample(&mut self) {
+        if self.last.elapsed() >= Duration::from_secs(1) {
+            self.last = Instant::now();
+            if let Some(now) = crate::process::machine_memory_in_use() {
+                self.peak = self.peak.max(now);
+            }
+        }
+    }
+
+    /// The highest sample above the first, in bytes.
+    fn peak_above_start(&self) -> u64 {
+        self.peak.saturating_sub(self.at_start)
     }
 }
 
