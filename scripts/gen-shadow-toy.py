@@ -164,6 +164,10 @@ def main():
     p.add_argument("--transports", default="tls,quic")
     p.add_argument("--clients", default="", help="the matrix's clients, e.g. 40,100")
     args = p.parse_args()
+    # Each client starts within its first minute, and `until` must follow.
+    if not args.until.endswith("s") or float(args.until[:-1].rstrip("m")) <= 60 \
+            or args.until.endswith("ms"):
+        p.error("--until must be seconds above 60, such as 120s")
     rel = relays()
     cls = clients(args.web, args.bulk)
     command = "scripts/gen-shadow-toy.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])

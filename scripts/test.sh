@@ -67,22 +67,24 @@ fi
 shadow_installed() {
     command -v shadow >/dev/null 2>&1 || [ -x "$HOME/.local/bin/shadow" ]
 }
-shadow_source=../shared/vendor/shadow/build.sh
-shadow_log="${TMPDIR:-/tmp}/onionlab-shadow-build.log"
+shadow_source="${ONIONLAB_SHADOW_SOURCE:-../shared/vendor/shadow}/build.sh"
+shadow_log="${TMPDIR:-/tmp}/onionlab-shadow-build-$$.log"
 shadow_build=""
 if ! shadow_installed; then
     if [ "$(id -u)" = 0 ] && [ -f "$shadow_source" ]; then
-        echo "== building Shadow from ../shared/vendor/shadow in the background (log: $shadow_log)"
-        shadow_build_dir="${TMPDIR:-/tmp}/onionlab-shadow-build"
-        (
-            SHADOW_BUILD_DIR="$shadow_build_dir" bash "$shadow_source" >"$shadow_log" 2>&1
-            rc=$?
-            rm -rf "$shadow_build_dir"
-            exit $rc
-        ) &
+        echo "== building Shadow with $shadow_source in the background (log: $shadow_log)"
+        # In a session of its own, so that the whole build stops with this
+        # script, however it ends; its 3 GB build folder goes afterwards.
+        # Shadow's build runs cargo for its own tree: not into ours.
+        setsid bash -c 'rc=0
+            env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR -u CARGO_INCREMENTAL \
+                SHADOW_BUILD_DIR="$1" bash "$2" >"$3" 2>&1 || rc=$?
+            rm -rf "$1"
+            exit $rc' _ "/var/tmp/onionlab-shadow-build-$$" "$shadow_source" "$shadow_log" &
         shadow_build=$!
+        trap 'kill -- -"$shadow_build" 2>/dev/null || true' EXIT
     else
-        echo "Shadow is missing and cannot be built here: the Shadow engine's end-to-end tests will be skipped" >&2
+        echo "Shadow is missing and cannot be built here (not root, or no $shadow_source): the Shadow engine's end-to-end tests will be skipped" >&2
     fi
 fi
 
@@ -110,6 +112,7 @@ cargo nextest run --workspace --exclude onionlab-netem --locked --no-run
 if [ -n "$shadow_build" ]; then
     echo "== waiting for Shadow's build"
     if wait "$shadow_build"; then
+        trap - EXIT
         tail -n 1 "$shadow_log"
     else
         tail -n 40 "$shadow_log" >&2

@@ -97,6 +97,10 @@ impl Think {
     }
 }
 
+/// The least pause after a failed transfer of a workload that runs for
+/// a time (`until`).
+const TIMED_RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// Run one workload's transfers one after another.
 async fn run_workload(
     spec: &AgentSpec,
@@ -121,9 +125,23 @@ async fn run_workload(
     let mut out = Vec::new();
     let began = tokio::time::Instant::now();
     tokio::time::sleep(w.start).await;
+    let mut failed = false;
     for index in 0..w.count {
         if index > 0 {
-            tokio::time::sleep(think.next_between(w.think_min, w.think_max)).await;
+            let mut pause = think.next_between(w.think_min, w.think_max);
+            // A workload that runs for a time must not spin on transfers
+            // that fail at once (its client gone): it waits a little.
+            if failed && w.until.is_some() {
+                pause = pause.max(TIMED_RETRY_PAUSE);
+            }
+            // A pause that would end past `until` ends the workload now,
+            // so that it ends within its deadline.
+            if w.until
+                .is_some_and(|until| began.elapsed() + pause >= until)
+            {
+                break;
+            }
+            tokio::time::sleep(pause).await;
         }
         if w.until.is_some_and(|until| began.elapsed() >= until) {
             break;
@@ -184,6 +202,7 @@ async fn run_workload(
                 rec.error = Some(format!("not done after {:?}", spec.transfer_timeout));
             }
         }
+        failed = rec.error.is_some();
         out.push(rec);
     }
     out

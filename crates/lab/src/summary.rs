@@ -16,7 +16,7 @@
 //! [`crate::labels`]: by default each transport against `tls`). Below
 //! them, the stall rate of the variants that stalled.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use onionlab_report::{Design, Metric, ReportFiles, ReportInput, RunComparison, VariantCounts};
@@ -161,39 +161,94 @@ fn network_throughput(variants: &[String], records: &[TransferRecord]) -> Metric
     )
 }
 
-/// Per workload: TTFB, TTLB and goodput (or, for streams and probes,
-/// throughput and message delay), of the transfers that completed.
-fn transfer_metrics(variants: &[String], records: &[TransferRecord]) -> Vec<Metric> {
+/// Above this many workloads, the report's metrics are per family of
+/// workloads (`web1` ... `web360` are `web*`), not per workload: a
+/// Shadow network's hundreds of clients would otherwise make a thousand
+/// metrics of one client each.
+const MAX_WORKLOAD_METRICS: usize = 12;
+
+/// A workload's family: its name without trailing digits (`web12` is in
+/// `web`); `None` for a name without them (or only digits).
+fn workload_family(name: &str) -> Option<&str> {
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    (!stem.is_empty() && stem.len() < name.len()).then_some(stem)
+}
+
+/// A group of workloads the report has metrics for.
+struct WorkloadGroup<'a> {
+    /// Prefix of its metrics' keys (file names too).
+    key: String,
+    /// Prefix of its metrics' titles.
+    title: String,
+    /// Its workloads.
+    members: HashSet<&'a str>,
+}
+
+/// The groups of workloads the report has metrics for, in order of first
+/// appearance: each workload alone, or (above [`MAX_WORKLOAD_METRICS`]
+/// workloads) each family, as `web*` (keys `web_all`; a name without
+/// trailing digits stays alone).
+fn workload_groups(records: &[TransferRecord]) -> Vec<WorkloadGroup<'_>> {
     let mut workloads: Vec<&str> = Vec::new();
     for r in records {
         if !workloads.contains(&r.workload.as_str()) {
             workloads.push(&r.workload);
         }
     }
-    let of_workload = |w: &str, f: &dyn Fn(&TransferRecord) -> Vec<f64>| {
+    let by_family = workloads.len() > MAX_WORKLOAD_METRICS;
+    let mut groups: Vec<WorkloadGroup<'_>> = Vec::new();
+    for w in workloads {
+        let (key, title) = match workload_family(w).filter(|_| by_family) {
+            Some(f) => (format!("{f}_all"), format!("{f}*")),
+            None => (w.to_string(), w.to_string()),
+        };
+        match groups.iter_mut().find(|g| g.key == key) {
+            Some(g) => {
+                g.members.insert(w);
+            }
+            None => groups.push(WorkloadGroup {
+                key,
+                title,
+                members: HashSet::from([w]),
+            }),
+        }
+    }
+    for g in groups.iter_mut().filter(|g| g.members.len() > 1) {
+        g.title = format!("{} ({} workloads)", g.title, g.members.len());
+    }
+    groups
+}
+
+/// Per workload (or family of workloads, see [`workload_groups`]): TTFB,
+/// TTLB and goodput (or, for streams and probes, throughput and message
+/// delay), of the transfers that completed.
+fn transfer_metrics(variants: &[String], records: &[TransferRecord]) -> Vec<Metric> {
+    let groups = workload_groups(records);
+    let of_workload = |members: &HashSet<&str>, f: &dyn Fn(&TransferRecord) -> Vec<f64>| {
         let completed = records
             .iter()
-            .filter(|r| r.error.is_none() && r.workload == w)
+            .filter(|r| r.error.is_none() && members.contains(r.workload.as_str()))
             .map(|r| (r.variant.as_str(), r.repetition, r));
         Series::collect(variants, completed, f)
     };
     let mut metrics = Vec::new();
-    let many = workloads.len() > 1;
-    let ttfb_headline = workloads.len() <= 3;
-    for w in workloads {
+    let many = groups.len() > 1;
+    let ttfb_headline = groups.len() <= 3;
+    for g in &groups {
+        let members = &g.members;
         let (kp, tp) = if many {
-            (format!("{w}_"), format!("{w}: "))
+            (format!("{}_", g.key), format!("{}: ", g.title))
         } else {
             (String::new(), String::new())
         };
         let kind = records
             .iter()
-            .find(|r| r.workload == w)
+            .find(|r| members.contains(r.workload.as_str()))
             .map_or("", |r| r.kind.as_str());
         if kind == "stream" {
             let kib_s =
                 |r: &TransferRecord| r.goodput_mib_s.map(|g| g * 1024.0).into_iter().collect();
-            metrics.push(of_workload(w, &kib_s).metric(
+            metrics.push(of_workload(members, &kib_s).metric(
                 format!("{kp}stream_throughput"),
                 format!("{tp}stream throughput per circuit"),
                 "KiB/s",
@@ -202,31 +257,37 @@ fn transfer_metrics(variants: &[String], records: &[TransferRecord]) -> Vec<Metr
             ));
         }
         if kind == "probe" || kind == "trace" || kind == "stream" {
-            metrics.push(of_workload(w, &|r| r.probe_latency_ms.clone()).metric(
-                format!("{kp}{kind}_delay_ms"),
-                format!("{tp}{kind} message one-way delay"),
+            metrics.push(
+                of_workload(members, &|r| r.probe_latency_ms.clone()).metric(
+                    format!("{kp}{kind}_delay_ms"),
+                    format!("{tp}{kind} message one-way delay"),
+                    "ms",
+                    true,
+                    true,
+                ),
+            );
+            continue;
+        }
+        metrics.push(
+            of_workload(members, &|r| r.ttfb_ms.into_iter().collect()).metric(
+                format!("{kp}ttfb_ms"),
+                format!("{tp}time to first byte"),
+                "ms",
+                true,
+                ttfb_headline,
+            ),
+        );
+        metrics.push(
+            of_workload(members, &|r| r.ttlb_ms.into_iter().collect()).metric(
+                format!("{kp}ttlb_ms"),
+                format!("{tp}time to last byte"),
                 "ms",
                 true,
                 true,
-            ));
-            continue;
-        }
-        metrics.push(of_workload(w, &|r| r.ttfb_ms.into_iter().collect()).metric(
-            format!("{kp}ttfb_ms"),
-            format!("{tp}time to first byte"),
-            "ms",
-            true,
-            ttfb_headline,
-        ));
-        metrics.push(of_workload(w, &|r| r.ttlb_ms.into_iter().collect()).metric(
-            format!("{kp}ttlb_ms"),
-            format!("{tp}time to last byte"),
-            "ms",
-            true,
-            true,
-        ));
+            ),
+        );
         metrics.push(
-            of_workload(w, &|r| r.goodput_mib_s.into_iter().collect()).metric(
+            of_workload(members, &|r| r.goodput_mib_s.into_iter().collect()).metric(
                 format!("{kp}goodput"),
                 format!("{tp}goodput"),
                 "MiB/s",
@@ -550,4 +611,53 @@ pub fn compare_dirs(a: &Path, b: &Path) -> Result<RunComparison, Error> {
         c.markdown.insert_str(0, &format!("> {warning}"));
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(names: &[String]) -> Vec<TransferRecord> {
+        names
+            .iter()
+            .map(|w| TransferRecord {
+                workload: w.clone(),
+                variant: "v".into(),
+                ttfb_ms: Some(1.0),
+                ttlb_ms: Some(2.0),
+                ..TransferRecord::default()
+            })
+            .collect()
+    }
+
+    /// A few workloads have metrics each; hundreds (a Shadow network's
+    /// clients) have them per family, named and titled as such.
+    #[test]
+    fn many_workloads_are_reported_by_family() {
+        let few: Vec<String> = ["light", "bulk1", "bulk2"].map(String::from).to_vec();
+        let recs = records(&few);
+        let groups = workload_groups(&recs);
+        let keys: Vec<&str> = groups.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["light", "bulk1", "bulk2"]);
+
+        let mut many: Vec<String> = (1..=36).map(|i| format!("web{i}")).collect();
+        many.extend((1..=4).map(|i| format!("bulk{i}")));
+        many.push("probe".into());
+        let recs = records(&many);
+        let groups = workload_groups(&recs);
+        let keys: Vec<&str> = groups.iter().map(|g| g.key.as_str()).collect();
+        assert_eq!(keys, ["web_all", "bulk_all", "probe"]);
+        assert_eq!(groups[0].title, "web* (36 workloads)");
+        assert_eq!(groups[2].title, "probe", "a name without digits is its own");
+        let metrics = transfer_metrics(&["v".to_string()], &recs);
+        let ttlb: Vec<&str> = metrics
+            .iter()
+            .filter(|m| m.key.ends_with("ttlb_ms"))
+            .map(|m| m.key.as_str())
+            .collect();
+        assert_eq!(
+            ttlb,
+            ["web_all_ttlb_ms", "bulk_all_ttlb_ms", "probe_ttlb_ms"]
+        );
+    }
 }

@@ -168,8 +168,10 @@ pub struct SimulationCost {
     /// The machine's memory in use at its highest during the simulation,
     /// above what was in use when it started (MemTotal less MemAvailable,
     /// sampled every second: Shadow, its processes and their shared
-    /// memory, and anything else the machine ran meanwhile), in bytes.
-    pub peak_memory_bytes: u64,
+    /// memory, and anything else the machine ran meanwhile: runs beside
+    /// it with `--jobs` above 1 too), in bytes; `None` if the machine's
+    /// memory could not be read.
+    pub peak_memory_bytes: Option<u64>,
     /// Processes Shadow ran.
     pub processes: usize,
 }

@@ -535,14 +535,16 @@ fn install_shadow_if_missing() -> Result<Option<PathBuf>> {
     if installed_shadow().is_some() {
         return Ok(None);
     }
-    let log = std::env::temp_dir().join("onionlab-shadow-build.log");
-    eprintln!(
-        "Shadow is not installed: building it from the vendored source \
-         (10-20 minutes on two cores; log: {})",
-        log.display()
-    );
+    let log =
+        std::env::temp_dir().join(format!("onionlab-shadow-build-{}.log", std::process::id()));
     let started = std::time::Instant::now();
-    let bin = install_vendored(&log)?;
+    let bin = install_vendored(&log, |script| {
+        eprintln!(
+            "Shadow is not installed: building it with {} (10-20 minutes on two cores; log: {})",
+            script.display(),
+            log.display()
+        );
+    })?;
     eprintln!(
         "Shadow installed as {} in {:.0} min",
         bin.display(),
@@ -580,6 +582,8 @@ fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
     }
     let bin = std::env::current_exe()
         .map_err(|e| Error::Usage(format!("finding onionlab's own path: {e}")))?;
+    // Read before any engine set-up (a Shadow build takes minutes).
+    let s = Scenario::from_file(&scenario_path(&scenario)?)?;
     let shadow = match engine {
         EngineArg::Namespaces => {
             onionlab_netem::check_privileges()?;
@@ -598,7 +602,6 @@ fn run_scenario_cmd(args: RunArgs) -> Result<ExitCode> {
             Some(onionlab_lab::engine::shadow::Shadow::new(shadow, opts)?)
         }
     };
-    let s = Scenario::from_file(&scenario_path(&scenario)?)?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

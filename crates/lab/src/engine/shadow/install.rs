@@ -53,14 +53,15 @@ pub fn vendored_build_script() -> Option<PathBuf> {
 /// Builds Shadow from the vendored source and installs it in
 /// `~/.local/bin` (the script's default; it installs the packages it
 /// needs with apt-get when run as root), writing the build's output to
-/// `log`; returns the installed binary. Takes 10-20 minutes on two
+/// `log`; returns the installed binary. `announce` is told the build
+/// script once it is found, before the build starts. Takes 10-20 minutes on two
 /// cores; the build folder is removed afterwards.
 ///
 /// # Errors
 ///
 /// [`Error::Shadow`] if there is no vendored source, or the build fails
 /// (with the log's last lines).
-pub fn install_vendored(log: &Path) -> Result<PathBuf> {
+pub fn install_vendored(log: &Path, announce: impl FnOnce(&Path)) -> Result<PathBuf> {
     let script = vendored_build_script().ok_or_else(|| {
         Error::Shadow(format!(
             "no `shadow` binary on PATH or in ~/.local/bin, and no vendored source to \
@@ -68,8 +69,10 @@ pub fn install_vendored(log: &Path) -> Result<PathBuf> {
              in {SOURCE_ENV}): install Shadow 3.x, or give --shadow PATH"
         ))
     })?;
+    announce(&script);
+    // Not in /tmp, often a small tmpfs: the build needs about 6 GB.
     let build_dir =
-        std::env::temp_dir().join(format!("onionlab-shadow-build-{}", std::process::id()));
+        Path::new("/var/tmp").join(format!("onionlab-shadow-build-{}", std::process::id()));
     let out = File::create(log).map_err(io_err(format!("creating {}", log.display())))?;
     let err = out
         .try_clone()
@@ -77,6 +80,10 @@ pub fn install_vendored(log: &Path) -> Result<PathBuf> {
     let status = Command::new("bash")
         .arg(&script)
         .env("SHADOW_BUILD_DIR", &build_dir)
+        // Shadow's build runs cargo for its own tree, not into ours.
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .env_remove("CARGO_INCREMENTAL")
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

@@ -145,6 +145,7 @@ impl Shadow {
         loop {
             let waited = child.try_wait();
             if let Ok(Some(status)) = waited {
+                memory.sample_now();
                 return Ok((status, memory));
             }
             memory.sample();
@@ -269,9 +270,10 @@ impl Engine for Shadow {
 }
 
 /// The machine's memory in use at its highest since the start, sampled
-/// at most once a second.
+/// at most once a second and once more at the end.
 struct MemoryPeak {
-    at_start: u64,
+    /// In use at the start; `None` if it could not be read.
+    at_start: Option<u64>,
     peak: u64,
     last: Instant,
 }
@@ -279,27 +281,33 @@ struct MemoryPeak {
 impl MemoryPeak {
     /// Sampling begins now.
     fn start() -> MemoryPeak {
-        let now = crate::process::machine_memory_in_use().unwrap_or(0);
+        let at_start = crate::process::machine_memory_in_use();
         MemoryPeak {
-            at_start: now,
-            peak: now,
+            at_start,
+            peak: at_start.unwrap_or(0),
             last: Instant::now(),
+        }
+    }
+
+    /// Samples now.
+    fn sample_now(&mut self) {
+        self.last = Instant::now();
+        if let Some(now) = crate::process::machine_memory_in_use() {
+            self.peak = self.peak.max(now);
         }
     }
 
     /// Samples if a second has passed since the last sample.
     fn sample(&mut self) {
         if self.last.elapsed() >= Duration::from_secs(1) {
-            self.last = Instant::now();
-            if let Some(now) = crate::process::machine_memory_in_use() {
-                self.peak = self.peak.max(now);
-            }
+            self.sample_now();
         }
     }
 
-    /// The highest sample above the first, in bytes.
-    fn peak_above_start(&self) -> u64 {
-        self.peak.saturating_sub(self.at_start)
+    /// The highest sample above the first, in bytes (`None` if the first
+    /// could not be read).
+    fn peak_above_start(&self) -> Option<u64> {
+        self.at_start.map(|s| self.peak.saturating_sub(s))
     }
 }
 
