@@ -62,6 +62,12 @@ pub enum MetricKind {
     /// Packets the emulated links' queues dropped (full) over all packets
     /// sent into all links, per repetition (%).
     QueueDropRate,
+    /// Wall seconds a Shadow simulation took, per repetition (what the
+    /// machine paid for the simulated time; none on the namespace engine).
+    SimWall,
+    /// Peak memory of a Shadow simulation (the machine's memory in use
+    /// above the start), MiB, per repetition.
+    SimMemory,
 }
 
 impl MetricKind {
@@ -86,6 +92,8 @@ impl MetricKind {
             MetricKind::TcpRetransmits => "TCP retransmits",
             MetricKind::LossRate => "lost packets",
             MetricKind::QueueDropRate => "queue drops",
+            MetricKind::SimWall => "simulation wall time",
+            MetricKind::SimMemory => "simulation memory",
         }
     }
 
@@ -104,6 +112,8 @@ impl MetricKind {
             MetricKind::TcpTimeouts => "a repetition",
             MetricKind::TcpRetransmits => "segments a repetition",
             MetricKind::LossRate | MetricKind::QueueDropRate => "% of packets",
+            MetricKind::SimWall => "s",
+            MetricKind::SimMemory => "MiB",
             _ => "ms",
         }
     }
@@ -125,6 +135,8 @@ impl MetricKind {
                 | MetricKind::TcpRetransmits
                 | MetricKind::LossRate
                 | MetricKind::QueueDropRate
+                | MetricKind::SimWall
+                | MetricKind::SimMemory
         )
     }
 
@@ -149,6 +161,8 @@ impl MetricKind {
             MetricKind::TcpRetransmits => "tcp-retransmits",
             MetricKind::LossRate => "loss-rate",
             MetricKind::QueueDropRate => "queue-drop-rate",
+            MetricKind::SimWall => "sim-wall",
+            MetricKind::SimMemory => "sim-memory",
         }
     }
 
@@ -236,6 +250,13 @@ impl MetricKind {
             MetricKind::LostPackets if !r.link_packets.is_empty() => {
                 vec![r.link_packets.iter().map(|l| l.lost as f64).sum()]
             }
+            MetricKind::SimWall => r.simulation.iter().map(|c| c.wall_s).collect(),
+            MetricKind::SimMemory => r
+                .simulation
+                .iter()
+                .filter_map(|c| c.peak_memory_bytes)
+                .map(|b| b as f64 / 1_048_576.0)
+                .collect(),
             _ => Vec::new(),
         }
     }
