@@ -165,8 +165,11 @@ def main():
     p.add_argument("--clients", default="", help="the matrix's clients, e.g. 40,100")
     args = p.parse_args()
     # Each client starts within its first minute, and `until` must follow.
-    if not args.until.endswith("s") or float(args.until[:-1].rstrip("m")) <= 60 \
-            or args.until.endswith("ms"):
+    try:
+        until_s = float(args.until[:-1]) if args.until.endswith("s") else 0.0
+    except ValueError:
+        until_s = 0.0
+    if until_s <= 60:
         p.error("--until must be seconds above 60, such as 120s")
     rel = relays()
     cls = clients(args.web, args.bulk)

@@ -73,8 +73,8 @@ shadow_build=""
 if ! shadow_installed; then
     if [ "$(id -u)" = 0 ] && [ -f "$shadow_source" ]; then
         echo "== building Shadow with $shadow_source in the background (log: $shadow_log)"
-        # In a session of its own, so that the whole build stops with this
-        # script, however it ends; its 3 GB build folder goes afterwards.
+        # In a session of its own, so that the whole build stops when this
+        # script exits early; its 3 GB build folder goes afterwards.
         # Shadow's build runs cargo for its own tree: not into ours.
         setsid bash -c 'rc=0
             env -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR -u CARGO_INCREMENTAL \
@@ -82,7 +82,7 @@ if ! shadow_installed; then
             rm -rf "$1"
             exit $rc' _ "/var/tmp/onionlab-shadow-build-$$" "$shadow_source" "$shadow_log" &
         shadow_build=$!
-        trap 'kill -- -"$shadow_build" 2>/dev/null || true' EXIT
+        trap 'kill -- -"$shadow_build" 2>/dev/null || true; rm -rf "/var/tmp/onionlab-shadow-build-$$"' EXIT
     else
         echo "Shadow is missing and cannot be built here (not root, or no $shadow_source): the Shadow engine's end-to-end tests will be skipped" >&2
     fi

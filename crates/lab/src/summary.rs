@@ -164,8 +164,9 @@ fn network_throughput(variants: &[String], records: &[TransferRecord]) -> Metric
 /// Above this many workloads, the report's metrics are per family of
 /// workloads (`web1` ... `web360` are `web*`), not per workload: a
 /// Shadow network's hundreds of clients would otherwise make a thousand
-/// metrics of one client each.
-const MAX_WORKLOAD_METRICS: usize = 12;
+/// metrics of one client each. Every namespace preset has fewer (20 at
+/// most), and keeps a metric per workload.
+const MAX_WORKLOAD_METRICS: usize = 24;
 
 /// A workload's family: its name without trailing digits (`web12` is in
 /// `web`); `None` for a name without them (or only digits).
@@ -176,6 +177,10 @@ fn workload_family(name: &str) -> Option<&str> {
 
 /// A group of workloads the report has metrics for.
 struct WorkloadGroup<'a> {
+    /// Whether it is a family (never merged with a workload of that name).
+    family: bool,
+    /// Its workloads' kind (a family of two kinds is two groups).
+    kind: &'a str,
     /// Prefix of its metrics' keys (file names too).
     key: String,
     /// Prefix of its metrics' titles.
@@ -189,24 +194,39 @@ struct WorkloadGroup<'a> {
 /// workloads) each family, as `web*` (keys `web_all`; a name without
 /// trailing digits stays alone).
 fn workload_groups(records: &[TransferRecord]) -> Vec<WorkloadGroup<'_>> {
-    let mut workloads: Vec<&str> = Vec::new();
+    let mut workloads: Vec<(&str, &str)> = Vec::new();
     for r in records {
-        if !workloads.contains(&r.workload.as_str()) {
-            workloads.push(&r.workload);
+        if !workloads.iter().any(|(w, _)| *w == r.workload) {
+            workloads.push((&r.workload, &r.kind));
         }
     }
     let by_family = workloads.len() > MAX_WORKLOAD_METRICS;
+    let kinds_of = |f: &str| {
+        let mut kinds: Vec<&str> = workloads
+            .iter()
+            .filter(|(w, _)| workload_family(w) == Some(f))
+            .map(|(_, k)| *k)
+            .collect();
+        kinds.dedup();
+        kinds.len()
+    };
     let mut groups: Vec<WorkloadGroup<'_>> = Vec::new();
-    for w in workloads {
-        let (key, title) = match workload_family(w).filter(|_| by_family) {
-            Some(f) => (format!("{f}_all"), format!("{f}*")),
-            None => (w.to_string(), w.to_string()),
+    for &(w, kind) in &workloads {
+        let (family, key, title) = match workload_family(w).filter(|_| by_family) {
+            Some(f) if kinds_of(f) > 1 => (true, format!("{f}_{kind}_all"), format!("{f}* {kind}")),
+            Some(f) => (true, format!("{f}_all"), format!("{f}*")),
+            None => (false, w.to_string(), w.to_string()),
         };
-        match groups.iter_mut().find(|g| g.key == key) {
+        match groups
+            .iter_mut()
+            .find(|g| g.family == family && g.key == key)
+        {
             Some(g) => {
                 g.members.insert(w);
             }
             None => groups.push(WorkloadGroup {
+                family,
+                kind,
                 key,
                 title,
                 members: HashSet::from([w]),
@@ -241,10 +261,7 @@ fn transfer_metrics(variants: &[String], records: &[TransferRecord]) -> Vec<Metr
         } else {
             (String::new(), String::new())
         };
-        let kind = records
-            .iter()
-            .find(|r| members.contains(r.workload.as_str()))
-            .map_or("", |r| r.kind.as_str());
+        let kind = g.kind;
         if kind == "stream" {
             let kib_s =
                 |r: &TransferRecord| r.goodput_mib_s.map(|g| g * 1024.0).into_iter().collect();

@@ -231,7 +231,7 @@ pub(crate) fn parts_of(
     if per_rep > 0 && per_rep < args.metric.len() {
         return Err(table_err(
             data,
-            "metrics per repetition (relay-*, tcp-*, torchestra-moves, circuit-build, wire-overhead, lost-packets, loss-rate, queue-drop-rate) and per transfer go in separate tables",
+            "metrics per repetition (relay-*, tcp-*, torchestra-moves, circuit-build, wire-overhead, lost-packets, loss-rate, queue-drop-rate, sim-wall, sim-memory) and per transfer go in separate tables",
         ));
     }
     if per_rep > 0 {

@@ -167,7 +167,7 @@ pub struct SimulationCost {
     pub wall_s: f64,
     /// The machine's memory in use at its highest during the simulation,
     /// above what was in use when it started (MemTotal less MemAvailable,
-    /// sampled every second: Shadow, its processes and their shared
+    /// sampled every 50 ms: Shadow, its processes and their shared
     /// memory, and anything else the machine ran meanwhile: runs beside
     /// it with `--jobs` above 1 too), in bytes; `None` if the machine's
     /// memory could not be read.

@@ -143,12 +143,11 @@ impl Shadow {
         let deadline = Instant::now() + wall_limit;
         let mut memory = MemoryPeak::start();
         loop {
+            memory.sample();
             let waited = child.try_wait();
             if let Ok(Some(status)) = waited {
-                memory.sample_now();
                 return Ok((status, memory));
             }
-            memory.sample();
             let give_up = if let Err(e) = waited {
                 Some(io_err("waiting for Shadow")(e))
             } else if (hooks.interrupted)() {
@@ -270,12 +269,11 @@ impl Engine for Shadow {
 }
 
 /// The machine's memory in use at its highest since the start, sampled
-/// at most once a second and once more at the end.
+/// at each pass of the wait for Shadow (every 50 ms).
 struct MemoryPeak {
     /// In use at the start; `None` if it could not be read.
     at_start: Option<u64>,
     peak: u64,
-    last: Instant,
 }
 
 impl MemoryPeak {
@@ -285,22 +283,13 @@ impl MemoryPeak {
         MemoryPeak {
             at_start,
             peak: at_start.unwrap_or(0),
-            last: Instant::now(),
         }
     }
 
     /// Samples now.
-    fn sample_now(&mut self) {
-        self.last = Instant::now();
+    fn sample(&mut self) {
         if let Some(now) = crate::process::machine_memory_in_use() {
             self.peak = self.peak.max(now);
-        }
-    }
-
-    /// Samples if a second has passed since the last sample.
-    fn sample(&mut self) {
-        if self.last.elapsed() >= Duration::from_secs(1) {
-            self.sample_now();
         }
     }
 
