@@ -185,10 +185,10 @@ impl Client {
         let only = |kind| settings.link.transport == onionlab_transport::Choice::Only(kind);
         let more = only(onionlab_transport::TransportKind::MORE);
         let datagram = (only(onionlab_transport::TransportKind::DATAGRAM) || more)
-            .then(|| (settings.policy.clone(), settings.link.utcp.clone()));
+            .then(|| (settings.policy.clone(), settings.link.clone()));
         let state = State::new_shared(settings, cfg)?;
         let datagram = match datagram {
-            Some((policy, tcp)) => {
+            Some((policy, link)) => {
                 let socket = state
                     .borrow()
                     .connector()
@@ -202,7 +202,7 @@ impl Client {
                         source,
                     })?
                     .clone();
-                Some(dgram::State::new_shared(socket, policy, tcp, more)?)
+                Some(dgram::State::new_shared(socket, policy, &link, more)?)
             }
             None => None,
         };

@@ -13,6 +13,7 @@
 //! answer (0: connected; else tor-spec's END reason), then the stream's
 //! bytes both ways.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use onionlab_circuit::conflux::sched::{LegScheduler, LegSchedulerKind, LegView};
@@ -54,11 +55,26 @@ pub fn segment_settings(base: &Settings, max_segment: usize) -> Settings {
     }
 }
 
+/// Packets a kernel set queues each way, at most: the kernel's TCP
+/// takes a full queue as loss, as it would a full router's.
+pub const KERNEL_QUEUE: usize = 256;
+
 /// One end of a set: its streams' TCP and the circuits it sends on.
 pub struct E2eSet {
     mux: Mux,
     legs: Vec<CircuitId>,
     sched: LegScheduler<CircuitId>,
+    /// A kernel set ([`crate::tunnel`]): segments pass between the
+    /// circuits and the driver's TUN device, and `mux` never has a lane.
+    kernel: Option<KernelQueues>,
+}
+
+/// A kernel set's segments: from the node's kernel, waiting for a leg,
+/// and from the peer, waiting for the driver.
+#[derive(Default)]
+struct KernelQueues {
+    to_peer: VecDeque<Vec<u8>>,
+    to_kernel: VecDeque<Vec<u8>>,
 }
 
 impl std::fmt::Debug for E2eSet {
@@ -114,7 +130,49 @@ impl E2eSet {
             mux: Mux::new(segment_settings(settings, max_segment), role, seed, now)?,
             legs: Vec::new(),
             sched: LegScheduler::new(dispatch, StdRng::seed_from_u64(seed ^ 0x5eed)),
+            kernel: None,
         })
+    }
+
+    /// A kernel set's end ([`crate::tunnel`]): the nodes' kernels run the
+    /// TCP, and this end only spreads their segments over the legs.
+    ///
+    /// # Errors
+    ///
+    /// As [`new`](Self::new).
+    pub fn kernel(
+        role: Role,
+        dispatch: LegSchedulerKind,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Self, Error> {
+        let mut set = Self::new(&Settings::default(), role, dispatch, seed, now)?;
+        set.kernel = Some(KernelQueues::default());
+        Ok(set)
+    }
+
+    /// Whether the nodes' kernels run this set's TCP.
+    pub fn is_kernel(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// A kernel set: a segment from the node's kernel to send; `false`
+    /// if it was dropped (the queue is full, or the set is not a kernel
+    /// set).
+    pub fn send_kernel_segment(&mut self, segment: Vec<u8>) -> bool {
+        match self.kernel.as_mut() {
+            Some(k) if k.to_peer.len() < KERNEL_QUEUE => {
+                k.to_peer.push_back(segment);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A kernel set: the next segment from the peer, for the node's
+    /// kernel.
+    pub fn poll_kernel_segment(&mut self) -> Option<Vec<u8>> {
+        self.kernel.as_mut()?.to_kernel.pop_front()
     }
 
     /// Send on `circuit` too.
@@ -157,6 +215,14 @@ impl E2eSet {
 
     /// A SEGMENT message's data from any of the set's circuits.
     pub fn handle_segment(&mut self, data: &[u8], now: Instant) {
+        if let Some(k) = self.kernel.as_mut() {
+            // Dropped when the driver falls behind: the kernel's TCP
+            // resends it.
+            if k.to_kernel.len() < KERNEL_QUEUE {
+                k.to_kernel.push_back(data.to_vec());
+            }
+            return;
+        }
         // A malformed segment harms no stream; the TCP counts it.
         let _ = self.mux.handle_segment(data, now);
     }
@@ -164,7 +230,11 @@ impl E2eSet {
     /// The next segment to send and the circuit it goes on; `None` when
     /// nothing is to be sent or no leg is left.
     pub fn poll_transmit(&mut self) -> Option<(CircuitId, RelayMsg)> {
-        if self.legs.is_empty() || !self.mux.has_transmit() {
+        let pending = match &self.kernel {
+            Some(k) => !k.to_peer.is_empty(),
+            None => self.mux.has_transmit(),
+        };
+        if self.legs.is_empty() || !pending {
             return None;
         }
         let views: Vec<LegView<CircuitId>> = self
@@ -186,7 +256,10 @@ impl E2eSet {
         // The leg first: a segment taken from the TCP must go out, and a
         // leg chosen must carry one (round robin counts it).
         let leg = self.sched.choose(&views)?;
-        let segment = self.mux.poll_transmit()?;
+        let segment = match self.kernel.as_mut() {
+            Some(k) => k.to_peer.pop_front()?,
+            None => self.mux.poll_transmit()?,
+        };
         Some((
             leg,
             RelayMsg {
@@ -197,11 +270,30 @@ impl E2eSet {
     }
 }
 
-/// A LINK message joining a circuit to the set of `nonce`.
-pub fn link_msg(nonce: &[u8; NONCE_LEN]) -> RelayMsg {
+/// The byte after a LINK's nonce that makes its set a kernel set.
+pub const LINK_KERNEL: u8 = 1;
+
+/// A LINK message joining a circuit to the set of `nonce`; a kernel
+/// set's ([`crate::tunnel`]) says so in one more byte.
+pub fn link_msg(nonce: &[u8; NONCE_LEN], kernel: bool) -> RelayMsg {
+    let mut data = nonce.to_vec();
+    if kernel {
+        data.push(LINK_KERNEL);
+    }
     RelayMsg {
         command: RelayCommand::Link,
-        data: nonce.to_vec(),
+        data,
+    }
+}
+
+/// A LINK message's nonce, and whether its set is a kernel set; `None`
+/// for any other length or flag.
+pub fn parse_link(data: &[u8]) -> Option<([u8; NONCE_LEN], bool)> {
+    let nonce = <[u8; NONCE_LEN]>::try_from(data.get(..NONCE_LEN)?).ok()?;
+    match data.get(NONCE_LEN..)? {
+        [] => Some((nonce, false)),
+        [LINK_KERNEL] => Some((nonce, true)),
+        _ => None,
     }
 }
 

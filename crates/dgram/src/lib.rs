@@ -12,7 +12,9 @@
 //! - [`streams`]: a set's streams, both ends;
 //! - [`proxy`]: the client's sets ([`Proxy`]);
 //! - [`exit`]: the exit's sets ([`ExitSets`]);
-//! - [`more`]: MORE, a Sphinx packet per segment instead of circuits.
+//! - [`more`]: MORE, a Sphinx packet per segment instead of circuits;
+//! - [`tunnel`]: kernel sets, whose TCP is the nodes' kernels' behind TUN
+//!   devices (the paper's TUN mode).
 
 pub mod client;
 pub mod e2e;
@@ -22,10 +24,11 @@ pub mod more;
 pub mod proxy;
 pub mod relay;
 pub mod streams;
+pub mod tunnel;
 pub mod wire;
 
 pub use client::{ClientOutput, ClientSettings, DgramClient, HopSpec};
-pub use exit::{ExitSetSettings, ExitSets};
+pub use exit::{ExitSetSettings, ExitSets, KernelOutput};
 pub use link::{CellLink, CellLinkConfig, CellLinkEvent, CellLinkStats};
 pub use proxy::{Proxy, ProxyOutput, ProxySettings};
 pub use relay::{DgramRelay, RelayOutput, RelaySettings, RelayStats};

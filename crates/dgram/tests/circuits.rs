@@ -466,7 +466,9 @@ fn a_stream_over_two_circuits_arrives_whole_through_loss_and_duplication() {
             break;
         }
         for &leg in &legs {
-            net.client.send(leg, 2, &e2e::link_msg(&nonce)).unwrap();
+            net.client
+                .send(leg, 2, &e2e::link_msg(&nonce, false))
+                .unwrap();
         }
         net.run(Duration::from_millis(100));
     }

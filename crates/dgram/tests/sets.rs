@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_dgram::{
-    ClientSettings, DgramRelay, ExitSetSettings, ExitSets, HopSpec, LinkId, Proxy, ProxyOutput,
-    ProxySettings, Recv, RelayOutput, RelaySettings, StreamEvent, StreamKey, StreamStatus,
+    ClientSettings, DgramRelay, ExitSetSettings, ExitSets, HopSpec, KernelOutput, LinkId, Proxy,
+    ProxyOutput, ProxySettings, Recv, RelayOutput, RelaySettings, StreamEvent, StreamKey,
+    StreamStatus,
 };
 use onionlab_utcp::{Congestion, Settings};
 use rand::rngs::StdRng;
@@ -68,10 +69,21 @@ struct Sim {
     set_failed: bool,
     /// The most circuits the set had linked at once.
     most_linked: usize,
+    /// Kernel sets: what reached each end's "kernel" (the exit's by its
+    /// set number), and the sets the exit said ended.
+    client_kernel: Vec<Vec<u8>>,
+    exit_kernel: Vec<(u64, Vec<u8>)>,
+    exit_kernel_closed: Vec<u64>,
 }
 
 impl Sim {
     fn new(loss: f64, seed: u64) -> Sim {
+        Sim::with_kernel(loss, seed, false, false)
+    }
+
+    /// A simulation whose client runs kernel sets (`client_kernel`) and
+    /// whose exit serves them (`exit_kernel`).
+    fn with_kernel(loss: f64, seed: u64, client_kernel: bool, exit_kernel: bool) -> Sim {
         let mut rng = StdRng::seed_from_u64(seed);
         let keys: Vec<Arc<RelaySecretKeys>> = (0..RELAYS)
             .map(|_| Arc::new(RelaySecretKeys::generate(&mut rng)))
@@ -100,6 +112,7 @@ impl Sim {
                 },
                 tcp: tcp.clone(),
                 dispatch: LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
+                kernel: client_kernel,
             },
             seed,
         )
@@ -107,6 +120,7 @@ impl Sim {
         let exit = ExitSets::new(
             ExitSetSettings {
                 tcp,
+                kernel: exit_kernel,
                 ..ExitSetSettings::default()
             },
             seed + 100,
@@ -132,6 +146,9 @@ impl Sim {
             exit_ends: HashMap::new(),
             set_failed: false,
             most_linked: 0,
+            client_kernel: Vec::new(),
+            exit_kernel: Vec::new(),
+            exit_kernel_closed: Vec::new(),
         }
     }
 
@@ -250,6 +267,17 @@ impl Sim {
                 }
             }
             while self.proxy.poll_stream_event().is_some() {}
+            while let Some((_, segment)) = self.proxy.poll_kernel_segment() {
+                any = true;
+                self.client_kernel.push(segment);
+            }
+            while let Some(out) = self.exit.poll_kernel() {
+                any = true;
+                match out {
+                    KernelOutput::Segment { set, data } => self.exit_kernel.push((set, data)),
+                    KernelOutput::Closed(set) => self.exit_kernel_closed.push(set),
+                }
+            }
             any |= self.move_bytes();
             if !any {
                 return;
@@ -601,4 +629,82 @@ fn an_exit_takes_at_most_its_streams_per_set() {
     assert_eq!(count(StreamStatus::Open), limit);
     assert_eq!(count(StreamStatus::Failed), 6);
     assert_eq!(sim.exit.streams(), limit);
+}
+
+/// Distinct segment-like payloads (the tunnel's packets are opaque here).
+fn segments(n: usize, seed: u8) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| pattern(100 + i, seed.wrapping_add(i as u8)))
+        .collect()
+}
+
+#[test]
+fn a_kernel_set_carries_segments_both_ways_over_three_circuits() {
+    let mut sim = Sim::with_kernel(0.0, 10, true, true);
+    let paths = sim.paths(3);
+    let set = sim.proxy.start_set(sim.now, paths).unwrap();
+    assert!(
+        sim.proxy
+            .open_stream(sim.now, set, "target.example:443")
+            .is_err(),
+        "a kernel set opens no user-space stream"
+    );
+    // Sent before any circuit is linked: queued, not lost.
+    let up = segments(40, 1);
+    for s in &up[..10] {
+        assert!(sim.proxy.send_kernel_segment(sim.now, set, s));
+    }
+    sim.run(Duration::from_secs(2));
+    assert_eq!(sim.most_linked, 3);
+    for s in &up[10..] {
+        assert!(sim.proxy.send_kernel_segment(sim.now, set, s));
+    }
+    sim.run(Duration::from_secs(2));
+    let mut got: Vec<Vec<u8>> = sim.exit_kernel.iter().map(|(_, d)| d.clone()).collect();
+    let mut want = up.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "every segment reached the exit's kernel");
+    let exit_set = sim.exit_kernel[0].0;
+    let down = segments(40, 2);
+    for s in &down {
+        assert!(sim.exit.send_kernel_segment(exit_set, s));
+    }
+    sim.run(Duration::from_secs(2));
+    let mut got = sim.client_kernel.clone();
+    let mut want = down.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "every segment reached the client's kernel");
+    // Idle past every relay's idle timeout: the legs live on.
+    sim.run(Duration::from_secs(150));
+    assert_eq!(sim.proxy.linked_legs(set), 3);
+    assert!(sim.exit_kernel_closed.is_empty());
+}
+
+#[test]
+fn an_exit_without_a_tun_device_refuses_kernel_sets() {
+    let mut sim = Sim::with_kernel(0.0, 11, true, false);
+    let paths = sim.paths(1);
+    let set = sim.proxy.start_set(sim.now, paths).unwrap();
+    sim.proxy.send_kernel_segment(sim.now, set, &[1; 40]);
+    sim.run(Duration::from_secs(10));
+    assert!(sim.set_failed, "the set failed");
+    assert!(sim.exit_kernel.is_empty());
+}
+
+#[test]
+fn a_kernel_set_whose_circuits_die_is_closed_at_the_exit() {
+    let mut sim = Sim::with_kernel(0.0, 12, true, true);
+    let paths = sim.paths(1);
+    let set = sim.proxy.start_set(sim.now, paths).unwrap();
+    sim.proxy.send_kernel_segment(sim.now, set, &[7; 60]);
+    sim.run(Duration::from_secs(2));
+    let (exit_set, _) = sim.exit_kernel[0];
+    // The middle of the only circuit.
+    sim.kill(3);
+    sim.run(Duration::from_secs(120));
+    assert!(sim.set_failed, "the client's set failed");
+    assert_eq!(sim.exit_kernel_closed, vec![exit_set]);
+    assert!(!sim.exit.send_kernel_segment(exit_set, &[1; 40]));
 }

@@ -12,6 +12,7 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::{Block, HostUpdate, LossModel, PathUpdate, QueueLimit, Rate, Topology};
+use onionlab_transport::datagram::tunnel::EndToEnd;
 use onionlab_transport::registry::UnknownTransport;
 use onionlab_transport::{Choice as TransportChoice, TransportKind};
 
@@ -80,6 +81,17 @@ fn one_of(what: &str, value: &str, values: &[&str]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("unknown {what} {value:?} ({})", values.join(", ")))
+    }
+}
+
+/// An `end_to_end` value: `user` or `kernel`.
+fn parse_end_to_end(value: &str) -> Result<EndToEnd, String> {
+    match value {
+        "user" => Ok(EndToEnd::User),
+        "kernel" => Ok(EndToEnd::Kernel),
+        _ => Err(format!(
+            "unknown end_to_end {value:?} (user, kernel: the TCP a datagram variant runs end to end)"
+        )),
     }
 }
 
@@ -362,6 +374,16 @@ pub const PARAMS: &[Param] = &[
         apply: |v, _, x| {
             v.leg_scheduler =
                 LegSchedulerKind::parse(x).ok_or_else(|| format!("unknown leg scheduler {x:?}"))?;
+            Ok(())
+        },
+    },
+    Param {
+        name: "end_to_end",
+        scope: Scope::Whole,
+        short: "e2e",
+        check: |x| parse_end_to_end(x).map(|_| ()),
+        apply: |v, _, x| {
+            v.end_to_end = parse_end_to_end(x)?;
             Ok(())
         },
     },

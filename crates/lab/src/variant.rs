@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
 use onionlab_netem::Topology;
+use onionlab_transport::datagram::tunnel::EndToEnd;
 use onionlab_transport::tcp::TcpCongestion;
 use onionlab_transport::{Choice as TransportChoice, LinkSettings};
 
@@ -52,6 +53,9 @@ pub struct Variant {
     /// The sets' leg scheduler (`leg_scheduler`; the document's
     /// `cfx_scheduler`).
     pub leg_scheduler: LegSchedulerKind,
+    /// The TCP a datagram variant runs end to end (`end_to_end`: the
+    /// user-space one, or the kernel's through TUN devices).
+    pub end_to_end: EndToEnd,
     /// When the exits package DATA cells (`exit_packaging`; onionlab's
     /// lazy packaging unless the matrix says otherwise).
     pub exit_packaging: ExitPackaging,
@@ -123,6 +127,7 @@ impl Variant {
             .map_err(onionlab_transport::Error::from)?;
         link.set_congestion(tcp, &self.congestion)?;
         link.tcp.pacing = self.tcp_pacing;
+        link.datagram.end_to_end = self.end_to_end;
         link.fit_to_link_mtu(self.topology.mtu);
         let Some(extra) = self
             .relay_settings

@@ -24,6 +24,7 @@ use onionlab_ops::{AcceptBackoff, LogLimiter};
 use onionlab_transport::addrs::EndpointAddrs;
 use onionlab_transport::any::{AnyLink, AnyReader, AnyWriter};
 use onionlab_transport::connector::Connector;
+use onionlab_transport::datagram::tunnel::EndToEnd;
 use onionlab_transport::datagram::DatagramSocket;
 use onionlab_transport::endpoint::{EndpointKind, Listeners, PendingLink};
 use onionlab_transport::node_endpoints::RelayEndpoints;
@@ -338,7 +339,7 @@ impl Relay {
             }
         }
         let our_identity = settings.keys.public().ed_identity;
-        let datagram = start_datagram(&settings, &connector, &config);
+        let datagram = start_datagram(&settings, &connector, &config)?;
         info!(
             nickname = %settings.nickname,
             listen = ?listener.local_addrs(),
@@ -444,24 +445,33 @@ impl Relay {
 
 /// Start the relay's datagram circuits if it listens on a datagram
 /// address (`docs/datagram.md`); their task, to abort at shutdown.
+///
+/// # Errors
+///
+/// [`Error::Setting`] for an exit that must serve kernel sets and cannot
+/// open its TUN device or listener.
 fn start_datagram(
     settings: &RelaySettings,
     connector: &Connector,
     config: &NodeConfig,
-) -> Option<JoinHandle<()>> {
-    let socket = connector
+) -> Result<Option<JoinHandle<()>>, Error> {
+    let Ok(socket) = connector
         .endpoints()
         .get::<Arc<DatagramSocket>>(EndpointKind::DGRAM, "datagram")
-        .ok()?
-        .clone();
+    else {
+        return Ok(None);
+    };
+    let socket = socket.clone();
     // The keys again, for the datagram engine (the circuit node owns the
     // first copy).
-    let keys = RelaySecretKeys::from_bytes(&settings.keys.to_bytes()).ok()?;
+    let Ok(keys) = RelaySecretKeys::from_bytes(&settings.keys.to_bytes()) else {
+        return Ok(None);
+    };
     let dispatch = match config.conflux_scheduler {
         d @ (LegSchedulerKind::RoundRobin { .. } | LegSchedulerKind::Random) => d,
         _ => LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
     };
-    let setup = crate::dgram::DgramSetup {
+    let mut setup = crate::dgram::DgramSetup {
         nickname: settings.nickname.clone(),
         keys: Arc::new(keys),
         doc: Rc::new(settings.doc.clone()),
@@ -476,8 +486,19 @@ fn start_datagram(
             dispatch,
             ..Default::default()
         },
+        kernel: None,
     };
-    Some(spawn_local(crate::dgram::serve(socket, setup)))
+    if config.circuit.exit && settings.link.datagram.end_to_end == EndToEnd::Kernel {
+        let limits = &setup.sets;
+        let kernel = crate::dgram::kernel::ExitKernel::open(
+            &settings.link.tcp_congestion(),
+            limits.max_streams_per_set,
+            limits.max_streams,
+        )
+        .map_err(|e| Error::Setting(format!("kernel sets (link.datagram.end_to_end): {e}")))?;
+        setup.kernel = Some(kernel);
+    }
+    Ok(Some(spawn_local(crate::dgram::serve(socket, setup))))
 }
 
 /// The relay's own IP addresses: those its endpoints listen on.

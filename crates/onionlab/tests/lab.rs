@@ -320,6 +320,62 @@ fn multipath_sets_of_two_and_three_legs_run_over_the_emulated_network() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// `scenarios/datagram-kernel-quick.toml`: mUDP-OR with the kernels' TCP
+/// through TUN devices (`end_to_end = "kernel"`, docs/datagram.md section
+/// 4.1) beside the user-space TCP, over 1 and 3 pinned legs at 0% and 1%
+/// loss. Every transfer (1 MiB each way) completes with every byte
+/// checked, and in the kernel variants the client's and the exit's
+/// kernels carried both connections through their TUN devices.
+#[test]
+fn datagram_sets_carry_the_kernels_tcp_through_tun_devices() {
+    if !netns_available() {
+        return;
+    }
+    let (out, records, text) = run_scenario("datagram-kernel-quick");
+    assert_eq!(records.len(), 16, "{text}");
+    for r in &records {
+        assert_eq!(r.error, None, "{r:?}");
+        assert!(!r.timed_out, "{r:?}");
+    }
+    let kernel_runs = records
+        .iter()
+        .filter(|r| r.variant.contains("end_to_end=kernel"))
+        .count();
+    assert_eq!(kernel_runs, 8, "{text}");
+    // What each node's kernel sets did, from its last log line.
+    let stats = |log: &Path, stopped: &str| -> Option<String> {
+        let text = std::fs::read_to_string(log).ok()?;
+        let line = text.lines().rev().find(|l| l.contains(stopped))?;
+        Some(line.split("kernel=").nth(1)?.to_string())
+    };
+    let mut kernel_dirs = 0;
+    for entry in walk(&out) {
+        if entry.file_name().is_none_or(|n| n != "client-op.log") {
+            continue;
+        }
+        let dir = entry.parent().expect("a run directory");
+        let client = stats(&entry, "datagram client stopped").expect("client stats");
+        let exit = stats(&dir.join("exit.log"), "datagram relay stopped").expect("exit stats");
+        if client.starts_with("none") {
+            assert!(exit.starts_with("none"), "a user-space run's exit: {exit}");
+            continue;
+        }
+        kernel_dirs += 1;
+        for s in [&client, &exit] {
+            assert!(s.starts_with("connections=2 "), "{}: {s}", dir.display());
+            // At least a megabyte each way in 487-byte segments.
+            let read: u64 = s
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix("tun_read="))
+                .and_then(|v| v.parse().ok())
+                .expect("tun_read");
+            assert!(read > 2_000, "{}: {s}", dir.display());
+        }
+    }
+    assert_eq!(kernel_dirs, 4, "the kernel variants' runs");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Every file under `dir`.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

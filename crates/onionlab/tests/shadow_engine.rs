@@ -213,10 +213,11 @@ fn every_preset_exports_a_configuration_shadow_accepts() {
 }
 
 /// The reasons docs/shadow.md gives for a variant Shadow cannot run.
-const DOCUMENTED_REFUSALS: [&str; 3] = [
+const DOCUMENTED_REFUSALS: [&str; 4] = [
     "C tor variants do not run on the Shadow engine yet",
     "has a bottleneck of its own",
     "has protocols blocked",
+    "needs TUN devices, which Shadow does not have",
 ];
 
 /// Checks that every variant `lab export-shadow` did not write (its

@@ -3,7 +3,8 @@
 //! as serde types with their defaults and checked by
 //! [`LinkSettings::check`]. Each transport owns its subsection's type
 //! (`[link.tcp]` [`TcpOptions`], `[link.quic]` [`QuicSettings`],
-//! `[link.pctcp]` [`PctcpSettings`], `[link.utcp]` [`LaneTcp`]); a node
+//! `[link.pctcp]` [`PctcpSettings`], `[link.utcp]` [`LaneTcp`],
+//! `[link.datagram]` [`DatagramSettings`]); a node
 //! takes them as they are, with no mapping of its own.
 //!
 //! ```toml
@@ -31,12 +32,16 @@
 //! rx_buffer = 262144
 //! tx_buffer = 65536
 //! ack_delay_ms = 10               # 0: none
+//!
+//! [link.datagram]
+//! end_to_end = "user"             # or "kernel" (TUN devices)
 //! ```
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::datagram::tunnel::DatagramSettings;
 use crate::endpoint::EndpointKind;
 use crate::pctcp::PctcpSettings;
 use crate::quic::QuicSettings;
@@ -70,6 +75,8 @@ pub struct LinkSettings {
     pub pctcp: PctcpSettings,
     /// dtls-utcp's user-space TCP, per lane.
     pub utcp: LaneTcp,
+    /// The datagram transports' (mUDP-OR's end-to-end TCP).
+    pub datagram: DatagramSettings,
 }
 
 impl Default for LinkSettings {
@@ -81,6 +88,7 @@ impl Default for LinkSettings {
             quic: QuicSettings::default(),
             pctcp: PctcpSettings::default(),
             utcp: LaneTcp::default(),
+            datagram: DatagramSettings::default(),
         }
     }
 }
@@ -221,6 +229,8 @@ max_lanes = 3
 [utcp]
 congestion = "reno"
 ack_delay_ms = 0
+[datagram]
+end_to_end = "kernel"
 "#;
         let s: LinkSettings = toml::from_str(text).expect("parse");
         assert_eq!(s.transport, Choice::Only(TransportKind::PCTCP));
@@ -235,6 +245,10 @@ ack_delay_ms = 0
         assert_eq!(s.pctcp.max_lanes, 3);
         assert_eq!(s.utcp.congestion, crate::utcp::LaneCongestion::Reno);
         assert_eq!(s.utcp.ack_delay, None);
+        assert_eq!(
+            s.datagram.end_to_end,
+            crate::datagram::tunnel::EndToEnd::Kernel
+        );
         s.check().expect("valid");
         let back: LinkSettings = toml::from_str(&toml::to_string(&s).expect("ser")).expect("de");
         assert_eq!(back, s);
@@ -248,6 +262,7 @@ ack_delay_ms = 0
             ("[quic]\nmode = 1", "unknown field `mode`"),
             ("[tcp]\ncongestion = \"Cubic!\"", "Cubic!"),
             ("[utcp]\ncongestion = \"none\"", "none"),
+            ("[datagram]\nend_to_end = \"both\"", "both"),
         ] {
             let err = toml::from_str::<LinkSettings>(text).expect_err(text);
             assert!(err.to_string().contains(needle), "{text}: {err}");

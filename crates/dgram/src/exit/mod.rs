@@ -13,7 +13,7 @@ use std::time::Instant;
 use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_utcp::{LaneBudget, MuxStats, Role, Settings};
 
-use crate::e2e::{linked_msg, E2eSet, NONCE_LEN};
+use crate::e2e::{linked_msg, parse_link, E2eSet, NONCE_LEN};
 use crate::streams::{Recv, SetStreams, StreamEvent, StreamKey};
 use crate::wire::{RelayCommand, RelayMsg};
 use crate::{CircuitId, Error};
@@ -36,6 +36,10 @@ pub struct ExitSetSettings {
     /// default 320 KiB) from its first segment on, so this bounds the
     /// exit's memory for streams.
     pub max_streams: usize,
+    /// Kernel sets ([`crate::tunnel`]) are served: the driver has a TUN
+    /// device and a listener on its tunnel port. Else a LINK for one is
+    /// refused.
+    pub kernel: bool,
 }
 
 impl Default for ExitSetSettings {
@@ -47,6 +51,7 @@ impl Default for ExitSetSettings {
             max_legs: 3,
             max_streams_per_set: 64,
             max_streams: 1024,
+            kernel: false,
         }
     }
 }
@@ -56,6 +61,21 @@ struct Set {
     streams: SetStreams,
     /// A MORE set: no circuits; replies go on the client's SURBs.
     more: Option<more::MoreExitSet>,
+}
+
+/// What a kernel set ([`crate::tunnel`]) asks of the exit's driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelOutput {
+    /// A segment from the client, for the exit's kernel (through
+    /// [`crate::tunnel::to_kernel`]).
+    Segment {
+        /// The set.
+        set: u64,
+        /// The TCP segment.
+        data: Vec<u8>,
+    },
+    /// The set ended: reset its connections, free its address.
+    Closed(u64),
 }
 
 /// Every set of one exit (see the module docs).
@@ -79,6 +99,8 @@ pub struct ExitSets {
     budget: LaneBudget,
     /// The end-to-end TCP counters of the sets that ended.
     ended: MuxStats,
+    /// Kernel sets that ended, for the driver.
+    kernel_closed: VecDeque<u64>,
 }
 
 impl std::fmt::Debug for ExitSets {
@@ -121,6 +143,7 @@ impl ExitSets {
             answers: VecDeque::new(),
             budget: LaneBudget::new(settings.max_streams),
             ended: MuxStats::default(),
+            kernel_closed: VecDeque::new(),
             settings,
         })
     }
@@ -173,10 +196,35 @@ impl ExitSets {
             .is_some_and(|set| set.streams.e2e.remove_leg(circuit));
         if empty {
             if let Some(set) = self.sets.remove(&id) {
+                if set.streams.e2e.is_kernel() {
+                    self.kernel_closed.push_back(id);
+                }
                 self.by_nonce.remove(&set.nonce);
                 self.ended += set.streams.fail(id, &mut self.events);
             }
         }
+    }
+
+    /// A kernel set: a segment from the exit's kernel for the client (the
+    /// payload of a packet [`crate::tunnel::from_kernel`] let through);
+    /// `false` if it was dropped (no such kernel set, or its queue is
+    /// full).
+    pub fn send_kernel_segment(&mut self, set: u64, segment: &[u8]) -> bool {
+        self.sets
+            .get_mut(&set)
+            .is_some_and(|s| s.streams.e2e.send_kernel_segment(segment.to_vec()))
+    }
+
+    /// What the kernel sets ask next: segments for the exit's kernel,
+    /// and sets that ended.
+    pub fn poll_kernel(&mut self) -> Option<KernelOutput> {
+        if let Some(set) = self.kernel_closed.pop_front() {
+            return Some(KernelOutput::Closed(set));
+        }
+        self.sets.iter_mut().find_map(|(&set, s)| {
+            let data = s.streams.e2e.poll_kernel_segment()?;
+            Some(KernelOutput::Segment { set, data })
+        })
     }
 
     /// The next circuit whose client broke the protocol: end it (the
@@ -293,19 +341,24 @@ impl ExitSets {
     }
 
     fn on_link(&mut self, now: Instant, circuit: CircuitId, data: &[u8]) {
-        let Ok(nonce) = <[u8; NONCE_LEN]>::try_from(data) else {
+        let Some((nonce, kernel)) = parse_link(data) else {
             return self.refuse.push_back(circuit);
         };
+        if kernel && !self.settings.kernel {
+            // This exit has no TUN device for the kernel's TCP.
+            return self.refuse.push_back(circuit);
+        }
+        let same_kind = |set: &Set| set.streams.e2e.is_kernel() == kernel;
         let id = match (self.by_circuit.get(&circuit), self.by_nonce.get(&nonce)) {
             // A repeated LINK (our LINKED was lost).
-            (Some(&a), Some(&b)) if a == b => a,
+            (Some(&a), Some(&b)) if a == b && self.sets.get(&a).is_some_and(same_kind) => a,
             // A circuit already in another set.
             (Some(_), _) => return self.refuse.push_back(circuit),
             (None, Some(&id)) => {
                 let Some(set) = self.sets.get_mut(&id) else {
                     return;
                 };
-                if set.streams.e2e.legs().len() >= self.settings.max_legs {
+                if set.streams.e2e.legs().len() >= self.settings.max_legs || !same_kind(set) {
                     return self.refuse.push_back(circuit);
                 }
                 set.streams.e2e.add_leg(circuit);
@@ -318,13 +371,18 @@ impl ExitSets {
                 let id = self.next_set;
                 self.next_set += 1;
                 let seed = self.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                let Ok(mut e2e) = E2eSet::new(
-                    &self.settings.tcp,
-                    Role::Responder,
-                    self.settings.dispatch,
-                    seed,
-                    now,
-                ) else {
+                let e2e = if kernel {
+                    E2eSet::kernel(Role::Responder, self.settings.dispatch, seed, now)
+                } else {
+                    E2eSet::new(
+                        &self.settings.tcp,
+                        Role::Responder,
+                        self.settings.dispatch,
+                        seed,
+                        now,
+                    )
+                };
+                let Ok(mut e2e) = e2e else {
                     return self.refuse.push_back(circuit);
                 };
                 e2e.mux().set_budget(self.budget.clone());

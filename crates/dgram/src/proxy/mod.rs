@@ -38,6 +38,11 @@ pub struct ProxySettings {
     pub tcp: Settings,
     /// How this end spreads segments over a set's circuits.
     pub dispatch: LegSchedulerKind,
+    /// Sets carry the nodes' kernel TCP through TUN devices
+    /// ([`crate::tunnel`]) instead of the user-space one: the driver
+    /// feeds [`Proxy::send_kernel_segment`] and drains
+    /// [`Proxy::poll_kernel_segment`], and no stream opens on them.
+    pub kernel: bool,
 }
 
 impl Default for ProxySettings {
@@ -46,6 +51,7 @@ impl Default for ProxySettings {
             circuits: ClientSettings::default(),
             tcp: Settings::default(),
             dispatch: LegSchedulerKind::RoundRobin { cells_per_leg: 1 },
+            kernel: false,
         }
     }
 }
@@ -240,13 +246,17 @@ impl Proxy {
         let id = self.next_set;
         self.next_set += 1;
         let seed = self.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let e2e = E2eSet::new(
-            &self.settings.tcp,
-            Role::Initiator,
-            self.settings.dispatch,
-            seed,
-            now,
-        )?;
+        let e2e = if self.settings.kernel {
+            E2eSet::kernel(Role::Initiator, self.settings.dispatch, seed, now)?
+        } else {
+            E2eSet::new(
+                &self.settings.tcp,
+                Role::Initiator,
+                self.settings.dispatch,
+                seed,
+                now,
+            )?
+        };
         let mut nonce = [0u8; NONCE_LEN];
         rand::rng().fill(&mut nonce[..]);
         self.sets.insert(
@@ -310,11 +320,13 @@ impl Proxy {
         self.close_retired();
     }
 
+    /// Close the retired sets whose last stream's lane is gone (a kernel
+    /// set's connections are its driver's: it closes the set itself).
     fn close_retired(&mut self) {
         let done: Vec<u64> = self
             .sets
             .iter_mut()
-            .filter(|(_, s)| s.retiring)
+            .filter(|(_, s)| s.retiring && !s.streams.e2e.is_kernel())
             .filter(|(_, s)| s.streams.held() == 0)
             .filter_map(|(&id, s)| (s.streams.e2e.mux().lanes() == 0).then_some(id))
             .collect();
@@ -357,6 +369,11 @@ impl Proxy {
             .sets
             .get_mut(&set)
             .ok_or(Error::NoCircuit(CircuitId(0)))?;
+        if s.streams.e2e.is_kernel() {
+            return Err(Error::Protocol(
+                "a kernel set carries the kernel's TCP, not streams",
+            ));
+        }
         if let Some(more) = s.more.as_mut().filter(|_| s.streams.e2e.lanes() == 0) {
             more.heard(now, true);
         }
@@ -364,6 +381,27 @@ impl Proxy {
         s.streams.after_tcp(now, set, false, &mut self.events);
         self.pump(now);
         Ok(StreamKey { set, lane })
+    }
+
+    /// A kernel set: a segment from the node's kernel for its peer (the
+    /// payload of a packet [`crate::tunnel::from_kernel`] let through);
+    /// `false` if it was dropped (no such kernel set, or its queue is
+    /// full while no circuit is linked).
+    pub fn send_kernel_segment(&mut self, now: Instant, set: u64, segment: &[u8]) -> bool {
+        let queued = self
+            .sets
+            .get_mut(&set)
+            .is_some_and(|s| s.streams.e2e.send_kernel_segment(segment.to_vec()));
+        self.pump(now);
+        queued
+    }
+
+    /// The next segment a kernel set's peer sent, for the node's kernel
+    /// (through [`crate::tunnel::to_kernel`]).
+    pub fn poll_kernel_segment(&mut self) -> Option<(u64, Vec<u8>)> {
+        self.sets
+            .iter_mut()
+            .find_map(|(&id, s)| Some((id, s.streams.e2e.poll_kernel_segment()?)))
     }
 
     /// Where a stream stands (the exit's answer).
@@ -474,18 +512,20 @@ impl Proxy {
         self.client.handle_timeout(now);
         let mut relink = Vec::new();
         for (&id, set) in self.sets.iter_mut() {
-            let has_streams = set.streams.e2e.mux().lanes() > 0;
+            // A kernel set's connections are the kernel's: keep its legs.
+            let has_streams = set.streams.e2e.mux().lanes() > 0 || set.streams.e2e.is_kernel();
+            let kernel = set.streams.e2e.is_kernel();
             for (&circuit, leg) in set.legs.iter_mut() {
                 match leg {
                     Leg::Linking { resend_at, wait } if now >= *resend_at => {
                         *wait = (*wait * 2).min(self.settings.circuits.max_resend);
                         *resend_at = now + *wait;
-                        relink.push((circuit, set.nonce));
+                        relink.push((circuit, set.nonce, kernel));
                     }
                     Leg::Linked { keepalive_at } if now >= *keepalive_at => {
                         *keepalive_at = now + LEG_KEEPALIVE;
                         if has_streams {
-                            relink.push((circuit, set.nonce));
+                            relink.push((circuit, set.nonce, kernel));
                         }
                     }
                     _ => {}
@@ -496,8 +536,8 @@ impl Proxy {
                 set.streams.after_tcp(now, id, true, &mut self.events);
             }
         }
-        for (circuit, nonce) in relink {
-            self.send_link(circuit, &nonce);
+        for (circuit, nonce, kernel) in relink {
+            self.send_link(circuit, &nonce, kernel);
         }
         self.more_timers(now);
         self.drain_client(now);
@@ -550,10 +590,12 @@ impl Proxy {
         self.drain_client(now);
     }
 
-    fn send_link(&mut self, circuit: CircuitId, nonce: &[u8; NONCE_LEN]) {
+    fn send_link(&mut self, circuit: CircuitId, nonce: &[u8; NONCE_LEN], kernel: bool) {
         if let Some(hops) = self.client.hops(circuit) {
             // A failure ends the circuit, reported by the client.
-            let _ = self.client.send(circuit, hops - 1, &link_msg(nonce));
+            let _ = self
+                .client
+                .send(circuit, hops - 1, &link_msg(nonce, kernel));
         }
     }
 
@@ -610,8 +652,8 @@ impl Proxy {
                 wait,
             },
         );
-        let nonce = set.nonce;
-        self.send_link(circuit, &nonce);
+        let (nonce, kernel) = (set.nonce, set.streams.e2e.is_kernel());
+        self.send_link(circuit, &nonce, kernel);
     }
 
     fn on_closed(&mut self, circuit: CircuitId, error: Error) {

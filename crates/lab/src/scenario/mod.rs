@@ -148,6 +148,7 @@ use onionlab_circuit::conflux::sched::LegSchedulerKind;
 use onionlab_circuit::relay::ExitPackaging;
 use onionlab_netem::units::parse_duration;
 use onionlab_netem::Topology;
+use onionlab_transport::datagram::tunnel::EndToEnd;
 use onionlab_transport::{Choice as TransportChoice, TransportKind};
 use toml::Spanned;
 
@@ -492,6 +493,7 @@ impl Scenario {
             circuit_cc: "fixed".into(),
             legs: 1,
             leg_scheduler: LegSchedulerKind::default(),
+            end_to_end: EndToEnd::default(),
             exit_packaging: ExitPackaging::default(),
             ctor_scheduler: None,
             tcp_congestion: None,

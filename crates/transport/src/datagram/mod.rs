@@ -15,6 +15,7 @@
 pub mod pump;
 pub(crate) mod setup;
 mod socket;
+pub mod tunnel;
 
 pub use onionlab_dgram::{CellLinkConfig, CellLinkStats};
 pub use socket::{DatagramSocket, LinkEvent, EVENT_QUEUE};
@@ -67,6 +68,11 @@ pub(crate) static INFO: TransportInfo = TransportInfo {
             key: "link.utcp.*",
             default: "as dtls-utcp's",
             about: "the end-to-end user-space TCP (segments sized to fit a cell)",
+        },
+        SettingInfo {
+            key: "link.datagram.end_to_end",
+            default: "user",
+            about: "\"kernel\": the client's and the exit's kernel TCP end to end through TUN devices (the paper's TUN mode; needs CAP_NET_ADMIN, link.tcp.congestion applies)",
         },
     ],
     open: open_link,

@@ -136,3 +136,40 @@ async fn run(
         }
     }
 }
+
+/// Move bytes both ways between two TCP connections (a kernel set's: the
+/// application's and the tunnel's at the client, the tunnel's and the
+/// target's at the exit) until both directions end cleanly, each side's
+/// FIN passed on as a FIN. An error on either connection, or `ended`
+/// (the set failed), resets both (`SO_LINGER` 0), so no side reads a
+/// clean end of a truncated stream.
+pub async fn splice(
+    mut a: TcpStream,
+    mut b: TcpStream,
+    ended: impl std::future::Future<Output = ()>,
+) -> PumpEnd {
+    let end = {
+        let (mut ar, mut aw) = a.split();
+        let (mut br, mut bw) = b.split();
+        let one_way = async {
+            tokio::io::copy(&mut ar, &mut bw).await?;
+            bw.shutdown().await
+        };
+        let other_way = async {
+            tokio::io::copy(&mut br, &mut aw).await?;
+            aw.shutdown().await
+        };
+        tokio::select! {
+            r = async { tokio::try_join!(one_way, other_way) } => match r {
+                Ok(_) => PumpEnd::Clean,
+                Err(e) => PumpEnd::Socket(e.to_string()),
+            },
+            () = ended => PumpEnd::Reset,
+        }
+    };
+    if end != PumpEnd::Clean {
+        let _ = a.set_zero_linger();
+        let _ = b.set_zero_linger();
+    }
+    end
+}

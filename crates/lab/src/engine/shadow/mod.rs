@@ -26,6 +26,9 @@ mod run;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use onionlab_transport::datagram::tunnel::EndToEnd;
+use onionlab_transport::{Choice as TransportChoice, TransportKind};
+
 pub use self::config::{config, shadow_seed, Schedule, ShadowOptions, SIMULATION_START_UNIX};
 pub use self::graph::{graph, Graph};
 pub use self::run::Shadow;
@@ -56,11 +59,20 @@ const LINUX_TCP_PARAMETERS: [&str; 5] = [
 ///
 /// # Errors
 ///
-/// [`Error::Shadow`] for a C tor variant.
+/// [`Error::Shadow`] for a C tor variant, or a datagram variant with
+/// kernel sets.
 pub fn adapt_variant(scenario: &Scenario, variant: &Variant) -> Result<(Variant, Vec<String>)> {
     if variant.implementation == Implementation::Ctor {
         return Err(Error::Shadow(format!(
             "variant {}: C tor variants do not run on the Shadow engine yet",
+            variant.label
+        )));
+    }
+    if variant.end_to_end == EndToEnd::Kernel
+        && variant.transport == TransportChoice::Only(TransportKind::DATAGRAM)
+    {
+        return Err(Error::Shadow(format!(
+            "variant {}: end_to_end = \"kernel\" needs TUN devices, which Shadow does not have",
             variant.label
         )));
     }

@@ -11,6 +11,11 @@
 //! for tor1 circuits); once open, its end reaches the application as a
 //! FIN only if every byte arrived, else as a reset
 //! ([`pump`](onionlab_transport::datagram::pump)).
+//!
+//! With `[link.datagram] end_to_end = "kernel"` the sets carry the
+//! client's kernel TCP instead ([`kernel`]).
+
+mod kernel;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -30,6 +35,7 @@ use onionlab_dgram::{
 };
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_transport::datagram::pump::{pump, StreamSide};
+use onionlab_transport::datagram::tunnel::EndToEnd;
 use onionlab_transport::datagram::{DatagramSocket, LinkEvent};
 use onionlab_transport::endpoint::EndpointKind;
 use rand::rngs::StdRng;
@@ -65,13 +71,23 @@ pub(crate) struct State {
     streams: HashMap<StreamKey, Rc<Notify>>,
     /// Wakes the main loop when a stream's task moved the timers.
     wake: Rc<Notify>,
+    /// Kernel sets: the TUN device and each set's connections.
+    kernel: Option<kernel::KernelSets>,
 }
 
 impl Drop for State {
     /// What the end-to-end TCP did, for the log (resent segments and
     /// ACKs cost whole cells here).
     fn drop(&mut self) {
-        tracing::info!(e2e = ?self.proxy.e2e_stats(), "datagram client stopped");
+        tracing::info!(
+            e2e = ?self.proxy.e2e_stats(),
+            kernel = %self
+                .kernel
+                .as_ref()
+                .map(|k| k.stats().to_string())
+                .unwrap_or_else(|| "none".into()),
+            "datagram client stopped"
+        );
     }
 }
 
@@ -98,14 +114,24 @@ fn dispatch(policy: &PolicySettings) -> Result<LegSchedulerKind> {
 
 impl State {
     /// The client's datagram state on `socket`, with `policy`'s paths
-    /// and timeouts and `tcp` for the end-to-end TCP; MORE sets if
-    /// `more`, else mUDP-OR's.
+    /// and timeouts and `link`'s end-to-end TCP; MORE sets if `more`,
+    /// else mUDP-OR's.
     pub(crate) fn new_shared(
         socket: Arc<DatagramSocket>,
         policy: PolicySettings,
-        tcp: onionlab_transport::utcp::LaneTcp,
+        link: &onionlab_transport::LinkSettings,
         more: bool,
     ) -> Result<Shared> {
+        let kernel = match link.datagram.end_to_end {
+            EndToEnd::User => None,
+            EndToEnd::Kernel if more => {
+                return Err(Error::Datagram(
+                    "MORE runs the user-space TCP only (link.datagram.end_to_end = \"kernel\" is mUDP-OR's)"
+                        .into(),
+                ))
+            }
+            EndToEnd::Kernel => Some(kernel::KernelSets::open(link.tcp_congestion())?),
+        };
         if !(1..=MAX_LEGS).contains(&policy.legs) {
             return Err(Error::Datagram(format!(
                 "legs = {}: datagram sets have 1 to {MAX_LEGS} circuits",
@@ -117,8 +143,9 @@ impl State {
                 build_timeout: policy.circuit_build_timeout,
                 ..CircuitSettings::default()
             },
-            tcp,
+            tcp: link.utcp.clone(),
             dispatch: dispatch(&policy)?,
+            kernel: kernel.is_some(),
         };
         let mut proxy =
             Proxy::new(settings, rand::random()).map_err(|e| Error::Datagram(e.to_string()))?;
@@ -150,6 +177,7 @@ impl State {
             more,
             streams: HashMap::new(),
             wake: Rc::new(Notify::new()),
+            kernel,
         })))
     }
 
@@ -192,7 +220,10 @@ impl State {
         tracing::info!(set, legs = paths.len(), paths = ?names, "datagram set started");
         if let Some((old, _)) = self.current.replace((set, exit)) {
             // No new streams go on the old set; it ends with its last.
-            self.proxy.retire(old);
+            match self.kernel.as_mut() {
+                Some(kernel) => kernel.retire(&mut self.proxy, old),
+                None => self.proxy.retire(old),
+            }
         }
         Ok(set)
     }
@@ -297,6 +328,8 @@ pub(crate) async fn drive(shared: Shared) {
         let st = shared.borrow();
         (st.socket.clone(), st.wake.clone())
     };
+    let mut tun = shared.borrow().kernel_tun();
+    let mut packet = vec![0u8; 2048];
     // What the proxy asked for at its start (MORE's links) goes now, not
     // at the first event.
     flush(&shared);
@@ -308,10 +341,29 @@ pub(crate) async fn drive(shared: Shared) {
                 None => std::future::pending().await,
             }
         };
+        let from_tun = async {
+            match &tun {
+                Some(tun) => tun.recv(&mut packet).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             ev = socket.next_event() => on_link_event(&shared, ev),
             () = timer => shared.borrow_mut().proxy.handle_timeout(Instant::now()),
             () = wake.notified() => {}
+            r = from_tun => match r {
+                Ok(n) => {
+                    let mut st = shared.borrow_mut();
+                    let State { kernel, proxy, .. } = &mut *st;
+                    if let Some(kernel) = kernel.as_mut() {
+                        kernel.packet_from_kernel(proxy, &packet[..n]);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("reading the TUN device failed, kernel sets stop: {e}");
+                    tun = None;
+                }
+            },
         }
         flush(&shared);
     }
@@ -391,7 +443,16 @@ fn flush(shared: &Shared) {
                 if st.current.is_some_and(|(s, _)| s == set) {
                     st.current = None;
                 }
+                if let Some(kernel) = st.kernel.as_mut() {
+                    kernel.set_ended(set);
+                }
             }
+        }
+    }
+    let State { kernel, proxy, .. } = &mut *st;
+    if let Some(kernel) = kernel.as_mut() {
+        while let Some((set, segment)) = proxy.poll_kernel_segment() {
+            kernel.segment_to_kernel(set, &segment);
         }
     }
     while let Some(ev) = st.proxy.poll_stream_event() {
@@ -430,6 +491,10 @@ pub(crate) async fn serve(
             format!("{}:{port}", h.as_ref()),
         ),
     };
+    if shared.borrow().kernel.is_some() {
+        let early = accepted.early_data;
+        return kernel::serve_stream(shared, sock, peer, &request, (target, host), early).await;
+    }
     let opened = open(&shared, &target, &host).await;
     let (stream, wake) = match opened {
         Ok(s) => s,

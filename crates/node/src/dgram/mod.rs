@@ -11,6 +11,12 @@
 //! Links it opens go only to relays of the network document, at their
 //! advertised `dgram` address (an EXTEND2 or a MORE route elsewhere
 //! fails).
+//!
+//! An exit with `[link.datagram] end_to_end = "kernel"` also serves
+//! kernel sets, whose TCP is its kernel's behind a TUN device
+//! ([`kernel`]).
+
+pub(crate) mod kernel;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,8 +29,8 @@ use onionlab_cell::msg::EndReason;
 use onionlab_crypto::identity::RelaySecretKeys;
 use onionlab_dgram::more::{MoreOutput, MoreRelay, MoreRelaySettings, SphinxKey};
 use onionlab_dgram::{
-    DgramRelay, ExitSetSettings, ExitSets, LinkId, Recv, RelayOutput, RelaySettings, StreamEvent,
-    StreamKey,
+    DgramRelay, ExitSetSettings, ExitSets, KernelOutput, LinkId, Recv, RelayOutput, RelaySettings,
+    StreamEvent, StreamKey,
 };
 use onionlab_netdoc::doc::NetworkDocument;
 use onionlab_transport::datagram::pump::{pump, StreamSide};
@@ -52,6 +58,8 @@ pub(crate) struct DgramSetup {
     pub(crate) exit: Option<Exit>,
     /// The end-to-end TCP's settings and dispatch, at an exit.
     pub(crate) sets: ExitSetSettings,
+    /// At an exit that serves kernel sets: its TUN device and listener.
+    pub(crate) kernel: Option<kernel::ExitKernel>,
 }
 
 type Shared = Rc<RefCell<State>>;
@@ -80,11 +88,16 @@ struct State {
     wake: Rc<Notify>,
     /// Links without circuits, since when.
     idle_since: HashMap<LinkId, Instant>,
+    /// Kernel sets' TUN device, listener and connections (an exit's).
+    kernel: Option<kernel::ExitKernel>,
 }
 
 /// Run the relay's datagram circuits on `socket` until the task is
 /// aborted.
-pub(crate) async fn serve(socket: Arc<DatagramSocket>, setup: DgramSetup) {
+pub(crate) async fn serve(socket: Arc<DatagramSocket>, mut setup: DgramSetup) {
+    // Only an exit serves kernel sets.
+    let kernel = setup.kernel.take().filter(|_| setup.exit.is_some());
+    setup.sets.kernel = kernel.is_some();
     let exit = match setup.exit {
         Some(exit) => match ExitSets::new(setup.sets, rand::random()) {
             Ok(sets) => Some((sets, exit.job(), exit.max_pending_connects())),
@@ -103,6 +116,7 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, setup: DgramSetup) {
         nickname = %setup.nickname,
         dgram = %socket.local_addr(),
         exit = settings.exit,
+        kernel_sets = kernel.is_some(),
         "datagram circuits listening"
     );
     let more = MoreRelay::new(
@@ -132,7 +146,11 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, setup: DgramSetup) {
         tasks: Vec::new(),
         wake: wake.clone(),
         idle_since: HashMap::new(),
+        kernel,
     }));
+    kernel::start(&shared);
+    let mut tun = shared.borrow().kernel.as_ref().map(kernel::ExitKernel::tun);
+    let mut packet = vec![0u8; 2048];
     let mut sweep = tokio::time::interval(LINK_SWEEP);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let _stop = StopTasks(shared.clone());
@@ -156,8 +174,32 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, setup: DgramSetup) {
             }
             () = wake.notified() => {}
             _ = sweep.tick() => close_idle_links(&mut shared.borrow_mut(), Instant::now()),
+            r = from_tun(tun.as_deref(), &mut packet) => match r {
+                Ok(n) => {
+                    let mut st = shared.borrow_mut();
+                    let State { kernel, exit, .. } = &mut *st;
+                    if let (Some(kernel), Some((sets, ..))) = (kernel.as_mut(), exit.as_mut()) {
+                        kernel.packet_from_kernel(sets, &packet[..n]);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!("reading the TUN device failed, kernel sets stop: {e}");
+                    tun = None;
+                }
+            },
         }
         flush(&shared);
+    }
+}
+
+/// The next packet from the TUN device; never, without one.
+async fn from_tun(
+    tun: Option<&onionlab_transport::datagram::tunnel::TunDevice>,
+    packet: &mut [u8],
+) -> std::io::Result<usize> {
+    match tun {
+        Some(tun) => tun.recv(packet).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -217,6 +259,11 @@ impl Drop for StopTasks {
                 more = ?st.more.stats(),
                 endpoint = ?st.socket.stats(),
                 e2e = ?st.exit.as_ref().map(|(sets, ..)| sets.e2e_stats()),
+                kernel = %st
+                    .kernel
+                    .as_ref()
+                    .map(|k| k.stats().to_string())
+                    .unwrap_or_else(|| "none".into()),
                 events_dropped = st.socket.events_dropped(),
                 "datagram relay stopped"
             );
@@ -314,7 +361,11 @@ fn flush(shared: &Shared) {
             on_more_output(&mut st, now, out);
         }
         let State {
-            exit, relay, more, ..
+            exit,
+            relay,
+            more,
+            kernel,
+            ..
         } = &mut *st;
         if let Some((sets, ..)) = exit.as_mut() {
             while let Some(circuit) = sets.poll_refused() {
@@ -331,6 +382,16 @@ fn flush(shared: &Shared) {
                 moved = true;
                 // A SURB that does not parse is the client's loss.
                 let _ = more.send_reply(now, &surb, &msg);
+            }
+            while let Some(out) = sets.poll_kernel() {
+                moved = true;
+                let Some(kernel) = kernel.as_mut() else {
+                    continue;
+                };
+                match out {
+                    KernelOutput::Segment { set, data } => kernel.segment_to_kernel(set, &data),
+                    KernelOutput::Closed(set) => kernel.set_ended(set),
+                }
             }
         }
         while let Some(ev) = st.exit.as_mut().and_then(|(s, ..)| s.poll_event()) {
@@ -440,13 +501,7 @@ fn start_connect(shared: &Shared, st: &mut State, stream: StreamKey, target: Str
     let Some((sets, job, max)) = st.exit.as_mut() else {
         return;
     };
-    let parsed = target.rsplit_once(':').and_then(|(host, port)| {
-        Some((
-            host.trim_matches(['[', ']']).to_string(),
-            port.parse::<u16>().ok()?,
-        ))
-    });
-    let Some((host, port)) = parsed else {
+    let Some((host, port)) = split_target(&target) else {
         return sets.refused(now, stream, u8::from(EndReason::TORPROTOCOL));
     };
     if st.connecting >= *max {
@@ -490,6 +545,16 @@ fn start_connect(shared: &Shared, st: &mut State, stream: StreamKey, target: Str
     });
     st.tasks.retain(|t| !t.is_finished());
     st.tasks.push(task);
+}
+
+/// A stream's `host:port` target as host (brackets off an IPv6 address)
+/// and port.
+fn split_target(target: &str) -> Option<(String, u16)> {
+    let (host, port) = target.rsplit_once(':')?;
+    Some((
+        host.trim_matches(['[', ']']).to_string(),
+        port.parse::<u16>().ok()?,
+    ))
 }
 
 /// An exit stream as its pump sees it.
