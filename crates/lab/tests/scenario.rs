@@ -1260,3 +1260,39 @@ fn a_relay_can_carry_its_weight_in_path_selection() {
         "bandwidth must be 1 to",
     );
 }
+
+/// `end_to_end` picks the TCP a datagram variant runs end to end: it
+/// reaches every node's `[link.datagram]`, and `kernel` with another
+/// transport (which would ignore it, or for MORE cannot run it) is
+/// refused until excluded.
+#[test]
+fn end_to_end_is_the_datagram_transports() {
+    use onionlab_transport::datagram::tunnel::EndToEnd;
+    let matrix = "\n[matrix]\ntransport = [\"datagram\"]\nend_to_end = [\"user\", \"kernel\"]\n";
+    let s = parse(&format!("{BASE}{matrix}")).expect("valid");
+    let kinds: Vec<EndToEnd> = s
+        .variants()
+        .iter()
+        .map(|v| {
+            let link = v.link_settings("exit").expect("link settings");
+            assert_eq!(link.datagram.end_to_end, v.end_to_end);
+            v.end_to_end
+        })
+        .collect();
+    assert_eq!(kinds, [EndToEnd::User, EndToEnd::Kernel]);
+    for transport in ["tls", "more"] {
+        let mixed = format!(
+            "{BASE}\n[matrix]\ntransport = [\"datagram\", \"{transport}\"]\nend_to_end = [\"user\", \"kernel\"]\n"
+        );
+        assert_error(
+            &mixed,
+            1,
+            "end_to_end = \"kernel\" is the datagram transport's",
+        );
+        let excluded =
+            format!("{mixed}\n[[exclude]]\ntransport = \"{transport}\"\nend_to_end = \"kernel\"\n");
+        assert_eq!(parse(&excluded).expect("valid").variants().len(), 3);
+    }
+    let unknown = format!("{BASE}\n[matrix]\nend_to_end = [\"both\"]\n");
+    assert_error(&unknown, BASE.lines().count() + 3, "unknown end_to_end");
+}

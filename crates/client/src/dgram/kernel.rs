@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use onionlab_cell::msg::EndReason;
 use onionlab_client_core::path::Target;
@@ -23,7 +23,7 @@ use onionlab_dgram::e2e::stream_preamble;
 use onionlab_dgram::tunnel::{from_kernel, to_kernel, PeerAddrs, TunnelEnd, TUNNEL_PORT};
 use onionlab_dgram::Proxy;
 use onionlab_transport::datagram::pump::splice;
-use onionlab_transport::datagram::tunnel::{KernelSetStats, TunDevice};
+use onionlab_transport::datagram::tunnel::{tunnel_socket, KernelSetStats, TunDevice};
 use onionlab_transport::tcp::TcpCongestion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -145,18 +145,32 @@ impl KernelSets {
         Some((addr, conns.ended.subscribe()))
     }
 
-    /// A connection on `set` ended.
-    fn conn_done(&mut self, proxy: &mut Proxy, set: u64) {
+    /// A connection on `set` ended; `true` if it was the last of a
+    /// retired set, to be closed after [`RETIRED_LINGER`].
+    fn conn_done(&mut self, set: u64) -> bool {
         let Some(conns) = self.sets.get_mut(&set) else {
-            return;
+            return false;
         };
         conns.open -= 1;
-        if conns.open == 0 && conns.retired {
+        conns.open == 0 && conns.retired
+    }
+
+    /// Close `set` if it is still retired with no connection.
+    fn close_if_idle(&mut self, proxy: &mut Proxy, set: u64) {
+        if self
+            .sets
+            .get(&set)
+            .is_some_and(|c| c.retired && c.open == 0)
+        {
             proxy.close_set(set);
             self.set_ended(set);
         }
     }
 }
+
+/// How long a retired set lives after its last connection ended: the
+/// kernel may still be resending that connection's last segments.
+pub(crate) const RETIRED_LINGER: Duration = Duration::from_secs(10);
 
 /// A connection counted on its set until dropped.
 struct Conn {
@@ -169,13 +183,25 @@ impl Drop for Conn {
         let Ok(mut st) = self.shared.try_borrow_mut() else {
             return;
         };
-        let State { kernel, proxy, .. } = &mut *st;
-        if let Some(kernel) = kernel.as_mut() {
-            kernel.conn_done(proxy, self.set);
-        }
+        let last = st.kernel.as_mut().is_some_and(|k| k.conn_done(self.set));
         drop(st);
-        // A retired set's DESTROYs go now.
-        flush(&self.shared);
+        if !last {
+            return;
+        }
+        // The kernel may still resend the connection's last segments
+        // (its FIN among them): the set lives a little longer.
+        let (shared, set) = (self.shared.clone(), self.set);
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(RETIRED_LINGER).await;
+            {
+                let mut st = shared.borrow_mut();
+                let State { kernel, proxy, .. } = &mut *st;
+                if let Some(kernel) = kernel.as_mut() {
+                    kernel.close_if_idle(proxy, set);
+                }
+            }
+            flush(&shared);
+        });
     }
 }
 
@@ -209,7 +235,9 @@ pub(super) async fn serve_stream(
         tunnel.write_all(&early).await
     };
     if started.await.is_err() {
+        // The application may have its SUCCEEDED: a reset, not an end.
         let _ = tunnel.set_zero_linger();
+        let _ = sock.set_zero_linger();
         return;
     }
     let end = splice(sock, tunnel, set_ended(ended)).await;
@@ -244,32 +272,45 @@ async fn open(
     };
     // The set's circuits are asked for now, not at the next event.
     flush(shared);
-    let attempt = async {
-        let socket = tokio::net::TcpSocket::new_v4()?;
-        congestion.apply(&socket)?;
-        let mut tcp = socket
+    let connect = async {
+        tunnel_socket(&congestion)?
             .connect(SocketAddr::from((addr, TUNNEL_PORT)))
-            .await?;
+            .await
+    };
+    let failed = |e: io::Error| {
+        tracing::info!(%target, "kernel connection through the set failed: {e}");
+        reply::GENERAL_FAILURE
+    };
+    let mut tcp = tokio::select! {
+        r = tokio::time::timeout_at(deadline.into(), connect) => match r {
+            Ok(connected) => connected.map_err(failed)?,
+            Err(_) => return Err(reply::TTL_EXPIRED),
+        },
+        () = set_ended(ended.clone()) => return Err(reply::GENERAL_FAILURE),
+    };
+    let asked = async {
         tcp.write_all(&preamble).await?;
         let mut answer = [0u8; 1];
         tcp.read_exact(&mut answer).await?;
-        Ok::<_, io::Error>((tcp, answer[0]))
+        Ok::<_, io::Error>(answer[0])
     };
     let answered = tokio::select! {
-        r = tokio::time::timeout_at(deadline.into(), attempt) => r,
-        () = set_ended(ended.clone()) => return Err(reply::GENERAL_FAILURE),
+        r = tokio::time::timeout_at(deadline.into(), asked) => Some(r),
+        () = set_ended(ended.clone()) => None,
     };
     match answered {
-        Ok(Ok((tcp, 0))) => Ok((tcp, conn, ended)),
-        Ok(Ok((tcp, reason))) => {
-            drop(tcp);
-            Err(socks::end_reason_reply(EndReason::from(reason)))
+        Some(Ok(Ok(0))) => Ok((tcp, conn, ended)),
+        Some(Ok(Ok(reason))) => Err(socks::end_reason_reply(EndReason::from(reason))),
+        answered => {
+            // The exit may have the target already: reset, so it never
+            // passes on a clean, empty stream.
+            let _ = tcp.set_zero_linger();
+            match answered {
+                Some(Ok(Err(e))) => Err(failed(e)),
+                Some(Err(_)) => Err(reply::TTL_EXPIRED),
+                _ => Err(reply::GENERAL_FAILURE),
+            }
         }
-        Ok(Err(e)) => {
-            tracing::info!(%target, "kernel connection through the set failed: {e}");
-            Err(reply::GENERAL_FAILURE)
-        }
-        Err(_) => Err(reply::TTL_EXPIRED),
     }
 }
 

@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use onionlab_circuit::relay::ExitPackaging;
+use onionlab_transport::datagram::tunnel::EndToEnd;
+use onionlab_transport::{Choice as TransportChoice, TransportKind};
 use toml::Spanned;
 
 use super::{Ctx, RelaySpec, Scenario};
@@ -114,6 +116,23 @@ pub(super) fn check_exclude(
 }
 
 impl Scenario {
+    /// `end_to_end = "kernel"` only with the `datagram` transport: the
+    /// others ignore it (a duplicate run), and MORE runs the user-space
+    /// TCP only.
+    pub(super) fn check_end_to_end(&self) -> std::result::Result<(), String> {
+        let datagram = TransportChoice::Only(TransportKind::DATAGRAM);
+        for v in self.variants() {
+            if v.end_to_end == EndToEnd::Kernel && v.transport != datagram {
+                return Err(format!(
+                    "variant {:?}: end_to_end = \"kernel\" is the datagram transport's \
+                     (mUDP-OR); leave the combination out with [[exclude]]",
+                    v.label
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Every variant's `legs` fits: a client with pinned legs has at least
     /// that many, and a C tor variant with several legs is one C tor's
     /// conflux can run.

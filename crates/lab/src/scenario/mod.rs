@@ -451,6 +451,7 @@ impl Scenario {
             .map_err(|m| ctx.err(congestion_span, m))?;
         scenario.check_ctor().map_err(|m| ctx.err(0..0, m))?;
         scenario.check_legs().map_err(|m| ctx.err(0..0, m))?;
+        scenario.check_end_to_end().map_err(|m| ctx.err(0..0, m))?;
         Ok(scenario)
     }
 

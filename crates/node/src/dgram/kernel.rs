@@ -25,7 +25,7 @@ use onionlab_dgram::tunnel::{
 };
 use onionlab_dgram::ExitSets;
 use onionlab_transport::datagram::pump::splice;
-use onionlab_transport::datagram::tunnel::{KernelSetStats, TunDevice};
+use onionlab_transport::datagram::tunnel::{tunnel_socket, KernelSetStats, TunDevice};
 use onionlab_transport::tcp::TcpCongestion;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -63,7 +63,8 @@ struct SetConns {
 
 impl ExitKernel {
     /// Open the TUN device and listen on [`NODE_ADDR`]:[`TUNNEL_PORT`]
-    /// with `congestion` (accepted connections inherit it); at most
+    /// on it, with `congestion` and keep-alive ([`tunnel_socket`];
+    /// accepted connections inherit them); at most
     /// `max_per_set` connections per set and `max_total` in all. Must
     /// run inside a tokio runtime.
     ///
@@ -78,9 +79,8 @@ impl ExitKernel {
         let tun = TunDevice::open()?;
         let listen = SocketAddr::from((NODE_ADDR, TUNNEL_PORT));
         let listener = (|| {
-            let socket = tokio::net::TcpSocket::new_v4()?;
+            let socket = tunnel_socket(congestion)?;
             socket.set_reuseaddr(true)?;
-            congestion.apply(&socket)?;
             socket.bind(listen)?;
             socket.listen(1024)
         })()

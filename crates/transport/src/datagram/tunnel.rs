@@ -4,10 +4,13 @@
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use onionlab_dgram::tunnel::{NODE_ADDR, TUNNEL_MTU, TUNNEL_NET};
 use serde::{Deserialize, Serialize};
 use tokio::io::unix::AsyncFd;
+
+use crate::tcp::TcpCongestion;
 
 /// The TUN device's name (one per network namespace: a node that needs
 /// two fails to open the second).
@@ -43,6 +46,37 @@ pub struct TunDevice {
     read: AtomicU64,
     written: AtomicU64,
     write_dropped: AtomicU64,
+}
+
+/// A kernel set's connection with no byte either way for this long is
+/// probed (TCP keep-alive, as the user-space lanes' `STREAM_KEEP_ALIVE`):
+/// a peer that forgot it answers with a reset, so a connection whose
+/// reset was lost on the set ends anyway.
+pub const TUNNEL_KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// Keep-alive probes 10 s apart, 3 of them, before the kernel gives up.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEP_ALIVE_PROBES: u32 = 3;
+
+/// A TCP socket for a kernel set's connection (the client's, or the
+/// exit's listener, whose connections inherit its options): IPv4,
+/// `congestion`, keep-alive after [`TUNNEL_KEEP_ALIVE`], and bound to
+/// [`TUN_NAME`], so it takes packets from the tunnel only, never for its
+/// address from another interface.
+///
+/// # Errors
+///
+/// The system's (binding to a device needs `CAP_NET_RAW`).
+pub fn tunnel_socket(congestion: &TcpCongestion) -> io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    congestion.apply(&socket)?;
+    let sock = socket2::SockRef::from(&socket);
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(TUNNEL_KEEP_ALIVE)
+        .with_interval(KEEP_ALIVE_INTERVAL)
+        .with_retries(KEEP_ALIVE_PROBES);
+    sock.set_tcp_keepalive(&keepalive)?;
+    sock.bind_device(Some(TUN_NAME.as_bytes()))?;
+    Ok(socket)
 }
 
 /// What a node's kernel sets did, for the log when it stops.
