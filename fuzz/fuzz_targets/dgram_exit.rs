@@ -3,7 +3,9 @@
 //! SEGMENTs of the end-to-end TCP with any bytes, its handshake and a
 //! stream's target among them, circuits ending, time passing), the
 //! driver connecting or refusing every target asked for and reading and
-//! writing every stream. Nothing may panic; sets stay within their limit.
+//! writing every stream, memory pressure now and then (sets shed, the
+//! streams' limit moved). Nothing may panic; sets stay within their
+//! limit, and shedding reaches its target.
 #![no_main]
 
 use std::time::{Duration, Instant};
@@ -52,9 +54,22 @@ fuzz_target!(|data: &[u8]| {
             _ => {
                 now += Duration::from_millis(u64::from(*arg) * 10);
                 sets.handle_timeout(now);
+                // Memory pressure now and then: shedding brings what the
+                // sets hold down to the target; the stream limit moves.
+                match arg % 7 {
+                    0 => {
+                        let target = usize::from(*arg) * 8192;
+                        sets.shed(target);
+                        assert!(sets.held_bytes() <= target, "shed above its target");
+                    }
+                    1 => sets.limit_streams(usize::from(arg % 5)),
+                    2 => sets.limit_streams(usize::MAX),
+                    _ => {}
+                }
             }
         }
         while sets.poll_refused().is_some() {}
+        while sets.poll_shed().is_some() {}
         while sets.poll_transmit().is_some() {}
         while let Some(ev) = sets.poll_event() {
             match ev {

@@ -8,13 +8,17 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use common::{has_destroy, RawCirc, TestRelay};
 use onionlab_cell::chan::{AnyChanMsg, CircId, Create2, Created2, Destroy, DestroyReason};
 use onionlab_cell::chan::{HandshakeType, Relay};
 use onionlab_cell::msg::{AnyRelayMsg, EndReason, StreamId};
 use onionlab_cell::relay::{BoxedCellBody, CELL_DATA_LEN};
-use onionlab_circuit::node::{ChannelId, CircKey, NodeConfig, NodeEvent, TransportBuffer};
+use onionlab_circuit::node::{
+    allowance, ChannelId, CircKey, NodeConfig, NodeEvent, TransportBuffer,
+};
 use onionlab_circuit::relay::RelayConfig;
 use onionlab_circuit::scheduler::SchedulerKind;
 use onionlab_circuit::stream::StreamEvent;
@@ -198,6 +202,55 @@ fn oom_kills_the_circuits_holding_the_most_and_spares_the_rest() {
     assert_eq!(&buf[..n], b"still here");
     assert_eq!(s.r.node.oom_circuits_killed(), 2);
     assert_eq!(s.r.node.total_queued_bytes(), s.r.recount(&ALL));
+}
+
+#[test]
+fn another_engines_holdings_lower_the_nodes_allowance_never_below_half() {
+    let mut s = scene(MIB);
+    let held: Vec<usize> = s.heavy.iter().map(|c| s.r.circ_bytes(c.key)).collect();
+    let others = Arc::new(AtomicUsize::new(0));
+    s.r.node.share_limit_with(others.clone());
+    // The datagram engine holds 60% of the limit: the node's allowance is
+    // the half it always keeps, not 40%.
+    others.store(MIB * 60 / 100, Ordering::Relaxed);
+    assert_eq!(s.r.node.external_held(), MIB * 60 / 100);
+    assert_eq!(allowance(MIB, MIB * 60 / 100), MIB / 2);
+    // The node holds 90% of the limit; its next input finds it over its
+    // allowance and frees down to 3/4 of it (37.5%): the 24%, 23% and
+    // 22% circuits go, the rest stay.
+    s.r.send_onward(&s.heavy[4], 1);
+    assert_eq!(s.r.node.oom_circuits_killed(), 3);
+    let killed: HashSet<CircKey> = s.r.closed().iter().map(|(k, _)| *k).collect();
+    let want: HashSet<CircKey> = s.heavy[..3].iter().map(|c| c.key).collect();
+    assert_eq!(killed, want);
+    assert!(s.r.node.total_queued_bytes() < low_water(MIB / 2));
+    assert_eq!(s.r.circ_bytes(s.heavy[3].key), held[3]);
+    assert_eq!(s.r.circ_bytes(s.light.key), 1000);
+    // Below its allowance it is left alone, however much the other holds.
+    others.store(4 * MIB, Ordering::Relaxed);
+    s.r.send_onward(&s.heavy[4], 1);
+    assert_eq!(s.r.node.oom_circuits_killed(), 3);
+    assert_eq!(s.r.node.total_queued_bytes(), s.r.recount(&ALL));
+}
+
+#[test]
+fn an_allowance_is_the_limit_less_the_others_and_at_least_half() {
+    assert_eq!(allowance(1000, 0), 1000);
+    assert_eq!(allowance(1000, 300), 700);
+    assert_eq!(allowance(1000, 500), 500);
+    assert_eq!(allowance(1000, 5000), 500);
+    assert_eq!(allowance(1001, 5000), 500);
+    assert_eq!(allowance(usize::MAX, usize::MAX), usize::MAX / 2);
+    // Two engines each within its allowance hold at most the limit.
+    for limit in [100, 101] {
+        for a in 0..=limit {
+            for b in 0..=limit {
+                if a <= allowance(limit, b) && b <= allowance(limit, a) {
+                    assert!(a + b <= limit, "{limit}: {a} + {b}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

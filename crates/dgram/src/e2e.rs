@@ -198,6 +198,16 @@ impl E2eSet {
         self.mux.lanes()
     }
 
+    /// Bytes this end holds: its lanes' TCP buffers (`lane_bytes` each,
+    /// allocated whole when a lane opens) and a kernel set's queued
+    /// segments.
+    pub fn held_bytes(&self, lane_bytes: usize) -> usize {
+        let queued: usize = self.kernel.as_ref().map_or(0, |k| {
+            k.to_peer.iter().chain(&k.to_kernel).map(Vec::len).sum()
+        });
+        self.mux.lanes() * lane_bytes + queued
+    }
+
     /// Its TCP's counters.
     pub fn stats(&self) -> MuxStats {
         self.mux.stats()

@@ -104,6 +104,9 @@ pub struct RelayStats {
     pub refused: u64,
     /// Circuits forgotten after `idle_timeout`.
     pub idle_forgotten: u64,
+    /// (Exits) circuits of sets ended because the relay was over its
+    /// memory cap.
+    pub out_of_memory: u64,
 }
 
 /// Where a circuit's next hop stands.
@@ -237,6 +240,15 @@ impl DgramRelay {
     /// Circuits held.
     pub fn circuits(&self) -> usize {
         self.circuits.len()
+    }
+
+    /// Bytes its circuits hold, about: each circuit's state (keys, replay
+    /// windows, its CREATE2 and answer) and its ends' entries, as laid out
+    /// in memory (all inline). What a relay's memory cap counts.
+    pub fn held_bytes(&self) -> usize {
+        let per_circuit = std::mem::size_of::<(CircuitId, Circuit)>()
+            + 2 * std::mem::size_of::<((LinkId, u32), (CircuitId, End))>();
+        self.circuits.len() * per_circuit
     }
 
     /// Links that carry a circuit now (the others may be closed when
@@ -389,6 +401,15 @@ impl DgramRelay {
     pub fn refuse(&mut self, circuit: CircuitId) {
         if self.circuits.contains_key(&circuit) {
             self.violation(circuit);
+        }
+    }
+
+    /// End `circuit` (the exit's, of a set ended because the relay was
+    /// over its memory cap): DESTROY with reason RESOURCELIMIT both ways.
+    pub fn end_for_memory(&mut self, circuit: CircuitId) {
+        if self.circuits.contains_key(&circuit) {
+            self.stats.out_of_memory += 1;
+            self.destroy(circuit, REASON_RESOURCELIMIT);
         }
     }
 

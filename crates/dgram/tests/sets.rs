@@ -244,6 +244,10 @@ impl Sim {
                 any = true;
                 self.relays[EXIT - 1].refuse(c);
             }
+            while let Some(c) = self.exit.poll_shed() {
+                any = true;
+                self.relays[EXIT - 1].end_for_memory(c);
+            }
             while let Some((c, msg)) = self.exit.poll_transmit() {
                 any = true;
                 let _ = self.relays[EXIT - 1].send_to_client(c, &msg);
@@ -707,4 +711,93 @@ fn a_kernel_set_whose_circuits_die_is_closed_at_the_exit() {
     assert!(sim.set_failed, "the client's set failed");
     assert_eq!(sim.exit_kernel_closed, vec![exit_set]);
     assert!(!sim.exit.send_kernel_segment(exit_set, &[1; 40]));
+}
+
+#[test]
+fn an_exit_lets_no_more_streams_open_than_its_memory_allows() {
+    let mut sim = Sim::new(0.0, 13);
+    sim.exit_hold = true;
+    // Room for three streams' buffers.
+    sim.exit.limit_streams(3);
+    let paths = sim.paths(1);
+    let set = sim.proxy.start_set(sim.now, paths).unwrap();
+    let open = |sim: &mut Sim, n: usize| -> Vec<StreamKey> {
+        (0..n)
+            .map(|_| {
+                let k = sim
+                    .proxy
+                    .open_stream(sim.now, set, "target.example:443")
+                    .unwrap();
+                sim.client_ends.entry(k).or_default().hold = true;
+                k
+            })
+            .collect()
+    };
+    let keys = open(&mut sim, 5);
+    sim.run(Duration::from_secs(5));
+    let count = |sim: &Sim, keys: &[StreamKey], want: StreamStatus| {
+        keys.iter()
+            .filter(|k| sim.proxy.status(**k) == want)
+            .count()
+    };
+    assert_eq!(count(&sim, &keys, StreamStatus::Open), 3);
+    assert_eq!(count(&sim, &keys, StreamStatus::Failed), 2);
+    assert_eq!(sim.exit.open_streams(), 3);
+    assert_eq!(sim.exit.held_bytes(), 3 * sim.exit.stream_bytes());
+    // With room again, a new stream opens.
+    sim.exit.limit_streams(usize::MAX);
+    let more = open(&mut sim, 1);
+    sim.run(Duration::from_secs(5));
+    assert_eq!(sim.proxy.status(more[0]), StreamStatus::Open);
+    assert_eq!(sim.exit.open_streams(), 4);
+}
+
+#[test]
+fn an_exit_over_its_memory_ends_the_set_holding_the_most_and_spares_the_rest() {
+    let mut sim = Sim::new(0.0, 14);
+    sim.exit_hold = true;
+    // Two sets, all streams idle: one with three streams, one with one.
+    let mut streams = Vec::new();
+    for n in [3, 1] {
+        let paths = sim.paths(1);
+        let set = sim.proxy.start_set(sim.now, paths).unwrap();
+        for _ in 0..n {
+            let k = sim
+                .proxy
+                .open_stream(sim.now, set, "target.example:443")
+                .unwrap();
+            sim.client_ends.entry(k).or_default().hold = true;
+            streams.push(k);
+        }
+    }
+    sim.run(Duration::from_secs(5));
+    for k in &streams {
+        assert_eq!(sim.proxy.status(*k), StreamStatus::Open, "{k:?}");
+    }
+    let one = sim.exit.stream_bytes();
+    assert_eq!(sim.exit.held_bytes(), 4 * one);
+    // Down to at most two streams' worth: the larger set goes, alone.
+    assert_eq!(sim.exit.shed(2 * one), 1);
+    assert_eq!(sim.exit.held_bytes(), one);
+    assert_eq!(sim.exit.sets(), 1);
+    sim.run(Duration::from_secs(30));
+    for k in &streams[..3] {
+        assert_eq!(sim.proxy.status(*k), StreamStatus::Failed, "{k:?}");
+    }
+    assert!(sim.set_failed, "the client heard its set end");
+    // The other set still carries bytes.
+    let k = streams[3];
+    assert_eq!(sim.proxy.status(k), StreamStatus::Open);
+    let mut alive: Vec<&mut End> = sim
+        .exit_ends
+        .values_mut()
+        .filter(|e| e.end.is_none())
+        .collect();
+    assert_eq!(alive.len(), 1, "the spared set's stream alone is open");
+    alive[0].to_send = pattern(10_000, 6);
+    alive[0].hold = false;
+    sim.client_ends.get_mut(&k).unwrap().hold = false;
+    sim.run(Duration::from_secs(10));
+    assert!(sim.client_ends[&k].got == pattern(10_000, 6));
+    assert_eq!(sim.client_ends[&k].end, Some(Recv::End));
 }

@@ -26,6 +26,7 @@ mod dgram;
 pub mod dos;
 mod err;
 mod exit;
+mod memory;
 mod relay;
 mod thread;
 

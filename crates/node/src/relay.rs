@@ -39,6 +39,7 @@ use tracing::{debug, info, warn};
 
 use crate::dos::{DosGuard, DosLimits};
 use crate::exit::{self, Exit, ExitSettings, ExitStream};
+use crate::memory::SharedMemory;
 use crate::Error;
 
 /// Everything a relay needs to run.
@@ -222,6 +223,8 @@ pub(crate) struct State {
     dos_log: LogLimiter,
     /// The circuit count others read.
     circuits: CircuitGauge,
+    /// The memory cap, shared with the datagram engine.
+    memory: Rc<SharedMemory>,
 }
 
 fn id_bytes(id: &Ed25519Identity) -> [u8; 32] {
@@ -339,7 +342,8 @@ impl Relay {
             }
         }
         let our_identity = settings.keys.public().ed_identity;
-        let datagram = start_datagram(&settings, &connector, &config)?;
+        let memory = Rc::new(SharedMemory::new(config.max_mem_in_queues));
+        let datagram = start_datagram(&settings, &connector, &config, &memory)?;
         info!(
             nickname = %settings.nickname,
             listen = ?listener.local_addrs(),
@@ -351,7 +355,12 @@ impl Relay {
             "relay listening"
         );
         let shared: Shared = Rc::new(RefCell::new(State {
-            node: RelayNode::new(settings.keys, config, StdRng::from_rng(&mut rand::rng())),
+            node: {
+                let mut node =
+                    RelayNode::new(settings.keys, config, StdRng::from_rng(&mut rand::rng()));
+                node.share_limit_with(memory.datagram_gauge());
+                node
+            },
             nickname: settings.nickname.clone(),
             our_identity,
             channels: HashMap::new(),
@@ -378,6 +387,7 @@ impl Relay {
             },
             dos_log: LogLimiter::default(),
             circuits,
+            memory,
         }));
 
         tokio::pin!(shutdown);
@@ -454,6 +464,7 @@ fn start_datagram(
     settings: &RelaySettings,
     connector: &Connector,
     config: &NodeConfig,
+    memory: &Rc<SharedMemory>,
 ) -> Result<Option<JoinHandle<()>>, Error> {
     let Ok(socket) = connector
         .endpoints()
@@ -487,6 +498,7 @@ fn start_datagram(
             ..Default::default()
         },
         kernel: None,
+        memory: memory.clone(),
     };
     if config.circuit.exit && settings.link.datagram.end_to_end == EndToEnd::Kernel {
         let limits = &setup.sets;
@@ -985,6 +997,7 @@ pub(crate) fn process(shared: &Shared, st: &mut State) {
         }
     }
     st.circuits.set(st.node.n_circuits());
+    st.memory.set_tor1(st.node.total_queued_bytes());
 }
 
 fn on_stream_event(st: &mut State, circ: CircKey, event: StreamEvent) {

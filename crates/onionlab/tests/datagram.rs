@@ -12,6 +12,9 @@
 //!   download goes on intact on the other two. Over MORE a killed middle
 //!   costs no byte (routes avoid relays whose link to the client is
 //!   down), and a killed exit resets the download within MORE's timeout.
+//! - The exit's memory cap (`max_mem_in_queues`) counts its datagram
+//!   streams' buffers: streams that do not fit are refused at once, the
+//!   others run on, and room freed lets new ones open.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -319,4 +322,71 @@ async fn a_middle_killed_under_more_costs_no_byte() {
     // MORE takes only the exit of a pinned path.
     let path = r#"path = ["relay0", "relay3", "relay6"]"#;
     kill_expecting_no_loss(net, path, None, 3, 2, Duration::from_secs(90)).await;
+}
+
+/// The exit (relay6) under a memory cap of 1.5 MiB: new streams are
+/// admitted while the datagram engine stays under 3/4 of it, which is
+/// room for three streams' buffers (320 KiB each) beside the rest of what
+/// it holds. Three endless downloads run; a fourth is refused (the SOCKS
+/// request fails, within seconds, while the three go on); when one of
+/// the three ends, a new stream opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exits_memory_cap_refuses_the_datagram_streams_that_do_not_fit() {
+    let dir = std::env::temp_dir().join(format!("onionlab-datagram-{}-memory", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut net = LocalNetwork::init(&bin(), &dir, 7, 1).expect("network init");
+    net.remove_when_done();
+    net.set_transport("datagram").expect("transport");
+    net.set_log_filter("info,onionlab_node::dgram=debug,onionlab_client::dgram=debug");
+    net.set_relay_config(6, "max_mem_in_queues = 1572864")
+        .expect("the exit's cap");
+    net.start_relays().expect("relays start");
+    net.start_client(Some(&["relay0", "relay3", "relay6"]), "")
+        .expect("client starts");
+    let server = testnet::workload_server().await.expect("server");
+    let socks = net.socks_addr();
+    let client_log = |net: &LocalNetwork| log_of(net.client.as_ref().expect("client"));
+    let mut running = Vec::new();
+    for i in 0..3 {
+        let mut s = testnet::endless_download(socks, server)
+            .await
+            .unwrap_or_else(|e| panic!("download {i}: {e}\n{}", client_log(&net)));
+        let mut offset = 0;
+        read_checked(&mut s, &mut offset, 64 * 1024)
+            .await
+            .unwrap_or_else(|e| panic!("download {i}: {e}"));
+        running.push((s, offset));
+    }
+    let refused = tokio::time::timeout(
+        Duration::from_secs(20),
+        testnet::endless_download(socks, server),
+    )
+    .await
+    .expect("the fourth stream neither opened nor failed within 20 s");
+    assert!(refused.is_err(), "a fourth stream opened under the cap");
+    // The three go on.
+    for (s, offset) in &mut running {
+        read_checked(s, offset, 64 * 1024)
+            .await
+            .expect("after the refusal");
+    }
+    // One ends: its room comes back, within the lanes' close and the
+    // exit's next look at its memory.
+    drop(running.pop());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut reopened = loop {
+        match testnet::endless_download(socks, server).await {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("no room came back: {e}\n{}", client_log(&net)),
+        }
+    };
+    let mut offset = 0;
+    read_checked(&mut reopened, &mut offset, 64 * 1024)
+        .await
+        .expect("the new stream");
+    net.stop();
 }

@@ -228,32 +228,59 @@ impl SeenNumbers {
 /// Lanes a node may hold across all its sessions: each lane holds its
 /// receive and send buffers from its SYN on, so a per-session limit alone
 /// lets many sessions add up without bound. Shared by the sessions of a
-/// node (cheap to clone).
+/// node (cheap to clone). Its limit can move ([`LaneBudget::set_max`]):
+/// a node whose memory is shared with other queues lowers it as they
+/// grow.
 #[derive(Clone, Debug)]
-pub struct LaneBudget(Arc<(AtomicUsize, usize)>);
+pub struct LaneBudget(Arc<LaneCount>);
+
+#[derive(Debug)]
+struct LaneCount {
+    used: AtomicUsize,
+    max: AtomicUsize,
+}
 
 impl LaneBudget {
     /// At most `max` lanes at once.
     pub fn new(max: usize) -> LaneBudget {
-        LaneBudget(Arc::new((AtomicUsize::new(0), max)))
+        LaneBudget(Arc::new(LaneCount {
+            used: AtomicUsize::new(0),
+            max: AtomicUsize::new(max),
+        }))
     }
 
     /// Lanes held now.
     pub fn used(&self) -> usize {
-        self.0 .0.load(Ordering::Acquire)
+        self.0.used.load(Ordering::Acquire)
+    }
+
+    /// Lanes allowed at once now.
+    pub fn max(&self) -> usize {
+        self.0.max.load(Ordering::Acquire)
+    }
+
+    /// Allow `max` lanes at once from now on. Lanes already open stay;
+    /// below their number, new ones are refused until enough end.
+    pub fn set_max(&self, max: usize) {
+        self.0.max.store(max, Ordering::Release);
+    }
+
+    fn has_room(&self) -> bool {
+        self.used() < self.max()
     }
 
     fn try_take(&self) -> bool {
+        let max = self.max();
         self.0
-             .0
+            .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
-                (u < self.0 .1).then_some(u + 1)
+                (u < max).then_some(u + 1)
             })
             .is_ok()
     }
 
     fn give_back(&self, n: usize) {
-        self.0 .0.fetch_sub(n, Ordering::AcqRel);
+        self.0.used.fetch_sub(n, Ordering::AcqRel);
     }
 }
 
@@ -294,7 +321,7 @@ impl Mux {
     /// and, with a budget, below the node's lanes in all).
     pub fn has_room(&self) -> bool {
         self.lanes.len() < self.settings.max_lanes
-            && self.budget.as_ref().is_none_or(|b| b.used() < b.0 .1)
+            && self.budget.as_ref().is_none_or(LaneBudget::has_room)
     }
 
     /// Take a place for a new lane (false: refused and counted).

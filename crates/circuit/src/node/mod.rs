@@ -47,10 +47,18 @@
 //! [`NodeEvent::CircuitClosed`] with [`CloseKind::OutOfMemory`](crate::CloseKind::OutOfMemory))
 //! until the total is below 3/4 of the limit, as tor does for
 //! `MaxMemInQueues`. Below the limit this costs O(1) per input.
+//!
+//! The limit is the relay's, shared with what its other engines hold (its
+//! datagram circuits and sets), which they publish in a gauge the node
+//! reads at each check ([`RelayNode::share_limit_with`]): the node may
+//! hold the limit less what they hold, and never less than half of it
+//! ([`allowance`]); the other engines live by the same rule.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use onionlab_cell::chan::{
@@ -193,6 +201,16 @@ pub enum TransportBuffer {
     Receive,
 }
 
+/// What one of a relay's engines may hold under its memory limit `limit`
+/// when the others hold `others`: the limit less what they hold, and
+/// never less than half the limit (rounded down). Two engines under this
+/// rule hold at most the limit together, and each keeps half of it
+/// whatever the other holds; over its allowance an engine frees down to
+/// 3/4 of it.
+pub fn allowance(limit: usize, others: usize) -> usize {
+    limit - others.min(limit - limit / 2)
+}
+
 /// What the out-of-memory handler may free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum OomVictim {
@@ -313,6 +331,9 @@ pub struct RelayNode {
     transport_bytes: usize,
     /// Sum of every channel's `transport_recv`.
     transport_recv: usize,
+    /// What the relay's other engines hold, read at each check: it
+    /// lowers this node's allowance, and is never freed here.
+    external: Option<Arc<AtomicUsize>>,
     /// Circuits killed by the out-of-memory handler.
     oom_killed: u64,
     oom_channels_closed: u64,
@@ -346,6 +367,7 @@ impl RelayNode {
             circ_bytes: 0,
             transport_bytes: 0,
             transport_recv: 0,
+            external: None,
             control_cells: 0,
             oom_killed: 0,
             oom_channels_closed: 0,
@@ -920,6 +942,22 @@ impl RelayNode {
         self.enforce_mem_limit(now);
     }
 
+    /// Share [`NodeConfig::max_mem_in_queues`] with the relay's other
+    /// engines (its datagram circuits and sets), which keep what they
+    /// hold in `held`: from the next input on, this node may hold the
+    /// limit less that, and never less than half of it ([`allowance`]).
+    pub fn share_limit_with(&mut self, held: Arc<AtomicUsize>) {
+        self.external = Some(held);
+    }
+
+    /// What the relay's other engines hold now (0 when the limit is not
+    /// shared).
+    pub fn external_held(&self) -> usize {
+        self.external
+            .as_ref()
+            .map_or(0, |held| held.load(AtomicOrdering::Relaxed))
+    }
+
     /// Link-level DESTROYs waiting to be written on `chan`.
     pub fn queued_destroys(&self, chan: ChannelId) -> usize {
         self.channels.get(&chan).map_or(0, |c| c.control.len())
@@ -1164,15 +1202,20 @@ impl RelayNode {
     /// [`NodeConfig::max_mem_in_queues`]. O(1) unless over the limit.
     fn enforce_mem_limit(&mut self, now: Instant) {
         let limit = self.config.max_mem_in_queues;
-        if limit != 0 && self.total_queued_bytes() > limit {
+        if limit == 0 {
+            return;
+        }
+        let limit = allowance(limit, self.external_held());
+        if self.total_queued_bytes() > limit {
             self.handle_oom(now, limit);
         }
     }
 
     /// Kill the circuits holding the most queued bytes, and close the
     /// channels whose transports hold the most received bytes, largest
-    /// first, until the total is below 3/4 of `limit`. Circuits and
-    /// channels holding nothing are spared: killing them frees nothing.
+    /// first, until the total is below 3/4 of `limit` (the node's
+    /// [`allowance`]). Circuits and channels holding nothing are spared:
+    /// killing them frees nothing.
     /// (Tor picks victims by the age of their oldest queued cell or
     /// buffered byte, circuits and connections alike; here the largest go
     /// first, which frees the limit with the fewest kills.)

@@ -5,6 +5,7 @@
 //! included, with LINKED), runs each set's end-to-end TCP and streams
 //! ([`crate::streams`]), and asks its driver to connect each new stream.
 
+mod memory;
 mod more;
 
 use std::collections::{HashMap, VecDeque};
@@ -101,6 +102,8 @@ pub struct ExitSets {
     ended: MuxStats,
     /// Kernel sets that ended, for the driver.
     kernel_closed: VecDeque<u64>,
+    /// Circuits of sets ended for memory, to destroy.
+    shed_circuits: VecDeque<CircuitId>,
 }
 
 impl std::fmt::Debug for ExitSets {
@@ -144,6 +147,7 @@ impl ExitSets {
             budget: LaneBudget::new(settings.max_streams),
             ended: MuxStats::default(),
             kernel_closed: VecDeque::new(),
+            shed_circuits: VecDeque::new(),
             settings,
         })
     }
@@ -195,14 +199,35 @@ impl ExitSets {
             .get_mut(&id)
             .is_some_and(|set| set.streams.e2e.remove_leg(circuit));
         if empty {
-            if let Some(set) = self.sets.remove(&id) {
-                if set.streams.e2e.is_kernel() {
-                    self.kernel_closed.push_back(id);
-                }
+            self.remove_set(id);
+        }
+    }
+
+    /// Forget set `id` and every index to it; a kernel set is closed, the
+    /// streams read as reset. Returns its circuits (none if it had ended).
+    fn remove_set(&mut self, id: u64) -> Vec<CircuitId> {
+        let Some(set) = self.sets.remove(&id) else {
+            return Vec::new();
+        };
+        let legs = set.streams.e2e.legs().to_vec();
+        for circuit in &legs {
+            self.by_circuit.remove(circuit);
+        }
+        if set.streams.e2e.is_kernel() {
+            self.kernel_closed.push_back(id);
+        }
+        match &set.more {
+            Some(more) => {
+                self.by_more.remove(&more.id);
+                self.more_surbs -= more.surbs.len();
+            }
+            // (A MORE set has no nonce.)
+            None => {
                 self.by_nonce.remove(&set.nonce);
-                self.ended += set.streams.fail(id, &mut self.events);
             }
         }
+        self.ended += set.streams.fail(id, &mut self.events);
+        legs
     }
 
     /// A kernel set: a segment from the exit's kernel for the client (the

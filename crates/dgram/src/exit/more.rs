@@ -38,15 +38,20 @@ pub const MORE_IDLE: Duration = Duration::from_secs(120);
 
 /// A MORE set's state at the exit.
 pub(super) struct MoreExitSet {
-    id: [u8; SET_ID_LEN],
+    pub(super) id: [u8; SET_ID_LEN],
     /// SURBs and when each came, oldest first.
-    surbs: VecDeque<(Instant, Vec<u8>)>,
+    pub(super) surbs: VecDeque<(Instant, Vec<u8>)>,
     heard_at: Instant,
     /// The client probed: a REPLY goes even without segments.
     answer_due: bool,
 }
 
 impl MoreExitSet {
+    /// Bytes its SURBs hold.
+    pub(super) fn held_bytes(&self) -> usize {
+        self.surbs.iter().map(|(_, surb)| surb.len()).sum()
+    }
+
     /// When the set is forgotten if nothing comes.
     pub(super) fn silent_at(&self) -> Instant {
         self.heard_at + MORE_IDLE
@@ -193,13 +198,7 @@ impl ExitSets {
             .map(|(&id, _)| id)
             .collect();
         for id in silent {
-            if let Some(set) = self.sets.remove(&id) {
-                if let Some(more) = &set.more {
-                    self.by_more.remove(&more.id);
-                    self.more_surbs -= more.surbs.len();
-                }
-                self.ended += set.streams.fail(id, &mut self.events);
-            }
+            self.remove_set(id);
         }
     }
 }

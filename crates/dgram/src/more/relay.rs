@@ -186,6 +186,18 @@ impl MoreRelay {
             .collect()
     }
 
+    /// Bytes it holds, about: its replay tags and the packets waiting for
+    /// links to relays. What a relay's memory cap counts.
+    pub fn held_bytes(&self) -> usize {
+        let tags = self.replay.current.len() + self.replay.previous.len();
+        let waiting: usize = self
+            .connecting
+            .values()
+            .flat_map(|packets| packets.iter().map(Vec::len))
+            .sum();
+        tags * TAG_LEN + waiting
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> MoreStats {
         self.stats

@@ -17,6 +17,7 @@
 //! ([`kernel`]).
 
 pub(crate) mod kernel;
+mod memory;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -42,6 +43,7 @@ use tor_llcrypto::pk::ed25519::Ed25519Identity;
 use tracing::{debug, info};
 
 use crate::exit::{connect_target, ConnectJob, Exit};
+use crate::memory::SharedMemory;
 
 /// A link without circuits for this long is closed: heartbeats would
 /// keep it (and a session slot) forever otherwise.
@@ -60,6 +62,8 @@ pub(crate) struct DgramSetup {
     pub(crate) sets: ExitSetSettings,
     /// At an exit that serves kernel sets: its TUN device and listener.
     pub(crate) kernel: Option<kernel::ExitKernel>,
+    /// The relay's memory cap, shared with its circuit node.
+    pub(crate) memory: Rc<SharedMemory>,
 }
 
 type Shared = Rc<RefCell<State>>;
@@ -90,6 +94,10 @@ struct State {
     idle_since: HashMap<LinkId, Instant>,
     /// Kernel sets' TUN device, listener and connections (an exit's).
     kernel: Option<kernel::ExitKernel>,
+    /// The relay's memory cap, shared with its circuit node.
+    memory: Rc<SharedMemory>,
+    /// Sets ended because the relay was over its memory cap.
+    sets_ended_oom: u64,
 }
 
 /// Run the relay's datagram circuits on `socket` until the task is
@@ -147,12 +155,16 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, mut setup: DgramSetup) {
         wake: wake.clone(),
         idle_since: HashMap::new(),
         kernel,
+        memory: setup.memory,
+        sets_ended_oom: 0,
     }));
     kernel::start(&shared);
     let mut tun = shared.borrow().kernel.as_ref().map(kernel::ExitKernel::tun);
     let mut packet = vec![0u8; 2048];
     let mut sweep = tokio::time::interval(LINK_SWEEP);
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut memory_check = tokio::time::interval(memory::MEMORY_CHECK);
+    memory_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let _stop = StopTasks(shared.clone());
     loop {
         let next = shared.borrow().next_timeout();
@@ -174,6 +186,7 @@ pub(crate) async fn serve(socket: Arc<DatagramSocket>, mut setup: DgramSetup) {
             }
             () = wake.notified() => {}
             _ = sweep.tick() => close_idle_links(&mut shared.borrow_mut(), Instant::now()),
+            _ = memory_check.tick() => memory::check(&mut shared.borrow_mut()),
             r = from_tun(tun.as_deref(), &mut packet) => match r {
                 Ok(n) => {
                     let mut st = shared.borrow_mut();
@@ -265,6 +278,7 @@ impl Drop for StopTasks {
                     .map(|k| k.stats().to_string())
                     .unwrap_or_else(|| "none".into()),
                 events_dropped = st.socket.events_dropped(),
+                sets_ended_out_of_memory = st.sets_ended_oom,
                 "datagram relay stopped"
             );
         }
@@ -371,6 +385,10 @@ fn flush(shared: &Shared) {
             while let Some(circuit) = sets.poll_refused() {
                 moved = true;
                 relay.refuse(circuit);
+            }
+            while let Some(circuit) = sets.poll_shed() {
+                moved = true;
+                relay.end_for_memory(circuit);
             }
             while let Some((circuit, msg)) = sets.poll_transmit() {
                 moved = true;
