@@ -237,6 +237,11 @@ pub struct Environment {
     /// C tor's version (`tor --version`), when a variant runs C tor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ctor_version: Option<String>,
+    /// `LD_PRELOAD` of the lab, which every process it starts inherits
+    /// (a results page's shim such as `scripts/ctor-nodelay.c`), when set:
+    /// a run made with a preloaded library says so in its stored data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ld_preload: Option<String>,
 }
 
 /// See [`Environment::wire`].
@@ -506,6 +511,7 @@ fn write_environment(out: &Path, parts: EnvironmentParts) -> Result<(), Error> {
             ..WireParity::for_mtu(parts.mtu)
         },
         ctor_version: parts.ctor_version,
+        ld_preload: std::env::var("LD_PRELOAD").ok().filter(|v| !v.is_empty()),
     };
     let text = serde_json::to_string_pretty(&env).unwrap_or_default();
     // Through a renamed temporary file: a half-written file would stop a
@@ -543,4 +549,28 @@ fn write_csv(path: &Path, records: &[TransferRecord]) -> Result<(), Error> {
         ));
     }
     fs::write(path, out).map_err(io_err("writing records.csv"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Environment;
+
+    #[test]
+    fn environment_records_a_preload_and_reads_runs_stored_before_it() {
+        let old = r#"{"kernel": "6.1", "machine_sysctls": {}, "host_sysctls": {},
+            "wire": {"link_mtu": 1500, "tcp_mss": 1460, "tcp_initial_window_segments": 10}}"#;
+        let env: Environment =
+            serde_json::from_str(old).expect("an environment without ld_preload");
+        assert_eq!(env.ld_preload, None);
+        let text = serde_json::to_string(&env).expect("serialise");
+        assert!(!text.contains("ld_preload"), "{text}");
+
+        let with = Environment {
+            ld_preload: Some("/tmp/ctor-nodelay.so".into()),
+            ..env
+        };
+        let text = serde_json::to_string(&with).expect("serialise");
+        let back: Environment = serde_json::from_str(&text).expect("read back");
+        assert_eq!(back.ld_preload.as_deref(), Some("/tmp/ctor-nodelay.so"));
+    }
 }
